@@ -1,0 +1,137 @@
+"""Compile one stage's file to a cubin and read what the compiler says about it.
+
+Returns a :class:`CompileResult`; a compile error, a missing file or a wrong
+kernel name is data in that record, never an exception. The student's file is
+copied, with the other plain files of its folder, into a fresh directory, so
+nvcc sees only the submission.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import sandbox
+from .cubin import CubinFormatError, read_int_array
+from .ptxas import KernelResources, entry_names, parse_ptxas
+from .records import ProcRecord
+from .rubric import Launch, Rubric, Stage
+
+MAX_SOURCE_BYTES = 1 << 20  # a GEMM kernel is a few KB; anything near 1 MB is not one
+MAX_THREADS_PER_BLOCK = 1024
+MAX_DYNAMIC_SMEM = 227 * 1024  # Hopper's per-block opt-in limit
+
+
+@dataclass
+class CompileResult:
+    stage: str
+    ok: bool  # the cubin exists, holds the kernel, and its launch shape is usable
+    problem: str = ""  # why not, in words for the student
+    proc: ProcRecord | None = None
+    cubin: str | None = None
+    kernel: KernelResources | None = None
+    found_kernels: list[str] = field(default_factory=list)
+    launch: Launch | None = None
+    launch_source: str = ""  # "declared in <file>" or "rubric default"
+    notes: list[str] = field(default_factory=list)
+
+
+def stage_source(submission: Path, stage: Stage) -> tuple[Path | None, str]:
+    """Locate the stage's file in the submission, refusing what must not be compiled."""
+    path = submission / stage.file
+    if path.is_symlink():
+        target = path.resolve()
+        if submission.resolve() not in target.parents:
+            return None, f"{stage.file} is a symbolic link to a file outside the submission"
+    if not path.is_file():
+        return None, f"file missing: expected {stage.file} in the submission"
+    size = path.stat().st_size
+    if size == 0:
+        return None, f"{stage.file} is empty"
+    if size > MAX_SOURCE_BYTES:
+        return None, f"{stage.file} is {size:,} bytes; the limit is {MAX_SOURCE_BYTES:,}"
+    return path, ""
+
+
+def _copy_folder(src_dir: Path, dest: Path) -> None:
+    """Copy the plain files (no links, no subfolders) of the stage's folder."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in src_dir.iterdir():
+        if entry.is_file() and not entry.is_symlink() and entry.stat().st_size <= MAX_SOURCE_BYTES:
+            shutil.copyfile(entry, dest / entry.name)
+
+
+def check_launch(values: list[int] | None, stage: Stage, sizes: list[int]) -> tuple[Launch | None, str]:
+    """Validate a ``<kernel>_launch`` array; None values mean "use the rubric's default"."""
+    if values is None:
+        return stage.launch, ""
+    sym = stage.launch_symbol
+    if len(values) != 5:
+        return None, f"{sym} has {len(values)} values; expected 5: {{blockDim.x, blockDim.y, BM, BN, smem bytes}}"
+    bx, by, bm, bn, smem = values
+    if bx <= 0 or by <= 0 or bx * by > MAX_THREADS_PER_BLOCK:
+        return None, f"{sym}: block {bx} x {by} is not a valid block (1 to {MAX_THREADS_PER_BLOCK} threads)"
+    if bm <= 0 or bn <= 0:
+        return None, f"{sym}: tile {bm} x {bn} must be positive"
+    if not 0 <= smem <= MAX_DYNAMIC_SMEM:
+        return None, f"{sym}: {smem} bytes of dynamic shared memory (allowed 0 to {MAX_DYNAMIC_SMEM})"
+    for n in sizes:
+        if n % bm or n % bn:
+            return None, (f"{sym}: tile BM={bm}, BN={bn} does not divide N={n}; the grader tests "
+                          f"N in {sizes}, so choose tiles that divide all of them")
+    return Launch((bx, by), (bm, bn), smem), ""
+
+
+def compile_stage(stage: Stage, submission: Path, work: Path, nvcc, arch_flags: list[str],
+                  rubric: Rubric, sizes: list[int]) -> CompileResult:
+    result = CompileResult(stage=stage.id, ok=False)
+    src, problem = stage_source(submission, stage)
+    if src is None:
+        result.problem = problem
+        return result
+    if nvcc is None or getattr(nvcc, "path", None) is None:
+        result.problem = "not evaluated: no CUDA compiler found (" + (getattr(nvcc, "reason", "") or "nvcc") + ")"
+        return result
+    build = work / "build"
+    if build.exists():
+        shutil.rmtree(build)
+    _copy_folder(src.parent, build)
+    cubin = build / f"{stage.id}.cubin"
+    cmd = [nvcc.path, "-cubin", *arch_flags, "-O3", "-Xptxas", "-v", "-lineinfo",
+           *(f"-I{d}" for d in getattr(nvcc, "include_dirs", []) or []), "-o", str(cubin), src.name]
+    env = dict(os.environ)
+    env.update(getattr(nvcc, "env", {}) or {})
+    proc = sandbox.run(cmd, timeout_s=rubric.timeouts.compile_s, cwd=str(build), env=env,
+                       output_limit=rubric.output_limit_bytes)
+    proc.command = [Path(cmd[0]).name, *cmd[1:]]
+    result.proc = proc
+    if not proc.ok or not cubin.is_file():
+        tail = (proc.stderr or proc.stdout).strip()
+        result.problem = f"nvcc failed ({proc.brief()}):\n{tail}"
+        return result
+    report = proc.stderr + "\n" + proc.stdout
+    kernels = parse_ptxas(report)
+    result.found_kernels = entry_names(report)
+    result.cubin = str(cubin)
+    if stage.kernel not in kernels:
+        found = ", ".join(result.found_kernels) or "no kernels"
+        hint = ""
+        if any(stage.kernel in name for name in result.found_kernels):
+            hint = f' (the name is C++-mangled: declare it extern "C" __global__)'
+        result.problem = f"expected `{stage.kernel}` in {stage.file}; found: {found}{hint}"
+        return result
+    result.kernel = kernels[stage.kernel]
+    try:
+        values = read_int_array(cubin.read_bytes(), stage.launch_symbol)
+    except (OSError, CubinFormatError) as exc:
+        values = None
+        result.notes.append(f"could not read {stage.launch_symbol} from the cubin ({exc}); using the default")
+    launch, problem = check_launch(values, stage, sizes)
+    if launch is None:
+        result.problem = problem
+        return result
+    result.launch = launch
+    result.launch_source = f"declared in {stage.file}" if values is not None else "rubric default (no launch array)"
+    result.ok = True
+    return result

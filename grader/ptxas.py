@@ -1,0 +1,79 @@
+"""Parse the resource report that ``ptxas -v`` prints, per kernel.
+
+Pure: text in, records out. Tested on captured output of nvcc 13.0 and on the
+NVRTC form (whose property lines start with ``ptxas .`` instead of
+``ptxas info    :``). Each property is matched on its own, so a compiler that
+adds or drops a field (nvcc 13 no longer prints ``cmem[0]``) still parses.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# "ptxas info    : ", "ptxas . ", "ptxas         : " -- the prefix varies by tool.
+_PREFIX = r"^\s*ptxas\s*(?:info|\.)?\s*:?\s*"
+_ENTRY = re.compile(_PREFIX + r"Compiling entry function '([^']+)' for '([^']+)'", re.M)
+_PROPS_FOR = re.compile(_PREFIX + r"Function properties for (\S+)", re.M)
+_STACK = re.compile(
+    r"(\d+) bytes stack frame,\s*(\d+) bytes spill stores,\s*(\d+) bytes spill loads"
+)
+_USED = re.compile(_PREFIX + r"Used (\d+) registers(.*)$", re.M)
+_SMEM = re.compile(r"(\d+) bytes smem")
+_CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+
+
+@dataclass
+class KernelResources:
+    """What ptxas reports for one entry function."""
+
+    name: str
+    arch: str
+    registers: int | None = None
+    stack_frame: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    shared_bytes: int = 0  # static shared memory only; dynamic is chosen at launch
+    const_bytes: int = 0  # sum of cmem banks, where the compiler prints them
+    barriers: int | None = None
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.spill_stores or self.spill_loads)
+
+
+def parse_ptxas(text: str) -> dict[str, KernelResources]:
+    """Return ``{kernel name: KernelResources}`` for every entry function in ``text``.
+
+    Lines that belong to no entry function (gmem totals, compile times, the
+    "Overriding maximum register limit" notes) are ignored. The report of one
+    kernel runs from its "Compiling entry function" line to the next one.
+    """
+    kernels: dict[str, KernelResources] = {}
+    entries = list(_ENTRY.finditer(text))
+    for i, match in enumerate(entries):
+        name, arch = match.group(1), match.group(2)
+        end = entries[i + 1].start() if i + 1 < len(entries) else len(text)
+        block = text[match.end() : end]
+        res = KernelResources(name=name, arch=arch)
+        stack = _STACK.search(block)
+        if stack:
+            res.stack_frame, res.spill_stores, res.spill_loads = (int(g) for g in stack.groups())
+        used = _USED.search(block)
+        if used:
+            res.registers = int(used.group(1))
+            rest = used.group(2)
+            smem = _SMEM.search(rest)
+            if smem:
+                res.shared_bytes = int(smem.group(1))
+            res.const_bytes = sum(int(m.group(1)) for m in _CMEM.finditer(rest))
+            barriers = _BARRIERS.search(rest)
+            if barriers:
+                res.barriers = int(barriers.group(1))
+        kernels[name] = res
+    return kernels
+
+
+def entry_names(text: str) -> list[str]:
+    """Entry functions ptxas compiled, in report order (for "found: ..." messages)."""
+    return [m.group(1) for m in _ENTRY.finditer(text)]

@@ -1,0 +1,152 @@
+"""Rubric items -> points. Pure: reads stage outcomes, returns ItemResults.
+
+Each item kind has one evaluator. An item the grader could not look at (no GPU,
+no cuobjdump) is ``not_evaluated``: 0 points and a message saying why, never
+worded as the student's failure. A stage that failed correctness is never timed
+in the feedback: its speed items fail with "not timed".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .compiler import CompileResult
+from .peaks import Peaks
+from .records import FAILED, NOT_EVALUATED, PASSED, ItemResult
+from .rubric import Item, Stage
+from .sass import SassResult
+from .timing import TimingSummary
+
+
+@dataclass
+class StageOutcome:
+    stage: Stage
+    compile: CompileResult | None = None
+    sass: SassResult | None = None
+    correct: bool | None = None  # None: not evaluated
+    correctness_message: str = ""
+    cases: list[dict] = field(default_factory=list)
+    timing: TimingSummary | None = None
+    gpu_reason: str = ""  # why GPU work was not done, "" when it was
+    run_output: str = ""  # trimmed output of the student's run, for feedback
+    bench: dict = field(default_factory=dict)  # raw timings from the runner (unjudged)
+
+
+def _result(stage: Stage, item: Item, status: str, fraction: float, message: str,
+            **values) -> ItemResult:
+    score = round(item.points * fraction, 4) if status == PASSED or fraction > 0 else 0.0
+    return ItemResult(stage=stage.id, item=item.id, title=item.title, status=status, score=score,
+                      max_score=item.points, message=message, visibility=item.visibility,
+                      number=f"{stage.number}.{item.id}", values=values)
+
+
+def _threshold(value: float, item: Item) -> tuple[str, float]:
+    """(status, fraction of points) for a value against min, with optional linear partial credit."""
+    lo, hi = item.params.get("partial_from"), item.params["min"]
+    if value >= hi:
+        return PASSED, 1.0
+    if lo is not None and value > lo:
+        return FAILED, (value - lo) / (hi - lo)
+    return FAILED, 0.0
+
+
+def _needs_timing(o: StageOutcome) -> str:
+    """Why this stage has no timing ('' when it has one)."""
+    if o.timing is not None:
+        return ""
+    if o.compile is None or not o.compile.ok:
+        return "not timed: the stage did not compile"
+    if o.gpu_reason:
+        return f"not evaluated: {o.gpu_reason}"
+    if o.correct is False:
+        return "not timed: the kernel is not correct (a speed is never reported for a wrong result)"
+    return "not timed: no timing was recorded"
+
+
+def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], peaks: Peaks) -> ItemResult:
+    st, c = o.stage, o.compile
+    compiled = c is not None and c.ok
+    kind = item.kind
+    if kind == "compiles":
+        if compiled:
+            k = c.kernel
+            msg = (f"compiled; {k.registers} registers, {k.shared_bytes} B static shared memory, "
+                   f"launch {c.launch.block[0]}x{c.launch.block[1]} threads, tile {c.launch.tile[0]}x"
+                   f"{c.launch.tile[1]} ({c.launch_source})")
+            return _result(st, item, PASSED, 1, msg, registers=k.registers)
+        if c is not None and c.problem.startswith("not evaluated"):
+            return _result(st, item, NOT_EVALUATED, 0, c.problem)
+        return _result(st, item, FAILED, 0, c.problem if c else "not compiled")
+    if not compiled:
+        return _result(st, item, FAILED, 0, "no credit: the stage did not compile (see its compile item)")
+
+    if kind == "no_spills":
+        k = c.kernel
+        msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
+               f"loads, {k.stack_frame} B stack frame (ptxas -v)")
+        if k.spills:
+            return _result(st, item, FAILED, 0, msg + ": registers spill to local memory; shrink the "
+                           "per-thread tile or check __launch_bounds__", registers=k.registers)
+        return _result(st, item, PASSED, 1, msg, registers=k.registers)
+
+    if kind == "sass":
+        if o.sass is None or not o.sass.available:
+            return _result(st, item, NOT_EVALUATED, 0,
+                           f"not evaluated: {o.sass.reason if o.sass else 'no SASS'}")
+        ops = o.sass.opcodes.get(st.kernel)
+        if ops is None:
+            return _result(st, item, NOT_EVALUATED, 0, f"not evaluated: no SASS for {st.kernel}")
+        forbidden = {op: ops[op] for op in item.params.get("forbid", []) if ops.get(op)}
+        missing = [op for op in item.params.get("require", []) if not ops.get(op)]
+        if forbidden:
+            found = ", ".join(f"{op} x{n}" for op, n in forbidden.items())
+            return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
+                           "run on FP32 CUDA cores (FFMA), not Tensor Cores", opcodes=dict(forbidden))
+        if missing:
+            return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
+                           "instruction: the kernel does not use Tensor Cores")
+        shown = ", ".join(f"{op} x{ops[op]}" for op in item.params.get("require", []))
+        return _result(st, item, PASSED, 1, f"SASS checked ({sum(ops.values())} instructions"
+                       + (f"; {shown}" if shown else f"; FFMA x{ops.get('FFMA', 0)}") + ")")
+
+    if kind == "correct":
+        if o.correct is None:
+            return _result(st, item, NOT_EVALUATED, 0, o.correctness_message or f"not evaluated: {o.gpu_reason}")
+        return _result(st, item, PASSED if o.correct else FAILED, 1 if o.correct else 0, o.correctness_message)
+
+    why = _needs_timing(o)
+    if why:
+        return _result(st, item, NOT_EVALUATED if why.startswith("not evaluated") else FAILED, 0, why)
+    t = o.timing
+    if kind == "fraction_of_baseline":
+        status, frac = _threshold(t.fraction_of_baseline, item)
+        base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
+        msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
+               f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
+               f"runs at N={t.n}); needs {100 * item.params['min']:.0f}%")
+        return _result(st, item, status, frac, msg, fraction_of_baseline=t.fraction_of_baseline)
+    if kind == "fraction_of_peak":
+        peak = peaks.get(item.params["peak"])
+        if not peak:
+            return _result(st, item, NOT_EVALUATED, 0, f"not evaluated: {peaks.source}")
+        value = t.tflops / peak
+        status, frac = _threshold(value, item)
+        label = "FP32 CUDA-core" if item.params["peak"] == "fp32" else "FP16 Tensor Core"
+        msg = (f"{t.tflops:.1f} TFLOP/s = {value:.2f} x the {label} peak of {peak:.1f} TFLOP/s "
+               f"({peaks.source}); needs {item.params['min']:g} x")
+        return _result(st, item, status, frac, msg, tflops=t.tflops, ratio=value)
+    if kind == "speedup_over_stage":
+        other = outcomes.get(item.params["stage"])
+        why_other = _needs_timing(other) if other else "stage not graded in this run"
+        if why_other:
+            return _result(st, item, FAILED if not why_other.startswith("not evaluated") else NOT_EVALUATED,
+                           0, f"needs a timed `{item.params['stage']}` stage to compare with: {why_other}")
+        # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
+        value = t.fraction_of_baseline / other.timing.fraction_of_baseline
+        status, frac = _threshold(value, item)
+        msg = f"{value:.2f}x faster than your {other.stage.title} kernel; needs {item.params['min']:g}x"
+        return _result(st, item, status, frac, msg, speedup=value)
+    raise ValueError(f"unknown item kind {kind}")  # rubric validation prevents this
+
+
+def score(outcomes: dict[str, StageOutcome], peaks: Peaks) -> list[ItemResult]:
+    return [evaluate(item, o, outcomes, peaks) for o in outcomes.values() for item in o.stage.items]

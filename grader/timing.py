@@ -1,0 +1,50 @@
+"""Summaries of interleaved timings (pure).
+
+The student's kernel and the baseline were timed alternately on the same inputs;
+the ratio of medians is what thresholds use, and the spread of per-pair ratios
+says how much to trust it.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass
+class TimingSummary:
+    n: int
+    reps: int
+    median_ms: float
+    min_ms: float
+    baseline_median_ms: float
+    tflops: float
+    baseline_tflops: float
+    fraction_of_baseline: float  # baseline time / student time (1.0 = as fast as cuBLAS)
+    ratio_iqr: float  # inter-quartile range of the per-pair ratios
+    fraction_of_peak: float | None = None  # against the stage's own ceiling
+    peak_tflops: float | None = None
+
+
+def gemm_tflops(n: int, ms: float) -> float:
+    return 2.0 * n**3 / (ms * 1e-3) / 1e12
+
+
+def summarize(n: int, student_ms: list[float], baseline_ms: list[float],
+              peak_tflops: float | None) -> TimingSummary | None:
+    pairs = [(s, b) for s, b in zip(student_ms, baseline_ms) if s > 0 and b > 0]
+    if not pairs:
+        return None
+    med = statistics.median(s for s, _ in pairs)
+    base = statistics.median(b for _, b in pairs)
+    ratios = sorted(b / s for s, b in pairs)
+    if len(ratios) >= 4:
+        q = statistics.quantiles(ratios, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = ratios[-1] - ratios[0]
+    tf = gemm_tflops(n, med)
+    return TimingSummary(
+        n=n, reps=len(pairs), median_ms=med, min_ms=min(s for s, _ in pairs),
+        baseline_median_ms=base, tflops=tf, baseline_tflops=gemm_tflops(n, base),
+        fraction_of_baseline=base / med, ratio_iqr=iqr,
+        fraction_of_peak=(tf / peak_tflops) if peak_tflops else None, peak_tflops=peak_tflops)

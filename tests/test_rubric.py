@@ -1,0 +1,109 @@
+"""rubric.yaml validation: the shipped rubric loads; each kind of mistake names its key."""
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grader.errors import RubricError
+from grader.rubric import load_rubric, parse_rubric
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return yaml.safe_load((ROOT / "rubric.yaml").read_text())
+
+
+def test_shipped_rubric_is_the_six_stage_ladder():
+    r = load_rubric(ROOT / "rubric.yaml")
+    assert [s.id for s in r.stages] == ["naive", "coalesced", "tiled", "blocktiling_1d", "blocktiling_2d", "wmma"]
+    assert [s.kernel for s in r.stages] == ["mmNaive", "mmCoalesced", "mmTiled", "mm1DBlocktiling",
+                                            "mm2DBlocktiling", "mmWMMA"]
+    assert r.stage("wmma").inputs == "fp16" and r.stage("wmma").baseline == "cublas_gemmex_fp16"
+    assert all(s.bench.n == 4096 for s in r.stages)
+    assert r.stage("naive").bench.reps == 5  # per-stage override merged over settings.bench
+    assert r.stage("tiled").bench.reps == 20
+    assert len(r.correctness_sizes) >= 2
+    for s in r.stages:
+        assert {"compiles", "correct"} <= {i.kind for i in s.items}
+
+
+def _error(raw, mutate) -> RubricError:
+    bad = copy.deepcopy(raw)
+    mutate(bad)
+    with pytest.raises(RubricError) as exc:
+        parse_rubric(bad)
+    return exc.value
+
+
+def test_unknown_key_is_named(raw):
+    err = _error(raw, lambda r: r["stages"][2].update(kernal="mmTiled"))
+    assert err.where == "rubric.yaml.stages[2].kernal" and "not a known key" in str(err)
+
+
+def test_wrong_type_is_named(raw):
+    err = _error(raw, lambda r: r["stages"][0]["items"][1].update(points="six"))
+    assert err.where == "rubric.yaml.stages[0].items[1].points" and "a number" in str(err)
+
+
+def test_missing_stage_file(raw):
+    err = _error(raw, lambda r: r["stages"][3].pop("file"))
+    assert err.where == "rubric.yaml.stages[3].file" and "missing" in str(err)
+
+
+def test_negative_points(raw):
+    err = _error(raw, lambda r: r["stages"][1]["items"][0].update(points=-1))
+    assert err.where.endswith("stages[1].items[0].points") and "zero or more" in str(err)
+
+
+def test_unknown_visibility_and_kind(raw):
+    err = _error(raw, lambda r: r["stages"][1]["items"][0].update(visibility="secret"))
+    assert "after_due_date" in str(err)
+    err = _error(raw, lambda r: r["stages"][1]["items"][0].update(kind="fast"))
+    assert err.where.endswith("items[0].kind") and "fraction_of_baseline" in str(err)
+
+
+def test_threshold_item_needs_min(raw):
+    err = _error(raw, lambda r: r["stages"][4]["items"][-1].pop("min"))
+    assert err.where.endswith("stages[4].items[4].min")
+
+
+def test_reference_to_unknown_stage(raw):
+    def mutate(r):
+        r["stages"][3]["items"].append({"id": "x", "kind": "speedup_over_stage", "stage": "tild",
+                                        "min": 2, "title": "t", "points": 1})
+    err = _error(raw, mutate)
+    assert "tild" in str(err) and "tiled" in str(err)
+
+
+def test_tile_must_divide_the_sizes(raw):
+    err = _error(raw, lambda r: r["stages"][4]["launch"].update(tile=[96, 128]))
+    assert err.where.endswith("stages[4].launch.tile") and "does not divide" in str(err)
+
+
+def test_duplicate_stage_ids_and_single_size(raw):
+    err = _error(raw, lambda r: r["stages"][1].update(id="naive"))
+    assert "appears twice" in str(err)
+    err = _error(raw, lambda r: r["settings"].update(correctness_sizes=[512]))
+    assert "at least two sizes" in str(err)
+
+
+def test_partial_credit_range(raw):
+    err = _error(raw, lambda r: r["stages"][4]["items"][-1].update(partial_from=0.9))
+    assert err.where.endswith("partial_from")
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("version: 1\nstages:\n  - id: [unclosed\n")
+    with pytest.raises(RubricError) as exc:
+        load_rubric(p)
+    assert "line" in exc.value.where and "valid YAML" in str(exc.value)
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(RubricError) as exc:
+        load_rubric(tmp_path / "missing.yaml")
+    assert "cannot be read" in str(exc.value)

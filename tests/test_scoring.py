@@ -1,0 +1,133 @@
+"""Items -> points, on synthetic outcomes (no GPU)."""
+from pathlib import Path
+
+import pytest
+
+from grader.compiler import CompileResult
+from grader.peaks import Peaks
+from grader.ptxas import KernelResources
+from grader.records import FAILED, NOT_EVALUATED, PASSED
+from grader.rubric import load_rubric
+from grader.sass import SassResult
+from collections import Counter
+from grader.scoring import StageOutcome, score
+from grader.timing import summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+RUBRIC = load_rubric(ROOT / "rubric.yaml")
+PEAKS = Peaks(66.9, 989.0, "test")
+
+
+def _compiled(stage, regs=64, spills=0, ops=None):
+    k = KernelResources(stage.kernel, "sm_90a", registers=regs, spill_stores=spills)
+    c = CompileResult(stage.id, True, kernel=k, launch=stage.launch, launch_source="rubric default")
+    sass = SassResult(opcodes={stage.kernel: Counter(ops or {"FFMA": 100})})
+    return c, sass
+
+
+def _outcome(stage_id, correct=True, student_ms=None, base_ms=2.73, **kw):
+    st = RUBRIC.stage(stage_id)
+    c, sass = _compiled(st, **kw)
+    o = StageOutcome(stage=st, compile=c, sass=sass, correct=correct, correctness_message="msg")
+    if correct and student_ms:
+        o.timing = summarize(4096, [student_ms] * 5, [base_ms] * 5, PEAKS.get(st.peak))
+    return o
+
+
+def _items(outcomes):
+    return {(i.stage, i.item): i for i in score({o.stage.id: o for o in outcomes}, PEAKS)}
+
+
+def test_fast_correct_2d_gets_everything():
+    items = _items([_outcome("blocktiling_2d", student_ms=2.73 / 0.92)])
+    assert all(i.status == PASSED for i in items.values())
+    assert sum(i.score for i in items.values()) == RUBRIC.stage("blocktiling_2d").max_points
+    assert "92.0% of cuBLAS SGEMM" in items[("blocktiling_2d", "speed")].message
+
+
+def test_slow_2d_fails_speed_but_keeps_correctness():
+    items = _items([_outcome("blocktiling_2d", student_ms=2.73 / 0.61)])
+    assert items[("blocktiling_2d", "speed")].status == FAILED
+    assert items[("blocktiling_2d", "speed")].score == 0
+    assert items[("blocktiling_2d", "correct")].status == PASSED
+
+
+def test_wrong_kernel_is_never_timed():
+    o = _outcome("blocktiling_2d", correct=False)
+    o.timing = summarize(4096, [1.0], [2.7], 66.9)  # even if a timing leaked in, it must not count
+    o.timing = None
+    items = _items([o])
+    speed = items[("blocktiling_2d", "speed")]
+    assert speed.status == FAILED and "never reported for a wrong result" in speed.message
+    assert "TFLOP" not in speed.message
+
+
+def test_spills_and_tensor_ops_fail_their_items():
+    items = _items([_outcome("blocktiling_2d", spills=64, student_ms=3.0, ops={"FFMA": 10, "HMMA": 4})])
+    assert items[("blocktiling_2d", "no_spills")].status == FAILED
+    assert "HMMA x4" in items[("blocktiling_2d", "fp32_only")].message
+
+
+def test_wmma_needs_hmma_and_beats_fp32_peak():
+    slow = _items([_outcome("wmma", student_ms=4.95, base_ms=0.203, ops={"HMMA": 64})])  # 27.8 TFLOP/s
+    assert slow[("wmma", "beats_fp32")].status == FAILED
+    assert slow[("wmma", "tensor_cores")].status == PASSED
+    fast = _items([_outcome("wmma", student_ms=0.40, base_ms=0.203, ops={"HMMA": 64})])  # 344 TFLOP/s
+    assert fast[("wmma", "beats_fp32")].status == PASSED
+    no_tc = _items([_outcome("wmma", student_ms=0.40, ops={"FFMA": 64})])
+    assert no_tc[("wmma", "tensor_cores")].status == FAILED
+
+
+def test_no_gpu_items_are_not_evaluated_with_zero_points():
+    st = RUBRIC.stage("tiled")
+    c, _ = _compiled(st)
+    o = StageOutcome(stage=st, compile=c, sass=SassResult(reason="cuobjdump not found"),
+                     correct=None, gpu_reason="no CUDA device")
+    items = _items([o])
+    assert items[("tiled", "compiles")].status == PASSED
+    for key in ("correct", "speed", "fp32_only"):
+        assert items[("tiled", key)].status == NOT_EVALUATED and items[("tiled", key)].score == 0
+    assert "no CUDA device" in items[("tiled", "speed")].message
+
+
+def test_compile_failure_zeroes_the_stage_and_explains():
+    st = RUBRIC.stage("tiled")
+    o = StageOutcome(stage=st, compile=CompileResult(st.id, False, problem="nvcc failed: error"))
+    items = _items([o])
+    assert items[("tiled", "compiles")].status == FAILED and "nvcc failed" in items[("tiled", "compiles")].message
+    assert all(i.score == 0 for i in items.values())
+
+
+def test_partial_credit_is_linear(tmp_path):
+    import yaml
+    from grader.rubric import parse_rubric
+    raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
+    raw["stages"][4]["items"][-1]["partial_from"] = 0.6
+    rub = parse_rubric(raw)
+    st = rub.stage("blocktiling_2d")
+    c, sass = _compiled(st)
+    o = StageOutcome(stage=st, compile=c, sass=sass, correct=True)
+    o.timing = summarize(4096, [2.73 / 0.7] * 3, [2.73] * 3, 66.9)
+    speed = [i for i in score({st.id: o}, PEAKS) if i.item == "speed"][0]
+    assert speed.status == FAILED and speed.score == pytest.approx(8 * 0.5, rel=1e-3)
+
+
+def test_speedup_over_own_stage():
+    import yaml
+    from grader.rubric import parse_rubric
+    raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
+    raw["stages"][3]["items"].append({"id": "vs_tiled", "kind": "speedup_over_stage", "stage": "tiled",
+                                      "min": 2.0, "title": "2x tiled", "points": 1})
+    rub = parse_rubric(raw)
+    outs = {}
+    for sid, ms in (("tiled", 15.4), ("blocktiling_1d", 7.0)):
+        st = rub.stage(sid)
+        c, sass = _compiled(st)
+        o = StageOutcome(stage=st, compile=c, sass=sass, correct=True)
+        o.timing = summarize(4096, [ms] * 3, [2.73] * 3, 66.9)
+        outs[sid] = o
+    item = [i for i in score(outs, PEAKS) if i.item == "vs_tiled"][0]
+    assert item.status == PASSED and "2.20x" in item.message
+    outs["tiled"].correct, outs["tiled"].timing = False, None
+    item = [i for i in score(outs, PEAKS) if i.item == "vs_tiled"][0]
+    assert item.status == FAILED and "needs a timed `tiled`" in item.message

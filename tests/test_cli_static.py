@@ -25,7 +25,7 @@ def run_cli(*args, out: Path):
     return proc, results
 
 
-def tests_by_name(results):
+def _by_number(results):
     return {t["number"]: t for t in results["tests"]}
 
 
@@ -33,7 +33,7 @@ def tests_by_name(results):
 def test_solutions_compile_everywhere_and_gpu_items_say_why(tmp_path):
     proc, res = run_cli(ROOT / "solutions", "--no-gpu", out=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    tests = tests_by_name(res)
+    tests = _by_number(res)
     for number in ("1", "2", "3", "4a", "4b", "5"):
         assert tests[f"{number}.compiles"]["status"] == "passed", tests[f"{number}.compiles"]["output"]
         correct = tests[f"{number}.correct"]
@@ -48,7 +48,7 @@ def test_solutions_compile_everywhere_and_gpu_items_say_why(tmp_path):
 def test_starter_compiles(tmp_path):
     proc, res = run_cli(ROOT / "starter", "--no-gpu", out=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    tests = tests_by_name(res)
+    tests = _by_number(res)
     assert all(tests[f"{n}.compiles"]["status"] == "passed" for n in ("1", "2", "3", "4a", "4b", "5"))
 
 
@@ -56,7 +56,7 @@ def test_starter_compiles(tmp_path):
 def test_compile_error_fails_only_its_stage_and_shows_the_message(tmp_path):
     proc, res = run_cli(SUBS / "compile_error", "--no-gpu", "--stages", "tiled,naive", out=tmp_path)
     assert proc.returncode == 0
-    tests = tests_by_name(res)
+    tests = _by_number(res)
     assert tests["3.compiles"]["status"] == "failed"
     assert "error" in tests["3.compiles"]["output"] and "nvcc failed" in tests["3.compiles"]["output"]
     assert "file missing: expected gemm/naive.cu" in tests["1.compiles"]["output"]
@@ -66,7 +66,7 @@ def test_compile_error_fails_only_its_stage_and_shows_the_message(tmp_path):
 @needs_nvcc
 def test_wrong_kernel_name_lists_what_was_found(tmp_path):
     proc, res = run_cli(SUBS / "wrong_name", "--no-gpu", "--stages", "coalesced", out=tmp_path)
-    out = tests_by_name(res)["2.compiles"]["output"]
+    out = _by_number(res)["2.compiles"]["output"]
     assert "expected `mmCoalesced` in gemm/coalesced.cu; found: mmCoalesce" in out
 
 
@@ -75,7 +75,7 @@ def test_submission_nested_one_folder_down(tmp_path):
     nested = tmp_path / "sub" / "my-project"
     shutil.copytree(ROOT / "solutions" / "gemm", nested / "gemm")
     proc, res = run_cli(tmp_path / "sub", "--no-gpu", "--stages", "naive", out=tmp_path / "out")
-    assert tests_by_name(res)["1.compiles"]["status"] == "passed"
+    assert _by_number(res)["1.compiles"]["status"] == "passed"
     assert "one folder down" in res["output"]
 
 

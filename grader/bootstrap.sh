@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Set up the grader's Python environment and CUDA tools, then optionally run it.
+#
+#   bash grader/bootstrap.sh setup               only set up
+#   bash grader/bootstrap.sh grade [args...]     set up, then: python grader/run_local.py solutions/ [args...]
+#   bash grader/bootstrap.sh test [pytest args]  set up with the test extras, then: python -m pytest [args]
+#
+# Commands run from the repository root, whatever the caller's cwd.
+#
+# Decision:
+#   * If python3 (or $GRADER_PYTHON) already imports numpy, yaml, rich (+ pytest for `test`,
+#     + cupy when `nvidia-smi -L` lists a GPU) and the system has nvcc and cuobjdump, use it
+#     and install nothing (the offline GPU machine).
+#   * Otherwise create/reuse .venv in the repo root and `pip install -e ".[extras]"`, where
+#     extras = test (for `test`), cuda13 or cuda12 (GPU visible; by the driver's CUDA
+#     version), nvcc (no usable nvcc found), sass (no usable cuobjdump/nvdisasm found).
+#     Pip runs again only when pyproject.toml changed or an extra is newly needed
+#     (stamp: .venv/.grader-bootstrap).
+set -euo pipefail
+
+REPO="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
+cd "$REPO"
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+
+usage() {
+    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+}
+
+if [[ $# -lt 1 ]]; then usage; exit 2; fi
+cmd=$1
+shift
+case "$cmd" in
+    setup | grade | test) ;;
+    -h | --help) usage; exit 0 ;;
+    *) say "unknown command '$cmd'"; usage; exit 2 ;;
+esac
+
+BASE_PY="${GRADER_PYTHON:-python3}"
+if ! command -v "$BASE_PY" >/dev/null 2>&1; then
+    say "no '$BASE_PY' on PATH; install Python >= 3.10 (or set GRADER_PYTHON)"
+    exit 1
+fi
+if ! "$BASE_PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    say "$BASE_PY is $("$BASE_PY" -V 2>&1); the grader needs Python >= 3.10 (set GRADER_PYTHON)"
+    exit 1
+fi
+
+# --- GPU: decides whether cupy is needed, and which build ---------------------------------
+gpu=0
+cuda_major=""
+smi_list=""
+command -v nvidia-smi >/dev/null 2>&1 && smi_list="$(nvidia-smi -L 2>/dev/null || true)"
+if grep -q '^GPU ' <<<"$smi_list"; then
+    gpu=1
+    smi_head="$(nvidia-smi 2>/dev/null || true)"
+    cuda_major="$(sed -n 's/.*CUDA Version: *\([0-9][0-9]*\)\..*/\1/p' <<<"$smi_head" | sed -n 1p)"
+    gpu_name="$(grep '^GPU ' <<<"$smi_list" | sed -n '1s/ (UUID.*//p')"
+    say "GPU: ${gpu_name}; driver supports CUDA ${cuda_major:-? (assuming 12)}"
+else
+    say "GPU: none visible (GPU items will be 'not evaluated')"
+fi
+cupy_extra=""
+if ((gpu)); then
+    if [[ -n "$cuda_major" && "$cuda_major" -ge 13 ]]; then cupy_extra=cuda13; else cupy_extra=cuda12; fi
+fi
+
+mods=(numpy yaml rich)
+[[ "$cmd" == test ]] && mods+=(pytest)
+((gpu)) && mods+=(cupy)
+
+# Prints the modules that PY cannot import (nothing when all import).
+missing_modules() {
+    "$1" - "${mods[@]}" <<'EOF' 2>/dev/null || echo "(python failed)"
+import importlib, sys
+missing = []
+for m in sys.argv[1:]:
+    try:
+        importlib.import_module(m)
+    except Exception:
+        missing.append(m)
+print(" ".join(missing))
+EOF
+}
+
+tool_extras() { "$1" -m grader.toolchain --pip-extras; }
+
+use_base=0
+base_missing="$(missing_modules "$BASE_PY")"
+base_tools="$(tool_extras "$BASE_PY")"
+if [[ -z "$base_missing" && -z "$base_tools" ]]; then
+    use_base=1
+    PY="$BASE_PY"
+    say "using $(command -v "$BASE_PY") ($("$BASE_PY" -V 2>&1)): ${mods[*]} import, nvcc and cuobjdump found; installing nothing"
+else
+    why=()
+    [[ -n "$base_missing" ]] && why+=("$BASE_PY lacks: $base_missing")
+    [[ -n "$base_tools" ]] && why+=("tools missing, pip extras: $base_tools")
+    why_text="${why[0]}"
+    ((${#why[@]} > 1)) && why_text+="; ${why[1]}"
+    say "using .venv ($why_text)"
+fi
+
+setup_venv() {
+    local venv="$REPO/.venv"
+    if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+        say "creating .venv with $BASE_PY"
+        rm -rf "$venv"
+        "$BASE_PY" -m venv "$venv" || {
+            say "could not create a venv (Debian/Ubuntu: apt-get install python3-venv)"
+            return 1
+        }
+    fi
+    PY="$venv/bin/python"
+
+    local extras=(base)
+    [[ "$cmd" == test ]] && extras+=(test)
+    [[ -n "$cupy_extra" ]] && extras+=("$cupy_extra")
+    local t
+    for t in $(tool_extras "$PY"); do extras+=("$t"); done
+
+    local stamp="$venv/.grader-bootstrap"
+    local hash
+    hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+    local old_hash="" old_extras=()
+    if [[ -f "$stamp" ]]; then
+        old_hash="$(head -n 1 "$stamp")"
+        mapfile -t old_extras < <(tail -n +2 "$stamp")
+    fi
+
+    local todo=() e
+    for e in "${extras[@]}"; do
+        if [[ "$hash" != "$old_hash" ]] || ! printf '%s\n' "${old_extras[@]}" | grep -qxF -- "$e"; then
+            todo+=("$e")
+        fi
+    done
+    if ((${#todo[@]} == 0)); then
+        say ".venv up to date (extras: ${extras[*]})"
+        return 0
+    fi
+
+    # When pyproject.toml changed, re-install everything this venv had, so new pins apply.
+    local all=("${extras[@]}")
+    for e in "${old_extras[@]}"; do
+        printf '%s\n' "${all[@]}" | grep -qxF -- "$e" || all+=("$e")
+    done
+    local pip_extras=()
+    for e in "${all[@]}"; do [[ "$e" != base ]] && pip_extras+=("$e"); done
+    local spec="."
+    ((${#pip_extras[@]})) && spec=".[$(IFS=,; echo "${pip_extras[*]}")]"
+    if [[ -z "$old_hash" ]]; then
+        say "installing -e $spec into .venv (first run)"
+    elif [[ "$hash" != "$old_hash" ]]; then
+        say "installing -e $spec into .venv (pyproject.toml changed)"
+    else
+        say "installing -e $spec into .venv (newly needed: ${todo[*]})"
+    fi
+    "$PY" -m pip install --disable-pip-version-check -q -e "$spec" || return 1
+    {
+        echo "$hash"
+        printf '%s\n' "${all[@]}"
+    } >"$stamp"
+}
+
+if ((!use_base)); then
+    if ! setup_venv; then
+        if [[ -z "$base_missing" ]]; then
+            PY="$BASE_PY"
+            say "WARNING: .venv setup failed; falling back to $BASE_PY (missing tools: $base_tools)"
+        else
+            say ".venv setup failed; cannot continue"
+            exit 1
+        fi
+    fi
+fi
+
+# What the grader will see (one line per tool; problems such as a missing host compiler show here).
+"$PY" -m grader.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+
+case "$cmd" in
+    setup) exit 0 ;;
+    grade) exec "$PY" grader/run_local.py solutions/ "$@" ;;
+    test) exec "$PY" -m pytest "$@" ;;
+esac

@@ -22,8 +22,9 @@ BASELINES = ("cublas_sgemm", "cublas_gemmex_fp16")
 PEAKS = ("fp32", "fp16_tensor")
 KINDS = (
     "compiles", "correct", "no_spills", "sass",
-    "fraction_of_baseline", "speedup_over_stage", "fraction_of_peak",
+    "fraction_of_baseline", "speedup_over_stage", "fraction_of_peak", "ncu",
 )
+NCU_OPS = (">=", "<=", "==", ">", "<")
 # Parameters each item kind takes: name -> (type, required).
 _KIND_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
     "compiles": {},
@@ -35,6 +36,10 @@ _KIND_PARAMS: dict[str, dict[str, tuple[type | tuple[type, ...], bool]]] = {
                            "partial_from": ((int, float), False)},
     "fraction_of_peak": {"peak": (str, True), "min": ((int, float), True),
                          "partial_from": ((int, float), False)},
+    # An Nsight Compute criterion: `expr` over metric names (and N, the profile size),
+    # compared with `value` (a number or an expression in N). See grader/ncu_items.py.
+    "ncu": {"expr": (str, True), "op": (str, True), "value": ((int, float, str), True),
+            "explain": (str, False), "unit": (str, False)},
 }
 
 
@@ -91,6 +96,15 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class Profile:
+    """One Nsight Compute run per submission: every stage kernel, one launch each."""
+    enabled: bool = True
+    n: int = 2048
+    clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class Timeouts:
     probe_s: float = 60.0
     compile_s: float = 120.0
@@ -116,6 +130,7 @@ class Rubric:
     peak_per_sm_clock: dict[str, dict[str, float]]
     stages: tuple[Stage, ...]
     source: str = "rubric.yaml"
+    profile: Profile = Profile()
     extra: dict[str, Any] = field(default_factory=dict)  # other top-level sections, e.g. occupancy
 
     def stage(self, stage_id: str) -> Stage:
@@ -204,6 +219,8 @@ def _item(raw: Any, where: str) -> Item:
     r.done()
     if kind == "fraction_of_peak":
         _choice(params["peak"], PEAKS, f"{where}.peak")
+    if kind == "ncu":
+        _choice(params["op"], NCU_OPS, f"{where}.op")
     if kind == "sass" and not (params.get("forbid") or params.get("require")):
         raise RubricError(where, "has neither forbid nor require", "a list of SASS opcodes in one of them")
     if "partial_from" in params and not 0 <= params["partial_from"] < params["min"]:
@@ -290,6 +307,14 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
     tr.done()
     out_limit = int(_positive(s.get("output_limit_bytes", int, 20000), f"{source}.settings.output_limit_bytes"))
     bench = _bench(s.get("bench", dict, {}), f"{source}.settings.bench", Bench())
+    pr = _Reader(s.get("profile", dict, {}), f"{source}.settings.profile")
+    profile = Profile(
+        enabled=pr.get("enabled", bool, True),
+        n=int(_positive(pr.get("n", int, 2048), f"{source}.settings.profile.n")),
+        clock_control=_choice(pr.get("clock_control", str, "none"), ("none", "base"),
+                              f"{source}.settings.profile.clock_control"),
+        timeout_s=float(_positive(pr.get("timeout_s", (int, float), 300), f"{source}.settings.profile.timeout_s")))
+    pr.done()
     s.done()
 
     p = _Reader(r.get("peaks", dict), f"{source}.peaks")
@@ -324,8 +349,12 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
                                   "the id of another stage: " + ", ".join(ids))
     extra = {key: r.get(key, dict) for key in ("occupancy",) if key in r.raw}
     r.done()
+    for k, st in enumerate(stages):
+        if any(i.kind == "ncu" for i in st.items) and (profile.n % st.launch.tile[0] or profile.n % st.launch.tile[1]):
+            raise RubricError(f"{source}.settings.profile.n", f"{profile.n} is not a multiple of stage "
+                              f"{st.id}'s default tile {list(st.launch.tile)}", "a size every tile divides")
     return Rubric(title, arch, tuple(sizes), timeouts, out_limit, tuple(overrides), per_sm,
-                  stages, source, extra)
+                  stages, source, extra, profile)
 
 
 def load_rubric(path: str | Path) -> Rubric:

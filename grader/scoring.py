@@ -81,6 +81,9 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
 
     if kind == "no_spills":
         k = c.kernel
+        if o.correct is False:
+            return _result(st, item, FAILED, 0, "no credit: the kernel is not correct, so its register use "
+                           f"does not count ({k.registers} registers, {k.spill_stores} B spill stores)")
         msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
                f"loads, {k.stack_frame} B stack frame (ptxas -v)")
         if k.spills:
@@ -102,11 +105,13 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
             return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
                            "run on FP32 CUDA cores (FFMA), not Tensor Cores", opcodes=dict(forbidden))
         if missing:
+            units = "Tensor Cores" if "HMMA" in missing else "the FP32 units (no multiply-add is there)"
             return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
-                           "instruction: the kernel does not use Tensor Cores")
+                           f"instruction: the kernel does not compute on {units}")
         shown = ", ".join(f"{op} x{ops[op]}" for op in item.params.get("require", []))
-        return _result(st, item, PASSED, 1, f"SASS checked ({sum(ops.values())} instructions"
-                       + (f"; {shown}" if shown else f"; FFMA x{ops.get('FFMA', 0)}") + ")")
+        none_of = " none of " + "/".join(item.params["forbid"]) if item.params.get("forbid") else ""
+        return _result(st, item, PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
+                       + (f"; {shown}" if shown else "") + (f";{none_of}" if none_of else ""))
 
     if kind == "correct":
         if o.correct is None:

@@ -131,3 +131,11 @@ def test_speedup_over_own_stage():
     outs["tiled"].correct, outs["tiled"].timing = False, None
     item = [i for i in score(outs, PEAKS) if i.item == "vs_tiled"][0]
     assert item.status == FAILED and "needs a timed `tiled`" in item.message
+
+
+def test_empty_kernel_earns_no_resource_or_sass_points():
+    # The starter's do-nothing kernel: no FFMA in its SASS, wrong on the GPU.
+    items = _items([_outcome("blocktiling_2d", correct=False, ops={"EXIT": 1, "RET": 1})])
+    assert items[("blocktiling_2d", "fp32_only")].status == FAILED
+    assert "no FFMA" in items[("blocktiling_2d", "fp32_only")].message
+    assert items[("blocktiling_2d", "no_spills")].status == FAILED

@@ -1,0 +1,186 @@
+"""Shared pieces of the occupancy grading: the measured inputs, item verdicts, comparisons.
+
+Every exercise grader returns :class:`grader.records.ItemResult` records built
+here. A part whose answer field is malformed counts as wrong with the parser's
+message; an item whose measurement is missing because there is no GPU (or no
+compiler) is ``not_evaluated`` with 0 points and says why.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..records import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
+from .answers import Answers
+from .calculator import SMLimits, limits_for
+from .config import OccupancyConfig
+
+STAGE = "occupancy"
+NO_DEVICE = "not evaluated: no CUDA device"
+
+
+@dataclass
+class Measurements:
+    """What the grader measured or compiled; ``None`` where it could not.
+
+    - ``device_available``: a CUDA device was there to run on. When False, every
+      item that needs a run is ``not_evaluated`` (never failed).
+    - ``program``: the student's program's JSON output (see starter/occupancy/occ.cu);
+      ``program_problem`` says why there is none when the device was there
+      (did not compile, crashed, printed no JSON): those items fail with it.
+    - ``program_source``: occ.cu's text, for the static host check.
+    - ``api``: the grader's own Occupancy API results on the student's compiled ``work``
+      (format: :func:`grader.occupancy.exercises.simulated_api`).
+    - ``ptxas``: the heavy kernel's ptxas report per register cap
+      (``{cap: grader.ptxas.KernelResources}``); ``ptxas_problem`` when compiling failed.
+    - ``heavy_times_ms``: the grader's timing of heavy per cap.
+    - ``sweep_times``: the grader's re-run of the Ex 4 sweeps,
+      ``{"smem": {bytes: ms}, "block": {block_size: ms}}``.
+    """
+
+    device_available: bool = False
+    no_device_reason: str = NO_DEVICE
+    program: dict | None = None
+    program_problem: str | None = None
+    program_source: str | None = None
+    api: dict | None = None
+    ptxas: dict[int, Any] | None = None
+    ptxas_problem: str | None = None
+    no_compiler_reason: str = "not evaluated: the CUDA compiler was not available"
+    heavy_times_ms: dict[int, float] | None = None
+    sweep_times: dict | None = None
+
+
+class Ctx:
+    """What every exercise grader needs: config, answers, measurements, result builders."""
+
+    def __init__(self, cfg: OccupancyConfig, answers: Answers, meas: Measurements):
+        self.cfg, self.answers, self.meas = cfg, answers, meas
+
+    # -- the GPU the answers are about -------------------------------------------------
+    def device(self) -> tuple[SMLimits, int | None, str]:
+        """(limits, SM count or None, description) for the GPU the answers name."""
+        ref = self.cfg.reference
+        cc = self.answers.get("gpu.compute_capability") or ref.compute_capability
+        sms = self.answers.get("gpu.sm_count")
+        if sms is None and cc == ref.compute_capability:
+            sms = ref.sm_count
+        name = self.answers.get("gpu.name") or (ref.name if cc == ref.compute_capability else "")
+        return limits_for(cc), sms, f"{name or 'GPU'} (compute capability {cc})"
+
+    # -- verdicts ------------------------------------------------------------------------
+    def result(self, item: str, status: str, fraction: float, message: str,
+               **values: Any) -> ItemResult:
+        spec = self.cfg.items[item]
+        score = round(spec.points * fraction, 4) if status in (PASSED, FAILED) else 0.0
+        return ItemResult(stage=STAGE, item=item, title=spec.title, status=status, score=score,
+                          max_score=spec.points, message=message, visibility=spec.visibility,
+                          number=spec.number, values=values)
+
+    def not_evaluated(self, item: str, reason: str) -> ItemResult:
+        return self.result(item, NOT_EVALUATED, 0.0, reason)
+
+    def parts(self, item: str, parts: list[tuple[bool, str]], ok_message: str = "",
+              reads_answers: bool = True, **values: Any) -> ItemResult:
+        """Score an item from (correct, message) parts: full marks only when all are right,
+        otherwise the fraction of parts that are right."""
+        if reads_answers and self.answers.error:
+            return self.result(item, FAILED, 0.0, self.answers.error)
+        good = sum(1 for ok, _ in parts if ok)
+        if parts and good == len(parts):
+            return self.result(item, PASSED, 1.0, ok_message or "correct", **values)
+        wrong = [m for ok, m in parts if not ok]
+        frac = good / len(parts) if parts else 0.0
+        return self.result(item, FAILED, frac, "\n".join(wrong), **values)
+
+    def manual(self, item: str, fields: list[str]) -> ItemResult:
+        """A free-text item: ``manual`` (graded later by a person) once it is answered."""
+        if self.answers.error:
+            return self.result(item, FAILED, 0.0, self.answers.error)
+        missing = [self.answers.problem(f) for f in fields if self.answers.problem(f)]
+        if missing:
+            return self.result(item, FAILED, 0.0, "\n".join(missing))
+        return self.result(item, MANUAL, 0.0, "answered; graded by hand",
+                           **{f: self.answers.get(f) for f in fields})
+
+    def program_section(self, item: str, key: str) -> tuple[dict | None, ItemResult | None]:
+        """The program's JSON section ``key``, or the verdict to give when it cannot be had."""
+        m = self.meas
+        if not m.device_available:
+            return None, self.not_evaluated(item, m.no_device_reason)
+        if m.program is None:
+            return None, self.result(item, FAILED, 0.0,
+                                     m.program_problem or "the program printed no JSON output")
+        if not isinstance(m.program, dict):
+            return None, self.result(item, FAILED, 0.0, "the program's output is not a JSON object")
+        section = m.program.get(key)
+        if not isinstance(section, dict):
+            return None, self.result(item, FAILED, 0.0,
+                                     f"the program's output has no \"{key}\" section")
+        if m.api is None:
+            return None, self.not_evaluated(item, "not evaluated: the grader's own Occupancy API "
+                                                  "results are missing")
+        return section, None
+
+    # -- comparisons against answer fields -----------------------------------------------
+    def expect_int(self, path: str, expected: int | None, what: str = "") -> tuple[bool, str]:
+        got = self.answers.get(path)
+        if got is None:
+            return False, self.answers.problem(path) or f"{path}: no answer"
+        if expected is None:
+            return False, f"{path}: {got} given, but this resource sets no limit here"
+        if got == expected:
+            return True, ""
+        return False, f"{path}: {got} is not right{(' (' + what + ')') if what else ''}"
+
+    def expect_num(self, path: str, expected: float, *, pct: bool = False,
+                   abs_tol: float | None = None) -> tuple[bool, str]:
+        got = self.answers.get(path)
+        if got is None:
+            return False, self.answers.problem(path) or f"{path}: no answer"
+        tol = self.cfg.tolerance
+        if abs_tol is None:
+            abs_tol = tol.abs
+        if math.isclose(got, expected, rel_tol=tol.rel, abs_tol=abs_tol):
+            return True, ""
+        hint = ""
+        if pct and math.isclose(got * 100, expected, rel_tol=tol.rel, abs_tol=abs_tol):
+            hint = " (it looks like a fraction; this field is in percent)"
+        return False, f"{path}: {got:g} is not right{hint}"
+
+    def expect_choice(self, path: str, accepted: set | tuple, what: str = "",
+                      fmt=str) -> tuple[bool, str]:
+        """The answer (or every value of a list answer) must be one of ``accepted``."""
+        got = self.answers.get(path)
+        if got is None:
+            return False, self.answers.problem(path) or f"{path}: no answer"
+        picks = got if isinstance(got, tuple) else (got,)
+        if picks and all(p in accepted for p in picks):
+            return True, ""
+        shown = ", ".join(fmt(p) for p in picks)
+        return False, f"{path}: {shown} is not right{(' (' + what + ')') if what else ''}"
+
+
+def api_lookup(api: dict, block: int, smem: int) -> int | None:
+    """Blocks per SM for (block, smem) in the grader's API results, or None."""
+    for row in api.get("occupancy", []):
+        if row.get("block") == block and row.get("smem") == smem:
+            return row.get("blocks")
+    return None
+
+
+def near_min(times: dict[Any, float], tie_pct: float) -> set:
+    """Keys whose time is within ``tie_pct`` percent of the fastest (the fastest included)."""
+    valid = {k: v for k, v in times.items() if isinstance(v, (int, float)) and v > 0}
+    if not valid:
+        return set()
+    best = min(valid.values())
+    return {k for k, v in valid.items() if v <= best * (1 + tie_pct / 100.0)}
+
+
+def argmax_set(values: dict[Any, float]) -> set:
+    if not values:
+        return set()
+    top = max(values.values())
+    return {k for k, v in values.items() if math.isclose(v, top, rel_tol=1e-9, abs_tol=1e-12)}

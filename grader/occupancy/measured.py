@@ -1,0 +1,227 @@
+"""The items that need a compiler, a GPU or the program's source: host check, Ex 4, Ex 6.
+
+Ex 4 compares the program's sweep output with the grader's own API results and
+the student's conclusions with the grader's re-run of the sweeps. Ex 6 compares
+the student's ptxas numbers with the grader's own compilation of ``heavy`` at
+each register cap, and the fastest-cap claim with the grader's timings.
+"""
+from __future__ import annotations
+
+import math
+
+from ..records import FAILED, PASSED, ItemResult
+from .answers import cap_key
+from .calculator import KIB, api_occupancy
+from .grading import Ctx, api_lookup, argmax_set, near_min
+from .hostcheck import check_host_source
+
+
+def grade_host(ctx: Ctx) -> list[ItemResult]:
+    item, prog = "host.checked_calls", ctx.cfg.program
+    src = ctx.meas.program_source
+    if src is None:
+        return [ctx.result(item, FAILED, 0.0, f"{ctx.cfg.program_file} is not in the submission")]
+    report = check_host_source(src, macros=prog.check_macros, launch_checks=prog.launch_check_calls,
+                               exempt=prog.exempt_calls)
+    missing = [c for c in prog.required_calls if c not in report.names]
+    values = {"calls": report.calls, "launches": report.launches,
+              "unchecked_lines": [u.line for u in report.unchecked]}
+    if report.ok and not missing:
+        return [ctx.result(item, PASSED, 1.0, report.summary(), **values)]
+    msgs = [] if report.ok else [report.summary()]
+    if missing:
+        msgs.append("the program does not call " + ", ".join(missing) + " yet")
+    return [ctx.result(item, FAILED, 0.0, "\n".join(msgs), **values)]
+
+
+# ---------------------------------------------------------------------------------------
+# Ex 4: the sweeps
+# ---------------------------------------------------------------------------------------
+def _sweep_rows(sec: dict, name: str) -> list[dict]:
+    rows = sec.get(name)
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _label(row: dict) -> str:
+    smem = row.get("smem")
+    size = f"{smem / KIB:g} KiB" if isinstance(smem, (int, float)) else repr(smem)
+    return f"block {row.get('block')!r}, {size}"
+
+
+def _work(row: dict) -> int | None:
+    """grid x block x iters of one sweep point, or None when a value is missing."""
+    vals = [row.get(k) for k in ("grid", "block", "iters")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return None
+    return vals[0] * vals[1] * vals[2]
+
+
+def _occupancy_parts(ctx: Ctx, rows: list[dict], expected: list[tuple[int, int]],
+                     label) -> list[tuple[bool, str]]:
+    api = ctx.meas.api
+    dev = api["device"]
+    max_warps = dev["max_threads_per_sm"] // dev["warp_size"]
+    parts = []
+    for block, smem in expected:
+        row = next((r for r in rows if r.get("block") == block and r.get("smem") == smem), None)
+        if row is None:
+            parts.append((False, f"no sweep point for {label(block, smem)}"))
+            continue
+        want = api_lookup(api, block, smem)
+        want_occ = (want or 0) * math.ceil(block / dev["warp_size"]) / max_warps
+        got = row.get("occupancy")
+        ok = (row.get("blocks") == want and want is not None and isinstance(got, (int, float))
+              and math.isclose(got, want_occ, abs_tol=1e-4))
+        parts.append((ok, f"{label(block, smem)}: the program printed {row.get('blocks')} blocks, "
+                          f"occupancy {got!r}; the API gives {want} blocks, {want_occ:.4f}"))
+    return parts
+
+
+def grade_ex4(ctx: Ctx) -> list[ItemResult]:
+    e = ctx.cfg.ex4
+    smem_pts = [(e.smem_block_size, s) for s in e.smem_points]
+    block_pts = [(b, e.block_smem) for b in e.block_points]
+    out = []
+
+    sec, verdict = ctx.program_section("ex4.smem_sweep_occupancy", "ex4")
+    if verdict:
+        out += [verdict] + [ctx.result(i, verdict.status, 0.0, verdict.message)
+                            for i in ("ex4.block_sweep_occupancy", "ex4.equal_work")]
+    else:
+        smem_rows, block_rows = _sweep_rows(sec, "smem_sweep"), _sweep_rows(sec, "block_sweep")
+        out.append(ctx.parts("ex4.smem_sweep_occupancy", _occupancy_parts(
+            ctx, smem_rows, smem_pts, lambda b, s: f"{s / KIB:g} KiB"),
+            "occupancy column matches the API", reads_answers=False))
+        out.append(ctx.parts("ex4.block_sweep_occupancy", _occupancy_parts(
+            ctx, block_rows, block_pts, lambda b, s: f"block {b}"),
+            "occupancy column matches the API", reads_answers=False))
+        totals = [(_label(r), _work(r)) for r in smem_rows + block_rows]
+        distinct = {t for _, t in totals}
+        ok = bool(totals) and None not in distinct and len(distinct) == 1 and min(distinct) > 0
+        msg = (f"grid x block x iters = {next(iter(distinct)):,} at every point" if ok else
+               "grid x block x iters differs between points (or is missing): " +
+               ", ".join(f"{label} -> {t}" for label, t in totals))
+        out.append(ctx.result("ex4.equal_work", PASSED if ok else FAILED, 1.0 if ok else 0.0, msg))
+
+    out += _conclusions(ctx, smem_pts, block_pts)
+    out.append(ctx.manual("ex4.discussion", ["ex4.discussion"]))
+    return out
+
+
+def _conclusion_parts(ctx: Ctx, base: str, peak_field: str, fastest_field: str,
+                      occ: dict, times: dict) -> list[tuple[bool, str]]:
+    tie = ctx.cfg.tolerance.time_tie_pct
+    peaks, fastest = argmax_set(occ), near_min(times, tie)
+    fmt = (lambda b: f"{b / KIB:g} KiB") if peak_field.endswith("_kib") else str
+    parts = [ctx.expect_choice(f"{base}.{peak_field}", peaks, fmt=fmt),
+             ctx.expect_choice(f"{base}.{fastest_field}", fastest,
+                               f"the grader's run: within {tie:g}% of the fastest", fmt=fmt)]
+    picks = ctx.answers.get(f"{base}.{fastest_field}")
+    if not picks or not set(picks) <= fastest:
+        best = min((v, k) for k, v in times.items() if k in fastest)[1] if fastest else None
+        picks = (best,)
+    same = "yes" if all(p in peaks for p in picks) else "no"
+    parts.append(ctx.expect_choice(f"{base}.same_point", {same}))
+    return parts
+
+
+def _conclusions(ctx: Ctx, smem_pts, block_pts) -> list[ItemResult]:
+    m = ctx.meas
+    items = ("ex4.smem_conclusion", "ex4.block_conclusion")
+    if not m.device_available:
+        return [ctx.not_evaluated(i, m.no_device_reason) for i in items]
+    if m.sweep_times is None or m.api is None:
+        return [ctx.not_evaluated(i, "not evaluated: the grader's re-run of the sweeps is missing")
+                for i in items]
+    api = m.api
+    smem_times = {int(k): float(v) for k, v in (m.sweep_times.get("smem") or {}).items()}
+    block_times = {int(k): float(v) for k, v in (m.sweep_times.get("block") or {}).items()}
+    smem_occ = {s: (api_lookup(api, b, s) or 0) * b for b, s in smem_pts}
+    block_occ = {b: (api_lookup(api, b, s) or 0) * b for b, s in block_pts}
+    out = [ctx.parts("ex4.smem_conclusion", _conclusion_parts(
+        ctx, "ex4.smem_sweep", "peak_occupancy_kib", "fastest_kib", smem_occ, smem_times),
+        times_ms=smem_times)]
+    parts = _conclusion_parts(ctx, "ex4.block_sweep", "peak_occupancy_block", "fastest_block",
+                              block_occ, block_times)
+    parts.append(ctx.expect_int("ex4.block_sweep.api_best_block", api["potential"]["best_block"]))
+    out.append(ctx.parts("ex4.block_conclusion", parts, times_ms=block_times))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Ex 6: register caps
+# ---------------------------------------------------------------------------------------
+def _ptxas_missing(ctx: Ctx, items: tuple[str, ...]) -> list[ItemResult] | None:
+    m = ctx.meas
+    if m.ptxas is not None:
+        return None
+    if m.ptxas_problem:
+        return [ctx.result(i, FAILED, 0.0, m.ptxas_problem) for i in items]
+    return [ctx.not_evaluated(i, m.no_compiler_reason) for i in items]
+
+
+def grade_ex6(ctx: Ctx) -> list[ItemResult]:
+    cfg, a, m = ctx.cfg, ctx.answers, ctx.meas
+    caps = cfg.ex6.register_caps
+    out = []
+    missing = _ptxas_missing(ctx, ("ex6.ptxas_match", "ex6.register_pressure"))
+    ptxas = {int(k): v for k, v in (m.ptxas or {}).items()}
+    if missing:
+        out += missing
+    else:
+        parts = []
+        for cap in caps:
+            res, base = ptxas.get(cap), f"ex6.{cap_key(cap)}"
+            if res is None:
+                parts.append((False, f"cap {cap}: the grader has no ptxas report"))
+                continue
+            for field, actual in (("registers", res.registers), ("spill_stores_bytes", res.spill_stores),
+                                  ("spill_loads_bytes", res.spill_loads)):
+                ok, msg = ctx.expect_int(f"{base}.{field}", actual)
+                parts.append((ok, msg and f"{msg}; ptxas reports {actual}"))
+        out.append(ctx.parts("ex6.ptxas_match", parts, "matches ptxas at every cap"))
+        top, low = ptxas.get(max(caps)), ptxas.get(min(caps))
+        need = cfg.ex6.min_registers_uncapped
+        checks = [
+            (top is not None and (top.registers or 0) >= need and not top.spills,
+             f"at -maxrregcount={max(caps)} heavy should use at least {need} registers with no "
+             f"spills; ptxas: {getattr(top, 'registers', None)} registers, "
+             f"{getattr(top, 'spill_stores', None)} B spill stores"),
+            (low is not None and low.spills,
+             f"at -maxrregcount={min(caps)} heavy should spill; ptxas reports no spills"),
+        ]
+        good = sum(ok for ok, _ in checks)
+        out.append(ctx.result("ex6.register_pressure", PASSED if good == 2 else FAILED, good / 2,
+                              "\n".join(msg for ok, msg in checks if not ok)
+                              or "heavy shows register pressure"))
+
+    # Theoretical occupancy per cap, from ptxas's registers (or the student's own).
+    lim, _, gpu = ctx.device()
+    parts, pct_by_cap = [], {}
+    for cap in caps:
+        base = f"ex6.{cap_key(cap)}"
+        regs = getattr(ptxas.get(cap), "registers", None) or a.get(f"{base}.registers")
+        if regs is None:
+            parts.append((False, a.problem(f"{base}.registers") or f"{base}.registers: no answer"))
+            continue
+        occ = api_occupancy(lim, block_size=cfg.ex6.block_size, registers=regs)
+        pct_by_cap[str(cap)] = occ.occupancy_pct
+        parts.append(ctx.expect_num(f"{base}.occupancy_pct", occ.occupancy_pct, pct=True,
+                                    abs_tol=cfg.tolerance.pct_points))
+    parts.append(ctx.expect_choice("ex6.highest_occupancy_cap", argmax_set(pct_by_cap) or {"?"}))
+    out.append(ctx.parts("ex6.occupancy", parts, f"correct for {gpu}"))
+
+    item = "ex6.fastest_claim"
+    if not m.device_available:
+        out.append(ctx.not_evaluated(item, m.no_device_reason))
+    elif m.heavy_times_ms is None:
+        out.append(ctx.result(item, FAILED, 0.0, m.ptxas_problem) if m.ptxas_problem else
+                   ctx.not_evaluated(item, "not evaluated: the grader's timings of heavy are missing"))
+    else:
+        times = {str(int(k)): float(v) for k, v in m.heavy_times_ms.items()}
+        tie = cfg.tolerance.time_tie_pct
+        out.append(ctx.parts(item, [ctx.expect_choice(
+            "ex6.fastest_cap", near_min(times, tie), f"the grader's timings: {times}")],
+            times_ms=times))
+    out.append(ctx.manual("ex6.explanation", ["ex6.explanation"]))
+    return out

@@ -69,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         stages = None
         if args.stages:
             stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-            unknown = [s for s in stages if s not in {st.id for st in rubric.stages}]
+            known = [st.id for st in rubric.stages] + (["occupancy"] if "occupancy" in rubric.extra else [])
+            unknown = [s for s in stages if s not in known]
             if unknown:
-                return _fail(out, f"--stages: unknown stage {unknown[0]!r}; known: "
-                             + ", ".join(st.id for st in rubric.stages), EXIT_USAGE, started, sys.stderr)
+                return _fail(out, f"--stages: unknown stage {unknown[0]!r}; known: " + ", ".join(known),
+                             EXIT_USAGE, started, sys.stderr)
     except ConfigError as exc:
         return _fail(out, str(exc), EXIT_USAGE, started, sys.stderr)
 

@@ -229,6 +229,11 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         for path in work_root.glob("*/*.npy"):
             path.unlink()
     items = score(outcomes, env.peaks)
+    if "occupancy" in rubric.extra and (stages is None or "occupancy" in stages):
+        from .occupancy.run import grade_occupancy_submission
+
+        progress("grading the occupancy exercises")
+        items += grade_occupancy_submission(root, rubric, env, work_root / "occupancy", progress)
     return Grading(str(root), env, outcomes, items, time.monotonic() - t0, notes)
 
 

@@ -29,6 +29,9 @@ class StageOutcome:
     gpu_reason: str = ""  # why GPU work was not done, "" when it was
     run_output: str = ""  # trimmed output of the student's run, for feedback
     bench: dict = field(default_factory=dict)  # raw timings from the runner (unjudged)
+    ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
+    ncu_reason: str = ""  # why there are no ncu metrics ("" when there are)
+    profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
 
 
 def _result(stage: Stage, item: Item, status: str, fraction: float, message: str,
@@ -112,6 +115,11 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         none_of = " none of " + "/".join(item.params["forbid"]) if item.params.get("forbid") else ""
         return _result(st, item, PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
                        + (f"; {shown}" if shown else "") + (f";{none_of}" if none_of else ""))
+
+    if kind == "ncu":
+        from .ncu_items import evaluate_ncu_item
+
+        return evaluate_ncu_item(item, o)
 
     if kind == "correct":
         if o.correct is None:

@@ -17,7 +17,7 @@ step_env() {
 }
 step_tune() {
   log tune
-  [ -f tools/tune_kernels.py ] && timeout 300 $PY tools/tune_kernels.py 2>&1 | tee "$W/logs/tune.txt" | tail -40
+  [ -f tools/tune_kernels.py ] && timeout 300 $PY tools/tune_kernels.py ${TUNE_ARGS:-} 2>&1 | tee "$W/logs/tune.txt" | tail -40
 }
 step_grade() {
   log grade solutions

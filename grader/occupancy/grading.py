@@ -8,7 +8,7 @@ compiler) is ``not_evaluated`` with 0 points and says why.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
@@ -37,6 +37,10 @@ class Measurements:
     - ``heavy_times_ms``: the grader's timing of heavy per cap.
     - ``sweep_times``: the grader's re-run of the Ex 4 sweeps,
       ``{"smem": {bytes: ms}, "block": {block_size: ms}}``.
+    - ``gpu_problems``: why a part of the grader's own GPU measurements is missing, by part
+      (``"api"``, ``"sweeps"``, ``"heavy"``). A message that starts with "not evaluated"
+      makes the items that need that part ``not_evaluated``; any other message (the
+      submission's kernel failed, hung or is missing) fails them with it.
     """
 
     device_available: bool = False
@@ -50,6 +54,7 @@ class Measurements:
     no_compiler_reason: str = "not evaluated: the CUDA compiler was not available"
     heavy_times_ms: dict[int, float] | None = None
     sweep_times: dict | None = None
+    gpu_problems: dict[str, str] = field(default_factory=dict)
 
 
 class Ctx:
@@ -80,6 +85,14 @@ class Ctx:
 
     def not_evaluated(self, item: str, reason: str) -> ItemResult:
         return self.result(item, NOT_EVALUATED, 0.0, reason)
+
+    def missing(self, item: str, part: str, default: str) -> ItemResult:
+        """The verdict for an item whose GPU measurement ``part`` is missing (see
+        :attr:`Measurements.gpu_problems`); ``default`` says why when nothing else does."""
+        problem = self.meas.gpu_problems.get(part)
+        if problem and not problem.lower().startswith("not evaluated"):
+            return self.result(item, FAILED, 0.0, problem)
+        return self.not_evaluated(item, problem or default)
 
     def parts(self, item: str, parts: list[tuple[bool, str]], ok_message: str = "",
               reads_answers: bool = True, **values: Any) -> ItemResult:
@@ -119,8 +132,8 @@ class Ctx:
             return None, self.result(item, FAILED, 0.0,
                                      f"the program's output has no \"{key}\" section")
         if m.api is None:
-            return None, self.not_evaluated(item, "not evaluated: the grader's own Occupancy API "
-                                                  "results are missing")
+            return None, self.missing(item, "api", "not evaluated: the grader's own Occupancy API "
+                                                   "results are missing")
         return section, None
 
     # -- comparisons against answer fields -----------------------------------------------

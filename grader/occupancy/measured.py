@@ -131,7 +131,8 @@ def _conclusions(ctx: Ctx, smem_pts, block_pts) -> list[ItemResult]:
     if not m.device_available:
         return [ctx.not_evaluated(i, m.no_device_reason) for i in items]
     if m.sweep_times is None or m.api is None:
-        return [ctx.not_evaluated(i, "not evaluated: the grader's re-run of the sweeps is missing")
+        part = "api" if m.api is None else "sweeps"
+        return [ctx.missing(i, part, "not evaluated: the grader's re-run of the sweeps is missing")
                 for i in items]
     api = m.api
     smem_times = {int(k): float(v) for k, v in (m.sweep_times.get("smem") or {}).items()}
@@ -216,7 +217,7 @@ def grade_ex6(ctx: Ctx) -> list[ItemResult]:
         out.append(ctx.not_evaluated(item, m.no_device_reason))
     elif m.heavy_times_ms is None:
         out.append(ctx.result(item, FAILED, 0.0, m.ptxas_problem) if m.ptxas_problem else
-                   ctx.not_evaluated(item, "not evaluated: the grader's timings of heavy are missing"))
+                   ctx.missing(item, "heavy", "not evaluated: the grader's timings of heavy are missing"))
     else:
         times = {str(int(k)): float(v) for k, v in m.heavy_times_ms.items()}
         tie = cfg.tolerance.time_tie_pct

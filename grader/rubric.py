@@ -354,7 +354,7 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
             raise RubricError(f"{source}.settings.profile.n", f"{profile.n} is not a multiple of stage "
                               f"{st.id}'s default tile {list(st.launch.tile)}", "a size every tile divides")
     return Rubric(title, arch, tuple(sizes), timeouts, out_limit, tuple(overrides), per_sm,
-                  stages, source, extra, profile)
+                  stages, source=source, profile=profile, extra=extra)
 
 
 def load_rubric(path: str | Path) -> Rubric:

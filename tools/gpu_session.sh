@@ -55,7 +55,7 @@ step_occ() {
 }
 step_pytest() {
   log pytest gpu
-  timeout 500 $PY -m pytest -q -m gpu -x -p no:cacheprovider tests 2>&1 | tee "$W/logs/pytest_gpu.txt" | tail -15
+  timeout 500 $PY -m pytest -q -m gpu -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$W/logs/pytest_gpu.txt" | tail -15
 }
 step_stability() {
   log stability x5

@@ -10,6 +10,9 @@
 // Memory traffic per useful byte drops several-fold, but every operand is
 // still fetched from global memory (L1/L2) once per multiply-add: the kernel
 // remains bound by the memory system, which stage 3 attacks.
+// Measured on an H200 (docs/measurements/): 21.8 ms at N = 4096, 12.6x the
+// naive kernel; ncu at N = 2048: 2.5 sectors per global-load request (from
+// 16.5) but still 537 million global-load requests, one per FFMA per warp.
 //
 // Launch: block (32, 32), 32 x 32 tile of C per block, grid = (N / 32, N / 32).
 // N is assumed to be a multiple of 32 (the grader uses multiples of 256).

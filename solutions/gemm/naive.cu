@@ -7,6 +7,8 @@
 // cache lines, one useful float in each) and write C down a column, so every
 // load instruction of A and every store is uncoalesced. This file is the
 // "before" picture for stage 2, which only swaps the mapping.
+// Measured on an H200 (docs/measurements/): 275.7 ms at N = 4096, 1.0% of
+// cuBLAS SGEMM; ncu at N = 2048: 16.5 sectors per global-load request.
 //
 // Launch: block (32, 32), each block covers a 32 x 32 tile of C,
 // grid = (N / 32, N / 32). N is assumed to be a multiple of 32 (the grader

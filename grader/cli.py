@@ -32,6 +32,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--check-rubric", action="store_true", help="only validate the rubric and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--calibrate", nargs="?", const=3, type=int, metavar="REPEATS",
+                   help="instructors, on a GPU machine: grade the solutions (default: the repo's solutions/) "
+                        "and the one-stage-shifted submission REPEATS times (default 3) and write "
+                        "calibration.md / calibration.json into --out")
     return p.parse_args(argv)
 
 
@@ -44,10 +48,33 @@ def _fail(out: Path, message: str, code: int, started: float, stderr) -> int:
     return code
 
 
+def _calibrate(args, rubric, out: Path, console, started: float) -> int:
+    """--calibrate [REPEATS]: thresholds against the reference and its predecessors (grader/calibrate.py)."""
+    if args.calibrate < 1:
+        return _fail(out, f"--calibrate: REPEATS is {args.calibrate}; it must be at least 1", EXIT_USAGE,
+                     started, sys.stderr)
+    sub = Path(args.submission) if args.submission else DEFAULT_RUBRIC.parent / "solutions"
+    if not sub.is_dir():
+        return _fail(out, f"solutions folder {sub} does not exist", EXIT_USAGE, started, sys.stderr)
+    try:
+        from .calibrate import run_calibration
+
+        rows = run_calibration(rubric, sub, out, args.calibrate, progress=lambda msg: console.print(msg))
+    except Exception:  # the grader's own bug
+        print(traceback.format_exc(), file=sys.stderr)
+        return EXIT_INTERNAL
+    bad = [f"{r.number}.{r.item}: {r.verdict} {r.why}".strip() for r in rows if r.verdict != "OK"]
+    console.print(f"calibration: {len(rows) - len(bad)} of {len(rows)} threshold items OK; "
+                  f"report in {out / 'calibration.md'}", highlight=False)
+    for line in bad:
+        console.print(f"  {line}", highlight=False)
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     args = parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     from rich.console import Console
 
     console = Console(stderr=True, quiet=args.quiet)
@@ -60,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.check_rubric:
             console.print(f"{args.rubric}: valid; {len(rubric.stages)} stages, {rubric.max_points:g} points")
             return EXIT_OK
+        if args.calibrate is not None:
+            return _calibrate(args, rubric, out, console, started)
         if not args.submission:
             return _fail(out, "no submission folder given (usage: run_local.py SUBMISSION)", EXIT_USAGE,
                          started, sys.stderr)
@@ -79,29 +108,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         from . import grade as grading_mod
-        from .report import render_terminal, summary_markdown
+        from .outputs import write_outputs
+        from .report import render_terminal
 
         with console.status("grading") as status:
             grading = grading_mod.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                         keep_outputs=args.keep_outputs,
                                         progress=lambda msg: status.update(f"grading: {msg}"))
-        summary = summary_markdown(grading)
-        results = build_results(grading.items, execution_time=grading.seconds, output=summary,
-                                extra={"device": grading.env.device, "peaks": grading.env.peaks})
-        write_results(out / "results.json", results)
-        (out / "summary.md").write_text(summary + "\n")
-        detail = {"submission": grading.submission, "device": grading.env.device,
-                  "device_reason": grading.env.device_reason, "arch_flags": grading.env.arch_flags,
-                  "compiler": getattr(grading.env.nvcc, "to_json", lambda: None)(),
-                  "peaks": grading.env.peaks, "seconds": grading.seconds, "notes": grading.notes,
-                  "stages": {sid: {"compile": o.compile, "correct": o.correct,
-                                   "correctness": o.correctness_message, "cases": o.cases,
-                                   "timing": o.timing, "raw_timings": o.bench,
-                                   "sass_reason": o.sass.reason if o.sass else None,
-                                   "run_output": o.run_output[-4000:]}
-                             for sid, o in grading.outcomes.items()},
-                  "items": grading.items}
-        (out / "grading.json").write_text(json.dumps(to_jsonable(detail), indent=1, default=str) + "\n")
+        write_outputs(grading, out)
         render_terminal(grading, console)
         console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)
         return EXIT_OK

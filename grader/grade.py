@@ -18,6 +18,7 @@ from typing import Callable
 from . import sandbox, toolchain
 from .compiler import compile_stage
 from .peaks import Peaks, device_peaks
+from .profiling import profile_stages
 from .records import ItemResult, ProcRecord
 from .rubric import Rubric, Stage
 from .sass import dump_sass
@@ -50,6 +51,7 @@ class Grading:
     items: list[ItemResult]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    ncu_run: object = None  # grader.ncu.NcuRun of the one profiling run, when there was one
 
     @property
     def score(self) -> float:
@@ -164,6 +166,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
           env: Environment | None = None) -> Grading:
     t0 = time.monotonic()
+    out_dir = Path(out_dir).resolve()  # children run in other folders
     out_dir.mkdir(parents=True, exist_ok=True)
     work_root = out_dir / "work"
     selected = [s for s in rubric.stages if stages is None or s.id in stages]
@@ -228,13 +231,17 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     if not keep_outputs:
         for path in work_root.glob("*/*.npy"):
             path.unlink()
+    if any(i.kind == "ncu" for o in outcomes.values() for i in o.stage.items):
+        progress("profiling with Nsight Compute")
+    ncu_run = profile_stages(outcomes, rubric, has_gpu=env.has_gpu, gpu_reason=env.device_reason,
+                             child_env=_child_env(), work_dir=work_root / "ncu", seed=seeds["bench"])
     items = score(outcomes, env.peaks)
     if "occupancy" in rubric.extra and (stages is None or "occupancy" in stages):
         from .occupancy.run import grade_occupancy_submission
 
         progress("grading the occupancy exercises")
         items += grade_occupancy_submission(root, rubric, env, work_root / "occupancy", progress)
-    return Grading(str(root), env, outcomes, items, time.monotonic() - t0, notes)
+    return Grading(str(root), env, outcomes, items, time.monotonic() - t0, notes, ncu_run)
 
 
 def remove_work(out_dir: Path) -> None:

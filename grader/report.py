@@ -5,6 +5,8 @@ stage table. Speeds appear only for stages that passed correctness.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from .records import FAILED, NOT_EVALUATED, PASSED
 
 COLUMNS = ["stage", "correct", "ms", "GFLOP/s", "% peak", "% baseline", "vs first", "regs", "spills", "points"]
@@ -63,14 +65,32 @@ def environment_lines(grading) -> list[str]:
     return lines + list(grading.notes)
 
 
-def summary_markdown(grading) -> str:
-    """The top-level output shown on Gradescope and written to summary.md."""
+def summary_markdown(grading, profile=None) -> str:
+    """The top-level output shown on Gradescope and written to summary.md.
+
+    ``profile`` is the ProfileReport (plots and per-stage diagnoses), when one was written.
+    """
     parts = [f"**Score: {grading.score:g} / {grading.max_score:g}**", ""]
     parts += [f"- {line}" for line in environment_lines(grading)]
     parts += ["", markdown_table(ladder_rows(grading))]
+    occupancy = [i for i in grading.items if i.stage == "occupancy"]
+    if occupancy:
+        manual = sum(i.max_score for i in occupancy if i.status == "manual")
+        parts.append(f"Occupancy exercises: {sum(i.score for i in occupancy):g} / "
+                     f"{sum(i.max_score for i in occupancy):g} points"
+                     + (f" ({manual:g} of them graded by hand later)" if manual else "") + "\n")
     parts.append("`% peak` is against the stage's own ceiling (FP32 CUDA cores for stages 1-4b, FP16 "
                  "Tensor Cores for WMMA); `% baseline` is against cuBLAS on the same inputs, timed "
                  "interleaved. Speeds are shown only for kernels that passed every correctness check.")
+    diagnoses = getattr(profile, "diagnoses", {}) or {}
+    if diagnoses:
+        parts += ["", "### What Nsight Compute says about each kernel", ""]
+        for sid, o in grading.outcomes.items():
+            if sid in diagnoses:
+                parts += [f"**{o.stage.number} {o.stage.title}**: " + diagnoses[sid].markdown(), ""]
+    images = {k: v for k, v in (getattr(profile, "images", {}) or {}).items() if v}
+    if images:
+        parts += ["", "Plots in the output folder: " + ", ".join(f"`{Path(v).name}`" for v in images.values())]
     return "\n".join(parts)
 
 

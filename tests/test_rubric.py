@@ -65,9 +65,14 @@ def test_unknown_visibility_and_kind(raw):
     assert err.where.endswith("items[0].kind") and "fraction_of_baseline" in str(err)
 
 
+def _speed_index(raw):
+    return next(k for k, it in enumerate(raw["stages"][4]["items"]) if it["id"] == "speed")
+
+
 def test_threshold_item_needs_min(raw):
-    err = _error(raw, lambda r: r["stages"][4]["items"][-1].pop("min"))
-    assert err.where.endswith("stages[4].items[4].min")
+    k = _speed_index(raw)
+    err = _error(raw, lambda r: r["stages"][4]["items"][k].pop("min"))
+    assert err.where.endswith(f"stages[4].items[{k}].min")
 
 
 def test_reference_to_unknown_stage(raw):
@@ -91,7 +96,8 @@ def test_duplicate_stage_ids_and_single_size(raw):
 
 
 def test_partial_credit_range(raw):
-    err = _error(raw, lambda r: r["stages"][4]["items"][-1].update(partial_from=0.9))
+    k = _speed_index(raw)
+    err = _error(raw, lambda r: r["stages"][4]["items"][k].update(partial_from=0.9))
     assert err.where.endswith("partial_from")
 
 

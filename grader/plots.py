@@ -1,0 +1,163 @@
+"""Two pictures for the feedback: the ladder (TFLOP/s per stage) and a roofline.
+
+Inputs are plain dicts and lists, so this module does not depend on the GPU code.
+matplotlib is imported only when a plot is drawn; each function returns
+``(path, "")`` or ``(None, why not)`` and never raises (a plot is never worth a crash).
+
+The roofline's arithmetic intensity is FLOPs per byte moved through **L2**
+(``lts__t_bytes.sum``), with FLOPs per **DRAM** byte drawn as a hollow marker when the
+DRAM counters are there. L2 is the level that separates the stages: at the profile size
+(N = 2048) A, B and C take 50 MB and stay in the H200's 60 MB L2, so every stage reads
+about the same compulsory ~34 MB from DRAM and its DRAM intensity says little about the
+kernel, while L2 traffic falls 4x from the naive to the 2D kernel.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+COLORS = {"fp32": "#4C72B0", "fp16_tensor": "#C44E52"}
+LINE_STYLES = ("--", ":", "-.", (0, (5, 1)))
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _no_matplotlib() -> tuple[None, str]:
+    return None, "matplotlib is not installed here (pip install matplotlib): plot skipped"
+
+
+def ladder_png(rows: list[dict], path: str | Path, baselines: list[dict] | None = None,
+               peaks: dict[str, float] | None = None, title: str = "") -> tuple[str | None, str]:
+    """Bars of TFLOP/s per stage (log scale), baselines and peak ceilings as lines.
+
+    ``rows``: ``{"label", "tflops" (None = not timed), "ceiling": "fp32" | "fp16_tensor"}``.
+    ``baselines``: ``{"label", "tflops"}`` (cuBLAS SGEMM, cublasGemmEx).
+    ``peaks``: ``{label: TFLOP/s}`` (FP32 CUDA cores, FP16 Tensor Cores).
+    """
+    plt = _pyplot()
+    if plt is None:
+        return _no_matplotlib()
+    try:
+        fig, ax = plt.subplots(figsize=(9, 5.2), dpi=110)
+        xs = range(len(rows))
+        values = [r.get("tflops") or 0 for r in rows]
+        colors = [COLORS.get(r.get("ceiling", "fp32"), "#777777") for r in rows]
+        known = [v for v in values if v > 0] + [b["tflops"] for b in baselines or [] if b.get("tflops")]
+        known += list((peaks or {}).values())
+        low = min(known) / 3 if known else 0.1
+        timed = [x for x, v in zip(xs, values) if v > 0]
+        ax.bar(timed, [values[x] for x in timed], color=[colors[x] for x in timed], edgecolor="black",
+               linewidth=0.6)
+        for x, v in zip(xs, values):
+            ax.text(x, v * 1.08 if v > 0 else low * 1.2, f"{v:.3g}" if v > 0 else "not timed",
+                    ha="center", va="bottom", fontsize=9, zorder=4,
+                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
+        ax.set_yscale("log")
+        ax.set_ylim(low, max(known) * 40 if known else 10)  # head room for the legend
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=COLORS["fp32"], label="FP32 CUDA-core stage"),
+                   Patch(color=COLORS["fp16_tensor"], label="FP16 Tensor Core stage")]
+        lines = [(b["label"], b["tflops"], "#2CA02C") for b in baselines or [] if b.get("tflops")]
+        lines += [(f"{label} (peak)", v, "#555555") for label, v in (peaks or {}).items() if v]
+        for k, (label, v, color) in enumerate(lines):
+            handles.append(ax.axhline(v, color=color, linestyle=LINE_STYLES[k % len(LINE_STYLES)],
+                                      linewidth=1.3, label=f"{label}: {v:.3g} TFLOP/s"))
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["label"] for r in rows], rotation=20, ha="right")
+        ax.set_ylabel("TFLOP/s (log scale)")
+        ax.set_title(title or "The GEMM ladder: speed of each stage")
+        ax.legend(handles=handles, loc="upper left", fontsize=8, framealpha=0.95)
+        ax.grid(axis="y", which="both", alpha=0.25)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return str(path), ""
+    except Exception as exc:  # noqa: BLE001 - a plot must never stop the grading
+        plt.close("all")
+        return None, f"the ladder plot failed: {type(exc).__name__}: {exc}"
+
+
+def roofline_points(per_stage: dict[str, dict], n: int) -> list[dict]:
+    """Roofline points from ncu metrics: ``{label: metrics}`` at profile size ``n``.
+
+    FLOPs = 2 N^3; time = ``gpu__time_duration.sum`` (ns, as ``--print-units base`` prints it).
+    Stages without L2 bytes or a duration are left out.
+    """
+    points = []
+    for label, m in per_stage.items():
+        l2, ns = (m or {}).get("lts__t_bytes.sum"), (m or {}).get("gpu__time_duration.sum")
+        if not isinstance(l2, (int, float)) or not isinstance(ns, (int, float)) or l2 <= 0 or ns <= 0:
+            continue
+        dram = sum(v for v in (m.get("dram__bytes_read.sum"), m.get("dram__bytes_write.sum"))
+                   if isinstance(v, (int, float)))
+        points.append({"label": label, "flops": 2.0 * n**3, "seconds": ns * 1e-9, "l2_bytes": float(l2),
+                       "dram_bytes": float(dram) if dram > 0 else None})
+    return points
+
+
+def roofline_png(points: list[dict], peaks: dict[str, float], bandwidth: dict[str, float] | float,
+                 path: str | Path, title: str = "") -> tuple[str | None, str]:
+    """A log-log roofline: TFLOP/s against FLOPs per byte.
+
+    ``points``: ``{"label", "flops", "seconds" (or "tflops"), "l2_bytes", "dram_bytes" (optional)}``.
+    ``peaks``: ``{label: TFLOP/s}`` (horizontal roofs). ``bandwidth``: ``{label: TB/s}``, or one
+    number for HBM (diagonal roofs).
+    """
+    plt = _pyplot()
+    if plt is None:
+        return _no_matplotlib()
+    if not points:
+        return None, "no stage has the L2-bytes and duration metrics a roofline needs"
+    try:
+        bws = {"HBM": float(bandwidth)} if isinstance(bandwidth, (int, float)) else dict(bandwidth or {})
+        fig, ax = plt.subplots(figsize=(11.5, 5.8), dpi=110)
+        xs_all = []
+        cmap = plt.get_cmap("viridis")
+        for k, p in enumerate(points):
+            tflops = p.get("tflops") or p["flops"] / p["seconds"] / 1e12
+            x_l2 = p["flops"] / p["l2_bytes"]
+            color = cmap(k / max(1, len(points) - 1) * 0.9)
+            ax.plot([x_l2], [tflops], "o", color=color, markersize=9, label=p["label"], zorder=3)
+            xs_all.append(x_l2)
+            if p.get("dram_bytes"):
+                x_d = p["flops"] / p["dram_bytes"]
+                ax.plot([x_l2, x_d], [tflops, tflops], ":", color=color, linewidth=1, zorder=2)
+                ax.plot([x_d], [tflops], "o", markerfacecolor="none", color=color, markersize=9, zorder=3)
+                xs_all.append(x_d)
+        x_lo, x_hi = min(xs_all) / 4, max(xs_all) * 4
+        top = max(peaks.values()) if peaks else 1.0
+        for k, (label, peak) in enumerate(peaks.items()):
+            ax.axhline(peak, color="#555555", linestyle=LINE_STYLES[k % len(LINE_STYLES)], linewidth=1.2)
+            ax.text(x_lo * 1.1, peak * 1.06, f"{label} peak {peak:g} TFLOP/s", fontsize=8, va="bottom")
+        for k, (label, bw) in enumerate(bws.items()):
+            ridge = top / bw  # FLOP/byte where the diagonal meets the highest roof (TFLOP/s / TB/s)
+            xs = [x_lo, min(ridge, x_hi)]
+            which = "hollow markers" if label.upper() in ("HBM", "DRAM") else "filled markers"
+            ax.plot(xs, [bw * x for x in xs], color="#8C564B", linestyle=LINE_STYLES[k % len(LINE_STYLES)],
+                    linewidth=1.2, label=f"{label} roof, {bw:g} TB/s (for the {which})")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(x_lo, x_hi)
+        ys = [p.get("tflops") or p["flops"] / p["seconds"] / 1e12 for p in points]
+        ax.set_ylim(min(ys + [top]) / 4, top * 3)
+        ax.set_xlabel("arithmetic intensity (FLOP per byte); filled: per L2 byte, hollow: per DRAM byte")
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(title or "Roofline (Nsight Compute, one launch per stage)")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.95)
+        ax.grid(which="both", alpha=0.2)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return str(path), ""
+    except Exception as exc:  # noqa: BLE001 - a plot must never stop the grading
+        plt.close("all")
+        return None, f"the roofline plot failed: {type(exc).__name__}: {exc}"

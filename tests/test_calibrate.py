@@ -1,0 +1,171 @@
+"""grader/calibrate.py: the calibration report on synthetic gradings (no GPU)."""
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from grader.calibrate import MIN_MARGIN, calibration_rows, margin, run_calibration, write_report
+from grader.cli import parse_args
+from grader.records import FAILED, PASSED, ItemResult
+from grader.rubric import parse_rubric
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+RUBRIC = parse_rubric(yaml.safe_load((ROOT / "rubric.yaml").read_text()))
+
+
+def grading(values: dict, seconds=30.0):
+    """A Grading-like object. values: {(stage, item): (value, threshold, passed)}."""
+    items = []
+    for (sid, iid), (v, thr, ok) in values.items():
+        st = RUBRIC.stage(sid)
+        it = next(i for i in st.items if i.id == iid)
+        key = {"ncu": "value", "fraction_of_baseline": "fraction_of_baseline",
+               "fraction_of_peak": "ratio"}[it.kind]
+        vals = {key: v} if v is not None else {}
+        if it.kind == "ncu" and v is not None:
+            vals["threshold"] = thr
+        items.append(ItemResult(sid, iid, it.title, PASSED if ok else FAILED, it.points if ok else 0,
+                                it.points, number=f"{st.number}.{iid}", values=vals))
+    return SimpleNamespace(items=items, seconds=seconds, env=SimpleNamespace(device={"name": "NVIDIA H200"}))
+
+
+def row_of(rows, stage, item):
+    return next(r for r in rows if r.stage == stage and r.item == item)
+
+
+REUSE = ("tiled", "ncu_reuse")
+COAL = ("coalesced", "ncu_coalesced")
+SPEED = ("tiled", "speed")
+
+
+def test_margin_uses_the_worst_repeat_in_the_direction_of_the_test():
+    assert margin(">=", [512, 500, None], 128) == pytest.approx((500 - 128) / 128)
+    assert margin("<=", [2.5, 3.0], 4) == pytest.approx(0.25)
+    assert margin("<=", [0.0], 64.0) == 1.0
+    assert margin("==", [1.0], 1.0) is None and margin(">=", [None], 1.0) is None and margin(">=", [1], 0) is None
+
+
+def test_ok_when_reference_passes_with_margin_and_predecessor_fails_every_repeat():
+    refs = [grading({REUSE: (512, 128, True)}), grading({REUSE: (500, 128, True)})]
+    preds = [grading({REUSE: (16, 128, False)}), grading({REUSE: (16.2, 128, False)})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds), *REUSE)
+    assert (r.verdict, r.why) == ("OK", "")
+    assert r.reference == [512, 500] and r.predecessor == [16, 16.2] and r.threshold == 128 and r.op == ">="
+    assert r.margin == pytest.approx(372 / 128) and r.predecessor_source == "stage 2"
+
+
+def test_tight_margin_is_flagged():
+    refs = [grading({COAL: (3.8, 4, True)})]
+    preds = [grading({COAL: (16.5, 4, False)})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds), *COAL)
+    assert r.verdict == "TIGHT" and r.margin == pytest.approx(0.05) and "5.0% < 10%" in r.why
+
+
+def test_predecessor_passing_once_is_weak():
+    refs = [grading({SPEED: (0.18, None, True)})] * 3
+    preds = [grading({SPEED: (0.12, None, False)}), grading({SPEED: (0.16, None, True)}),
+             grading({SPEED: (0.12, None, False)})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds), *SPEED)
+    assert r.kind == "fraction_of_baseline" and r.threshold == 0.15
+    assert r.verdict == "WEAK" and r.why == "the predecessor passes in 1 of 3 repeats"
+    assert r.margin == pytest.approx((0.18 - 0.15) / 0.15)
+
+
+def test_reference_failing_any_repeat_fails():
+    refs = [grading({REUSE: (512, 128, True)}), grading({REUSE: (None, None, False)})]
+    preds = [grading({REUSE: (16, 128, False)})] * 2
+    r = row_of(calibration_rows(RUBRIC, refs, preds), *REUSE)
+    assert r.verdict == "FAIL" and "1 of 2" in r.why
+
+
+def test_unmeasured_predecessor_is_unchecked():
+    refs = [grading({REUSE: (512, 128, True)})]
+    preds = [grading({})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds), *REUSE)
+    assert r.verdict == "UNCHECKED" and r.predecessor == [None]
+
+
+def test_integrity_items_need_only_the_reference():
+    key = ("tiled", "ffma_count")
+    n3 = 2048.0**3
+    refs = [grading({key: (n3, n3, True)})]
+    preds = [grading({key: (n3, n3, True)})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds), *key)
+    assert r.integrity and r.op == "==" and r.margin is None and r.verdict == "OK"
+
+
+def test_first_stage_has_no_predecessor():
+    key = ("naive", "ffma_count")
+    n3 = 2048.0**3
+    r = row_of(calibration_rows(RUBRIC, [grading({key: (n3, n3, True)})], [grading({})]), *key)
+    assert r.predecessor == [] and r.predecessor_source == "none (first stage)" and r.verdict == "OK"
+
+
+def test_a_stage_that_kept_its_reference_has_no_predecessor():
+    key = ("wmma", "ncu_tensor_pipe")
+    notes = {"wmma": "its own reference kernel mmWMMA (the predecessor has other input types)"}
+    r = row_of(calibration_rows(RUBRIC, [grading({key: (42.0, 2, True)})], [grading({})], notes), *key)
+    assert r.predecessor == [] and r.verdict == "OK" and r.why == "no predecessor to fail"
+
+
+def test_only_threshold_items_get_rows():
+    rows = calibration_rows(RUBRIC, [grading({})], [grading({})])
+    kinds = {r.kind for r in rows}
+    assert kinds <= {"ncu", "fraction_of_baseline", "fraction_of_peak", "speedup_over_stage"}
+    assert ("wmma", "beats_fp32") in {(r.stage, r.item) for r in rows}
+    assert not any(r.item in ("compiles", "correct", "fp32_only", "no_spills") for r in rows)
+
+
+def test_markdown_and_json_report(tmp_path):
+    refs = [grading({REUSE: (512, 128, True), COAL: (2.5, 4, True)})]
+    preds = [grading({REUSE: (16, 128, False), COAL: (16.5, 4, False)})]
+    rows = calibration_rows(RUBRIC, refs, preds)
+    meta = {"device": "NVIDIA H200", "repeats": 1, "profile_n": 2048, "seconds_reference": "31.0 (max 31.0)"}
+    md_path, js_path = write_report(rows, meta, tmp_path)
+    md = md_path.read_text()
+    assert "- GPU: NVIDIA H200" in md and "31.0 (max 31.0)" in md
+    assert "| 3.ncu_reuse reuse through shared memory" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| 3.ncu_reuse"))
+    assert "| >= 128 | 512 / 512 / 512 | 16 / 16 / 16 (fails 1/1) | 300% | OK |" in line
+    data = json.loads(js_path.read_text())
+    assert data["min_margin"] == MIN_MARGIN and data["meta"]["device"] == "NVIDIA H200"
+    assert {r["item"] for r in data["rows"]} >= {"ncu_reuse", "ncu_coalesced"}
+
+
+def test_run_calibration_interleaves_reference_and_shifted_and_reuses_the_environment(tmp_path):
+    calls = []
+
+    def fake_grade(sub, rubric, out_dir, *, progress, env):
+        calls.append((Path(sub).name, Path(out_dir).name, env))
+        shifted = Path(sub).name == "shifted_submission"
+        g = grading({REUSE: (16, 128, False) if shifted else (512, 128, True)})
+        g.env = env or SimpleNamespace(device={"name": "FAKE GPU"}, tag="first")
+        return g
+
+    rows = run_calibration(RUBRIC, ROOT / "solutions", tmp_path, repeats=2, grade_fn=fake_grade,
+                           progress=lambda _m: None)
+    assert [c[:2] for c in calls] == [("solutions", "reference_0"), ("shifted_submission", "shifted_0"),
+                                      ("solutions", "reference_1"), ("shifted_submission", "shifted_1")]
+    assert calls[0][2] is None and all(c[2].tag == "first" for c in calls[1:])
+    assert row_of(rows, *REUSE).verdict == "OK"
+    assert (tmp_path / "shifted_submission" / "SHIFTED.md").is_file()
+    assert "- GPU: FAKE GPU" in (tmp_path / "calibration.md").read_text()
+    assert json.loads((tmp_path / "calibration.json").read_text())["meta"]["repeats"] == 2
+
+
+def test_cli_flag():
+    assert parse_args(["--calibrate"]).calibrate == 3
+    assert parse_args(["--calibrate", "5"]).calibrate == 5
+    assert parse_args(["solutions", "--calibrate"]).submission == "solutions"
+    assert parse_args(["solutions"]).calibrate is None
+
+
+def test_cli_rejects_zero_repeats(tmp_path):
+    from grader.cli import EXIT_USAGE, main
+
+    assert main(["--calibrate", "0", "--out", str(tmp_path), "--quiet"]) == EXIT_USAGE
+    assert "at least 1" in (tmp_path / "results.json").read_text()

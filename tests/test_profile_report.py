@@ -1,0 +1,89 @@
+"""grader/profile_report.py: PNGs + markdown/HTML summary from a synthetic Grading (no GPU)."""
+from pathlib import Path
+
+import pytest
+
+from grader.grade import Environment, Grading
+from grader.ncu import parse_raw_csv
+from grader.peaks import Peaks
+from grader.profile_report import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report
+from grader.rubric import load_rubric
+from grader.scoring import StageOutcome
+from grader.timing import summarize
+
+ROOT = Path(__file__).resolve().parent.parent
+RUBRIC = load_rubric(ROOT / "rubric.yaml")
+TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_solutions_h200_n2048.csv").read_text())
+MS = {"naive": 275.7, "coalesced": 21.8, "tiled": 15.34, "blocktiling_1d": 6.17, "blocktiling_2d": 2.855,
+      "wmma": 0.505}
+BASE_MS = {"cublas_sgemm": 2.68, "cublas_gemmex_fp16": 0.187}
+PEAKS = Peaks(66.9, 989.0, "test")
+
+
+def make_grading(timed=True, profiled=True, reason="not evaluated: Nsight Compute (ncu) not found"):
+    outcomes = {}
+    for st in RUBRIC.stages:
+        o = StageOutcome(stage=st, correct=True, profile_n=2048)
+        if timed:
+            o.timing = summarize(4096, [MS[st.id]] * 5, [BASE_MS[st.baseline]] * 5, PEAKS.get(st.peak))
+        if profiled:
+            o.ncu = dict(TABLE[st.kernel])
+        else:
+            o.ncu_reason = reason
+        outcomes[st.id] = o
+    env = Environment({"ok": True, "name": "NVIDIA H200"}, "", None, None, ["-arch=sm_90a"], PEAKS)
+    return Grading("solutions", env, outcomes, [], 30.0)
+
+
+def test_ladder_inputs_come_from_timings_and_peaks():
+    rows, baselines, peaks = ladder_inputs(make_grading())
+    assert [r["label"] for r in rows][:2] == ["1 Naive", "2 Coalesced"]
+    assert rows[0]["tflops"] == pytest.approx(0.4985, rel=1e-3) and rows[5]["ceiling"] == "fp16_tensor"
+    assert {b["label"]: round(b["tflops"], 1) for b in baselines} == {"cuBLAS SGEMM": 51.3,
+                                                                      "cublasGemmEx (FP16)": 735.0}
+    assert peaks == {"FP32 CUDA cores": 66.9, "FP16 Tensor Cores": 989.0}
+
+
+def test_hbm_bandwidth_by_device_name():
+    assert hbm_bandwidth({"name": "NVIDIA H200"}) == {"HBM": 4.8}
+    assert hbm_bandwidth({"name": "Some other GPU"}) == {} and hbm_bandwidth(None) == {}
+
+
+def test_full_report_links_both_pngs_and_diagnoses_every_stage(tmp_path):
+    pytest.importorskip("matplotlib")
+    rep = write_profile_report(make_grading(), tmp_path)
+    assert rep.reasons == {}
+    assert Path(rep.images["ladder"]).name == "ladder.png" and (tmp_path / "ladder.png").stat().st_size > 10_000
+    assert (tmp_path / "roofline.png").is_file()
+    md = (tmp_path / "profile.md").read_text()
+    assert "![ladder](ladder.png)" in md and "![roofline](roofline.png)" in md
+    for st in RUBRIC.stages:
+        assert f"## {st.number} {st.title}" in md
+    assert "**compute-bound on the FP32 FMA pipe**" in md and "Tensor Cores (stage 5)" in md
+    page = (tmp_path / "profile.html").read_text()
+    assert '<img src="ladder.png"' in page and '<img src="roofline.png"' in page
+    assert "<li>evidence: shared loads per warp FFMA = 1.25" in page and "<script" not in page
+    assert set(rep.diagnoses) == set(MS)
+
+
+def test_without_a_profile_the_report_says_why_per_stage(tmp_path):
+    pytest.importorskip("matplotlib")
+    rep = write_profile_report(make_grading(profiled=False), tmp_path)
+    assert rep.images["roofline"] is None and "ncu) not found" in rep.reasons["roofline"]
+    md = (tmp_path / "profile.md").read_text()
+    assert "*No roofline plot: no stage was profiled" in md
+    assert md.count("not evaluated: Nsight Compute (ncu) not found") >= 6
+
+
+def test_without_timings_there_is_no_ladder(tmp_path):
+    rep = write_profile_report(make_grading(timed=False, profiled=False), tmp_path)
+    assert rep.images["ladder"] is None and "no stage was timed" in rep.reasons["ladder"]
+    assert not (tmp_path / "ladder.png").exists()
+
+
+def test_html_escapes_student_visible_text():
+    from grader.profile_report import report_html
+
+    page = report_html([("<b>x</b>", "not profiled: <script>alert(1)</script>")], {}, {"ladder": "a & b"})
+    assert "<script>" not in page and "&lt;script&gt;" in page and "a &amp; b" in page
+    assert report_markdown([("s", "t")], {}, {}).startswith("# Profile of your kernels")

@@ -141,7 +141,8 @@ class Rubric:
 
     @property
     def max_points(self) -> float:
-        return sum(s.max_points for s in self.stages)
+        occupancy = self.extra.get("occupancy_config")
+        return sum(s.max_points for s in self.stages) + (occupancy.max_points if occupancy else 0)
 
 
 class _Reader:
@@ -347,7 +348,11 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
             if other is not None and other not in ids:
                 raise RubricError(f"{source}.stages[{k}].items[{j}].stage", f"is {other!r}",
                                   "the id of another stage: " + ", ".join(ids))
-    extra = {key: r.get(key, dict) for key in ("occupancy",) if key in r.raw}
+    extra: dict[str, Any] = {key: r.get(key, dict) for key in ("occupancy",) if key in r.raw}
+    if "occupancy" in extra:
+        from .occupancy.config import load_occupancy_config  # validated now, so a bad section stops here
+
+        extra["occupancy_config"] = load_occupancy_config(extra["occupancy"], f"{source}.occupancy")
     r.done()
     for k, st in enumerate(stages):
         if any(i.kind == "ncu" for i in st.items) and (profile.n % st.launch.tile[0] or profile.n % st.launch.tile[1]):

@@ -58,10 +58,7 @@ step_pytest() {
   timeout 500 $PY -m pytest -q -m gpu -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$W/logs/pytest_gpu.txt" | tail -15
 }
 step_stability() {
-  log stability x5
-  for i in 1 2 3 4 5; do
-    timeout 300 $PY grader/run_local.py solutions --out "$W/stab/$i" --quiet 2>&1 | tail -1
-  done
+  log stability; timeout 550 $PY tools/stability.py solutions --runs ${RUNS:-5} --out "$W/stab" 2>&1 | tail -25
 }
 for s in "$@"; do "step_$s"; done
 log bundle

@@ -139,7 +139,8 @@ def test_markdown_and_json_report(tmp_path):
 def test_run_calibration_interleaves_reference_and_shifted_and_reuses_the_environment(tmp_path):
     calls = []
 
-    def fake_grade(sub, rubric, out_dir, *, progress, env):
+    def fake_grade(sub, rubric, out_dir, *, stages, progress, env):
+        assert stages == [s.id for s in rubric.stages]  # occupancy is not graded while calibrating
         calls.append((Path(sub).name, Path(out_dir).name, env))
         shifted = Path(sub).name == "shifted_submission"
         g = grading({REUSE: (16, 128, False) if shifted else (512, 128, True)})

@@ -60,6 +60,15 @@ step_pytest() {
 step_stability() {
   log stability; timeout 550 $PY tools/stability.py solutions --runs ${RUNS:-5} --out "$W/stab" 2>&1 | tail -25
 }
+step_calib() {
+  log calibrate x${CALIB:-3}
+  timeout 560 $PY grader/run_local.py solutions --calibrate ${CALIB:-3} --out "$W/calib" 2>&1 | tail -30
+  sed -n 1,200p "$W/calib/calibration.md" | cut -c1-220 | head -60
+}
+step_occcheck() {
+  log occupancy check
+  timeout 400 $PY tools/occupancy_gpu_check.py --out "$W/occcheck" 2>&1 | tail -120
+}
 for s in "$@"; do "step_$s"; done
 log bundle
 ( cd "$W" && find . -name '*.npy' -delete; tar czf "$OUT/bundle.tgz" . )

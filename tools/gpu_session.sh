@@ -57,10 +57,10 @@ step_occ() {
 }
 step_pytest() {
   log pytest gpu
-  timeout 500 $PY -m pytest -q -m gpu -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$W/logs/pytest_gpu.txt" | tail -15
+  timeout ${PYTEST_TIMEOUT:-500} $PY -m pytest -q -m gpu -p no:cacheprovider ${PYTEST_ARGS:-tests} 2>&1 | tee "$W/logs/pytest_gpu.txt" | tail -15
 }
 step_stability() {
-  log stability; timeout 550 $PY tools/stability.py solutions --runs ${RUNS:-5} --out "$W/stab" 2>&1 | tail -25
+  log stability; timeout ${STAB_TIMEOUT:-550} $PY tools/stability.py solutions --runs ${RUNS:-5} --out "$W/stab" 2>&1 | tail -25
 }
 step_calib() {
   log calibrate x${CALIB:-3}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.inputs import make_inputs
+from grader.inputs import make_inputs_xp, rep_seed
 from grader.numerics import compare
 
 
@@ -43,6 +43,39 @@ def _load_output(path: Path, n: int, xp):
     return xp.asarray(c), None
 
 
+def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, xp) -> dict:
+    """Every timed launch's fingerprint C_r @ v against A_r (B_r v), computed here in float64."""
+    n, fp = case["n"], case["fingerprints"]
+    base = {"n": n, "kind": "timed", "max_scaled_err": 0.0}
+    count = int(fp["count"])
+    try:
+        got = np.load(out_dir / fp["file"], allow_pickle=False).astype(np.float64)
+    except Exception as exc:
+        return {**base, "passed": False, "problem": f"fingerprints of the timed launches unreadable ({exc})"}
+    if count < 1 or got.shape != (count, n):
+        return {**base, "passed": False, "problem": f"fingerprints have shape {got.shape}, expected ({count}, {n})"}
+    v = np.random.default_rng(int(fp["integrity_seed"])).random(n, dtype=np.float32) * 2 - 1
+    v64 = xp.asarray(v.astype(np.float64))
+    bad, worst = [], 0.0
+    for r in range(count):
+        a, b = make_inputs_xp(xp, n, rep_seed(int(fp["integrity_seed"]), r), inputs)
+        expected = a.astype(xp.float64) @ (b.astype(xp.float64) @ v64)
+        expected = expected if xp is np else xp.asnumpy(expected)
+        scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
+        err = np.abs(got[r] - expected) / scale
+        finite = bool(np.isfinite(err).all())
+        worst = max(worst, float(err.max()) if finite else float("inf"))
+        if not finite or (err > rtol).any():
+            bad.append(r + 1)
+    if bad:
+        return {**base, "passed": False, "max_scaled_err": worst, "problem": (
+            f"the output of timed launch {', '.join(map(str, bad[:5]))} of {count} was wrong: every timed "
+            "launch gets fresh inputs, and the kernel's result did not match them (a kernel must compute "
+            "every launch from its inputs, not reuse an earlier result or skip work)")}
+    return {**base, "passed": True, "max_scaled_err": worst, "problem": None,
+            "description": f"all {count} timed launches computed the right result for their own fresh inputs"}
+
+
 def check(spec: dict) -> dict:
     xp = _array_module()
     refs: dict[tuple[int, int, str], object] = {}
@@ -50,9 +83,9 @@ def check(spec: dict) -> dict:
     def reference(n: int, seed: int, inputs: str):
         key = (n, seed, inputs)
         if key not in refs:
-            a, b = make_inputs(n, seed, inputs)
-            a64 = xp.asarray(a).astype(xp.float64)
-            b64 = xp.asarray(b).astype(xp.float64)
+            a, b = make_inputs_xp(xp, n, seed, inputs)
+            a64 = a.astype(xp.float64)
+            b64 = b.astype(xp.float64)
             refs.clear()  # one reference at a time keeps device memory small
             refs[key] = a64 @ b64
         return refs[key]
@@ -70,6 +103,8 @@ def check(spec: dict) -> dict:
             cmp = compare(c, reference(n, case["seed"], stage["inputs"]), stage["rtol"], xp)
             results.append({"n": n, "kind": case["kind"], "problem": None,
                             "description": cmp.describe(), **asdict(cmp)})
+            if case.get("fingerprints"):
+                results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], xp))
         verdicts[stage["id"]] = {"cases": results, "backend": xp.__name__}
     return verdicts
 

@@ -13,12 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import sandbox
-from .cubin import CubinFormatError, read_int_array
+import re
+
+from .cubin import CubinFormatError, kernel_param_sizes, read_int_array
 from .ptxas import KernelResources, entry_names, parse_ptxas
 from .records import ProcRecord
 from .rubric import Launch, Rubric, Stage
 
 MAX_SOURCE_BYTES = 1 << 20  # a GEMM kernel is a few KB; anything near 1 MB is not one
+# (const T* A, const T* B, float* C, int N): three 8-byte pointers and a 4-byte int.
+CONTRACT_PARAM_SIZES = [8, 8, 8, 4]
+_INCLUDE = re.compile(rb"^[ \t]*#[ \t]*include[ \t]*(.*)$", re.M)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_DYNAMIC_SMEM = 227 * 1024  # Hopper's per-block opt-in limit
 
@@ -54,6 +59,28 @@ def stage_source(submission: Path, stage: Stage) -> tuple[Path | None, str]:
     return path, ""
 
 
+def include_problem(source: bytes, name: str) -> str:
+    """Why an #include in the student's file is refused, or ''.
+
+    Only <system headers> and "files next to it" may be included: an absolute path or
+    one with '..' could read the grader's or the solutions' files (and echo them in an
+    error message), and a computed include (#include MACRO) hides where it points.
+    """
+    for m in _INCLUDE.finditer(source):
+        target = m.group(1).strip()
+        line = source[: m.start()].count(b"\n") + 1
+        text = target.decode("utf-8", "replace")
+        inner = re.match(rb'^(<[^>]*>|"[^"]*")', target)
+        if not inner:
+            return (f"{name}:{line}: `#include {text}` is not allowed: include a <header> or a "
+                    '"file" next to it by its literal name')
+        path = inner.group(1)[1:-1].decode("utf-8", "replace")
+        if path.startswith("/") or ".." in Path(path).parts or "\\" in path:
+            return (f"{name}:{line}: `#include {text}` is not allowed: only system headers and files "
+                    "in your submission's own folder may be included")
+    return ""
+
+
 def _copy_folder(src_dir: Path, dest: Path) -> None:
     """Copy the plain files (no links, no subfolders) of the stage's folder."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -83,8 +110,22 @@ def check_launch(values: list[int] | None, stage: Stage, sizes: list[int]) -> tu
     return Launch((bx, by), (bm, bn), smem), ""
 
 
+def _hand_over(folder: Path, user: str | None) -> str | None:
+    """As root, give the build folder to the unprivileged user nvcc will run as."""
+    if not user or os.geteuid() != 0:
+        return None
+    import pwd
+
+    ids = pwd.getpwnam(user)
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, ids.pw_uid, ids.pw_gid)
+    return user
+
+
 def compile_stage(stage: Stage, submission: Path, work: Path, nvcc, arch_flags: list[str],
-                  rubric: Rubric, sizes: list[int]) -> CompileResult:
+                  rubric: Rubric, sizes: list[int], user: str | None = None) -> CompileResult:
+    """Compile one stage. ``user``: as root, run nvcc as this unprivileged account (it then
+    cannot read the grader, the rubric or the solutions, whatever the source includes)."""
     result = CompileResult(stage=stage.id, ok=False)
     src, problem = stage_source(submission, stage)
     if src is None:
@@ -92,6 +133,10 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc, arch_flags: 
         return result
     if nvcc is None or getattr(nvcc, "path", None) is None:
         result.problem = "not evaluated: no CUDA compiler found (" + (getattr(nvcc, "reason", "") or "nvcc") + ")"
+        return result
+    problem = include_problem(src.read_bytes(), stage.file)
+    if problem:
+        result.problem = problem
         return result
     build = work / "build"
     if build.exists():
@@ -103,7 +148,7 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc, arch_flags: 
     env = dict(os.environ)
     env.update(getattr(nvcc, "env", {}) or {})
     proc = sandbox.run(cmd, timeout_s=rubric.timeouts.compile_s, cwd=str(build), env=env,
-                       output_limit=rubric.output_limit_bytes)
+                       output_limit=rubric.output_limit_bytes, user=_hand_over(build, user))
     proc.command = [Path(cmd[0]).name, *cmd[1:]]
     result.proc = proc
     if not proc.ok or not cubin.is_file():
@@ -122,9 +167,21 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc, arch_flags: 
         result.problem = f"expected `{stage.kernel}` in {stage.file}; found: {found}{hint}"
         return result
     result.kernel = kernels[stage.kernel]
+    data = cubin.read_bytes()
     try:
-        values = read_int_array(cubin.read_bytes(), stage.launch_symbol)
-    except (OSError, CubinFormatError) as exc:
+        sizes_found = kernel_param_sizes(data, stage.kernel)
+    except CubinFormatError as exc:
+        sizes_found = None
+        result.notes.append(f"could not read the parameters of {stage.kernel} ({exc})")
+    if sizes_found is not None and sizes_found != CONTRACT_PARAM_SIZES:
+        ptype = "half" if stage.inputs == "fp16" else "float"
+        result.problem = (f"`{stage.kernel}` has the wrong signature: its parameters take "
+                          f"{sizes_found} bytes; expected (const {ptype}* A, const {ptype}* B, float* C, int N), "
+                          f"i.e. {CONTRACT_PARAM_SIZES}")
+        return result
+    try:
+        values = read_int_array(data, stage.launch_symbol)
+    except CubinFormatError as exc:
         values = None
         result.notes.append(f"could not read {stage.launch_symbol} from the cubin ({exc}); using the default")
     launch, problem = check_launch(values, stage, sizes)

@@ -18,7 +18,8 @@ from typing import Callable
 from . import sandbox, toolchain
 from .compiler import compile_stage
 from .peaks import Peaks, device_peaks
-from .profiling import profile_stages
+from .profiling import profile_stages, stage_spec
+from .sanitize import race_message, run_many
 from .records import ItemResult, ProcRecord
 from .rubric import Rubric, Stage
 from .sass import dump_sass
@@ -109,7 +110,8 @@ def _runner_spec(o: StageOutcome, work: Path, seeds: dict, rubric: Rubric, env: 
         "cubin": o.compile.cubin, "kernel": st.kernel, "inputs": st.inputs, "baseline": st.baseline,
         "launch": {"block": list(launch.block), "tile": list(launch.tile), "smem": launch.smem},
         "correctness": [{"n": n, "seed": seeds[n]} for n in rubric.correctness_sizes],
-        "bench": {"n": st.bench.n, "seed": seeds["bench"], "warmup": st.bench.warmup, "reps": st.bench.reps,
+        "bench": {"n": st.bench.n, "seed": seeds["bench"], "integrity_seed": seeds["integrity"],
+                  "warmup": st.bench.warmup, "reps": st.bench.reps,
                   "min_reps": st.bench.min_reps, "max_seconds": st.bench.max_seconds,
                   "flush_l2": st.bench.flush_l2},
         "out_dir": str(work), "l2_bytes": env.device.get("l2_bytes", 0),
@@ -158,8 +160,46 @@ def _correctness(o: StageOutcome, verdict: dict | None) -> None:
         return
     o.correct = True
     worst = max(c["max_scaled_err"] for c in o.cases)
-    sizes = ", ".join(f"{c['n']}{' (after timing)' if c['kind'] == 'bench' else ''}" for c in o.cases)
-    o.correctness_message = f"correct at N = {sizes}; max scaled error {worst:.2e} (rtol {o.stage.rtol:g})"
+    sizes = ", ".join(f"{c['n']}{' (after timing)' if c['kind'] == 'bench' else ''}" for c in o.cases
+                      if c["kind"] != "timed")
+    timed = [c["description"] for c in o.cases if c["kind"] == "timed"]
+    o.correctness_message = (f"correct at N = {sizes}; max scaled error {worst:.2e} (rtol {o.stage.rtol:g})"
+                             + (f"; {timed[0]}" if timed else ""))
+
+
+def _uses_shared_memory(o: StageOutcome) -> bool:
+    return bool(o.compile.kernel.shared_bytes or o.compile.launch.smem)
+
+
+def _sanitize(outcomes: dict[str, StageOutcome], rubric: Rubric, work_root: Path, progress: Progress) -> None:
+    """racecheck on correct shared-memory stages (a hazard fails them); memcheck on failed ones."""
+    san = rubric.sanitizer
+    tool = toolchain.find_compute_sanitizer()
+    ok = [o for o in outcomes.values() if o.compile.ok and o.correct and _uses_shared_memory(o)]
+    if san.racecheck and ok:
+        progress("checking shared-memory races (compute-sanitizer racecheck)")
+        runs = run_many("racecheck", tool, [stage_spec(o) for o in ok], san.n, work_root / "racecheck",
+                        _child_env(), san.timeout_s)
+        for o in ok:
+            r = runs[o.stage.id]
+            if r.findings:
+                o.correct, o.timing = False, None
+                o.correctness_message = race_message(o.stage.kernel, r.findings)
+            else:
+                o.correctness_message += ("; racecheck: no shared-memory hazard" if not r.reason
+                                          else f"; racecheck {r.reason}")
+    failed = [o for o in outcomes.values() if o.compile.ok and o.correct is False
+              and not o.correctness_message.startswith(("timed out", "shared-memory race"))]
+    if san.memcheck_on_failure and failed:
+        progress("looking for the first bad memory access (compute-sanitizer memcheck)")
+        runs = run_many("memcheck", tool, [stage_spec(o) for o in failed], san.n, work_root / "memcheck",
+                        _child_env(), san.timeout_s)
+        for o in failed:
+            r = runs[o.stage.id]
+            if r.findings:
+                f = r.findings[0]
+                o.correctness_message += (f"\nmemcheck's first finding: {f.brief()}"
+                                          + (f"; {'; '.join(f.details[1:3])}" if len(f.details) > 1 else ""))
 
 
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
@@ -181,7 +221,8 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         work = work_root / st.id
         work.mkdir(parents=True, exist_ok=True)
         o = StageOutcome(stage=st, gpu_reason="" if env.has_gpu else (env.device_reason or "no CUDA device"))
-        o.compile = compile_stage(st, root, work, env.nvcc, env.arch_flags, rubric, sizes + [st.bench.n])
+        o.compile = compile_stage(st, root, work, env.nvcc, env.arch_flags, rubric, sizes + [st.bench.n],
+                                  user=os.environ.get("GRADER_STUDENT_USER") or None)
         if o.compile.ok:
             o.sass = dump_sass(o.compile.cubin, env.cuobjdump)
         outcomes[st.id] = o
@@ -189,8 +230,15 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     runnable = [o for o in outcomes.values() if o.compile.ok and env.has_gpu]
     seeds = {n: secrets.randbelow(2**31) for n in sizes}
     seeds["bench"] = secrets.randbelow(2**31)
+    seeds["integrity"] = secrets.randbelow(2**31)
     checks = []
     for o in runnable:
+        used = time.monotonic() - t0
+        if used > rubric.timeouts.submission_s:
+            o.correct = False
+            o.correctness_message = (f"not run: the submission's time budget ({rubric.timeouts.submission_s:g} s "
+                                     f"for all stages) was used up by the stages before it ({used:.0f} s)")
+            continue
         progress(f"running {o.stage.id}")
         work = work_root / o.stage.id
         spec = _runner_spec(o, work, seeds, rubric, env)
@@ -205,7 +253,10 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                  for c in (report or {}).get("correctness", [])]
         bench = (report or {}).get("bench") or {}
         if not problem and bench.get("file"):
-            cases.append({"n": bench["n"], "seed": bench["seed"], "file": bench["file"], "kind": "bench"})
+            cases.append({"n": bench["n"], "seed": bench.get("last_seed", bench["seed"]), "file": bench["file"],
+                          "kind": "bench",
+                          "fingerprints": {"file": bench["fingerprints"], "count": bench.get("timed_launches", 0),
+                                           "integrity_seed": seeds["integrity"]} if bench.get("fingerprints") else None})
         if not problem:
             checks.append({"id": o.stage.id, "inputs": o.stage.inputs, "rtol": o.stage.rtol,
                            "out_dir": str(work), "cases": cases})
@@ -228,6 +279,8 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
             if o.correct and bench.get("student_ms"):
                 o.timing = summarize(bench["n"], bench["student_ms"], bench["baseline_ms"],
                                      env.peaks.get(o.stage.peak))
+    if env.has_gpu:
+        _sanitize(outcomes, rubric, work_root, progress)
     if not keep_outputs:
         for path in work_root.glob("*/*.npy"):
             path.unlink()
@@ -241,6 +294,11 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
 
         progress("grading the occupancy exercises")
         items += grade_occupancy_submission(root, rubric, env, work_root / "occupancy", progress)
+    if "report" in rubric.extra and (stages is None or "report" in stages):
+        from .report_check.run import grade_report_submission
+
+        progress("checking the written report")
+        items += grade_report_submission(root, rubric, outcomes)
     return Grading(str(root), env, outcomes, items, time.monotonic() - t0, notes, ncu_run)
 
 

@@ -1,20 +1,51 @@
 """Deterministic test inputs, drawn from a seed the grading process chooses.
 
-The student's runner and the trusted checker both call :func:`make_inputs` with
-the same seed, so the reference never travels through a process that runs
-student code. Values are uniform in [-1, 1): never zeros, which hide unwritten
-outputs and run faster than real data.
+The student's runner and the trusted checker both build inputs from the same seed,
+so the reference never travels through a process that runs student code. Values are
+an integer hash of (seed, element index) mapped to multiples of 2^-23 in [-1, 1):
+bit-identical on NumPy and CuPy, on any machine, and fast enough on the GPU to draw
+fresh inputs before every timed launch. They are never all zeros (zeros hide unwritten
+outputs and can run faster than real data).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+_M = 0xFFFFFFFF
+
+
+def hashed_uniform(xp: Any, shape: tuple[int, ...], seed: int):
+    """float32 array of ``shape`` with values k * 2^-23 - 1, k a 24-bit hash of (seed, index)."""
+    count = 1
+    for s in shape:
+        count *= s
+    u = xp.uint32
+    h = xp.arange(count, dtype=xp.uint32) * u(0x9E3779B1) + u(seed & _M)
+    h ^= h >> u(16)
+    h *= u(0x85EBCA6B)
+    h ^= h >> u(13)
+    h *= u(0xC2B2AE35)
+    h ^= h >> u(16)
+    x = (h >> u(8)).astype(xp.float32) * xp.float32(2.0**-23) - xp.float32(1.0)
+    return x.reshape(shape)
+
+
+def make_inputs_xp(xp: Any, n: int, seed: int, inputs: str):
+    """A and B (row-major n x n) as ``xp`` arrays: float32, or float16 for the fp16 stage."""
+    a = hashed_uniform(xp, (n, n), seed * 2 + 1)
+    b = hashed_uniform(xp, (n, n), seed * 2 + 2)
+    if inputs == "fp16":
+        return a.astype(xp.float16), b.astype(xp.float16)
+    return a, b
 
 
 def make_inputs(n: int, seed: int, inputs: str) -> tuple[np.ndarray, np.ndarray]:
-    """Host arrays A and B (row-major n x n) for a stage whose inputs are fp32 or fp16."""
-    rng = np.random.default_rng(seed)
-    a = rng.random((n, n), dtype=np.float32) * 2 - 1
-    b = rng.random((n, n), dtype=np.float32) * 2 - 1
-    if inputs == "fp16":
-        return a.astype(np.float16), b.astype(np.float16)
-    return a, b
+    """Host (NumPy) A and B for a stage whose inputs are fp32 or fp16."""
+    return make_inputs_xp(np, n, seed, inputs)
+
+
+def rep_seed(integrity_seed: int, rep: int) -> int:
+    """Seed of the inputs of timed launch ``rep`` (0-based; warm-up launches use negative reps)."""
+    return (integrity_seed * 1009 + rep * 7919 + 104729) & 0x7FFFFFFF

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.inputs import make_inputs
+from grader.inputs import make_inputs_xp
 
 
 def main(argv: list[str]) -> int:
@@ -25,8 +25,7 @@ def main(argv: list[str]) -> int:
     for st in spec["stages"]:
         try:
             if st["inputs"] not in inputs:
-                a, b = make_inputs(n, spec["seed"], st["inputs"])
-                inputs[st["inputs"]] = (cp.asarray(a), cp.asarray(b))
+                inputs[st["inputs"]] = make_inputs_xp(cp, n, spec["seed"], st["inputs"])
             a, b = inputs[st["inputs"]]
             c = cp.full((n, n), cp.nan, dtype=cp.float32)
             kernel = cp.RawModule(path=st["cubin"]).get_function(st["kernel"])

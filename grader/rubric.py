@@ -85,6 +85,9 @@ class Stage:
     bench: Bench
     items: tuple[Item, ...]
     summary: str = ""
+    # A result this many times faster than the cuBLAS baseline is implausible: its speed items
+    # go to a person for review instead of scoring (settings.plausible_max_fraction_of_baseline).
+    plausible_max: float = 1.2
 
     @property
     def launch_symbol(self) -> str:
@@ -105,11 +108,21 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class Sanitizer:
+    """compute-sanitizer runs: racecheck on shared-memory stages, memcheck on failed ones."""
+    racecheck: bool = True
+    memcheck_on_failure: bool = True
+    n: int = 256
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class Timeouts:
     probe_s: float = 60.0
     compile_s: float = 120.0
     stage_run_s: float = 240.0
     checker_s: float = 300.0
+    submission_s: float = 1500.0  # all stages' runs together; later stages are skipped past it
 
 
 @dataclass(frozen=True)
@@ -131,6 +144,7 @@ class Rubric:
     stages: tuple[Stage, ...]
     source: str = "rubric.yaml"
     profile: Profile = Profile()
+    sanitizer: Sanitizer = Sanitizer()
     extra: dict[str, Any] = field(default_factory=dict)  # other top-level sections, e.g. occupancy
 
     def stage(self, stage_id: str) -> Stage:
@@ -141,8 +155,8 @@ class Rubric:
 
     @property
     def max_points(self) -> float:
-        occupancy = self.extra.get("occupancy_config")
-        return sum(s.max_points for s in self.stages) + (occupancy.max_points if occupancy else 0)
+        sections = [self.extra.get(k) for k in ("occupancy_config", "report_config")]
+        return sum(s.max_points for s in self.stages) + sum(c.max_points for c in sections if c)
 
 
 class _Reader:
@@ -308,6 +322,8 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
     tr.done()
     out_limit = int(_positive(s.get("output_limit_bytes", int, 20000), f"{source}.settings.output_limit_bytes"))
     bench = _bench(s.get("bench", dict, {}), f"{source}.settings.bench", Bench())
+    plausible = float(_positive(s.get("plausible_max_fraction_of_baseline", (int, float), 1.2),
+                                f"{source}.settings.plausible_max_fraction_of_baseline"))
     pr = _Reader(s.get("profile", dict, {}), f"{source}.settings.profile")
     profile = Profile(
         enabled=pr.get("enabled", bool, True),
@@ -316,6 +332,12 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
                               f"{source}.settings.profile.clock_control"),
         timeout_s=float(_positive(pr.get("timeout_s", (int, float), 300), f"{source}.settings.profile.timeout_s")))
     pr.done()
+    sr = _Reader(s.get("sanitizer", dict, {}), f"{source}.settings.sanitizer")
+    sanitizer = Sanitizer(
+        racecheck=sr.get("racecheck", bool, True), memcheck_on_failure=sr.get("memcheck_on_failure", bool, True),
+        n=int(_positive(sr.get("n", int, 256), f"{source}.settings.sanitizer.n")),
+        timeout_s=float(_positive(sr.get("timeout_s", (int, float), 120), f"{source}.settings.sanitizer.timeout_s")))
+    sr.done()
     s.done()
 
     p = _Reader(r.get("peaks", dict), f"{source}.peaks")
@@ -337,7 +359,8 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
     raw_stages = r.get("stages", list)
     if not raw_stages:
         raise RubricError(f"{source}.stages", "is empty", "at least one stage")
-    stages = tuple(_stage(st, f"{source}.stages[{k}]", bench, tuple(sizes))
+    stages = tuple(dataclasses.replace(_stage(st, f"{source}.stages[{k}]", bench, tuple(sizes)),
+                                       plausible_max=plausible)
                    for k, st in enumerate(raw_stages))
     ids = [st.id for st in stages]
     for k, st in enumerate(stages):
@@ -348,18 +371,23 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
             if other is not None and other not in ids:
                 raise RubricError(f"{source}.stages[{k}].items[{j}].stage", f"is {other!r}",
                                   "the id of another stage: " + ", ".join(ids))
-    extra: dict[str, Any] = {key: r.get(key, dict) for key in ("occupancy",) if key in r.raw}
+    extra: dict[str, Any] = {key: r.get(key, dict) for key in ("occupancy", "report") if key in r.raw}
+    # The non-GEMM sections are validated now, so a bad section stops here with its key path.
     if "occupancy" in extra:
-        from .occupancy.config import load_occupancy_config  # validated now, so a bad section stops here
+        from .occupancy.config import load_occupancy_config
 
         extra["occupancy_config"] = load_occupancy_config(extra["occupancy"], f"{source}.occupancy")
+    if "report" in extra:
+        from .report_check.config import load_report_config
+
+        extra["report_config"] = load_report_config(extra["report"], f"{source}.report")
     r.done()
     for k, st in enumerate(stages):
         if any(i.kind == "ncu" for i in st.items) and (profile.n % st.launch.tile[0] or profile.n % st.launch.tile[1]):
             raise RubricError(f"{source}.settings.profile.n", f"{profile.n} is not a multiple of stage "
                               f"{st.id}'s default tile {list(st.launch.tile)}", "a size every tile divides")
     return Rubric(title, arch, tuple(sizes), timeouts, out_limit, tuple(overrides), per_sm,
-                  stages, source=source, profile=profile, extra=extra)
+                  stages, source=source, profile=profile, sanitizer=sanitizer, extra=extra)
 
 
 def load_rubric(path: str | Path) -> Rubric:

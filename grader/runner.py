@@ -26,7 +26,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
-from grader.inputs import make_inputs  # noqa: E402
+from grader.inputs import make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
 _CUDA_R_32F, _CUDA_R_16F = 0, 2
@@ -69,8 +69,7 @@ class Runner:
         self.kernel((n // bn, n // bm, 1), (bx, by, 1), (a, b, c, np.int32(n)), shared_mem=int(lp["smem"]))
 
     def device_inputs(self, n: int, seed: int):
-        a, b = make_inputs(n, seed, self.spec["inputs"])
-        return self.cp.asarray(a), self.cp.asarray(b)
+        return make_inputs_xp(self.cp, n, seed, self.spec["inputs"])
 
     # -- phase 1: correctness ------------------------------------------------------
     def correctness(self) -> None:
@@ -119,9 +118,24 @@ class Runner:
         flush = cp.empty(max(int(self.spec.get("l2_bytes") or 0) * 2, 64 << 20), dtype=cp.uint8)
         student = lambda: self.launch(a, b, c, n)  # noqa: E731
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        # Timing integrity: every timed student launch gets fresh inputs (drawn on the GPU
+        # from a seed the kernel cannot know, outside the timed region), and a fingerprint
+        # C @ v (v random) of each timed output is kept. The trusted checker verifies every
+        # fingerprint against A_r (B_r v) in float64, so a kernel that replays an earlier
+        # result or skips work on later launches is caught, whatever it caches.
+        iseed = int(bs.get("integrity_seed", seed + 1))
+        rng = np.random.default_rng(iseed)
+        v = cp.asarray(rng.random(n, dtype=np.float32) * 2 - 1)
+        counter = {"launch": -int(bs["warmup"])}
+        prints = []
+
+        def fresh_inputs() -> None:
+            a[...], b[...] = make_inputs_xp(cp, n, rep_seed(iseed, counter["launch"]), self.spec["inputs"])
+            counter["launch"] += 1
 
         def timed(fn, is_student: bool) -> float:
             if is_student:
+                fresh_inputs()
                 c.fill(cp.nan)  # the kernel must write every element again
             if bs["flush_l2"]:
                 flush.fill(1)
@@ -130,6 +144,8 @@ class Runner:
             e1.record()
             e1.synchronize()
             ms = float(cp.cuda.get_elapsed_time(e0, e1))
+            if is_student:
+                prints.append(cp.asnumpy(c @ v))
             if not is_student:
                 # No correct product may sit in device memory while student code runs:
                 # a kernel could otherwise find cuBLAS's answer and copy it.
@@ -139,6 +155,7 @@ class Runner:
         for _ in range(bs["warmup"]):
             timed(student, True)
             timed(base, False)
+        del prints[:]  # only timed launches are checked (launch numbers 0, 1, ...)
         student_ms, base_ms = [], []
         self.report["bench"] = {"n": n, "seed": seed, "student_ms": student_ms, "baseline_ms": base_ms,
                                 "file": None}
@@ -154,6 +171,10 @@ class Runner:
             if time.perf_counter() - start > bs["max_seconds"] and rep + 1 >= bs["min_reps"]:
                 break
         self.report["bench"]["file"] = f"c_bench_{n}.npy"
+        self.report["bench"]["last_seed"] = rep_seed(iseed, counter["launch"] - 1)
+        self.report["bench"]["timed_launches"] = len(prints)
+        self.report["bench"]["fingerprints"] = "fingerprints.npy"
+        np.save(self.out / "fingerprints.npy", np.stack(prints).astype(np.float32))
         np.save(self.out / self.report["bench"]["file"], cp.asnumpy(c))
         self.save()
 

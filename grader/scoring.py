@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from .compiler import CompileResult
 from .peaks import Peaks
-from .records import FAILED, NOT_EVALUATED, PASSED, ItemResult
+from .records import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
 from .rubric import Item, Stage
 from .sass import SassResult
 from .timing import TimingSummary
@@ -130,6 +130,12 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     if why:
         return _result(st, item, NOT_EVALUATED if why.startswith("not evaluated") else FAILED, 0, why)
     t = o.timing
+    if t.fraction_of_baseline > st.plausible_max:
+        base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
+        return _result(st, item, MANUAL, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
+                       f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
+                       f"{st.plausible_max:g}x; course staff will look at this kernel",
+                       fraction_of_baseline=t.fraction_of_baseline)
     if kind == "fraction_of_baseline":
         status, frac = _threshold(t.fraction_of_baseline, item)
         base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"

@@ -47,15 +47,16 @@ def test_fp16_inputs_with_fp32_accumulation_pass_the_wmma_tolerance():
 
 def test_fp16_rounding_hides_inside_the_fp32_tolerance_so_sass_must_catch_it():
     # Why the FP32 stages also carry a SASS item: FP32 inputs rounded to FP16 (as TF32 or
-    # FP16 tensor-core code does) stay within rtol 1e-3, although their error is over 100x
-    # that of a true FP32 kernel.
+    # FP16 tensor-core code does) land right at rtol 1e-3 -- some inputs pass, some fail by
+    # one element -- although their error is over 100x that of a true FP32 kernel.
     a, b = make_inputs(256, 5, "fp32")
     ref = _ref(a, b)
     true_fp32 = compare((a @ b).astype(np.float32), ref, 1e-3, np)
     rounded = compare(a.astype(np.float16).astype(np.float32) @ b.astype(np.float16).astype(np.float32),
                       ref, 1e-3, np)
     assert true_fp32.max_scaled_err < 1e-5
-    assert rounded.passed and rounded.max_scaled_err > 100 * true_fp32.max_scaled_err
+    assert rounded.max_scaled_err > 100 * true_fp32.max_scaled_err
+    assert 1e-4 < rounded.max_scaled_err < 1e-2  # within an order of magnitude of the tolerance
 
 
 def test_inputs_are_deterministic_and_never_zero():

@@ -144,3 +144,11 @@ def test_empty_kernel_earns_no_resource_or_sass_points():
     assert items[("blocktiling_2d", "fp32_only")].status == FAILED
     assert "no FFMA" in items[("blocktiling_2d", "fp32_only")].message
     assert items[("blocktiling_2d", "no_spills")].status == FAILED
+
+
+def test_implausibly_fast_kernel_is_flagged_not_rewarded():
+    from grader.records import MANUAL
+
+    items = _items([_outcome("blocktiling_2d", student_ms=2.73 / 1.5)])  # 1.5x cuBLAS SGEMM on FP32 cores
+    speed = items[("blocktiling_2d", "speed")]
+    assert speed.status == MANUAL and speed.score == 0 and "flagged for review" in speed.message

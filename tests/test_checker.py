@@ -1,0 +1,70 @@
+"""The trusted checker on saved outputs (NumPy backend: no GPU needed)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from grader.checker import check
+from grader.inputs import make_inputs_xp, rep_seed
+
+ROOT = Path(__file__).resolve().parent.parent
+N, ISEED = 128, 77
+
+
+def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5):
+    """Write what the runner writes after timing; replay_from: launch after which the kernel replays."""
+    v = np.random.default_rng(ISEED).random(N, dtype=np.float32) * 2 - 1
+    prints, kept = [], None
+    for r in range(launches):
+        a, b = make_inputs_xp(np, N, rep_seed(ISEED, r), "fp32")
+        c = (a @ b).astype(np.float32)
+        if replay_from is not None and r >= replay_from:
+            c = kept  # a kernel that stopped computing and returns an earlier result
+        kept = c if kept is None or replay_from is None or r < replay_from else kept
+        prints.append(c @ v)
+    np.save(tmp_path / "fingerprints.npy", np.stack(prints))
+    np.save(tmp_path / "c_bench.npy", c)
+    case = {"n": N, "seed": rep_seed(ISEED, launches - 1), "file": "c_bench.npy", "kind": "bench",
+            "fingerprints": {"file": "fingerprints.npy", "count": launches, "integrity_seed": ISEED}}
+    return {"stages": [{"id": "tiled", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(tmp_path), "cases": [case]}]}
+
+
+def test_honest_timed_launches_pass(tmp_path):
+    cases = check(_timed_run(tmp_path))["tiled"]["cases"]
+    assert [c["kind"] for c in cases] == ["bench", "timed"]
+    assert all(c["passed"] for c in cases)
+    assert "all 5 timed launches" in cases[1]["description"]
+
+
+def test_replaying_an_earlier_result_is_caught(tmp_path):
+    cases = check(_timed_run(tmp_path, replay_from=2))["tiled"]["cases"]
+    timed = cases[1]
+    assert not timed["passed"] and "timed launch 3, 4, 5 of 5" in timed["problem"]
+    # the saved final output is the replayed (stale) one: wrong for the last launch's inputs
+    assert not cases[0]["passed"]
+
+
+def test_missing_output_is_reported_not_raised(tmp_path):
+    spec = {"stages": [{"id": "naive", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(tmp_path),
+                        "cases": [{"n": N, "seed": 1, "file": "c_512.npy", "kind": "check"}]}]}
+    case = check(spec)["naive"]["cases"][0]
+    assert not case["passed"] and "no output was saved" in case["problem"]
+
+
+def test_wrong_shape_output(tmp_path):
+    np.save(tmp_path / "c.npy", np.zeros((N, N + 1), np.float32))
+    spec = {"stages": [{"id": "naive", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(tmp_path),
+                        "cases": [{"n": N, "seed": 1, "file": "c.npy", "kind": "check"}]}]}
+    assert "shape" in check(spec)["naive"]["cases"][0]["problem"]
+
+
+def test_checker_process_writes_verdicts(tmp_path):
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(_timed_run(tmp_path)))
+    out = tmp_path / "verdicts.json"
+    proc = subprocess.run([sys.executable, "-m", "grader.checker", str(spec_path), str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["tiled"]["cases"][1]["passed"] is True

@@ -1,0 +1,95 @@
+"""Every broken or hostile submission in tests/submissions/ gets the verdict EXPECTED.yaml names.
+
+Static expectations (compile, ptxas, SASS, the #include and launch-array checks) run everywhere,
+CI included; GPU expectations are marked `gpu`. Cases that would be awkward to commit (a file over
+the size limit, a symlink out of the submission, an empty file) are generated here.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grader import toolchain
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBS = ROOT / "tests" / "submissions"
+EXPECTED = yaml.safe_load((SUBS / "EXPECTED.yaml").read_text())
+needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
+
+
+def grade(sub: Path, out: Path, stages, *extra) -> dict:
+    rubric = out.parent / "rubric_short.yaml"  # shorter stage time limit, so a hang costs 40 s
+    rubric.write_text((ROOT / "rubric.yaml").read_text().replace("stage_run_s: 240", "stage_run_s: 40"))
+    cmd = [sys.executable, str(ROOT / "grader" / "run_local.py"), str(sub), "--out", str(out), "--quiet",
+           "--rubric", str(rubric), "--stages", ",".join(stages), *extra]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {t["number"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
+
+
+def check(tests: dict, expectations: dict) -> None:
+    for number, (status, needle) in expectations.items():
+        t = tests[number]
+        assert t["extra_data"]["status"] == status, (number, t["output"][:600])
+        assert needle in t["output"], (number, needle, t["output"][:600])
+        if status != "passed" and number.split(".")[1] in ("speed", "beats_fp32"):
+            assert "TFLOP" not in t["output"]  # never a speed for a wrong kernel
+
+
+def test_the_suite_has_at_least_twenty_cases():
+    assert len(EXPECTED) + 3 >= 20  # + the three generated below
+    for case in EXPECTED:
+        assert (SUBS / case).is_dir(), case
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", [c for c, e in EXPECTED.items() if e.get("static")])
+def test_static_verdicts(tmp_path, case):
+    e = EXPECTED[case]
+    check(grade(SUBS / case, tmp_path / "out", e["stages"], "--no-gpu"), e["static"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [c for c, e in EXPECTED.items() if e.get("gpu")])
+def test_gpu_verdicts(tmp_path, case):
+    e = EXPECTED[case]
+    marker = Path("/tmp/gemm-grader-host-code-ran")
+    marker.unlink(missing_ok=True)
+    tests = grade(SUBS / case, tmp_path / "out", e["stages"])
+    check(tests, {**e.get("static", {}), **e["gpu"]})
+    assert not marker.exists(), "a student's host code ran"
+
+
+def _generated(tmp_path: Path, kind: str) -> Path:
+    gemm = tmp_path / "sub" / "gemm"
+    gemm.mkdir(parents=True)
+    target = gemm / "naive.cu"
+    if kind == "oversize":
+        target.write_text("// padding\n" * 120_000)
+    elif kind == "symlink":
+        os.symlink("/etc/hostname", target)
+    elif kind == "empty":
+        target.write_text("")
+    return tmp_path / "sub"
+
+
+@pytest.mark.parametrize("kind,needle", [
+    ("oversize", "bytes; the limit is 1,048,576"),
+    ("symlink", "symbolic link to a file outside the submission"),
+    ("empty", "gemm/naive.cu is empty"),
+])
+def test_generated_bad_inputs(tmp_path, kind, needle):
+    tests = grade(_generated(tmp_path, kind), tmp_path / "out", ["naive"], "--no-gpu")
+    check(tests, {"1.compiles": ["failed", needle], "1.correct": ["failed", ""]})
+
+
+@needs_nvcc
+def test_static_initializer_never_runs(tmp_path):
+    marker = Path("/tmp/gemm-grader-host-code-ran")
+    marker.unlink(missing_ok=True)
+    grade(SUBS / "host_static_initializer", tmp_path / "out", ["naive"], "--no-gpu")
+    assert not marker.exists()

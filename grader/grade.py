@@ -134,9 +134,12 @@ def _run_problem(proc: ProcRecord, report: dict | None, rubric: Rubric) -> str:
     sizes = rubric.correctness_sizes
     where = (f"during the correctness run at N={sizes[done]}" if done < len(sizes)
              else "while timing at the benchmark size")
+    printed = proc.stdout_bytes + proc.stderr_bytes
+    noisy = (f"; it printed {printed:,} bytes (shown trimmed): printf in a kernel's hot path slows it "
+             "enormously" if printed > rubric.output_limit_bytes else "")
     if proc.timed_out:
         return (f"timed out after {proc.timeout_s:g} s {where}: the kernel did not finish "
-                "(look for a loop that never ends or a barrier some threads never reach)")
+                f"(look for a loop that never ends or a barrier some threads never reach){noisy}")
     if report and report.get("error"):
         return f"the kernel failed {where}: {report['error']}"
     if report is None or not report.get("loaded"):
@@ -175,17 +178,20 @@ def _sanitize(outcomes: dict[str, StageOutcome], rubric: Rubric, work_root: Path
     """racecheck on correct shared-memory stages (a hazard fails them); memcheck on failed ones."""
     san = rubric.sanitizer
     tool = toolchain.find_compute_sanitizer()
-    ok = [o for o in outcomes.values() if o.compile.ok and o.correct and _uses_shared_memory(o)]
-    if san.racecheck and ok:
+    # Wrong kernels too: a race is the likeliest explanation of a shared-memory stage's wrong numbers.
+    shared = [o for o in outcomes.values() if o.compile.ok and o.correct is not None and _uses_shared_memory(o)
+              and not o.correctness_message.startswith("timed out")]
+    if san.racecheck and shared:
         progress("checking shared-memory races (compute-sanitizer racecheck)")
-        runs = run_many("racecheck", tool, [stage_spec(o) for o in ok], san.n, work_root / "racecheck",
+        runs = run_many("racecheck", tool, [stage_spec(o) for o in shared], san.n, work_root / "racecheck",
                         _child_env(), san.timeout_s)
-        for o in ok:
+        for o in shared:
             r = runs[o.stage.id]
             if r.findings:
+                before = "" if o.correct else "\n" + o.correctness_message
                 o.correct, o.timing = False, None
-                o.correctness_message = race_message(o.stage.kernel, r.findings)
-            else:
+                o.correctness_message = race_message(o.stage.kernel, r.findings) + before
+            elif o.correct:
                 o.correctness_message += ("; racecheck: no shared-memory hazard" if not r.reason
                                           else f"; racecheck {r.reason}")
     failed = [o for o in outcomes.values() if o.compile.ok and o.correct is False

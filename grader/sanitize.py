@@ -55,7 +55,8 @@ def parse_sanitizer(text: str) -> list[Finding]:
 def race_message(kernel: str, findings: list[Finding]) -> str:
     f = findings[0]
     accesses = re.findall(r"(Write|Read) access at", " ".join([f.summary, *f.details]))
-    where = [f"{acc.lower()} at {Path(fl).name}:{ln}" for acc, (_fn, fl, ln) in zip(accesses, f.locations) if fl]
+    where = list(dict.fromkeys(f"{acc.lower()} at {Path(fl).name}:{ln}"
+                               for acc, (_fn, fl, ln) in zip(accesses, f.locations) if fl))
     more = f" ({len(findings) - 1} more)" if len(findings) > 1 else ""
     return (f"shared-memory race in {kernel}: " + (", ".join(where) if where else f.summary)
             + f"{more}. Numbers can come out right by luck; a race makes them depend on timing. "

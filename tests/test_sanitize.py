@@ -12,7 +12,7 @@ def test_racecheck_finds_the_missing_barrier_with_source_lines():
     assert findings[0].locations[0] == ("mmTiled", "tiled.cu", 16)
     assert findings[1].locations[0] == ("mmTiled", "tiled.cu", 15)
     msg = race_message("mmTiled", findings)
-    assert msg.startswith("shared-memory race in mmTiled: write at tiled.cu:16, read at tiled.cu:18.")
+    assert msg.startswith("shared-memory race in mmTiled: write at tiled.cu:16, read at tiled.cu:18 (1 more).")
     assert msg.count("tiled.cu:18") == 1  # repeated accesses at one line are named once
 
 

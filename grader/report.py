@@ -73,12 +73,12 @@ def summary_markdown(grading, profile=None) -> str:
     parts = [f"**Score: {grading.score:g} / {grading.max_score:g}**", ""]
     parts += [f"- {line}" for line in environment_lines(grading)]
     parts += ["", markdown_table(ladder_rows(grading))]
-    occupancy = [i for i in grading.items if i.stage == "occupancy"]
-    if occupancy:
-        manual = sum(i.max_score for i in occupancy if i.status == "manual")
-        parts.append(f"Occupancy exercises: {sum(i.score for i in occupancy):g} / "
-                     f"{sum(i.max_score for i in occupancy):g} points"
-                     + (f" ({manual:g} of them graded by hand later)" if manual else "") + "\n")
+    for stage, label in (("occupancy", "Occupancy exercises"), ("report", "Report")):
+        part = [i for i in grading.items if i.stage == stage]
+        if part:
+            manual = sum(i.max_score for i in part if i.status == "manual")
+            parts.append(f"{label}: {sum(i.score for i in part):g} / {sum(i.max_score for i in part):g} points"
+                         + (f" ({manual:g} of them graded by hand later)" if manual else "") + "\n")
     parts.append("`% peak` is against the stage's own ceiling (FP32 CUDA cores for stages 1-4b, FP16 "
                  "Tensor Cores for WMMA); `% baseline` is against cuBLAS on the same inputs, timed "
                  "interleaved. Speeds are shown only for kernels that passed every correctness check.")

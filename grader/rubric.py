@@ -380,7 +380,8 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
     if "report" in extra:
         from .report_check.config import load_report_config
 
-        extra["report_config"] = load_report_config(extra["report"], f"{source}.report")
+        extra["report_config"] = load_report_config(extra["report"], f"{source}.report",
+                                                    [st.id for st in stages])
     r.done()
     for k, st in enumerate(stages):
         if any(i.kind == "ncu" for i in st.items) and (profile.n % st.launch.tile[0] or profile.n % st.launch.tile[1]):

@@ -16,6 +16,14 @@
 #     version), nvcc (no usable nvcc found), sass (no usable cuobjdump/nvdisasm found).
 #     Pip runs again only when pyproject.toml changed or an extra is newly needed
 #     (stamp: .venv/.grader-bootstrap).
+#
+# Environment (all optional; grader/install.sh, the Gradescope/Docker install, sets them):
+#   GRADER_PYTHON=PATH        the base interpreter (default: python3)
+#   GRADER_NO_INSTALL=1       never create .venv or run pip: use the base interpreter as it is
+#                             (it must import numpy, yaml, rich); missing tools are only warned about
+#   GRADER_CUPY=cuda13|cuda12 install that CuPy extra even though no GPU is visible now
+#                             (a Docker build sees no GPU; the container will)
+#   GRADER_PYTHON_FILE=PATH   write the path of the interpreter chosen here into PATH
 set -euo pipefail
 
 REPO="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -64,10 +72,18 @@ cupy_extra=""
 if ((gpu)); then
     if [[ -n "$cuda_major" && "$cuda_major" -ge 13 ]]; then cupy_extra=cuda13; else cupy_extra=cuda12; fi
 fi
+case "${GRADER_CUPY:-}" in
+    "" | none | auto) ;;
+    cuda12 | cuda13)
+        cupy_extra="$GRADER_CUPY"
+        say "GRADER_CUPY=$GRADER_CUPY: installing CuPy for a GPU this machine will have (none needed now)"
+        ;;
+    *) say "GRADER_CUPY='$GRADER_CUPY' is not cuda12, cuda13 or none"; exit 2 ;;
+esac
 
 mods=(numpy yaml rich)
 [[ "$cmd" == test ]] && mods+=(pytest)
-((gpu)) && mods+=(cupy)
+[[ -n "$cupy_extra" ]] && mods+=(cupy)
 
 # Prints the modules that PY cannot import (nothing when all import).
 missing_modules() {
@@ -98,7 +114,7 @@ else
     [[ -n "$base_tools" ]] && why+=("tools missing, pip extras: $base_tools")
     why_text="${why[0]}"
     ((${#why[@]} > 1)) && why_text+="; ${why[1]}"
-    say "using .venv ($why_text)"
+    [[ "${GRADER_NO_INSTALL:-0}" == 1 ]] || say "using .venv ($why_text)"
 fi
 
 setup_venv() {
@@ -162,6 +178,15 @@ setup_venv() {
     } >"$stamp"
 }
 
+if ((!use_base)) && [[ "${GRADER_NO_INSTALL:-0}" == 1 ]]; then
+    if [[ -n "$base_missing" ]]; then
+        say "GRADER_NO_INSTALL=1 but $BASE_PY lacks: $base_missing; cannot continue"
+        exit 1
+    fi
+    use_base=1
+    PY="$BASE_PY"
+    say "GRADER_NO_INSTALL=1: using $BASE_PY as it is${base_tools:+ (missing tools, their items are not evaluated: $base_tools)}"
+fi
 if ((!use_base)); then
     if ! setup_venv; then
         if [[ -z "$base_missing" ]]; then
@@ -176,6 +201,12 @@ fi
 
 # What the grader will see (one line per tool; problems such as a missing host compiler show here).
 "$PY" -m grader.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+
+if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then
+    py_path="$PY"
+    [[ "$py_path" == */* ]] || py_path="$(command -v "$py_path")"
+    printf '%s\n' "$py_path" >"$GRADER_PYTHON_FILE"
+fi
 
 case "$cmd" in
     setup) exit 0 ;;

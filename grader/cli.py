@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--check-rubric", action="store_true", help="only validate the rubric and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--batch", action="store_true",
+                   help="SUBMISSION is a Gradescope 'Download Submissions' export: grade every submission "
+                        "in it (grader/batch.py; also --workers N, --force, --timeout S, --shard I/N)")
     p.add_argument("--calibrate", nargs="?", const=3, type=int, metavar="REPEATS",
                    help="instructors, on a GPU machine: grade the solutions (default: the repo's solutions/) "
                         "and the one-stage-shifted submission REPEATS times (default 3) and write "
@@ -72,6 +75,11 @@ def _calibrate(args, rubric, out: Path, console, started: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else list(argv)
+    if "--batch" in raw:  # a whole Gradescope export: grader/batch.py grades each submission in a child
+        from .batch import main as batch_main
+
+        return batch_main(["grade"] + [a for a in raw if a != "--batch"])
     started = time.monotonic()
     args = parse_args(argv)
     out = Path(args.out).resolve()
@@ -98,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         stages = None
         if args.stages:
             stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-            known = [st.id for st in rubric.stages] + (["occupancy"] if "occupancy" in rubric.extra else [])
+            known = [st.id for st in rubric.stages] + [k for k in ("occupancy", "report") if k in rubric.extra]
             unknown = [s for s in stages if s not in known]
             if unknown:
                 return _fail(out, f"--stages: unknown stage {unknown[0]!r}; known: " + ", ".join(known),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .gradescope.leaderboard import leaderboard_entries
 from .records import to_jsonable
 from .report import summary_markdown
 from .results import build_results, write_results
@@ -43,7 +44,8 @@ def write_outputs(grading, out: Path) -> dict:
     profile = write_profile_report(grading, out)
     summary = summary_markdown(grading, profile)
     results = build_results(grading.items, execution_time=grading.seconds, output=summary,
-                            extra={"device": grading.env.device, "peaks": grading.env.peaks})
+                            extra={"device": grading.env.device, "peaks": grading.env.peaks},
+                            leaderboard=leaderboard_entries(grading))
     write_results(out / "results.json", results)
     (out / "summary.md").write_text(summary + "\n")
     (out / "grading.json").write_text(json.dumps(to_jsonable(_detail(grading)), indent=1, default=str) + "\n")

@@ -1,0 +1,275 @@
+"""Batch grading of a Gradescope export (grader/batch.py).
+
+One real run of `run_local.py EXPORT --batch` over 22 generated submissions plus a corrupt one, one
+missing from the metadata and a metadata entry without a folder (static grading, one stage to keep
+it short), then its resume; the rest with a fake child process (crash, hang, GPU pinning, --force,
+--retry-failed, shards, a zipped export) and the Slurm script with its merge.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader import batch, toolchain
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from make_demo_export import make_export, zip_export  # noqa: E402
+
+needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
+N = 22
+
+
+def read_csv(path: Path) -> tuple[list[str], dict[str, dict]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = {r["folder"]: r for r in reader}
+        return list(reader.fieldnames or []), rows
+
+
+def run_batch(export: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "grader" / "run_local.py"), str(export), "--batch",
+                           "--out", str(out), "--no-gpu", "--stages", "naive", "--quiet", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    exp = tmp_path_factory.mktemp("export") / "assignment_1_export"
+    make_export(exp, N)
+    # corrupt: binary junk where the kernels are, answers that are not YAML, a broken zip
+    bad = exp / "submission_399001"
+    (bad / "gemm").mkdir(parents=True)
+    (bad / "gemm" / "naive.cu").write_bytes(bytes(range(256)) * 40)
+    (bad / "occupancy").mkdir()
+    (bad / "occupancy" / "answers.yaml").write_text("ex1: [unclosed\n  : : :\n")
+    (bad / "submission.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    # a folder that the metadata does not list, and a metadata entry without a folder
+    (exp / "submission_399002" / "gemm").mkdir(parents=True)
+    (exp / "submission_399002" / "gemm" / "naive.cu").write_text((ROOT / "solutions/gemm/naive.cu").read_text())
+    with open(exp / "submission_metadata.yml", "a", encoding="utf-8") as f:
+        f.write(textwrap.dedent("""\
+            submission_399001:
+              :submitters:
+              - :name: Corrupt Upload
+                :sid: '999001'
+                :email: corrupt@example.edu
+              :created_at: 2026-11-30 23:59:59.000000000 -08:00
+              :score: !ruby/object:BigDecimal 18:0.0
+            submission_399003:
+              :submitters:
+              - :name: Folder Missing
+                :sid: '999003'
+                :email: missing@example.edu
+            """))
+    return exp
+
+
+@needs_nvcc
+def test_batch_over_an_export_then_resume(export, tmp_path):
+    out = tmp_path / "out"
+    proc = run_batch(export, out, "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    columns, rows = read_csv(out / "grades.csv")
+    assert columns[:9] == batch.META_COLUMNS
+    assert {"naive.compiles", "naive.correct", "naive.fp32_only"} <= set(columns)
+    assert not [c for c in columns if c.startswith(("coalesced.", "wmma."))]  # --stages naive
+    assert len(rows) == N + 3
+    graded = [r for r in rows.values() if r["status"] == "graded"]
+    assert len(graded) == N + 2  # the corrupt one is graded too: the student's problem, as data
+    first = rows["submission_310000"]  # solutions
+    assert first["names"] == "Student 000" and first["sids"] == "900000"
+    assert first["emails"] == "student000@example.edu" and first["created_at"].startswith("2026-11-01T10:00:00")
+    assert float(first["naive.compiles"]) == 2.0 and float(first["total"]) >= 2.0
+    assert first["max_total"] and float(first["max_total"]) == 10.0
+    group = rows["submission_310005"]
+    assert group["names"] == "Student 010; Student 011" and group["sids"] == "900010; 900011"
+    assert float(rows["submission_310002"]["naive.compiles"]) == 0.0  # compile_error kind: naive missing
+    corrupt = rows["submission_399001"]
+    assert corrupt["names"] == "Corrupt Upload" and float(corrupt["naive.compiles"]) == 0.0
+    orphan = rows["submission_399002"]
+    assert orphan["names"] == "" and orphan["status"] == "graded" and float(orphan["naive.compiles"]) == 2.0
+    assert rows["submission_399003"]["status"] == "missing_folder" and rows["submission_399003"]["total"] == ""
+    for folder, row in rows.items():
+        if row["status"] == "missing_folder":
+            continue
+        res = json.loads((out / "submissions" / folder / "results.json").read_text())
+        assert res["tests"] and abs(res["score"] - float(row["total"])) < 1e-9
+    info = json.loads((out / "batch.json").read_text())
+    assert info["graded_now"] == N + 2 and info["workers"] == 2 and info["missing_folders"] == ["submission_399003"]
+    assert "not in submission_metadata.yml" in " ".join(info["notes"])
+
+    # resume: nothing is graded again; a deleted result is the only one re-graded
+    stamp = (out / "submissions" / "submission_310000" / "results.json").stat().st_mtime_ns
+    (out / "submissions" / "submission_310004" / "results.json").unlink()
+    again = run_batch(export, out)
+    assert again.returncode == 0, again.stderr
+    info = json.loads((out / "batch.json").read_text())
+    assert info["graded_now"] == 1 and info["skipped"] == N + 1
+    assert [r["folder"] for r in info["records"]] == ["submission_310004"]
+    assert (out / "submissions" / "submission_310000" / "results.json").stat().st_mtime_ns == stamp
+    assert read_csv(out / "grades.csv")[1].keys() == rows.keys()
+
+
+def test_usage_errors(tmp_path):
+    proc = run_batch(tmp_path / "nope", tmp_path / "out")
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "grader.batch", "grade", str(tmp_path), "--stages", "nosuch",
+                           "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown stage 'nosuch'" in proc.stderr
+    with pytest.raises(batch.BatchError):
+        batch.parse_shard("3/3")
+    assert batch.parse_shard("1/4") == (1, 4)
+
+
+# --------------------------------------------------------------------------------------------
+# With a fake child: crash, hang, GPU pinning, force, retry, shards, zip
+# --------------------------------------------------------------------------------------------
+FAKE_CHILD = textwrap.dedent("""\
+    import json, os, sys, time
+    sub, out = sys.argv[1], sys.argv[2]
+    if os.path.exists(os.path.join(sub, "CRASH")):
+        print("Traceback: the grader broke", file=sys.stderr)
+        sys.exit(3)
+    if os.path.exists(os.path.join(sub, "HANG")):
+        time.sleep(60)
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    test = {"name": "t", "number": "1.compiles", "score": 1.0, "max_score": 2.0, "status": "failed",
+            "output": "", "output_format": "md", "visibility": "visible", "tags": [],
+            "extra_data": {"status": "failed", "stage": "naive", "item": "compiles"}}
+    res = {"score": 1.0, "execution_time": 0, "output": "", "output_format": "md", "visibility": "visible",
+           "stdout_visibility": "hidden", "tests": [test], "extra_data": {"gpu": gpu}}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f)
+    time.sleep(0.3)
+    """)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    script = tmp_path / "fake_child.py"
+    script.write_text(FAKE_CHILD)
+    return lambda sub, out, opts: [sys.executable, str(script), str(sub.path), str(out)]
+
+
+def _small_export(root: Path, names=("submission_1", "submission_2", "submission_3", "submission_4")) -> Path:
+    root.mkdir(parents=True)
+    meta = ""
+    for name in names:
+        (root / name / "gemm").mkdir(parents=True)
+        (root / name / "gemm" / "naive.cu").write_text("// a student's file\n")
+        meta += f"{name}:\n  :submitters:\n  - :name: N {name}\n    :sid: '{name[-1]}'\n    :email: {name}@x.edu\n"
+    (root / "submission_metadata.yml").write_text(meta)
+    return root
+
+
+def test_crash_and_hang_cost_only_their_own_row(tmp_path, fake):
+    exp = _small_export(tmp_path / "exp")
+    (exp / "submission_2" / "CRASH").touch()
+    (exp / "submission_3" / "HANG").touch()
+    s = batch.grade_export(exp, tmp_path / "out", workers=2, opts=batch.Options(timeout_s=3),
+                           quiet=True, make_cmd=fake, gpus=[])
+    assert s.graded == 2 and s.failed == ["submission_2", "submission_3"]
+    _, rows = read_csv(tmp_path / "out" / "grades.csv")
+    assert rows["submission_2"]["status"] == "grader_error" and rows["submission_3"]["status"] == "timed_out"
+    assert rows["submission_1"]["naive.compiles"] == "1.0" and rows["submission_4"]["status"] == "graded"
+    for folder in ("submission_2", "submission_3"):
+        res = json.loads((tmp_path / "out" / "submissions" / folder / "results.json").read_text())
+        assert res["tests"][0]["tags"] == ["autograder_error"]
+    crash = json.loads((tmp_path / "out" / "submissions" / "submission_2" / "results.json").read_text())
+    assert "the grader broke" in crash["tests"][1]["output"]
+    assert "timed out after 3 s" in (tmp_path / "out" / "submissions" / "submission_3" / "results.json").read_text()
+    assert not list((tmp_path / "out" / "submissions").glob("*.partial"))
+
+    # --retry-failed re-grades only the failures; --force everything
+    (exp / "submission_2" / "CRASH").unlink()
+    (exp / "submission_3" / "HANG").unlink()
+    s = batch.grade_export(exp, tmp_path / "out", retry_failed=True, quiet=True, make_cmd=fake, gpus=[])
+    assert s.graded == 2 and s.skipped == 2 and not s.failed
+    s = batch.grade_export(exp, tmp_path / "out", force=True, quiet=True, make_cmd=fake, gpus=[])
+    assert s.graded == 4 and s.skipped == 0
+
+
+def test_one_worker_per_gpu_each_pinned_to_its_own(tmp_path, fake):
+    exp = _small_export(tmp_path / "exp", tuple(f"submission_{i}" for i in range(6)))
+    s = batch.grade_export(exp, tmp_path / "out", quiet=True, make_cmd=fake, gpus=["0", "1"])
+    assert s.workers == ["0", "1"] and s.graded == 6
+    seen = set()
+    for i in range(6):
+        res = json.loads((tmp_path / "out" / "submissions" / f"submission_{i}" / "results.json").read_text())
+        status = json.loads((tmp_path / "out" / "submissions" / f"submission_{i}" / "batch_status.json").read_text())
+        assert res["extra_data"]["gpu"] == status["gpu"] in ("0", "1")  # one GPU each, never both
+        seen.add(status["gpu"])
+    assert seen == {"0", "1"}
+    info = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert info["gpus"] == ["0", "1"] and info["workers"] == 2
+
+
+def test_visible_gpus_and_worker_plan(monkeypatch):
+    listing = "GPU 0: NVIDIA H200 (UUID: GPU-a)\nGPU 1: NVIDIA H200 (UUID: GPU-b)\n"
+    monkeypatch.setattr(batch.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=listing, stderr=""))
+    assert batch.visible_gpus({}) == ["0", "1"]
+    assert batch.visible_gpus({"CUDA_VISIBLE_DEVICES": "1"}) == ["1"]
+    assert batch.visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-b,GPU-a"}) == ["GPU-b", "GPU-a"]
+    assert batch.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
+    monkeypatch.setattr(batch.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError()))
+    assert batch.visible_gpus({}) == []
+    assert batch.plan_workers([], None) == [None]
+    assert batch.plan_workers([], 3) == [None, None, None]
+    assert batch.plan_workers(["0", "1"], None) == ["0", "1"]
+    assert batch.plan_workers(["0", "1"], 3) == ["0", "1", "0"]
+
+
+def test_shards_and_merge(tmp_path, fake):
+    exp = _small_export(tmp_path / "exp", tuple(f"submission_{i}" for i in range(5)))
+    for i in range(2):
+        batch.grade_export(exp, tmp_path / f"shard-{i}", shard=(i, 2), quiet=True, make_cmd=fake, gpus=[])
+    _, a = read_csv(tmp_path / "shard-0" / "grades.csv")
+    _, b = read_csv(tmp_path / "shard-1" / "grades.csv")
+    assert set(a) == {"submission_0", "submission_2", "submission_4"} and set(b) == {"submission_1", "submission_3"}
+    n, warnings = batch.merge([tmp_path / "shard-0", tmp_path / "shard-1", tmp_path / "nothing"],
+                              tmp_path / "grades.csv")
+    columns, rows = read_csv(tmp_path / "grades.csv")
+    assert n == 5 and sorted(rows) == [f"submission_{i}" for i in range(5)]
+    assert columns[:9] == batch.META_COLUMNS and "naive.compiles" in columns
+    assert any("no grades.csv" in w for w in warnings)
+
+
+def test_zipped_export_and_missing_metadata(tmp_path, fake):
+    src = _small_export(tmp_path / "src", ("submission_7", "submission_8"))
+    zip_export(src, tmp_path / "export.zip")
+    s = batch.grade_export(tmp_path / "export.zip", tmp_path / "out", quiet=True, make_cmd=fake, gpus=[])
+    assert s.graded == 2
+    _, rows = read_csv(tmp_path / "out" / "grades.csv")
+    assert rows["submission_7"]["names"] == "N submission_7"
+    (src / "submission_metadata.yml").unlink()
+    s = batch.grade_export(src, tmp_path / "out2", quiet=True, make_cmd=fake, gpus=[])
+    assert s.graded == 2 and any("no submission_metadata.yml" in n for n in s.notes)
+
+
+@needs_nvcc
+def test_slurm_array_script_shards_and_merges(tmp_path):
+    exp = tmp_path / "exp"
+    make_export(exp, 4, ("solutions", "starter"))
+    for task in (3, 4):  # --array=3-4: shards 0 and 1 of 2
+        env = dict(os.environ, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="3",
+                   SLURM_ARRAY_TASK_COUNT="2", SLURM_SUBMIT_DIR=str(ROOT), GRADER_PYTHON=sys.executable,
+                   GRADER_BATCH_ARGS="--no-gpu --stages naive --quiet")
+        proc = subprocess.run(["bash", str(ROOT / "tools" / "slurm_batch.sbatch"), str(exp), str(tmp_path / "out")],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert f"shard {task - 3}/2" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "grader.batch", "merge", str(tmp_path / "out" / "shard-0"),
+                           str(tmp_path / "out" / "shard-1"), "--out", str(tmp_path / "grades.csv")],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    _, rows = read_csv(tmp_path / "grades.csv")
+    assert len(rows) == 4 and all(r["status"] == "graded" for r in rows.values())

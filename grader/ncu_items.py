@@ -164,9 +164,10 @@ def evaluate_ncu_item(item, outcome) -> ItemResult:
         value, threshold = measure(item, o.ncu, n)
     except MissingMetric as exc:
         return _result(o, item, NOT_EVALUATED, f"not evaluated: ncu did not report {exc.args[0]} for this "
-                       "kernel on this GPU")
+                       "kernel on this GPU (not your kernel's fault)")
     except ExprError as exc:
-        return _result(o, item, NOT_EVALUATED, f"not evaluated: the rubric's expression is invalid: {exc}")
+        return _result(o, item, NOT_EVALUATED, f"not evaluated: the rubric's expression is invalid (a course-staff "
+                       f"problem): {exc}")
     except ZeroDivisionError:
         used = ", ".join(f"{m} = {fmt(float(o.ncu[m]))}" for m in METRIC_RE.findall(str(p["expr"]))
                          if isinstance(o.ncu.get(m), (int, float)))
@@ -176,6 +177,8 @@ def evaluate_ncu_item(item, outcome) -> ItemResult:
     ok = passes(p["op"], value, threshold)
     inputs = "; ".join(f"{m} = {fmt(float(o.ncu[m]))}" for m in dict.fromkeys(METRIC_RE.findall(str(p["expr"]))))
     verdict = "passed" if ok else "not met"
-    message = (f"{verdict}: measured {_with_unit(value, unit)}, needs {p['op']} {_with_unit(threshold, unit)} "
-               f"(Nsight Compute, one launch at N={n}; {inputs}).{tail}")
+    ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in str(p["expr"]) and p["op"] == "==" and n else ""
+    # The explanation ends with what to look at next: it belongs to a failed item only.
+    message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {p['op']} {_with_unit(threshold, unit)} "
+               f"(Nsight Compute, one launch at N={n}; {inputs})." + ("" if ok else tail))
     return _result(o, item, PASSED if ok else FAILED, message, value=value, threshold=threshold)

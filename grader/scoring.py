@@ -42,6 +42,14 @@ def _result(stage: Stage, item: Item, status: str, fraction: float, message: str
                       number=f"{stage.number}.{item.id}", values=values)
 
 
+def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
+    """A failed speed item points at the stage's Nsight Compute diagnosis."""
+    if r.status == FAILED and o.ncu:
+        r.message += (f". {'Partial credit: ' + format(r.score, 'g') + ' points. ' if r.score else ''}"
+                      "summary.md ('What Nsight Compute says') names this kernel's bottleneck and the next step")
+    return r
+
+
 def _threshold(value: float, item: Item) -> tuple[str, float]:
     """(status, fraction of points) for a value against min, with optional linear partial credit."""
     lo, hi = item.params.get("partial_from"), item.params["min"]
@@ -80,18 +88,22 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
             return _result(st, item, NOT_EVALUATED, 0, c.problem)
         return _result(st, item, FAILED, 0, c.problem if c else "not compiled")
     if not compiled:
-        return _result(st, item, FAILED, 0, "no credit: the stage did not compile (see its compile item)")
+        return _result(st, item, FAILED, 0, "no credit: the stage did not compile; its compile item shows "
+                       "why, and every other item of the stage waits on it")
 
     if kind == "no_spills":
         k = c.kernel
         if o.correct is False:
             return _result(st, item, FAILED, 0, "no credit: the kernel is not correct, so its register use "
-                           f"does not count ({k.registers} registers, {k.spill_stores} B spill stores)")
+                           f"does not count ({k.registers} registers, {k.spill_stores} B spill stores); fix the "
+                           "correct item first")
         msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
                f"loads, {k.stack_frame} B stack frame (ptxas -v)")
         if k.spills:
-            return _result(st, item, FAILED, 0, msg + ": registers spill to local memory; shrink the "
-                           "per-thread tile or check __launch_bounds__", registers=k.registers)
+            return _result(st, item, FAILED, 0, msg + ": expected 0 B of spills. Registers spill to local "
+                           "memory (slow, global-memory traffic). __launch_bounds__(threads, minBlocks) caps "
+                           "registers at 65536 / (threads x minBlocks); a smaller per-thread tile needs fewer",
+                           registers=k.registers)
         return _result(st, item, PASSED, 1, msg, registers=k.registers)
 
     if kind == "sass":
@@ -106,11 +118,14 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         if forbidden:
             found = ", ".join(f"{op} x{n}" for op, n in forbidden.items())
             return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
-                           "run on FP32 CUDA cores (FFMA), not Tensor Cores", opcodes=dict(forbidden))
+                           "run on FP32 CUDA cores (FFMA only), not Tensor Cores. Look for wmma / mma.h, "
+                           "__half arithmetic or TF32 conversions in this file", opcodes=dict(forbidden))
         if missing:
-            units = "Tensor Cores" if "HMMA" in missing else "the FP32 units (no multiply-add is there)"
+            hint = ("call wmma::mma_sync on half fragments inside the k loop" if "HMMA" in missing else
+                    "the body is empty (still the TODO?) or the compiler removed the loop because nothing "
+                    "it computes reaches C")
             return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
-                           f"instruction: the kernel does not compute on {units}")
+                           f"instruction, which this stage needs: {hint}")
         shown = ", ".join(f"{op} x{ops[op]}" for op in item.params.get("require", []))
         none_of = " none of " + "/".join(item.params["forbid"]) if item.params.get("forbid") else ""
         return _result(st, item, PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
@@ -141,8 +156,8 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
         msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
                f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
-               f"runs at N={t.n}); needs {100 * item.params['min']:.0f}%")
-        return _result(st, item, status, frac, msg, fraction_of_baseline=t.fraction_of_baseline)
+               f"runs at N={t.n}); needs at least {100 * item.params['min']:.0f}%")
+        return _with_next_step(_result(st, item, status, frac, msg, fraction_of_baseline=t.fraction_of_baseline), o)
     if kind == "fraction_of_peak":
         peak = peaks.get(item.params["peak"])
         if not peak:
@@ -151,8 +166,8 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         status, frac = _threshold(value, item)
         label = "FP32 CUDA-core" if item.params["peak"] == "fp32" else "FP16 Tensor Core"
         msg = (f"{t.tflops:.1f} TFLOP/s = {value:.2f} x the {label} peak of {peak:.1f} TFLOP/s "
-               f"({peaks.source}); needs {item.params['min']:g} x")
-        return _result(st, item, status, frac, msg, tflops=t.tflops, ratio=value)
+               f"({peaks.source}); needs at least {item.params['min']:g} x")
+        return _with_next_step(_result(st, item, status, frac, msg, tflops=t.tflops, ratio=value), o)
     if kind == "speedup_over_stage":
         other = outcomes.get(item.params["stage"])
         why_other = _needs_timing(other) if other else "stage not graded in this run"
@@ -162,7 +177,7 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
         value = t.fraction_of_baseline / other.timing.fraction_of_baseline
         status, frac = _threshold(value, item)
-        msg = f"{value:.2f}x faster than your {other.stage.title} kernel; needs {item.params['min']:g}x"
+        msg = f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {item.params['min']:g}x"
         return _result(st, item, status, frac, msg, speedup=value)
     raise ValueError(f"unknown item kind {kind}")  # rubric validation prevents this
 

@@ -50,6 +50,8 @@ def test_the_suite_has_at_least_twenty_cases():
 @pytest.mark.parametrize("case", [c for c, e in EXPECTED.items() if e.get("static")])
 def test_static_verdicts(tmp_path, case):
     e = EXPECTED[case]
+    if any(".fp32_only" in k for k in e["static"]) and toolchain.find_cuobjdump().path is None:
+        pytest.skip("SASS verdicts need cuobjdump (grader/bootstrap.sh installs it from NVIDIA's wheels)")
     check(grade(SUBS / case, tmp_path / "out", e["stages"], "--no-gpu"), e["static"])
 
 

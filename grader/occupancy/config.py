@@ -16,6 +16,7 @@ import yaml
 
 from ..errors import RubricError
 from .calculator import KIB, LIMITS
+from ..sections import ItemSpec  # noqa: F401  (re-exported: the section items' spec)
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 DEFAULT_SECTION = Path(__file__).with_name("rubric_section.yaml")
@@ -36,15 +37,6 @@ ITEM_IDS = (
     "ex6.ptxas_match", "ex6.register_pressure", "ex6.occupancy", "ex6.fastest_claim",
     "ex6.explanation",
 )
-
-
-@dataclass(frozen=True)
-class ItemSpec:
-    id: str
-    title: str
-    points: float
-    visibility: str = "visible"
-    number: str = ""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import RubricError
 from ..ncu import METRIC_RE
 from ..ncu_items import check_expression
+from ..sections import ItemSpec  # noqa: F401  (re-exported: the section items' spec)
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 PEAKS = ("fp32", "fp16_tensor")
@@ -32,15 +33,6 @@ LAST_COLUMNS = ("speedup", "fp32_multiple")  # speed-up over the table's first s
 ITEM_KINDS = ("cites", "values", "times", "reasoning")
 STAGE = "report"  # ItemResult.stage of every report item
 _DERIVED_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-@dataclass(frozen=True)
-class ItemSpec:
-    id: str
-    title: str
-    points: float
-    visibility: str = "visible"
-    number: str = ""
 
 
 @dataclass(frozen=True)

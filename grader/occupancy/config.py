@@ -16,7 +16,7 @@ import yaml
 
 from ..errors import RubricError
 from .calculator import KIB, LIMITS
-from ..sections import ItemSpec  # noqa: F401  (re-exported: the section items' spec)
+from ..sections import ItemSpec
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 DEFAULT_SECTION = Path(__file__).with_name("rubric_section.yaml")

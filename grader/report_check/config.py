@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import RubricError
 from ..ncu import METRIC_RE
 from ..ncu_items import check_expression
-from ..sections import ItemSpec  # noqa: F401  (re-exported: the section items' spec)
+from ..sections import ItemSpec
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 PEAKS = ("fp32", "fp16_tensor")

@@ -119,6 +119,12 @@ def _hand_over(folder: Path, user: str | None) -> str | None:
     ids = pwd.getpwnam(user)
     for path in [folder, *folder.rglob("*")]:
         os.chown(path, ids.pw_uid, ids.pw_gid)
+    # The user must be able to reach the folder: the grader's own stage, work and output folders
+    # get o+x (search only: their other files stay unlistable and are read by root).
+    for parent in list(folder.parents)[:3]:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            os.chmod(parent, mode | 0o001)
     return user
 
 

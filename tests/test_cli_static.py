@@ -97,3 +97,30 @@ def test_check_rubric_only(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "grader" / "run_local.py"), "--check-rubric"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0 and "valid; 6 stages" in proc.stderr
+
+
+@needs_nvcc
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="switching users needs root")
+def test_nvcc_runs_as_the_unprivileged_student_user():
+    import os
+    import pwd
+    import tempfile
+
+    from grader.compiler import compile_stage
+    from grader.rubric import load_rubric
+
+    user = "nobody"
+    pwd.getpwnam(user)
+    rubric = load_rubric(ROOT / "rubric.yaml")
+    base = Path(tempfile.mkdtemp(prefix="grader-user-test-"))  # pytest's own folders are root-only
+    try:
+        os.chmod(base, 0o711)
+        (base / "out").mkdir(mode=0o700)  # e.g. made under umask 077: the grader opens its own folders
+        work = base / "out" / "work" / "naive"
+        c = compile_stage(rubric.stage("naive"), ROOT / "solutions", work, toolchain.find_nvcc(),
+                          ["-arch=sm_90a"], rubric, [512, 1280, 4096], user=user)
+        assert c.ok, c.problem
+        assert (work / "build").stat().st_uid == pwd.getpwnam(user).pw_uid
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -119,10 +119,21 @@ def main(argv: list[str] | None = None) -> int:
         from .outputs import write_outputs
         from .report import render_terminal
 
-        with console.status("grading") as status:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        graded = [st for st in rubric.stages if stages is None or st.id in stages]
+        # Steps: probe, compile and run each stage, then check, sanitize, profile, the other sections.
+        steps = 1 + 2 * len(graded) + 5
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task("grading", total=steps)
+
+            def progress(msg: str) -> None:
+                bar.update(task, description=f"grading: {msg}", advance=1)
+
             grading = grading_mod.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
-                                        keep_outputs=args.keep_outputs,
-                                        progress=lambda msg: status.update(f"grading: {msg}"))
+                                        keep_outputs=args.keep_outputs, progress=progress)
+            bar.update(task, completed=steps)
         write_outputs(grading, out)
         render_terminal(grading, console)
         console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)

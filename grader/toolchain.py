@@ -380,6 +380,19 @@ def _check_nvcc_tree(nvcc_path: str, pip_roots: Sequence[str]) -> tuple[list[str
     return extra, problems, [f"toolkit folder {root}"]
 
 
+def _locate_cuda_tool(exe: str, env_var: str, legacy_pkg: str, environ: Mapping[str, str],
+                      roots: Sequence[str], system_roots: Sequence[str]) -> Tool:
+    """A CUDA toolkit binary: $env_var, $CUDA_HOME/bin, PATH, the system roots, then pip wheels."""
+    cands: list[tuple[str, str]] = []
+    home = _cuda_home(environ)
+    if home:
+        cands.append((os.path.join(home, "bin", exe), "CUDA_HOME"))
+    cands += [(os.path.join(r, "bin", exe), r) for r in system_roots]
+    cands += [(c, "pip") for c in _pip_candidates(roots, exe, legacy_pkg)]
+    return _locate(exe, env_var, cands, environ, roots, parse_cuda_tool_version,
+                   path_exe=exe, path_position=1 if home else 0)
+
+
 def find_nvcc(
     environ: Mapping[str, str] | None = None,
     pip_roots: Sequence[str] | None = None,
@@ -389,16 +402,7 @@ def find_nvcc(
     """Find nvcc, its version, the extra include dirs it needs and its host compiler."""
     environ = _env(environ)
     roots = pip_nvidia_roots() if pip_roots is None else list(pip_roots)
-    cands: list[tuple[str, str]] = []
-    home = _cuda_home(environ)
-    if home:
-        cands.append((os.path.join(home, "bin", "nvcc"), "CUDA_HOME"))
-    cands += [(os.path.join(r, "bin", "nvcc"), r) for r in system_roots]
-    cands += [(c, "pip") for c in _pip_candidates(roots, "nvcc", "cuda_nvcc")]
-    tool = _locate(
-        "nvcc", "GRADER_NVCC", cands, environ, roots, parse_cuda_tool_version,
-        path_exe="nvcc", path_position=1 if home else 0,
-    )
+    tool = _locate_cuda_tool("nvcc", "GRADER_NVCC", "cuda_nvcc", environ, roots, system_roots)
     if tool.path is None:
         tool.reason += (
             "; install the CUDA toolkit or the pip wheels listed in docs/toolchain.md "
@@ -428,16 +432,7 @@ def find_cuobjdump(
     """Find cuobjdump; ``--dump-sass`` also needs nvdisasm (beside it, on PATH or NVDISASM_PATH)."""
     environ = _env(environ)
     roots = pip_nvidia_roots() if pip_roots is None else list(pip_roots)
-    cands: list[tuple[str, str]] = []
-    home = _cuda_home(environ)
-    if home:
-        cands.append((os.path.join(home, "bin", "cuobjdump"), "CUDA_HOME"))
-    cands += [(os.path.join(r, "bin", "cuobjdump"), r) for r in system_roots]
-    cands += [(c, "pip") for c in _pip_candidates(roots, "cuobjdump", "cuda_cuobjdump")]
-    tool = _locate(
-        "cuobjdump", "GRADER_CUOBJDUMP", cands, environ, roots, parse_cuda_tool_version,
-        path_exe="cuobjdump", path_position=1 if home else 0,
-    )
+    tool = _locate_cuda_tool("cuobjdump", "GRADER_CUOBJDUMP", "cuda_cuobjdump", environ, roots, system_roots)
     if tool.path is None:
         tool.reason += "; pip: install nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm"
         return tool

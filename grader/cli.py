@@ -8,15 +8,13 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback
 from pathlib import Path
 
 from .errors import ConfigError
-from .records import to_jsonable
-from .results import build_results, error_results, write_results
+from .results import error_results, write_results
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 DEFAULT_RUBRIC = Path(__file__).resolve().parent.parent / "rubric.yaml"

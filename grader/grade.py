@@ -21,7 +21,7 @@ from .peaks import Peaks, device_peaks
 from .profiling import profile_stages, stage_spec
 from .sanitize import race_message, run_many
 from .records import ItemResult, ProcRecord
-from .rubric import Rubric, Stage
+from .rubric import Rubric
 from .sass import dump_sass
 from .scoring import StageOutcome, score
 from .timing import summarize

@@ -7,7 +7,6 @@ registers, static and dynamic shared memory and block size.
 import json
 from pathlib import Path
 
-import pytest
 
 from grader.occupancy.calculator import api_occupancy, limits_for
 

@@ -10,7 +10,7 @@
 # say "not evaluated: ... ERR_NVGPUCTRPERM".
 #
 # The image is the Gradescope zip, unpacked where Gradescope unpacks it (/autograder/source), and
-# installed by the zip's own setup.sh, which runs grader/install.sh -- the one install script
+# installed by the zip's own setup.sh, which runs grader/deploy/install.sh -- the one install script
 # (tests/test_gradescope_package.py checks that the RUN lines below call nothing else).
 #
 # Base image (ARG BASE):
@@ -31,7 +31,7 @@ ARG BASE=nvidia/cuda:13.0.1-devel-ubuntu24.04
 FROM python:3.12-slim AS package
 WORKDIR /src
 COPY . .
-RUN python -m grader.gradescope build --out /tmp/autograder.zip --unpack /autograder/source
+RUN python -m grader.deploy.gradescope build --out /tmp/autograder.zip --unpack /autograder/source
 
 # Stage 2: the grading image.
 FROM ${BASE}

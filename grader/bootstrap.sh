@@ -17,7 +17,7 @@
 #     Pip runs again only when pyproject.toml changed or an extra is newly needed
 #     (stamp: .venv/.grader-bootstrap).
 #
-# Environment (all optional; grader/install.sh, the Gradescope/Docker install, sets them):
+# Environment (all optional; grader/deploy/install.sh, the Gradescope/Docker install, sets them):
 #   GRADER_PYTHON=PATH        the base interpreter (default: python3)
 #   GRADER_NO_INSTALL=1       never create .venv or run pip: use the base interpreter as it is
 #                             (it must import numpy, yaml, rich); missing tools are only warned about
@@ -99,7 +99,7 @@ print(" ".join(missing))
 EOF
 }
 
-tool_extras() { "$1" -m grader.toolchain --pip-extras; }
+tool_extras() { "$1" -m grader.build.toolchain --pip-extras; }
 
 use_base=0
 base_missing="$(missing_modules "$BASE_PY")"
@@ -200,7 +200,7 @@ if ((!use_base)); then
 fi
 
 # What the grader will see (one line per tool; problems such as a missing host compiler show here).
-"$PY" -m grader.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+"$PY" -m grader.build.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
 
 if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then
     py_path="$PY"

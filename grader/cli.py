@@ -13,11 +13,12 @@ import time
 import traceback
 from pathlib import Path
 
-from .errors import ConfigError
-from .results import error_results, write_results
+from grader import REPO_ROOT
+from grader.errors import ConfigError
+from grader.outputs.results import error_results, write_results
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
-DEFAULT_RUBRIC = Path(__file__).resolve().parent.parent / "rubric.yaml"
+DEFAULT_RUBRIC = REPO_ROOT / "rubric.yaml"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -32,7 +33,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--batch", action="store_true",
                    help="SUBMISSION is a Gradescope 'Download Submissions' export: grade every submission "
-                        "in it (grader/batch.py; also --workers N, --force, --timeout S, --shard I/N)")
+                        "in it (grader/deploy/batch.py; also --workers N, --force, --timeout S, --shard I/N)")
     p.add_argument("--calibrate", nargs="?", const=3, type=int, metavar="REPEATS",
                    help="instructors, on a GPU machine: grade the solutions (default: the repo's solutions/) "
                         "and the one-stage-shifted submission REPEATS times (default 3) and write "
@@ -50,7 +51,7 @@ def _fail(out: Path, message: str, code: int, started: float, stderr) -> int:
 
 
 def _calibrate(args, rubric, out: Path, console, started: float) -> int:
-    """--calibrate [REPEATS]: thresholds against the reference and its predecessors (grader/calibrate.py)."""
+    """--calibrate [REPEATS]: thresholds against the reference and its predecessors (grader/instructor/calibrate.py)."""
     if args.calibrate < 1:
         return _fail(out, f"--calibrate: REPEATS is {args.calibrate}; it must be at least 1", EXIT_USAGE,
                      started, sys.stderr)
@@ -58,7 +59,7 @@ def _calibrate(args, rubric, out: Path, console, started: float) -> int:
     if not sub.is_dir():
         return _fail(out, f"solutions folder {sub} does not exist", EXIT_USAGE, started, sys.stderr)
     try:
-        from .calibrate import run_calibration
+        from grader.instructor.calibrate import run_calibration
 
         rows = run_calibration(rubric, sub, out, args.calibrate, progress=lambda msg: console.print(msg))
     except Exception:  # the grader's own bug
@@ -74,8 +75,8 @@ def _calibrate(args, rubric, out: Path, console, started: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     raw = sys.argv[1:] if argv is None else list(argv)
-    if "--batch" in raw:  # a whole Gradescope export: grader/batch.py grades each submission in a child
-        from .batch import main as batch_main
+    if "--batch" in raw:  # a whole Gradescope export: grader/deploy/batch.py grades each submission in a child
+        from grader.deploy.batch import main as batch_main
 
         return batch_main(["grade"] + [a for a in raw if a != "--batch"])
     started = time.monotonic()
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if not console.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
         console = Console(stderr=True, quiet=args.quiet, width=150)
     try:
-        from .rubric import load_rubric
+        from grader.spec.rubric import load_rubric
 
         rubric = load_rubric(args.rubric)
         if args.check_rubric:
@@ -113,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(out, str(exc), EXIT_USAGE, started, sys.stderr)
 
     try:
-        from . import grade as grading_mod
-        from .outputs import write_outputs
-        from .report import render_terminal
+        from grader import pipeline as grading_mod
+        from grader.outputs.write import write_outputs
+        from grader.outputs.summary import render_terminal
 
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 

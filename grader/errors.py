@@ -1,7 +1,7 @@
 """Errors the grader raises about its *own* inputs (rubric, answers files).
 
 Student mistakes are never exceptions: they are data in result records
-(see :mod:`grader.records`). These exceptions are for configuration the grader
+(see :mod:`grader.model`). These exceptions are for configuration the grader
 cannot work without; the CLI turns them into a one-line message and exit code 2.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 @functools.lru_cache(maxsize=1)
 def probe() -> dict:
-    proc = subprocess.run([sys.executable, "-m", "grader.probe"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "grader.children.probe"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])

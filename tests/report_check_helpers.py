@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from grader.ncu import parse_raw_csv
-from grader.rubric import load_rubric
-from grader.scoring import StageOutcome
-from grader.timing import TimingSummary
+from grader.profile.ncu import parse_raw_csv
+from grader.spec.rubric import load_rubric
+from grader.score.stages import StageOutcome
+from grader.run.timing import TimingSummary
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -1,4 +1,4 @@
-"""Batch grading of a Gradescope export (grader/batch.py).
+"""Batch grading of a Gradescope export (grader/deploy/batch.py).
 
 One real run of `run_local.py EXPORT --batch` over 22 generated submissions plus a corrupt one, one
 missing from the metadata and a metadata entry without a folder (static grading, one stage to keep
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch, toolchain
+from grader.deploy import batch
+
+from grader.build import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -121,7 +123,7 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
 def test_usage_errors(tmp_path):
     proc = run_batch(tmp_path / "nope", tmp_path / "out")
     assert proc.returncode == 2 and "does not exist" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "grader.batch", "grade", str(tmp_path), "--stages", "nosuch",
+    proc = subprocess.run([sys.executable, "-m", "grader.deploy.batch", "grade", str(tmp_path), "--stages", "nosuch",
                            "--out", str(tmp_path / "o")], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown stage 'nosuch'" in proc.stderr
     with pytest.raises(batch.BatchError):
@@ -267,7 +269,7 @@ def test_slurm_array_script_shards_and_merges(tmp_path):
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         assert f"shard {task - 3}/2" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "grader.batch", "merge", str(tmp_path / "out" / "shard-0"),
+    proc = subprocess.run([sys.executable, "-m", "grader.deploy.batch", "merge", str(tmp_path / "out" / "shard-0"),
                            str(tmp_path / "out" / "shard-1"), "--out", str(tmp_path / "grades.csv")],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

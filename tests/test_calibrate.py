@@ -1,4 +1,4 @@
-"""grader/calibrate.py: the calibration report on synthetic gradings (no GPU)."""
+"""grader/instructor/calibrate.py: the calibration report on synthetic gradings (no GPU)."""
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.calibrate import MIN_MARGIN, calibration_rows, margin, run_calibration, write_report
+from grader.instructor.calibrate import MIN_MARGIN, calibration_rows, margin, run_calibration, write_report
 from grader.cli import parse_args
-from grader.records import FAILED, PASSED, ItemResult
-from grader.rubric import parse_rubric
+from grader.model import FAILED, PASSED, ItemResult
+from grader.spec.rubric import parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import toolchain
+from grader.build import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
@@ -107,8 +107,8 @@ def test_nvcc_runs_as_the_unprivileged_student_user():
     import pwd
     import tempfile
 
-    from grader.compiler import compile_stage
-    from grader.rubric import load_rubric
+    from grader.build.compile import compile_stage
+    from grader.spec.rubric import load_rubric
 
     user = "nobody"
     pwd.getpwnam(user)

@@ -1,10 +1,10 @@
-"""grader/diagnosis.py on the six reference kernels' captured H200 profile, and edge cases."""
+"""grader/profile/diagnosis.py on the six reference kernels' captured H200 profile, and edge cases."""
 from pathlib import Path
 
 import pytest
 
-from grader import diagnosis as dg
-from grader.ncu import parse_raw_csv
+from grader.profile import diagnosis as dg
+from grader.profile.ncu import parse_raw_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_solutions_h200_n2048.csv").read_text())

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from grader import toolchain
-from grader.compiler import compile_stage
-from grader.diagnosis import diagnose
-from grader.ncu_items import evaluate_ncu_item
-from grader.profiling import profile_stages
-from grader.records import FAILED, PASSED
-from grader.rubric import Profile, load_rubric
-from grader.scoring import StageOutcome
-from grader.shifted import write_shifted
+from grader.build import toolchain
+from grader.build.compile import compile_stage
+from grader.profile.diagnosis import diagnose
+from grader.profile.criteria import evaluate_ncu_item
+from grader.profile.collect import profile_stages
+from grader.model import FAILED, PASSED
+from grader.spec.rubric import Profile, load_rubric
+from grader.score.stages import StageOutcome
+from grader.instructor.shifted import write_shifted
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent

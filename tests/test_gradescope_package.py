@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from grader import toolchain
-from grader.gradescope import build as gbuild
-from grader.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy, is_gpu_item, read_config, resolve_policy
-from grader.results import OUTPUT_FORMATS, VISIBILITIES
+from grader.build import toolchain
+from grader.deploy.gradescope import build as gbuild
+from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy, is_gpu_item, read_config, resolve_policy
+from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
@@ -69,9 +69,9 @@ def test_zip_layout_and_no_solutions(package):
     for name in ("setup.sh", "run_autograder"):
         assert name in names
         assert (infos[name].external_attr >> 16) & 0o777 == 0o755
-    assert (infos["grader/install.sh"].external_attr >> 16) & 0o111
-    for needed in ("grader/cli.py", "grader/run_local.py", "grader/install.sh", "grader/bootstrap.sh",
-                   "grader/gradescope/run.py", "rubric.yaml", "pyproject.toml", "gradescope.env",
+    assert (infos["grader/deploy/install.sh"].external_attr >> 16) & 0o111
+    for needed in ("grader/cli.py", "grader/run_local.py", "grader/deploy/install.sh", "grader/bootstrap.sh",
+                   "grader/deploy/gradescope/run.py", "rubric.yaml", "pyproject.toml", "gradescope.env",
                    "starter/gemm/naive.cu", "starter/occupancy/answers.yaml"):
         assert needed in names, needed
     assert not [n for n in names if n.split("/")[0] in ("solutions", "tests", ".git", ".venv")]
@@ -98,13 +98,13 @@ def test_zip_is_reproducible(package, tmp_path):
 def test_build_cli_options(tmp_path):
     out = tmp_path / "a.zip"
     # -S: no site-packages, as in the Dockerfile's python:slim stage (the build is standard library only)
-    proc = subprocess.run([sys.executable, "-S", "-m", "grader.gradescope", "build", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-S", "-m", "grader.deploy.gradescope", "build", "--out", str(out),
                            "--no-gpu-policy", "hide", "--time-limit", "1500"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     text = read_config_text(out)
     assert "GRADER_NO_GPU_POLICY=hide" in text and "GRADER_TIME_LIMIT_S=1500" in text
-    bad = subprocess.run([sys.executable, "-m", "grader.gradescope", "build", "--out", str(out),
+    bad = subprocess.run([sys.executable, "-m", "grader.deploy.gradescope", "build", "--out", str(out),
                           "--no-gpu-policy", "sometimes"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2
 
@@ -235,7 +235,7 @@ def _is_fallback(res: dict) -> bool:
 
 def test_crash_of_the_packaged_grader_still_writes_results(autograder, tmp_path):
     ag = _copy_tree(autograder, tmp_path / "autograder")
-    (ag / "source" / "grader" / "gradescope" / "run.py").write_text("this is not python (\n")
+    (ag / "source" / "grader" / "deploy" / "gradescope" / "run.py").write_text("this is not python (\n")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "results.json").write_text('{"score": 99, "tests": []}')  # stale: replaced
     proc, res = run_autograder(ag, tmp_path, tmp_path / "results", GRADER_SOURCE_DIR=str(ag / "source"))
@@ -290,7 +290,7 @@ def test_dockerfile_installs_with_the_setup_script_only():
     package, final = built[0], built[-1]
     assert final[0] == ("FROM", "${BASE}")
     # stage 1 builds the zip with the package command and unpacks it; stage 2 takes only that
-    assert any(i == "RUN" and "grader.gradescope build" in a and "--unpack /autograder/source" in a
+    assert any(i == "RUN" and "grader.deploy.gradescope build" in a and "--unpack /autograder/source" in a
                for i, a in package)
     copies = [a for i, a in final if i == "COPY"]
     assert copies == ["--from=package /autograder/source /autograder/source"]
@@ -303,11 +303,11 @@ def test_dockerfile_installs_with_the_setup_script_only():
         assert not any(w in a for w in install_words), f"install step outside the script: RUN {a}"
     assert any("cp /autograder/source/run_autograder /autograder/run_autograder" in a for a in runs)
     # ... and that script is the one Gradescope runs: setup.sh -> install.sh -> bootstrap.sh setup
-    setup = (ROOT / "grader" / "gradescope" / "setup.sh").read_text()
+    setup = (ROOT / "grader" / "deploy" / "gradescope" / "setup.sh").read_text()
     assert re.search(r'^exec bash ".*/grader/install\.sh" "\$@"$', setup, re.M)
     install = (ROOT / "grader" / "install.sh").read_text()
     assert re.search(r'bash "\$SOURCE/grader/bootstrap\.sh" setup', install)
-    assert gbuild.ROOT_FILES["setup.sh"] == ROOT / "grader" / "gradescope" / "setup.sh"
+    assert gbuild.ROOT_FILES["setup.sh"] == ROOT / "grader" / "deploy" / "gradescope" / "setup.sh"
 
 
 def test_dockerignore_keeps_the_venv_out():

@@ -1,12 +1,12 @@
 """The handout's rubric tables are generated from rubric.yaml and must be current, so the handout
-and the grader can never disagree (python -m grader.handout --write regenerates them)."""
+and the grader can never disagree (python -m grader.instructor.handout --write regenerates them)."""
 import copy
 import re
 
 import yaml
 
-from grader.handout import BLOCKS, HANDOUT, apply, main, render_blocks, threshold
-from grader.rubric import load_rubric, parse_rubric
+from grader.instructor.handout import BLOCKS, HANDOUT, apply, main, render_blocks, threshold
+from grader.spec.rubric import load_rubric, parse_rubric
 from tests.report_check_helpers import ROOT, RUBRIC
 
 TEXT = HANDOUT.read_text(encoding="utf-8")
@@ -15,7 +15,7 @@ TEXT = HANDOUT.read_text(encoding="utf-8")
 def test_the_committed_handout_equals_the_generated_blocks():
     new, changed, missing = apply(TEXT, render_blocks(RUBRIC))
     assert missing == [], f"assignment/README.md lacks the blocks {missing}"
-    assert changed == [], f"stale blocks {changed}: run python -m grader.handout --write"
+    assert changed == [], f"stale blocks {changed}: run python -m grader.instructor.handout --write"
     assert new == TEXT
 
 

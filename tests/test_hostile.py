@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader import toolchain
+from grader.build import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"

@@ -6,11 +6,11 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
-from grader.gradescope import leaderboard_entries
-from grader.gradescope.leaderboard import LEADERBOARD_STAGES, leaderboard_stages
-from grader.results import build_results, dumps
-from grader.rubric import load_rubric
-from grader.timing import summarize
+from grader.deploy.gradescope import leaderboard_entries
+from grader.outputs.leaderboard import LEADERBOARD_STAGES, leaderboard_stages
+from grader.outputs.results import build_results, dumps
+from grader.spec.rubric import load_rubric
+from grader.run.timing import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,7 +58,7 @@ def test_no_entries_without_timing_or_correctness():
 
 def test_grading_json_gives_the_same_entries():
     g = _grading(blocktiling_2d=_outcome("blocktiling_2d", True, 3.0, 2.7), wmma=_outcome("wmma", True, 0.5, 0.25))
-    # grading.json as grader/outputs.py writes it (timing dataclass -> dict)
+    # grading.json as grader/outputs/write.py writes it (timing dataclass -> dict)
     detail = json.loads(json.dumps({"stages": {sid: {"correct": o.correct, "timing": vars(o.timing)}
                                               for sid, o in g.outcomes.items()}}))
     titles = {st.id: st.title for st in RUBRIC.stages}

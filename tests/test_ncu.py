@@ -1,4 +1,4 @@
-"""grader/ncu.py: the CSV parser on real captured output, and collect() against fake ncu programs."""
+"""grader/profile/ncu.py: the CSV parser on real captured output, and collect() against fake ncu programs."""
 import os
 import stat
 import sys
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import ncu
-from grader.ncu import NCU_MISSING, collect, metric_names, metrics_needed, parse_raw_csv, parse_value
-from grader.rubric import load_rubric, parse_rubric
+from grader.profile import ncu
+from grader.profile.ncu import NCU_MISSING, collect, metric_names, metrics_needed, parse_raw_csv, parse_value
+from grader.spec.rubric import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "ncu" / "ncu2025.3.1_raw_solutions_h200_n2048.csv"
@@ -101,7 +101,7 @@ def _rubric_with_ncu_items():
 
 
 def test_metrics_needed_is_the_union_of_items_and_diagnosis():
-    from grader.diagnosis import METRICS
+    from grader.profile.diagnosis import METRICS
 
     needed = metrics_needed(_rubric_with_ncu_items())
     assert {FFMA, "launch__grid_size", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"} <= set(needed)
@@ -145,7 +145,7 @@ def test_collect_runs_one_ncu_over_the_profile_child_and_parses_its_csv(tmp_path
     assert argv[argv.index("-k") + 1] == "regex:^(mmNaive|mmTiled)$"
     assert argv[argv.index("--clock-control") + 1] == "none"
     assert argv[argv.index("--page") + 1] == "raw" and "--csv" in argv
-    assert argv[-3:-1] == ["-m", "grader.profile_child"]
+    assert argv[-3:-1] == ["-m", "grader.children.profile"]
     spec = (tmp_path / "work" / "profile_spec.json").read_text()
     assert '"n": 2048' in spec and '"seed": 7' in spec and "mmTiled" in spec
 

@@ -1,17 +1,17 @@
-"""grader/ncu_items.py: safe expressions, statuses and messages of `ncu` items."""
+"""grader/profile/criteria.py: safe expressions, statuses and messages of `ncu` items."""
 from pathlib import Path
 
 import pytest
 
-from grader.ncu import parse_raw_csv
-from grader.ncu_items import (ExprError, MissingMetric, check_expression, evaluate_expr, evaluate_ncu_item,
+from grader.profile.ncu import parse_raw_csv
+from grader.profile.criteria import (ExprError, MissingMetric, check_expression, evaluate_expr, evaluate_ncu_item,
                               fmt, measure)
-from grader.records import FAILED, NOT_EVALUATED, PASSED
-from grader.rubric import _item, load_rubric
-from grader.scoring import StageOutcome, evaluate
-from grader.peaks import Peaks
-from grader.compiler import CompileResult
-from grader.ptxas import KernelResources
+from grader.model import FAILED, NOT_EVALUATED, PASSED
+from grader.spec.rubric import _item, load_rubric
+from grader.score.stages import StageOutcome, evaluate
+from grader.spec.peaks import Peaks
+from grader.build.compile import CompileResult
+from grader.build.ptxas import KernelResources
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

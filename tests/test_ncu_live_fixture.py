@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.diagnosis import diagnose
-from grader.ncu import metrics_needed, parse_raw_csv
-from grader.rubric import load_rubric
+from grader.profile.diagnosis import diagnose
+from grader.profile.ncu import metrics_needed, parse_raw_csv
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_h200_n2048.csv").read_text())

@@ -1,15 +1,15 @@
 """The rubric's Nsight Compute items on the captured H200 profile: every item passes its
 reference kernel with >= 10% margin and fails the previous stage's kernel (integrity items,
-op "==", pass both). The GPU calibration (grader/calibrate.py) checks the same on live runs."""
+op "==", pass both). The GPU calibration (grader/instructor/calibrate.py) checks the same on live runs."""
 from pathlib import Path
 
 import pytest
 
-from grader.ncu import parse_raw_csv
-from grader.ncu_items import evaluate_ncu_item, measure
-from grader.records import FAILED, PASSED
-from grader.rubric import load_rubric
-from grader.scoring import StageOutcome
+from grader.profile.ncu import parse_raw_csv
+from grader.profile.criteria import evaluate_ncu_item, measure
+from grader.model import FAILED, PASSED
+from grader.spec.rubric import load_rubric
+from grader.score.stages import StageOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -1,8 +1,8 @@
 """The correctness test: |c - r| <= rtol * (|r| + rms(r)); NaN never passes."""
 import numpy as np
 
-from grader.inputs import make_inputs
-from grader.numerics import compare
+from grader.run.inputs import make_inputs
+from grader.run.numerics import compare
 
 
 def _ref(a, b):

@@ -2,7 +2,7 @@
 
 CPU-only tests use real nvcc where they need a compiler (skipped without one), shell
 scripts in place of the student's program, and tests/fake_cupy (a stand-in for CuPy
-that answers from the calculator) in place of a GPU for grader.occupancy.gpu_child.
+that answers from the calculator) in place of a GPU for grader.children.occupancy.
 The tests marked `gpu` grade solutions/ and starter/ for real.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from grader.occupancy import run as occ_run
 from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
 from grader.occupancy.exercises import api_points, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
-from grader.records import FAILED, MANUAL, NOT_EVALUATED, PASSED, ProcRecord
-from grader.toolchain import find_nvcc
+from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ProcRecord
+from grader.build.toolchain import find_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
@@ -469,8 +469,8 @@ def test_sweep_series_without_matplotlib_needs_nothing():
 # On a real GPU
 # ---------------------------------------------------------------------------------------
 def _real_env():
-    from grader.grade import detect_environment
-    from grader.rubric import load_rubric
+    from grader.pipeline import detect_environment
+    from grader.spec.rubric import load_rubric
 
     return detect_environment(load_rubric(ROOT / "rubric.yaml"))
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.ptxas import parse_ptxas
-from grader.sandbox import run
-from grader.toolchain import find_nvcc
+from grader.build.ptxas import parse_ptxas
+from grader.run.sandbox import run
+from grader.build.toolchain import find_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests/fixtures/occupancy"

@@ -1,11 +1,11 @@
-"""grader/plots.py: the ladder and roofline PNGs from the H200 fixture and measured timings."""
+"""grader/outputs/plots.py: the ladder and roofline PNGs from the H200 fixture and measured timings."""
 import builtins
 from pathlib import Path
 
 import pytest
 
-from grader import plots
-from grader.ncu import parse_raw_csv
+from grader.outputs import plots
+from grader.profile.ncu import parse_raw_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_solutions_h200_n2048.csv").read_text())

@@ -1,15 +1,15 @@
-"""grader/profile_report.py: PNGs + markdown/HTML summary from a synthetic Grading (no GPU)."""
+"""grader/outputs/profile_page.py: PNGs + markdown/HTML summary from a synthetic Grading (no GPU)."""
 from pathlib import Path
 
 import pytest
 
-from grader.grade import Environment, Grading
-from grader.ncu import parse_raw_csv
-from grader.peaks import Peaks
-from grader.profile_report import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report
-from grader.rubric import load_rubric
-from grader.scoring import StageOutcome
-from grader.timing import summarize
+from grader.pipeline import Environment, Grading
+from grader.profile.ncu import parse_raw_csv
+from grader.spec.peaks import Peaks
+from grader.outputs.profile_page import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report
+from grader.spec.rubric import load_rubric
+from grader.score.stages import StageOutcome
+from grader.run.timing import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -82,7 +82,7 @@ def test_without_timings_there_is_no_ladder(tmp_path):
 
 
 def test_html_escapes_student_visible_text():
-    from grader.profile_report import report_html
+    from grader.outputs.profile_page import report_html
 
     page = report_html([("<b>x</b>", "not profiled: <script>alert(1)</script>")], {}, {"ladder": "a & b"})
     assert "<script>" not in page and "&lt;script&gt;" in page and "a &amp; b" in page

@@ -1,4 +1,4 @@
-"""grader/profiling.py: which stages are profiled and what each is told (fake ncu, no GPU)."""
+"""grader/profile/collect.py: which stages are profiled and what each is told (fake ncu, no GPU)."""
 import dataclasses
 import json
 import os
@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from grader.compiler import CompileResult
-from grader.ncu_items import evaluate_ncu_item
-from grader.profiling import profile_stages
-from grader.records import FAILED, NOT_EVALUATED, PASSED
-from grader.rubric import Profile, _item, load_rubric
-from grader.scoring import StageOutcome
+from grader.build.compile import CompileResult
+from grader.profile.criteria import evaluate_ncu_item
+from grader.profile.collect import profile_stages
+from grader.model import FAILED, NOT_EVALUATED, PASSED
+from grader.spec.rubric import Profile, _item, load_rubric
+from grader.score.stages import StageOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "ncu" / "ncu2025.3.1_raw_solutions_h200_n2048.csv"

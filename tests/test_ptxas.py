@@ -1,7 +1,7 @@
 """ptxas -v parser, on real captured compiler output (tests/fixtures)."""
 from pathlib import Path
 
-from grader.ptxas import entry_names, parse_ptxas
+from grader.build.ptxas import entry_names, parse_ptxas
 
 FIX = Path(__file__).parent / "fixtures"
 

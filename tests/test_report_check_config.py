@@ -1,13 +1,13 @@
-"""grader/report_check/config.py: the rubric's report section, validated with key paths."""
+"""grader/writeup/config.py: the rubric's report section, validated with key paths."""
 import copy
 
 import pytest
 import yaml
 
 from grader.errors import RubricError
-from grader.ncu import METRIC_RE, metrics_needed
-from grader.report_check.config import load_report_config, metric_unit, normalize_name
-from grader.rubric import parse_rubric
+from grader.profile.ncu import METRIC_RE, metrics_needed
+from grader.writeup.config import load_report_config, metric_unit, normalize_name
+from grader.spec.rubric import parse_rubric
 from tests.report_check_helpers import CFG, ROOT, RUBRIC, TABLE
 
 RAW = yaml.safe_load((ROOT / "rubric.yaml").read_text())

@@ -1,7 +1,7 @@
-"""grader/report_check/parse.py: pure parsing of report text; nothing raises on student text."""
+"""grader/writeup/parse.py: pure parsing of report text; nothing raises on student text."""
 import pytest
 
-from grader.report_check.parse import (
+from grader.writeup.parse import (
     heading_transition,
     paragraph,
     parse_quantity,
@@ -11,7 +11,7 @@ from grader.report_check.parse import (
     strip_comments,
     tables,
 )
-from grader.report_check.run import stage_names
+from grader.writeup.run import stage_names
 from tests.report_check_helpers import CFG, RUBRIC, SOLUTION, STARTER
 
 NAMES = stage_names(RUBRIC, CFG)

@@ -1,4 +1,4 @@
-"""grader/report_check/run.py: the report items against the grader's measurements of THIS submission.
+"""grader/writeup/run.py: the report items against the grader's measurements of THIS submission.
 
 Outcomes come from the grader's own H200 run (live ncu fixture, run-5 timings), so the reference
 report must get every automatic point, and a report quoting numbers its kernels do not produce
@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from grader.records import FAILED, MANUAL, NOT_EVALUATED, PASSED
-from grader.report_check.run import grade_report_submission
+from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED
+from grader.writeup.run import grade_report_submission
 from tests.report_check_helpers import (
     CFG,
     RUBRIC,

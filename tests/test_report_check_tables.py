@@ -1,7 +1,7 @@
-"""grader/report_check/tables.py: the two results tables, found, complete and consistent."""
-from grader.report_check.parse import tables
-from grader.report_check.run import stage_names
-from grader.report_check.tables import BASELINE, check_table, column_of, describe, find_tables
+"""grader/writeup/tables.py: the two results tables, found, complete and consistent."""
+from grader.writeup.parse import tables
+from grader.writeup.run import stage_names
+from grader.writeup.tables import BASELINE, check_table, column_of, describe, find_tables
 from tests.report_check_helpers import CFG, RUBRIC, SOLUTION, STARTER
 
 NAMES = stage_names(RUBRIC, CFG)

@@ -1,4 +1,4 @@
-"""grader.results against Gradescope's results.json spec (and gradescope-utils' output)."""
+"""grader.outputs.results against Gradescope's results.json spec (and gradescope-utils' output)."""
 from __future__ import annotations
 
 import io
@@ -10,8 +10,8 @@ import unittest
 
 import pytest
 
-from grader.records import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
-from grader.results import (
+from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
+from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
     VISIBILITIES,

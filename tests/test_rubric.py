@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from grader.errors import RubricError
-from grader.rubric import load_rubric, parse_rubric
+from grader.spec.rubric import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 

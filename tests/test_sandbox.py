@@ -1,4 +1,4 @@
-"""grader.sandbox.run against real hostile children (python -c snippets)."""
+"""grader.run.sandbox.run against real hostile children (python -c snippets)."""
 from __future__ import annotations
 
 import os
@@ -11,8 +11,8 @@ import tracemalloc
 
 import pytest
 
-from grader import sandbox
-from grader.sandbox import run
+from grader.run import sandbox
+from grader.run.sandbox import run
 
 PY = sys.executable
 

@@ -3,15 +3,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.compiler import CompileResult
-from grader.peaks import Peaks
-from grader.ptxas import KernelResources
-from grader.records import FAILED, NOT_EVALUATED, PASSED
-from grader.rubric import load_rubric
-from grader.sass import SassResult
+from grader.build.compile import CompileResult
+from grader.spec.peaks import Peaks
+from grader.build.ptxas import KernelResources
+from grader.model import FAILED, NOT_EVALUATED, PASSED
+from grader.spec.rubric import load_rubric
+from grader.build.sass import SassResult
 from collections import Counter
-from grader.scoring import StageOutcome, score
-from grader.timing import summarize
+from grader.score.stages import StageOutcome, score
+from grader.run.timing import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -39,7 +39,7 @@ def _items(outcomes):
 
 
 def test_fast_correct_2d_gets_everything():
-    from grader.ncu import parse_raw_csv
+    from grader.profile.ncu import parse_raw_csv
 
     table = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_solutions_h200_n2048.csv").read_text())
     o = _outcome("blocktiling_2d", student_ms=2.73 / 0.92)
@@ -105,7 +105,7 @@ def test_compile_failure_zeroes_the_stage_and_explains():
 
 def test_partial_credit_is_linear(tmp_path):
     import yaml
-    from grader.rubric import parse_rubric
+    from grader.spec.rubric import parse_rubric
     raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
     next(it for it in raw["stages"][4]["items"] if it["id"] == "speed")["partial_from"] = 0.6
     rub = parse_rubric(raw)
@@ -119,7 +119,7 @@ def test_partial_credit_is_linear(tmp_path):
 
 def test_speedup_over_own_stage():
     import yaml
-    from grader.rubric import parse_rubric
+    from grader.spec.rubric import parse_rubric
     raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
     raw["stages"][3]["items"].append({"id": "vs_tiled", "kind": "speedup_over_stage", "stage": "tiled",
                                       "min": 2.0, "title": "2x tiled", "points": 1})
@@ -147,7 +147,7 @@ def test_empty_kernel_earns_no_resource_or_sass_points():
 
 
 def test_implausibly_fast_kernel_is_flagged_not_rewarded():
-    from grader.records import MANUAL
+    from grader.model import MANUAL
 
     items = _items([_outcome("blocktiling_2d", student_ms=2.73 / 1.5)])  # 1.5x cuBLAS SGEMM on FP32 cores
     speed = items[("blocktiling_2d", "speed")]

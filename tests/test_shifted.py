@@ -1,12 +1,12 @@
-"""grader/shifted.py: the one-stage-shifted submission used for calibration."""
+"""grader/instructor/shifted.py: the one-stage-shifted submission used for calibration."""
 import re
 from pathlib import Path
 
 import pytest
 
-from grader import toolchain
-from grader.rubric import load_rubric
-from grader.shifted import FP16_FFMA_PORT, rename_kernel, write_shifted
+from grader.build import toolchain
+from grader.spec.rubric import load_rubric
+from grader.instructor.shifted import FP16_FFMA_PORT, rename_kernel, write_shifted
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -77,7 +77,7 @@ def test_rewriting_an_existing_destination_replaces_it(tmp_path):
 
 @pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="needs nvcc")
 def test_every_shifted_file_compiles_with_its_launch_shape(shifted, tmp_path):
-    from grader.compiler import compile_stage
+    from grader.build.compile import compile_stage
 
     dest, _ = shifted
     nvcc = toolchain.find_nvcc()

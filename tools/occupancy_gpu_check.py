@@ -85,7 +85,7 @@ def launch(cubin: str, smem: int, block: int) -> int:
 
 def load_rubric_with_occupancy():
     from grader.occupancy.config import DEFAULT_SECTION
-    from grader.rubric import load_rubric
+    from grader.spec.rubric import load_rubric
     import yaml
 
     rubric = load_rubric(ROOT / "rubric.yaml")
@@ -190,7 +190,7 @@ _KEEP = re.compile(r"(Block Limit|Occupancy|Active Warps|Warps Per Scheduler|Eli
 
 
 def run_ncu(cubin: Path, out: Path, block: int, sizes_kib: list[float]) -> None:
-    from grader.toolchain import find_ncu
+    from grader.build.toolchain import find_ncu
 
     ncu = find_ncu()
     if ncu.path is None:
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (Path(os.environ["OUT"]) / "occupancy_check" if os.environ.get("OUT")
                        else ROOT / "occupancy-check-out")
     out.mkdir(parents=True, exist_ok=True)
-    from grader.grade import detect_environment
+    from grader.pipeline import detect_environment
     from grader.occupancy.config import load_occupancy_config
 
     rubric, note = load_rubric_with_occupancy()

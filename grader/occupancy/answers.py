@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from .calculator import KIB, LIMITS
-from .config import OccupancyConfig
+from grader.occupancy.calculator import KIB, LIMITS
+from grader.occupancy.config import OccupancyConfig
 
 INT, NUMBER, PERCENT, SIZE, TIME, CHOICE, TEXT, CC = (
     "int", "number", "percent", "size", "time", "choice", "text", "cc")

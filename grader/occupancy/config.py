@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import RubricError
-from .calculator import KIB, LIMITS
-from ..sections import ItemSpec
+from grader.errors import RubricError
+from grader.occupancy.calculator import KIB, LIMITS
+from grader.spec.items import ItemSpec
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 DEFAULT_SECTION = Path(__file__).with_name("rubric_section.yaml")

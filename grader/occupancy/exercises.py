@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 
-from ..records import FAILED, PASSED, ItemResult
-from .answers import MEMORY_LEVELS, Answers, run_key
-from .calculator import (KIB, api_occupancy, hand_occupancy, hand_occupancy_on,
+from grader.model import FAILED, PASSED, ItemResult
+from grader.occupancy.answers import MEMORY_LEVELS, Answers, run_key
+from grader.occupancy.calculator import (KIB, api_occupancy, hand_occupancy, hand_occupancy_on,
                          launch_smem_config, limits_for, max_potential_block_size)
-from .config import OccupancyConfig
-from .grading import Ctx, Measurements, api_lookup
-from .measured import grade_ex4, grade_ex6, grade_host
+from grader.occupancy.config import OccupancyConfig
+from grader.occupancy.grading import Ctx, Measurements, api_lookup
+from grader.occupancy.measured import grade_ex4, grade_ex6, grade_host
 
 # What each dominant stall waits on (ex5.memory_level).
 _STALL_MEMORY = {"long_scoreboard": {"global"}, "short_scoreboard": {"shared"}}

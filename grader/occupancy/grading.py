@@ -1,6 +1,6 @@
 """Shared pieces of the occupancy grading: the measured inputs, item verdicts, comparisons.
 
-Every exercise grader returns :class:`grader.records.ItemResult` records built
+Every exercise grader returns :class:`grader.model.ItemResult` records built
 here. A part whose answer field is malformed counts as wrong with the parser's
 message; an item whose measurement is missing because there is no GPU (or no
 compiler) is ``not_evaluated`` with 0 points and says why.
@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
-from .answers import Answers
-from .calculator import SMLimits, limits_for
-from .config import OccupancyConfig
+from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
+from grader.occupancy.answers import Answers
+from grader.occupancy.calculator import SMLimits, limits_for
+from grader.occupancy.config import OccupancyConfig
 
 STAGE = "occupancy"
 NO_DEVICE = "not evaluated: no CUDA device"
@@ -33,7 +33,7 @@ class Measurements:
     - ``api``: the grader's own Occupancy API results on the student's compiled ``work``
       (format: :func:`grader.occupancy.exercises.simulated_api`).
     - ``ptxas``: the heavy kernel's ptxas report per register cap
-      (``{cap: grader.ptxas.KernelResources}``); ``ptxas_problem`` when compiling failed.
+      (``{cap: grader.build.ptxas.KernelResources}``); ``ptxas_problem`` when compiling failed.
     - ``heavy_times_ms``: the grader's timing of heavy per cap.
     - ``sweep_times``: the grader's re-run of the Ex 4 sweeps,
       ``{"smem": {bytes: ms}, "block": {block_size: ms}}``.

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import math
 
-from ..records import FAILED, PASSED, ItemResult
-from .answers import cap_key
-from .calculator import KIB, api_occupancy
-from .grading import Ctx, api_lookup, argmax_set, near_min
-from .hostcheck import check_host_source
+from grader.model import FAILED, PASSED, ItemResult
+from grader.occupancy.answers import cap_key
+from grader.occupancy.calculator import KIB, api_occupancy
+from grader.occupancy.grading import Ctx, api_lookup, argmax_set, near_min
+from grader.occupancy.hostcheck import check_host_source
 
 
 def grade_host(ctx: Ctx) -> list[ItemResult]:

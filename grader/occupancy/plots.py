@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .calculator import KIB
+from grader.occupancy.calculator import KIB
 
 
 def sweep_series(api: dict | None, sweep_times: dict | None, program: dict | None,

@@ -1,6 +1,6 @@
 """Grade a submission's occupancy exercises: build, run, measure, then :func:`grade_occupancy`.
 
-:func:`grade_occupancy_submission` is what :func:`grader.grade.grade` calls when the
+:func:`grade_occupancy_submission` is what :func:`grader.pipeline.grade` calls when the
 rubric has an ``occupancy:`` section. Steps (each one's failure is an item
 message, never an exception):
 
@@ -12,7 +12,7 @@ message, never an exception):
    and the host program, all compiled in parallel, each with a time limit.
 3. GPU only: run the student's program (time limit, trimmed output, as
    ``$GRADER_STUDENT_USER`` when that is set and the grader is root) and parse its
-   JSON; then the trusted child :mod:`grader.occupancy.gpu_child` asks the
+   JSON; then the trusted child :mod:`grader.children.occupancy` asks the
    Occupancy API about the compiled ``work``, re-runs both sweeps with equal total
    work and times ``heavy`` at every cap.
 4. :func:`grader.occupancy.exercises.grade_occupancy` turns all of it into items;
@@ -36,17 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import sandbox
-from ..errors import RubricError
-from ..ptxas import KernelResources, entry_names, parse_ptxas
-from ..records import NOT_EVALUATED, ItemResult, ProcRecord, to_jsonable
-from .answers import Answers, answer_schema, parse_answers
-from .config import OccupancyConfig, load_occupancy_config
-from .exercises import api_points, grade_occupancy
-from .grading import NO_DEVICE, STAGE, Measurements
-from .plots import plot_sweeps, sweep_series
+from grader.run import sandbox
+from grader.errors import RubricError
+from grader.build.ptxas import KernelResources, entry_names, parse_ptxas
+from grader.model import NOT_EVALUATED, ItemResult, ProcRecord, to_jsonable
+from grader.occupancy.answers import Answers, answer_schema, parse_answers
+from grader.occupancy.config import OccupancyConfig, load_occupancy_config
+from grader.occupancy.exercises import api_points, grade_occupancy
+from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
+from grader.occupancy.plots import plot_sweeps, sweep_series
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from grader import REPO_ROOT  # noqa: E402
 Progress = Callable[[str], None]
 
 # The grader's own re-run of the Ex 4 sweeps and of heavy: the same work at every point
@@ -315,7 +315,7 @@ def run_program(exe: Path, work: Path,
 # The grader's own measurements (trusted child)
 # ---------------------------------------------------------------------------------------
 def child_spec(cfg: OccupancyConfig, builds: dict[str, Build]) -> dict:
-    """What :mod:`grader.occupancy.gpu_child` measures, from the rubric and the builds."""
+    """What :mod:`grader.children.occupancy` measures, from the rubric and the builds."""
     e4, e6 = cfg.ex4, cfg.ex6
     return {
         "source": cfg.program_file,
@@ -406,11 +406,11 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
 
 def run_child(cfg: OccupancyConfig, builds: dict[str, Build], work: Path,
               timeout_s: float | None = None) -> tuple[dict | None, ProcRecord]:
-    """Run :mod:`grader.occupancy.gpu_child` on the builds; (its report or None, the process)."""
+    """Run :mod:`grader.children.occupancy` on the builds; (its report or None, the process)."""
     spec_path, out_path = work / "gpu_spec.json", work / "gpu_report.json"
     out_path.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(child_spec(cfg, builds), indent=1))
-    proc = sandbox.run([sys.executable, "-m", "grader.occupancy.gpu_child", str(spec_path), str(out_path)],
+    proc = sandbox.run([sys.executable, "-m", "grader.children.occupancy", str(spec_path), str(out_path)],
                        timeout_s=timeout_s or CHILD_TIMEOUT_S, cwd=str(work), env=child_env(),
                        output_limit=20_000)
     try:

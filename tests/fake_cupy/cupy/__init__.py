@@ -1,4 +1,4 @@
-"""A stand-in for CuPy so CPU-only tests can run grader.occupancy.gpu_child end to end.
+"""A stand-in for CuPy so CPU-only tests can run grader.children.occupancy end to end.
 
 Only what gpu_child uses. Put ``tests/fake_cupy`` first on PYTHONPATH. Behaviour comes
 from the JSON in ``$FAKE_CUPY`` (all keys optional):

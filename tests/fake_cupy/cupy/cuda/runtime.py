@@ -16,7 +16,7 @@ def getDeviceProperties(dev):
             "sharedMemPerBlockOptin": 232448, "reservedSharedMemPerBlock": 1024}
 
 
-# What grader.probe asks (so the whole CLI can run on the stand-in).
+# What grader.children.probe asks (so the whole CLI can run on the stand-in).
 _ATTRS = {13: 1980000, 16: 132, 38: 60 * 1024 * 1024, 75: 9, 76: 0}
 
 

@@ -1,0 +1,123 @@
+"""Trusted child process: computes float64 references and judges saved outputs.
+
+``python -m grader.children.check SPEC.json VERDICTS.json``. It runs no student code.
+It regenerates each stage's inputs from the seeds the grading process chose,
+multiplies them in float64 (cuBLAS through CuPy when a GPU is there, NumPy
+otherwise) and compares every output the runner saved, using the one test in
+:mod:`grader.run.numerics`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from grader.run.inputs import make_inputs_xp, rep_seed
+from grader.run.numerics import compare
+
+
+def _array_module():
+    try:
+        import cupy as cp
+
+        cp.cuda.runtime.getDeviceCount()
+        return cp
+    except Exception:
+        return np
+
+
+def _load_output(path: Path, n: int, xp):
+    """The saved output as an xp array, or a problem string."""
+    if not path.is_file():
+        return None, "no output was saved (the run stopped before this point)"
+    try:
+        c = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        return None, f"output file unreadable ({exc})"
+    if c.shape != (n, n) or c.dtype != np.float32:
+        return None, f"output has shape {c.shape} and dtype {c.dtype}, expected ({n}, {n}) float32"
+    return xp.asarray(c), None
+
+
+def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, xp) -> dict:
+    """Every timed launch's fingerprint C_r @ v against A_r (B_r v), computed here in float64."""
+    n, fp = case["n"], case["fingerprints"]
+    base = {"n": n, "kind": "timed", "max_scaled_err": 0.0}
+    count = int(fp["count"])
+    try:
+        got = np.load(out_dir / fp["file"], allow_pickle=False).astype(np.float64)
+    except Exception as exc:
+        return {**base, "passed": False, "problem": f"fingerprints of the timed launches unreadable ({exc})"}
+    if count < 1 or got.shape != (count, n):
+        return {**base, "passed": False, "problem": f"fingerprints have shape {got.shape}, expected ({count}, {n})"}
+    v = np.random.default_rng(int(fp["integrity_seed"])).random(n, dtype=np.float32) * 2 - 1
+    v64 = xp.asarray(v.astype(np.float64))
+    bad, worst = [], 0.0
+    for r in range(count):
+        a, b = make_inputs_xp(xp, n, rep_seed(int(fp["integrity_seed"]), r), inputs)
+        expected = a.astype(xp.float64) @ (b.astype(xp.float64) @ v64)
+        expected = expected if xp is np else xp.asnumpy(expected)
+        scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
+        err = np.abs(got[r] - expected) / scale
+        finite = bool(np.isfinite(err).all())
+        worst = max(worst, float(err.max()) if finite else float("inf"))
+        if not finite or (err > rtol).any():
+            bad.append(r + 1)
+    if bad:
+        return {**base, "passed": False, "max_scaled_err": worst, "problem": (
+            f"the output of timed launch {', '.join(map(str, bad[:5]))} of {count} was wrong: every timed "
+            "launch gets fresh inputs, and the kernel's result did not match them (a kernel must compute "
+            "every launch from its inputs, not reuse an earlier result or skip work)")}
+    return {**base, "passed": True, "max_scaled_err": worst, "problem": None,
+            "description": f"all {count} timed launches computed the right result for their own fresh inputs"}
+
+
+def check(spec: dict) -> dict:
+    xp = _array_module()
+    refs: dict[tuple[int, int, str], object] = {}
+
+    def reference(n: int, seed: int, inputs: str):
+        key = (n, seed, inputs)
+        if key not in refs:
+            a, b = make_inputs_xp(xp, n, seed, inputs)
+            a64 = a.astype(xp.float64)
+            b64 = b.astype(xp.float64)
+            refs.clear()  # one reference at a time keeps device memory small
+            refs[key] = a64 @ b64
+        return refs[key]
+
+    verdicts: dict[str, dict] = {}
+    for stage in spec["stages"]:
+        out_dir = Path(stage["out_dir"])
+        results = []
+        for case in stage["cases"]:
+            n = case["n"]
+            c, problem = _load_output(out_dir / case["file"], n, xp)
+            if problem:
+                results.append({"n": n, "kind": case["kind"], "passed": False, "problem": problem})
+                continue
+            cmp = compare(c, reference(n, case["seed"], stage["inputs"]), stage["rtol"], xp)
+            results.append({"n": n, "kind": case["kind"], "problem": None,
+                            "description": cmp.describe(), **asdict(cmp)})
+            if case.get("fingerprints"):
+                results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], xp))
+        verdicts[stage["id"]] = {"cases": results, "backend": xp.__name__}
+    return verdicts
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    verdicts = check(spec)
+    out = Path(argv[2])
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(verdicts, default=float))
+    os.replace(tmp, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,312 @@
+"""Child process: the grader's own GPU measurements for the occupancy exercises.
+
+``python -m grader.children.occupancy SPEC.json OUT.json`` (started by
+:mod:`grader.occupancy.run` with a time limit). It loads the submission's ``work``
+kernel from the default build's cubin and ``heavy`` from one cubin per register
+cap, then, in this order, writing ``OUT.json`` after each phase so that a crash
+or a time-out still leaves what was done:
+
+1. ``api``: the device's properties, ``work``'s attributes, the Occupancy API
+   (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) at every point of the spec
+   and ``cuOccupancyMaxPotentialBlockSize`` at the spec's shared memory. The format
+   is what :func:`grader.occupancy.exercises.simulated_api` returns.
+2. ``sweeps``: ``work`` at every sweep point with the same total work
+   (grid x block x iters), one warm-up launch per point, then ``reps`` rounds that
+   time every point once each (CUDA events); the fastest round per point counts.
+3. ``heavy``: ``heavy`` at every cap the same way.
+
+Nothing is judged here. Every error is recorded with its phase and whether the
+submission's code caused it (``student``): a kernel missing from the cubin, or a
+launch that fails, is the submission's; CuPy or the device not working is not.
+A failed launch leaves the CUDA context unusable, so the phases after it are
+skipped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# CUfunction_attribute (cuda.h)
+ATTR_MAX_DYNAMIC_SHARED = 8
+DEFAULT_DYNAMIC_LIMIT = 48 * 1024
+
+
+class _Report:
+    def __init__(self, path: Path):
+        self.path = path
+        self.data: dict = {"phase": "setup", "done": [], "errors": [], "device": None, "api": None,
+                           "work_attributes": None, "sweep_times": None, "heavy_times_ms": None,
+                           "heavy_attributes": {}, "notes": [], "seconds": {}}
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps(self.data))
+        os.replace(tmp, self.path)
+
+    def phase(self, name: str) -> None:
+        self.data["phase"] = name
+        self.save()
+
+    def error(self, phase: str, message: str, student: bool) -> None:
+        self.data["errors"].append({"phase": phase, "message": message[-1500:], "student": student})
+        self.save()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()
+
+
+def _context_lost(exc: BaseException) -> bool:
+    text = str(exc)
+    return "CUDA_ERROR" in text or "cudaError" in text
+
+
+def device_props(runtime, dev: int) -> dict:
+    p = runtime.getDeviceProperties(dev)
+    name = p.get("name", b"")
+    return {
+        "name": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
+        "cc": f"{p['major']}.{p['minor']}",
+        "sm_count": int(p["multiProcessorCount"]),
+        "warp_size": int(p["warpSize"]),
+        "max_threads_per_sm": int(p["maxThreadsPerMultiProcessor"]),
+        "max_blocks_per_sm": int(p.get("maxBlocksPerMultiProcessor", 0)),
+        "regs_per_sm": int(p["regsPerMultiprocessor"]),
+        "smem_per_sm": int(p["sharedMemPerMultiprocessor"]),
+        "smem_per_block_optin": int(p.get("sharedMemPerBlockOptin", 0)),
+        "reserved_smem_per_block": int(p.get("reservedSharedMemPerBlock", 0)),
+    }
+
+
+def _attributes(kernel) -> dict:
+    attrs = kernel.attributes
+    return {"registers": int(attrs["num_regs"]), "static_smem": int(attrs["shared_size_bytes"]),
+            "local_bytes": int(attrs["local_size_bytes"]),
+            "max_threads_per_block": int(attrs["max_threads_per_block"])}
+
+
+def _raise_dynamic_limit(driver, kernel, needed: int, static: int, optin: int, notes: list) -> int:
+    """Raise the kernel's dynamic shared-memory limit when ``needed`` is above the default.
+    Returns the limit in force afterwards."""
+    default = DEFAULT_DYNAMIC_LIMIT - static
+    if needed <= default:
+        return default
+    target = min(needed, max(optin - static, default))
+    try:
+        driver.funcSetAttribute(kernel.kernel.ptr, ATTR_MAX_DYNAMIC_SHARED, target)
+    except Exception as exc:  # older CuPy: the RawKernel property does the same
+        try:
+            kernel.max_dynamic_shared_size_bytes = target
+        except Exception:
+            notes.append(f"could not raise the dynamic shared-memory limit to {target}: {_describe(exc)}")
+            return default
+    return target
+
+
+def measure_api(cp, driver, runtime, spec: dict, work, rep: _Report) -> dict:
+    dev = runtime.getDevice()
+    props = device_props(runtime, dev)
+    attrs = _attributes(work)
+    rep.data["work_attributes"] = attrs
+    fptr = work.kernel.ptr
+    potential_smem = int(spec["potential_smem"])
+    try:  # before any limit is raised, as a program that asks first would see it
+        min_grid, best = driver.occupancyMaxPotentialBlockSize(fptr, potential_smem, 0)
+        potential = {"smem": potential_smem, "best_block": int(best), "min_grid": int(min_grid)}
+    except Exception as exc:
+        rep.data["notes"].append(f"occupancyMaxPotentialBlockSize failed: {_describe(exc)}")
+        potential = {"smem": potential_smem, "best_block": None, "min_grid": None}
+    points = [(int(b), int(s)) for b, s in spec["api_points"]]
+    limit = _raise_dynamic_limit(driver, work, max((s for _, s in points), default=0),
+                                 attrs["static_smem"], props["smem_per_block_optin"],
+                                 rep.data["notes"])
+    occupancy = []
+    for block, smem in points:
+        if smem > limit:
+            blocks = 0  # a launch above the kernel's limit cannot run at all
+        else:
+            try:
+                blocks = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(fptr, block, smem))
+            except Exception as exc:
+                rep.data["notes"].append(f"occupancy query at block {block}, smem {smem}: {_describe(exc)}")
+                blocks = 0
+        occupancy.append({"block": block, "smem": smem, "blocks": blocks})
+    return {"device": props,
+            "work": {"registers": attrs["registers"], "static_smem": attrs["static_smem"]},
+            "occupancy": occupancy, "potential": potential, "dynamic_limit": limit}
+
+
+def time_launches(cp, launches: dict, warmup: int, reps: int, min_reps: int,
+                  budget_s: float) -> tuple[dict, int]:
+    """Fastest time (ms) per key over interleaved rounds; each key timed once per round."""
+    for launch in launches.values():
+        for _ in range(max(1, warmup)):
+            launch()
+    cp.cuda.Device().synchronize()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    best = {k: math.inf for k in launches}
+    t0 = time.monotonic()
+    rounds = 0
+    for r in range(reps):
+        for key, launch in launches.items():
+            start.record()
+            launch()
+            stop.record()
+            stop.synchronize()
+            best[key] = min(best[key], float(cp.cuda.get_elapsed_time(start, stop)))
+        rounds = r + 1
+        if rounds >= min_reps and time.monotonic() - t0 > budget_s:
+            break
+    return best, rounds
+
+
+def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int) -> str:
+    """Load ``work``, ask the Occupancy API about it, re-run the sweeps. Returns "ok",
+    "skipped" (``work`` could not be loaded or asked about) or "context lost"."""
+    rep.phase("load")
+    work_name = spec["work_kernel"]
+    if not spec.get("cubin"):
+        rep.error("load", spec.get("work_problem") or f"`{work_name}` was not built", student=True)
+        return "skipped"
+    try:
+        work = cp.RawModule(path=spec["cubin"]).get_function(work_name)
+        work.attributes  # loads the module now, so a missing kernel shows here
+    except Exception as exc:
+        rep.error("load", f"`{work_name}` could not be loaded from the compiled {spec['source']}: "
+                          f"{_describe(exc)}", student=True)
+        return "skipped"
+
+    rep.phase("api")
+    t0 = time.monotonic()
+    try:
+        rep.data["api"] = measure_api(cp, driver, runtime, spec, work, rep)
+    except Exception as exc:
+        rep.error("api", f"the Occupancy API calls failed: {_describe(exc)}\n{traceback.format_exc()}",
+                  student=False)
+        return "skipped"
+    rep.data["seconds"]["api"] = round(time.monotonic() - t0, 3)
+    rep.data["done"].append("api")
+    rep.save()
+
+    rep.phase("sweeps")
+    t0 = time.monotonic()
+    sw = spec["sweeps"]
+    total, iters = int(sw["total_threads"]), int(sw["iters"])
+    launches, keys = {}, {}
+    current = {"point": None}
+
+    def work_launch(block: int, smem: int, grid: int):
+        def launch():
+            current["point"] = (block, smem)
+            work((grid,), (block,), (inp, out, np.int32(n), np.int32(iters)), shared_mem=smem)
+        return launch
+
+    limit = rep.data["api"].get("dynamic_limit", DEFAULT_DYNAMIC_LIMIT)
+    for name in ("smem", "block"):
+        for block, smem in sw[name]:
+            block, smem = int(block), int(smem)
+            if smem > limit:
+                _raise_dynamic_limit(driver, work, smem, rep.data["work_attributes"]["static_smem"],
+                                     rep.data["device"]["smem_per_block_optin"], rep.data["notes"])
+                limit = smem
+            launches[(name, block, smem)] = work_launch(block, smem, -(-total // block))
+            keys[(name, block, smem)] = smem if name == "smem" else block
+    try:
+        best, rounds = time_launches(cp, launches, int(sw["warmup"]), int(sw["reps"]),
+                                     int(sw["min_reps"]), float(sw["max_seconds"]))
+    except Exception as exc:
+        block, smem = current["point"] or (None, None)
+        rep.error("sweeps", f"`{work_name}` failed in the grader's re-run of the sweeps (block {block}, "
+                            f"{smem} B dynamic shared memory): {_describe(exc)}", student=True)
+        return "context lost" if _context_lost(exc) else "skipped"
+    times: dict = {"smem": {}, "block": {}}
+    for (name, block, smem), ms in best.items():
+        times[name][str(keys[(name, block, smem)])] = ms
+    rep.data["sweep_times"] = times
+    rep.data["sweep_rounds"] = rounds
+    rep.data["sweep_work"] = {"total_threads": total, "iters": iters, "n": n}
+    rep.data["seconds"]["sweeps"] = round(time.monotonic() - t0, 3)
+    rep.data["done"].append("sweeps")
+    rep.save()
+    return "ok"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m grader.children.occupancy SPEC.json OUT.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[1]).read_text())
+    rep = _Report(Path(argv[2]))
+    t_start = time.monotonic()
+    try:
+        import cupy as cp
+        import numpy as np
+        from cupy.cuda import driver, runtime
+
+        rep.data["device"] = device_props(runtime, runtime.getDevice())
+        n = int(spec["n"])
+        inp = cp.full(n, 0.5, dtype=cp.float32)
+        out = cp.zeros(n, dtype=cp.float32)
+        cp.cuda.Device().synchronize()
+    except Exception as exc:
+        rep.error("setup", f"CuPy or the device is not usable: {_describe(exc)}", student=False)
+        return 0
+    rep.data["seconds"]["setup"] = round(time.monotonic() - t_start, 3)
+
+    # -- work: the Occupancy API, then the sweeps -------------------------------------------------
+    if run_work(cp, np, driver, runtime, spec, rep, inp, out, n) == "context lost":
+        rep.error("heavy", "not timed: the CUDA context was lost when "
+                           f"`{spec['work_kernel']}` failed", student=True)
+        return 0
+
+    # -- heavy at each register cap --------------------------------------------------------------
+    rep.phase("heavy")
+    t0 = time.monotonic()
+    hv = spec["heavy"]
+    heavy_name, block, h_iters = spec["heavy_kernel"], int(hv["block"]), int(hv["iters"])
+    current = {"point": None}
+    grid = -(-int(hv["total_threads"]) // block)
+    launches = {}
+    for cap, path in hv["cubins"].items():
+        try:
+            kern = cp.RawModule(path=path).get_function(heavy_name)
+            attrs = rep.data["heavy_attributes"][cap] = _attributes(kern)
+        except Exception as exc:
+            rep.error("heavy", f"`{heavy_name}` (built with -maxrregcount={cap}) could not be loaded: "
+                               f"{_describe(exc)}", student=True)
+            continue
+        if attrs["max_threads_per_block"] < block:
+            rep.error("heavy", f"`{heavy_name}` built with -maxrregcount={cap} cannot be launched with "
+                               f"{block} threads per block: with {attrs['registers']} registers a block "
+                               f"holds at most {attrs['max_threads_per_block']} threads", student=True)
+            continue
+
+        def launch(kern=kern, cap=cap):
+            current["point"] = cap
+            kern((grid,), (block,), (inp, out, np.int32(n), np.int32(h_iters)))
+        launches[cap] = launch
+    if launches:
+        try:
+            best, rounds = time_launches(cp, launches, int(hv["warmup"]), int(hv["reps"]),
+                                         int(hv["min_reps"]), float(hv["max_seconds"]))
+            rep.data["heavy_times_ms"] = best
+            rep.data["heavy_rounds"] = rounds
+        except Exception as exc:
+            rep.error("heavy", f"`{heavy_name}` built with -maxrregcount={current['point']} failed when "
+                               f"the grader timed it (block {block}): {_describe(exc)}", student=True)
+    rep.data["seconds"]["heavy"] = round(time.monotonic() - t0, 3)
+    rep.data["done"].append("heavy")
+    rep.data["phase"] = "finished"
+    rep.data["seconds"]["total"] = round(time.monotonic() - t_start, 3)
+    rep.save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,63 @@
+"""Child process: describe the GPU, or say why there is none. Prints one JSON line.
+
+Run as ``python -m grader.children.probe``. The grading process never creates a CUDA
+context itself; it asks this child instead, so a broken driver or a missing
+CuPy costs one failed child, not the grader.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+# cudaDeviceAttr values (stable across CUDA 12 and 13; CUDA 13 dropped clockRate
+# from cudaDeviceProp, so attributes are read one by one).
+_ATTR_CLOCK_KHZ = 13
+_ATTR_SM_COUNT = 16
+_ATTR_L2_BYTES = 38
+_ATTR_CC_MAJOR = 75
+_ATTR_CC_MINOR = 76
+
+
+def describe() -> dict:
+    try:
+        import cupy  # noqa: F401
+        from cupy.cuda import runtime
+    except Exception as exc:  # ImportError, or a CuPy built for another CUDA
+        return {"ok": False, "reason": f"no CUDA device (CuPy is not usable here: {type(exc).__name__}: {exc})"}
+    try:
+        count = runtime.getDeviceCount()
+    except Exception as exc:  # cudaErrorInsufficientDriver / NoDevice on CPU-only machines
+        return {"ok": False, "reason": f"no CUDA device ({exc})"}
+    if count < 1:
+        return {"ok": False, "reason": "no CUDA device"}
+    dev = runtime.getDevice()
+    props = runtime.getDeviceProperties(dev)
+    name = props.get("name", b"")
+    name = name.decode() if isinstance(name, bytes) else str(name)
+
+    def attr(a: int) -> int:
+        return int(runtime.deviceGetAttribute(a, dev))
+
+    return {
+        "ok": True,
+        "index": dev,
+        "count": count,
+        "name": name,
+        "cc": [attr(_ATTR_CC_MAJOR), attr(_ATTR_CC_MINOR)],
+        "sms": attr(_ATTR_SM_COUNT),
+        "clock_khz": attr(_ATTR_CLOCK_KHZ),
+        "l2_bytes": attr(_ATTR_L2_BYTES),
+        "total_mem": int(props.get("totalGlobalMem", 0)),
+        "runtime_version": runtime.runtimeGetVersion(),
+        "driver_version": runtime.driverGetVersion(),
+        "cupy_version": cupy.__version__,
+    }
+
+
+def main() -> int:
+    print(json.dumps(describe()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Child process that runs ONE stage of student code. Holds no reference results.
+
+``python -m grader.children.stage SPEC.json`` loads the student's cubin, draws inputs
+from the seeds in the spec, and:
+
+1. for each correctness size: poisons C with NaN, launches once, saves C;
+2. at the benchmark size: times the student's kernel interleaved with the cuBLAS
+   baseline on the same inputs (CUDA events, warm-up, L2 flushed before every
+   timed launch, C re-poisoned before every student launch), then saves the C
+   of the last timed launch so the checker can verify what was timed.
+
+It writes ``run.json`` in the spec's out_dir after every phase, so a crash or a
+time-out still leaves what was done. It never judges: the trusted checker
+compares the saved outputs with references it computes itself.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
+
+import numpy as np  # noqa: E402
+
+from grader.run.inputs import make_inputs_xp, rep_seed  # noqa: E402
+
+# cuBLAS enums (cublas_api.h / library_types.h)
+_CUDA_R_32F, _CUDA_R_16F = 0, 2
+_CUBLAS_COMPUTE_32F = 68
+_CUBLAS_GEMM_DEFAULT = -1
+
+
+class Runner:
+    def __init__(self, spec: dict):
+        import cupy as cp
+
+        self.cp = cp
+        self.spec = spec
+        self.out = Path(spec["out_dir"])
+        self.report: dict = {"loaded": False, "correctness": [], "bench": None, "error": None}
+        self.dtype = cp.float16 if spec["inputs"] == "fp16" else cp.float32
+
+    def save(self) -> None:
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(self.report))
+        os.replace(tmp, self.out / "run.json")
+
+    # -- loading -------------------------------------------------------------------
+    def load(self) -> None:
+        cp = self.cp
+        self.module = cp.RawModule(path=self.spec["cubin"])
+        self.kernel = self.module.get_function(self.spec["kernel"])
+        smem = int(self.spec["launch"]["smem"])
+        if smem > 48 * 1024:
+            self.kernel.max_dynamic_shared_size_bytes = smem
+        self.report["attributes"] = {k: int(v) for k, v in self.kernel.attributes.items()
+                                     if isinstance(v, (int, np.integer))}
+        self.report["loaded"] = True
+        self.save()
+
+    def launch(self, a, b, c, n: int) -> None:
+        lp = self.spec["launch"]
+        bx, by = lp["block"]
+        bm, bn = lp["tile"]
+        self.kernel((n // bn, n // bm, 1), (bx, by, 1), (a, b, c, np.int32(n)), shared_mem=int(lp["smem"]))
+
+    def device_inputs(self, n: int, seed: int):
+        return make_inputs_xp(self.cp, n, seed, self.spec["inputs"])
+
+    # -- phase 1: correctness ------------------------------------------------------
+    def correctness(self) -> None:
+        cp = self.cp
+        for case in self.spec["correctness"]:
+            n, seed = case["n"], case["seed"]
+            a, b = self.device_inputs(n, seed)
+            c = cp.full((n, n), cp.nan, dtype=cp.float32)
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            self.launch(a, b, c, n)
+            cp.cuda.Device().synchronize()
+            entry = {"n": n, "seed": seed, "file": f"c_{n}.npy", "wall_ms": (time.perf_counter() - t0) * 1e3}
+            np.save(self.out / entry["file"], cp.asnumpy(c))
+            self.report["correctness"].append(entry)
+            self.save()
+
+    # -- phase 2: timing -----------------------------------------------------------
+    def baseline(self, a, b, c_ref):
+        cp = self.cp
+        if self.spec["baseline"] == "cublas_sgemm":
+            return lambda: cp.matmul(a, b, out=c_ref)
+        try:
+            from cupy_backends.cuda.libs import cublas
+        except ImportError:  # older CuPy
+            from cupy.cuda import cublas
+        handle = cp.cuda.device.get_cublas_handle()
+        n = a.shape[0]
+        one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+
+        def gemm_ex():
+            # Row-major C = A B is column-major C^T = B^T A^T: pass B first.
+            cublas.gemmEx(handle, 0, 0, n, n, n, one.ctypes.data, b.data.ptr, _CUDA_R_16F, n,
+                          a.data.ptr, _CUDA_R_16F, n, zero.ctypes.data, c_ref.data.ptr, _CUDA_R_32F, n,
+                          _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
+        return gemm_ex
+
+    def bench(self) -> None:
+        cp = self.cp
+        bs = self.spec["bench"]
+        n, seed = bs["n"], bs["seed"]
+        a, b = self.device_inputs(n, seed)
+        c = cp.full((n, n), cp.nan, dtype=cp.float32)
+        c_ref = cp.empty((n, n), dtype=cp.float32)
+        base = self.baseline(a, b, c_ref)
+        flush = cp.empty(max(int(self.spec.get("l2_bytes") or 0) * 2, 64 << 20), dtype=cp.uint8)
+        student = lambda: self.launch(a, b, c, n)  # noqa: E731
+        e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        # Timing integrity: every timed student launch gets fresh inputs (drawn on the GPU
+        # from a seed the kernel cannot know, outside the timed region), and a fingerprint
+        # C @ v (v random) of each timed output is kept. The trusted checker verifies every
+        # fingerprint against A_r (B_r v) in float64, so a kernel that replays an earlier
+        # result or skips work on later launches is caught, whatever it caches.
+        iseed = int(bs.get("integrity_seed", seed + 1))
+        rng = np.random.default_rng(iseed)
+        v = cp.asarray(rng.random(n, dtype=np.float32) * 2 - 1)
+        counter = {"launch": -int(bs["warmup"])}
+        prints = []
+
+        def fresh_inputs() -> None:
+            a[...], b[...] = make_inputs_xp(cp, n, rep_seed(iseed, counter["launch"]), self.spec["inputs"])
+            counter["launch"] += 1
+
+        def timed(fn, is_student: bool) -> float:
+            if is_student:
+                fresh_inputs()
+                c.fill(cp.nan)  # the kernel must write every element again
+            if bs["flush_l2"]:
+                flush.fill(1)
+            e0.record()
+            fn()
+            e1.record()
+            e1.synchronize()
+            ms = float(cp.cuda.get_elapsed_time(e0, e1))
+            if is_student:
+                prints.append(cp.asnumpy(c @ v))
+            if not is_student:
+                # No correct product may sit in device memory while student code runs:
+                # a kernel could otherwise find cuBLAS's answer and copy it.
+                c_ref.fill(cp.nan)
+            return ms
+
+        for _ in range(bs["warmup"]):
+            timed(student, True)
+            timed(base, False)
+        del prints[:]  # only timed launches are checked (launch numbers 0, 1, ...)
+        student_ms, base_ms = [], []
+        self.report["bench"] = {"n": n, "seed": seed, "student_ms": student_ms, "baseline_ms": base_ms,
+                                "file": None}
+        start = time.perf_counter()
+        for rep in range(bs["reps"]):
+            # Alternate the order so neither kernel always runs on a warmer GPU.
+            if rep % 2 == 0:
+                student_ms.append(timed(student, True))
+                base_ms.append(timed(base, False))
+            else:
+                base_ms.append(timed(base, False))
+                student_ms.append(timed(student, True))
+            if time.perf_counter() - start > bs["max_seconds"] and rep + 1 >= bs["min_reps"]:
+                break
+        self.report["bench"]["file"] = f"c_bench_{n}.npy"
+        self.report["bench"]["last_seed"] = rep_seed(iseed, counter["launch"] - 1)
+        self.report["bench"]["timed_launches"] = len(prints)
+        self.report["bench"]["fingerprints"] = "fingerprints.npy"
+        np.save(self.out / "fingerprints.npy", np.stack(prints).astype(np.float32))
+        np.save(self.out / self.report["bench"]["file"], cp.asnumpy(c))
+        self.save()
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text())
+    runner = None
+    try:
+        runner = Runner(spec)
+        runner.load()
+        runner.correctness()
+        if spec.get("bench"):
+            runner.bench()
+        return 0
+    except Exception as exc:  # a student's launch failure is data, written to run.json
+        if runner is None:
+            raise
+        runner.report["error"] = f"{type(exc).__name__}: {exc}"
+        runner.report["traceback"] = traceback.format_exc(limit=4)
+        runner.save()
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

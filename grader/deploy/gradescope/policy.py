@@ -1,0 +1,150 @@
+"""What students see for GPU items when the grading machine has no GPU (Gradescope).
+
+The grader marks every item it could not look at ``not_evaluated`` (0 points, "not evaluated:
+<why>"). Without a GPU that is every correctness, timing, Nsight Compute and measured-occupancy
+item. This post-processing step on ``results.json`` says it in students' terms, by policy:
+
+``pending`` (default)
+    The item stays visible at 0 points, named "(pending GPU grading) <title>", and its text says
+    that course staff grade it on a GPU machine; the summary on top counts these items and points.
+``hide``
+    As ``pending``, but the item's visibility becomes ``after_published``: students see it once
+    the grades are published. Gradescope then hides the total score from students until that
+    time (its documented rule for hidden tests).
+``keep``
+    Leave the grader's own "not evaluated: ..." items as they are.
+
+The policy comes from, first to last: ``GRADER_NO_GPU_POLICY`` in the environment; the package's
+``gradescope.env`` (``python -m grader.deploy.gradescope build --no-gpu-policy ...`` writes it);
+``settings.no_gpu_policy`` in rubric.yaml (read from the raw YAML, so this works whether or not
+the rubric loader knows the key); ``pending``.
+
+An item counts as a GPU item when the run had no usable GPU, the item is ``not_evaluated``, and its
+message names the run's reason for having no GPU (``grading.json: device_reason``); without
+grading.json, a message that mentions a CUDA device or GPU. Items not evaluated for other reasons
+(no cuobjdump, say) are left alone. Pure functions on dicts, standard library only (plus PyYAML,
+imported lazily, for the rubric fallback).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+POLICIES = ("pending", "hide", "keep")
+DEFAULT_POLICY = "pending"
+POLICY_VAR = "GRADER_NO_GPU_POLICY"
+CONFIG_FILE = "gradescope.env"
+PENDING_PREFIX = "(pending GPU grading) "
+HIDDEN_VISIBILITY = "after_published"
+
+PENDING_MESSAGE = (
+    "**Pending GPU grading.** This item needs an NVIDIA GPU, and this autograder ran without one. "
+    "Course staff grade it on a GPU machine; until then it counts 0 points. This is not a "
+    "judgement of your code."
+)
+
+
+def read_config(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a ``gradescope.env`` file (comments and blank lines skipped)."""
+    out: dict[str, str] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _rubric_policy(rubric_path: str | os.PathLike[str] | None) -> str | None:
+    if not rubric_path:
+        return None
+    try:
+        import yaml
+
+        raw = yaml.safe_load(Path(rubric_path).read_text(encoding="utf-8"))
+        value = (raw.get("settings") or {}).get("no_gpu_policy")
+    except Exception:  # an unreadable rubric is reported by the grader itself
+        return None
+    return value if isinstance(value, str) else None
+
+
+def resolve_policy(source_dir: str | os.PathLike[str] | None = None,
+                   rubric_path: str | os.PathLike[str] | None = None,
+                   env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(policy, where it came from). Raises ValueError for a value not in POLICIES."""
+    env = os.environ if env is None else env
+    candidates = [(env.get(POLICY_VAR), f"${POLICY_VAR}")]
+    if source_dir is not None:
+        candidates.append((read_config(Path(source_dir) / CONFIG_FILE).get(POLICY_VAR), CONFIG_FILE))
+    candidates.append((_rubric_policy(rubric_path), "rubric settings.no_gpu_policy"))
+    for value, where in candidates:
+        if value:
+            if value not in POLICIES:
+                raise ValueError(f"{where}: no-GPU policy {value!r} is not one of {', '.join(POLICIES)}")
+            return value, where
+    return DEFAULT_POLICY, "default"
+
+
+def _had_gpu(detail: Mapping[str, Any] | None) -> bool:
+    device = (detail or {}).get("device")
+    return bool(isinstance(device, Mapping) and device.get("ok"))
+
+
+def is_gpu_item(test: Mapping[str, Any], detail: Mapping[str, Any] | None) -> bool:
+    """A test the run could not evaluate because it had no GPU."""
+    if (test.get("extra_data") or {}).get("status") != "not_evaluated" or _had_gpu(detail):
+        return False
+    text = str(test.get("output", ""))
+    reason = str((detail or {}).get("device_reason") or "").strip()
+    if reason:
+        return reason in text
+    lowered = text.lower()
+    return "cuda device" in lowered or "gpu" in lowered
+
+
+def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy: str) -> dict:
+    """Apply ``policy`` to ``results`` (a results.json dict; changed in place and returned).
+
+    ``detail`` is grading.json (for the run's device and its reason for having none).
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"no-GPU policy {policy!r} is not one of {', '.join(POLICIES)}")
+    if policy == "keep":
+        return results
+    pending = [t for t in results.get("tests", []) if is_gpu_item(t, detail)]
+    if not pending:
+        return results
+    reason = str((detail or {}).get("device_reason") or "no CUDA device")
+    for t in pending:
+        original = str(t.get("output", ""))
+        if not str(t.get("name", "")).startswith(PENDING_PREFIX):
+            t["name"] = PENDING_PREFIX + str(t.get("name", ""))
+        t["output"] = f"{PENDING_MESSAGE}\n\nGrader note: {original}" if original else PENDING_MESSAGE
+        t["score"] = 0.0
+        extra = t.setdefault("extra_data", {})
+        extra["pending_gpu"] = True
+        extra["no_gpu_policy"] = policy
+        if policy == "hide":
+            t["visibility"] = HIDDEN_VISIBILITY
+    points = sum(float(t.get("max_score") or 0) for t in pending)
+    shown = ("shown with 0 points" if policy == "pending"
+             else "hidden until grades are published")
+    note = (f"> **{len(pending)} items ({points:g} points) are pending GPU grading** ({shown}). "
+            "This autograder has no GPU, so it graded what needs none: compilation, registers and "
+            "spills, SASS and the occupancy answers that need no measurement. Correctness, speed, "
+            "Nsight Compute and measured items are graded by course staff on a GPU machine.\n"
+            f">\n> (Why no GPU: {reason}.)\n\n")
+    results["output"] = note + str(results.get("output", ""))
+    results["score"] = round(sum(float(t.get("score") or 0) for t in results.get("tests", [])), 4)
+    top = results.setdefault("extra_data", {})
+    if isinstance(top, dict):
+        top["pending_gpu_items"] = len(pending)
+        top["pending_gpu_points"] = points
+        top["no_gpu_policy"] = policy
+    return results

@@ -1,0 +1,141 @@
+"""The profile feedback: ladder and roofline PNGs, per-stage diagnosis, in markdown and HTML.
+
+Reads a Grading only through plain attributes (``outcomes[*].stage``, ``.timing``, ``.ncu``,
+``.ncu_reason``, ``.profile_n``; ``env.peaks``; ``env.device``), turns them into the plain
+inputs of grader/outputs/plots.py and grader/profile/diagnosis.py, and writes into the output folder:
+``ladder.png``, ``roofline.png``, ``profile.md`` and ``profile.html`` (both link the PNGs).
+"""
+from __future__ import annotations
+
+import html
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.profile.diagnosis import Diagnosis, diagnose
+from grader.outputs.plots import ladder_png, roofline_png, roofline_points
+
+# HBM bandwidth (TB/s) by device-name substring, for the roofline's memory roof. Vendor figures.
+KNOWN_HBM_TBS = {"H200": 4.8, "H100 SXM": 3.35, "H100 PCIe": 2.0, "H100": 3.35}
+BASELINE_LABELS = {"cublas_sgemm": "cuBLAS SGEMM", "cublas_gemmex_fp16": "cublasGemmEx (FP16)"}
+
+
+@dataclass
+class ProfileReport:
+    images: dict[str, str | None] = field(default_factory=dict)  # "ladder"/"roofline" -> path or None
+    reasons: dict[str, str] = field(default_factory=dict)  # why an image is missing
+    diagnoses: dict[str, Diagnosis] = field(default_factory=dict)
+    markdown: str = ""
+    paths: dict[str, str] = field(default_factory=dict)  # "md"/"html" -> path
+
+
+def stage_label(stage) -> str:
+    return f"{stage.number} {stage.title}"
+
+
+def ladder_inputs(grading) -> tuple[list[dict], list[dict], dict[str, float]]:
+    """(rows, baselines, peaks) for plots.ladder_png: timed stages only carry a speed."""
+    rows, base = [], {}
+    for o in grading.outcomes.values():
+        t = o.timing
+        rows.append({"label": stage_label(o.stage), "tflops": t.tflops if t else None, "ceiling": o.stage.peak})
+        if t:
+            base.setdefault(o.stage.baseline, []).append(t.baseline_tflops)
+    baselines = [{"label": BASELINE_LABELS.get(k, k), "tflops": statistics.median(v)} for k, v in base.items()]
+    p = grading.env.peaks
+    peaks = {label: v for label, v in (("FP32 CUDA cores", p.fp32), ("FP16 Tensor Cores", p.fp16_tensor)) if v}
+    return rows, baselines, peaks
+
+
+def hbm_bandwidth(device: dict | None) -> dict[str, float]:
+    name = (device or {}).get("name", "")
+    for key, tbs in KNOWN_HBM_TBS.items():
+        if key.lower() in name.lower():
+            return {"HBM": tbs}
+    return {}
+
+
+def stage_diagnosis_text(o) -> str:
+    """The diagnosis for one stage's feedback, or why there is none."""
+    if o.ncu:
+        return diagnose(o.ncu, o.stage.id).markdown()
+    return o.ncu_reason or "not evaluated: no Nsight Compute metrics for this stage"
+
+
+def write_profile_report(grading, out_dir: Path, bandwidth: dict[str, float] | None = None) -> ProfileReport:
+    """Draw both plots and write profile.md / profile.html into ``out_dir``. Never raises for a plot."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rep = ProfileReport()
+    rows, baselines, peaks = ladder_inputs(grading)
+    n_bench = next((o.timing.n for o in grading.outcomes.values() if o.timing), None)
+    if any(r["tflops"] for r in rows):
+        title = f"The GEMM ladder at N={n_bench}: TFLOP/s per stage" if n_bench else ""
+        rep.images["ladder"], why = ladder_png(rows, out_dir / "ladder.png", baselines, peaks, title)
+    else:
+        rep.images["ladder"], why = None, "no stage was timed (no GPU, or no stage passed correctness)"
+    if why:
+        rep.reasons["ladder"] = why
+    profiled = {stage_label(o.stage): o.ncu for o in grading.outcomes.values() if o.ncu}
+    n_prof = next((o.profile_n for o in grading.outcomes.values() if o.ncu), 0)
+    points = roofline_points(profiled, n_prof)
+    if points:
+        bw = hbm_bandwidth(grading.env.device) if bandwidth is None else bandwidth
+        rep.images["roofline"], why = roofline_png(points, peaks, bw, out_dir / "roofline.png",
+                                                   f"Roofline at N={n_prof} (Nsight Compute, one launch per stage)")
+    else:
+        reasons = {o.ncu_reason for o in grading.outcomes.values() if o.ncu_reason}
+        rep.images["roofline"], why = None, "no stage was profiled" + (f" ({'; '.join(sorted(reasons))})"
+                                                                         if reasons else "")
+    if why:
+        rep.reasons["roofline"] = why
+    rep.diagnoses = {sid: diagnose(o.ncu, sid) for sid, o in grading.outcomes.items() if o.ncu}
+    sections = [(stage_label(o.stage), stage_diagnosis_text(o)) for o in grading.outcomes.values()]
+    rep.markdown = report_markdown(sections, rep.images, rep.reasons)
+    (out_dir / "profile.md").write_text(rep.markdown + "\n", encoding="utf-8")
+    (out_dir / "profile.html").write_text(report_html(sections, rep.images, rep.reasons), encoding="utf-8")
+    rep.paths = {"md": str(out_dir / "profile.md"), "html": str(out_dir / "profile.html")}
+    return rep
+
+
+_INTRO = ("Each stage's Nsight Compute numbers, read with the course's method: the Speed-of-Light "
+          "matrix (SM % against memory %), the unit that saturates, the warps' top stall reason, and "
+          "the metric that justifies the next step.")
+_CAPTIONS = {"ladder": "TFLOP/s of every timed stage, with the cuBLAS baselines and the two peaks.",
+             "roofline": "Filled markers: FLOPs per byte through L2 (lts__t_bytes); hollow: per DRAM byte. "
+                         "At N=2048 the matrices stay in the 60 MB L2, so L2 traffic is what the stages change."}
+
+
+def report_markdown(sections: list[tuple[str, str]], images: dict[str, str | None], reasons: dict[str, str]) -> str:
+    """Markdown linking the PNGs by file name (they sit next to the report)."""
+    parts = ["# Profile of your kernels", "", _INTRO, ""]
+    for key in ("ladder", "roofline"):
+        if images.get(key):
+            parts += [f"![{key}]({Path(images[key]).name})", "", f"*{_CAPTIONS[key]}*", ""]
+        else:
+            parts += [f"*No {key} plot: {reasons.get(key, 'not drawn')}*", ""]
+    for label, text in sections:
+        parts += [f"## {label}", "", text, ""]
+    return "\n".join(parts).rstrip()
+
+
+def report_html(sections: list[tuple[str, str]], images: dict[str, str | None], reasons: dict[str, str]) -> str:
+    """A self-contained page (images linked by file name) with the same content as the markdown."""
+    esc = html.escape
+    body = [f"<h1>Profile of your kernels</h1><p>{esc(_INTRO)}</p>"]
+    for key in ("ladder", "roofline"):
+        if images.get(key):
+            name = esc(Path(images[key]).name)
+            body.append(f'<figure><a href="{name}"><img src="{name}" alt="{key}" style="max-width:100%"></a>'
+                        f"<figcaption>{esc(_CAPTIONS[key])}</figcaption></figure>")
+        else:
+            body.append(f"<p><em>No {key} plot: {esc(reasons.get(key, 'not drawn'))}</em></p>")
+    for label, text in sections:
+        lines = text.splitlines()
+        items = "".join(f"<li>{esc(ln[2:])}</li>" for ln in lines if ln.startswith("- "))
+        head = " ".join(ln for ln in lines if not ln.startswith("- ")).replace("**", "")
+        body.append(f"<h2>{esc(label)}</h2><p><strong>{esc(head)}</strong></p>"
+                    + (f"<ul>{items}</ul>" if items else ""))
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>Profile of your kernels</title>"
+            "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}</style></head>"
+            "<body>" + "\n".join(body) + "</body></html>\n")

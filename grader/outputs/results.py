@@ -1,0 +1,262 @@
+"""Write Gradescope's ``results.json`` from the grader's item verdicts.
+
+Pure and GPU-free: :func:`build_results` turns :class:`~grader.model.ItemResult`
+records into the dict Gradescope reads, :func:`write_results` writes it atomically,
+and :func:`error_results` is what to write when the grader itself broke (a missing
+or malformed file reads on Gradescope as "The autograder failed to execute
+correctly", which tells nobody anything).
+
+Format: https://gradescope-autograders.readthedocs.io/en/latest/specs/ -- top level
+``score``, ``execution_time`` (seconds), ``output``, ``output_format``,
+``visibility``, ``stdout_visibility``, ``tests[]``, ``leaderboard[]``; per test
+``name``, ``number``, ``score``, ``max_score``, ``status`` (``passed`` / ``failed``),
+``output``, ``output_format``, ``tags``, ``visibility``, ``extra_data``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult, to_jsonable
+
+VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
+OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")
+TEST_STATUSES = ("passed", "failed")  # all Gradescope knows
+LEADERBOARD_ORDERS = ("asc", "desc")
+ITEM_STATUSES = (PASSED, FAILED, NOT_EVALUATED, MANUAL)
+
+# Said when an item's message is empty. Neither is worded as the student's failure.
+_DEFAULT_MESSAGES = {
+    NOT_EVALUATED: "Not evaluated: the grader could not check this item (0 points for now). "
+    "This is not a judgement of your code.",
+    MANUAL: "Graded by course staff later; 0 automatic points.",
+}
+
+ERROR_MESSAGE = (
+    "**Autograder error — contact course staff.**\n\n"
+    "The autograder itself failed while grading this submission. This is not a judgement "
+    "of your code and the score of 0 is a placeholder: please tell course staff (include "
+    "the time of your submission) so they can look at it and re-run it."
+)
+
+_TRACEBACK_LIMIT = 50_000  # characters of the traceback kept in the hidden test
+
+
+def _check_visibility(value: str, where: str) -> str:
+    if value not in VISIBILITIES:
+        raise ValueError(f"{where}: visibility {value!r} is not one of {', '.join(VISIBILITIES)}")
+    return value
+
+
+def _finite(value: Any, where: str) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {value!r} is not a number") from None
+    if not math.isfinite(x):
+        raise ValueError(f"{where}: {value!r} is not a finite number")
+    return x
+
+
+def _seconds(execution_time: float) -> int:
+    try:
+        t = float(execution_time)
+    except (TypeError, ValueError):
+        return 0
+    return int(round(t)) if math.isfinite(t) and t > 0 else 0
+
+
+def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
+    """One Gradescope test entry for one rubric item (``index`` numbers it if it has no number)."""
+    where = f"item {item.stage}/{item.item}"
+    if item.status not in ITEM_STATUSES:
+        raise ValueError(f"{where}: status {item.status!r} is not one of {', '.join(ITEM_STATUSES)}")
+    visibility = _check_visibility(item.visibility, where)
+    max_score = round(_finite(item.max_score, f"{where}: max_score"), 4)
+    if item.status in (NOT_EVALUATED, MANUAL):
+        score = 0.0  # never automatic points, whatever the record says
+    else:
+        score = round(_finite(item.score, f"{where}: score"), 4)
+    message = item.message or _DEFAULT_MESSAGES.get(item.status, "")
+    return {
+        "name": item.title or f"{item.stage}/{item.item}",
+        "number": str(item.number) if item.number else str(index + 1),
+        "score": score,
+        "max_score": max_score,
+        "status": "passed" if item.status == PASSED else "failed",
+        "output": message,
+        "output_format": "md",
+        "visibility": visibility,
+        "tags": [item.stage] if item.stage else [],
+        "extra_data": {
+            "status": item.status,
+            "stage": item.stage,
+            "item": item.item,
+            "values": _finite_or_none(to_jsonable(item.values)),
+        },
+    }
+
+
+def _check_leaderboard(leaderboard: list[dict]) -> list[dict]:
+    if not isinstance(leaderboard, list):
+        raise ValueError("leaderboard must be a list of {name, value[, order]} dicts")
+    out = []
+    for i, entry in enumerate(leaderboard):
+        if not isinstance(entry, dict) or "name" not in entry or "value" not in entry:
+            raise ValueError(f"leaderboard[{i}] must be a dict with 'name' and 'value'")
+        if "order" in entry and entry["order"] not in LEADERBOARD_ORDERS:
+            raise ValueError(f"leaderboard[{i}].order {entry['order']!r} is not asc or desc")
+        out.append(_finite_or_none(to_jsonable(dict(entry))))
+    return out
+
+
+def build_results(
+    items: list[ItemResult],
+    *,
+    execution_time: float,
+    output: str,
+    visibility: str = "visible",
+    stdout_visibility: str = "hidden",
+    leaderboard: list[dict] | None = None,
+    extra: dict | None = None,
+) -> dict[str, Any]:
+    """The ``results.json`` dict for these items.
+
+    ``output`` is the markdown summary shown above the tests. ``extra`` becomes the
+    top-level ``extra_data``; ``leaderboard`` is included only when given. Raises
+    ``ValueError`` for what rubric validation should have stopped (an unknown
+    visibility or status, a non-finite score). Free-form values (``item.values``,
+    ``extra``, leaderboard entries) are made JSON-ready, NaN and inf becoming None.
+    """
+    tests = [build_test(item, i) for i, item in enumerate(items)]
+    results: dict[str, Any] = {
+        "score": round(sum(t["score"] for t in tests), 4),
+        "execution_time": _seconds(execution_time),
+        "output": output,
+        "output_format": "md",
+        "visibility": _check_visibility(visibility, "results"),
+        "stdout_visibility": _check_visibility(stdout_visibility, "results stdout"),
+        "tests": tests,
+    }
+    if leaderboard is not None:
+        results["leaderboard"] = _check_leaderboard(leaderboard)
+    if extra is not None:
+        results["extra_data"] = _finite_or_none(to_jsonable(dict(extra)))
+    return results
+
+
+def _fence(text: str) -> str:
+    """``text`` in a markdown code fence longer than any backtick run inside it."""
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def error_results(exc_text: str, execution_time: float) -> dict[str, Any]:
+    """Results for when the grader broke: a visible 0-point failed test saying so
+    (contact course staff) and a hidden test carrying ``exc_text`` (the traceback)."""
+    text = str(exc_text)
+    if len(text) > _TRACEBACK_LIMIT:
+        cut = len(text) - _TRACEBACK_LIMIT
+        text = f"… [{cut:,} characters trimmed] …\n" + text[-_TRACEBACK_LIMIT:]
+    return {
+        "score": 0.0,
+        "execution_time": _seconds(execution_time),
+        "output": ERROR_MESSAGE,
+        "output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": [
+            {
+                "name": "Autograder error — contact course staff",
+                "number": "0.1",
+                "score": 0.0,
+                "max_score": 0.0,
+                "status": "failed",
+                "output": ERROR_MESSAGE,
+                "output_format": "md",
+                "visibility": "visible",
+                "tags": ["autograder_error"],
+                "extra_data": {"status": "autograder_error"},
+            },
+            {
+                "name": "Autograder error: traceback (staff only)",
+                "number": "0.2",
+                "score": 0.0,
+                "max_score": 0.0,
+                "status": "failed",
+                "output": _fence(text),
+                "output_format": "md",
+                "visibility": "hidden",
+                "tags": ["autograder_error"],
+                "extra_data": {"status": "autograder_error"},
+            },
+        ],
+    }
+
+
+def _finite_or_none(obj: Any) -> Any:
+    """NaN and ±inf (anywhere in a JSON-ready tree) to None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite_or_none(v) for v in obj]
+    return obj
+
+
+def _json_default(obj: Any) -> Any:
+    """Values json does not know: numpy scalars/arrays, paths, sets."""
+    if hasattr(obj, "tolist") and callable(obj.tolist):  # numpy scalar or array
+        return _finite_or_none(to_jsonable(obj.tolist()))
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, (set, frozenset)):
+        return _finite_or_none(to_jsonable(sorted(obj, key=repr)))
+    raise TypeError(f"results.json: cannot encode {type(obj).__name__}")
+
+
+def dumps(results: dict[str, Any]) -> str:
+    """Strict JSON text for ``results`` (non-finite numbers become null)."""
+    data = _finite_or_none(to_jsonable(results))
+    return json.dumps(data, allow_nan=False, ensure_ascii=False, indent=2, default=_json_default) + "\n"
+
+
+def write_results(path: str | os.PathLike[str], results: dict[str, Any]) -> None:
+    """Write ``results`` to ``path`` atomically (temp file in the same folder, fsync,
+    rename), creating parent folders. A reader sees the old file or the whole new one."""
+    text = dumps(results)  # encode first: a failure here leaves nothing behind
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; Gradescope's harness reads it
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

@@ -1,0 +1,104 @@
+"""compute-sanitizer evidence: shared-memory races (racecheck) and bad accesses (memcheck).
+
+Numbers alone can miss a race: a tiled kernel missing its second __syncthreads()
+passed the numeric check at N = 256 on an H200, while racecheck reported the hazard
+with source lines (FACTS.md). So every stage that uses shared memory is run once under
+racecheck at a small size, and a stage that fails or crashes is run once under memcheck
+so its feedback can name the first bad access. The parser is pure; the runs are children
+with time limits, one per stage, run side by side.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.run import sandbox
+
+_HEADER = re.compile(r"^========= (?! )(?!ERROR SUMMARY)(?!COMPUTE-SANITIZER)(.+?)\s*$")
+_DETAIL = re.compile(r"^=========\s{2,}(.+?)\s*$")
+_WHERE = re.compile(r"(?:at|access at) (\w+)\+0x[0-9a-fA-F]+(?: in (\S+?):(\d+))?")
+ERROR_EXIT = 17  # --error-exitcode: the sanitizer found something
+
+
+@dataclass
+class Finding:
+    summary: str  # "Race reported between Write access at ..." / "Invalid __global__ write of size 4 bytes"
+    details: list[str] = field(default_factory=list)
+    locations: list[tuple[str, str, int | None]] = field(default_factory=list)  # (function, file, line)
+
+    def brief(self) -> str:
+        places = ", ".join(f"{Path(f).name}:{ln}" if f else fn for fn, f, ln in self.locations[:2])
+        return self.summary.split(" at ")[0] + (f" ({places})" if places else "")
+
+
+def parse_sanitizer(text: str) -> list[Finding]:
+    """Findings in compute-sanitizer's output, in order (pure)."""
+    findings: list[Finding] = []
+    for line in text.splitlines():
+        head = _HEADER.match(line)
+        if head and not head.group(1).startswith(("Program hit", "Saved host backtrace", "Target application")):
+            findings.append(Finding(head.group(1)))
+        elif findings and (detail := _DETAIL.match(line)):
+            findings[-1].details.append(detail.group(1))
+        else:
+            continue
+        for m in _WHERE.finditer(line):
+            findings[-1].locations.append((m.group(1), m.group(2) or "", int(m.group(3)) if m.group(3) else None))
+    return [f for f in findings if f.summary.split()[0] in ("Error:", "Invalid", "Race", "Warning:", "Barrier",
+                                                            "Uninitialized", "Misaligned", "Out-of-range")]
+
+
+def race_message(kernel: str, findings: list[Finding]) -> str:
+    f = findings[0]
+    accesses = re.findall(r"(Write|Read) access at", " ".join([f.summary, *f.details]))
+    where = list(dict.fromkeys(f"{acc.lower()} at {Path(fl).name}:{ln}"
+                               for acc, (_fn, fl, ln) in zip(accesses, f.locations) if fl))
+    more = f" ({len(findings) - 1} more)" if len(findings) > 1 else ""
+    return (f"shared-memory race in {kernel}: " + (", ".join(where) if where else f.summary)
+            + f"{more}. Numbers can come out right by luck; a race makes them depend on timing. "
+            "Look for a missing __syncthreads() between writing a shared tile and reading it, or before "
+            "overwriting one that other threads still read.")
+
+
+@dataclass
+class SanitizerRun:
+    tool: str
+    stage: str
+    findings: list[Finding] = field(default_factory=list)
+    reason: str = ""  # why there is no verdict ("" when the run finished)
+    proc: object = None
+
+
+def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, env: dict, timeout_s: float) -> SanitizerRun:
+    """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck)."""
+    result = SanitizerRun(tool, stage_spec["id"])
+    if sanitizer is None or getattr(sanitizer, "path", None) is None:
+        result.reason = "not checked: compute-sanitizer not found"
+        return result
+    work.mkdir(parents=True, exist_ok=True)
+    spec = work / f"{tool}_spec.json"
+    spec.write_text(json.dumps({"n": n, "seed": 7, "stages": [stage_spec]}))
+    cmd = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20",
+           sys.executable, "-m", "grader.children.profile", str(spec)]
+    proc = sandbox.run(cmd, timeout_s=timeout_s, cwd=str(work), env=env, output_limit=200_000)
+    result.proc = proc
+    text = proc.stdout + "\n" + proc.stderr
+    (work / f"{tool}.txt").write_text(text)
+    result.findings = parse_sanitizer(text)
+    if proc.timed_out:
+        result.reason = f"not checked: {tool} did not finish within {timeout_s:g} s"
+    elif "Device not supported" in text or (proc.returncode not in (0, ERROR_EXIT) and not result.findings):
+        result.reason = f"not checked: {tool} could not run here ({proc.brief()}: {text.strip()[-200:]})"
+    return result
+
+
+def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, env: dict,
+             timeout_s: float) -> dict[str, SanitizerRun]:
+    """One sanitizer child per stage, side by side (each is small: one launch at size n)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(4, len(specs)))) as pool:
+        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], env, timeout_s), specs)
+        return {r.stage: r for r in runs}

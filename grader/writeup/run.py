@@ -1,0 +1,295 @@
+"""Grade the written report against what the grader measured for this submission.
+
+``grade_report_submission(root, rubric, outcomes)`` is called by grader/pipeline.py when rubric.yaml
+has a ``report:`` section. It never raises: a missing or malformed report fails its items with
+a message that says what was expected, what was found and what to look at next; values the
+grader could not measure (no GPU, no ncu, no timing) make their items ``not_evaluated``.
+"""
+from __future__ import annotations
+
+import difflib
+import traceback
+from pathlib import Path
+
+from grader.errors import RubricError
+from grader.profile.criteria import ExprError, MissingMetric, evaluate_expr, fmt
+from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
+from grader.writeup.config import STAGE, ReportConfig, load_report_config, metric_unit
+from grader.writeup.parse import Citation, Paragraph, heading_transition, paragraph, sections, strip_comments, tables
+from grader.writeup.tables import check_table, check_times, describe, find_tables
+
+MAX_BYTES = 512 * 1024
+NOT_PROFILED = "not profiled:"
+
+
+def _result(spec, status: str, fraction: float, message: str, **values) -> ItemResult:
+    score = round(spec.points * fraction, 4) if status in (PASSED, FAILED) else 0.0
+    return ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=status, score=score,
+                      max_score=spec.points, message=message, visibility=spec.visibility, number=spec.number,
+                      values=values)
+
+
+def find_report(root: Path, rel: str) -> tuple[Path | None, str]:
+    """The report in the submission (also found directly under it or one folder down), or why not."""
+    root = Path(root)
+    name = Path(rel).name
+    cands = [root / rel, root / name]
+    try:
+        cands += sorted(d / name for d in root.iterdir() if d.is_dir() and not d.name.startswith((".", "__MACOSX")))
+    except OSError:
+        pass
+    for path in dict.fromkeys(cands):
+        if path.is_symlink():
+            try:
+                if root.resolve() not in path.resolve().parents:
+                    return None, f"{rel} is a symbolic link to a file outside the submission"
+            except OSError:
+                return None, f"{rel} is a broken symbolic link"
+        if path.is_file():
+            size = path.stat().st_size
+            if size > MAX_BYTES:
+                return None, f"{rel} is {size:,} bytes; the limit is {MAX_BYTES:,}"
+            return path, ""
+    return None, f"{rel} is not in the submission"
+
+
+def read_report(root: Path, rel: str) -> tuple[str | None, str]:
+    path, problem = find_report(root, rel)
+    if path is None:
+        return None, problem
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        return None, f"{rel} cannot be read ({exc.strerror or exc})"
+    except UnicodeDecodeError as exc:
+        return None, f"{rel} is not UTF-8 text (byte {exc.start})"
+    if not text.strip():
+        return None, f"{rel} is empty"
+    return text, ""
+
+
+def stage_names(rubric, cfg: ReportConfig) -> dict[str, tuple[str, ...]]:
+    """Every name a heading, a table row or a citation prefix may use for each stage."""
+    out = {}
+    for st in rubric.stages:
+        out[st.id] = tuple(dict.fromkeys((st.id, st.kernel.lower(), st.title.lower(), *cfg.stage_names.get(st.id, ()))))
+    return out
+
+
+def _measured(cit: Citation, cfg: ReportConfig, o) -> tuple[float | None, str]:
+    """(value the grader measured for this citation on outcome ``o``, '') or (None, why it cannot be had)."""
+    if cit.derived:
+        d = cfg.derived[cit.name]
+        try:
+            return evaluate_expr(d.expr, o.ncu, o.profile_n), ""
+        except MissingMetric as exc:
+            return None, f"the grader did not collect {exc.args[0]}, which `{cit.name}` needs"
+        except (ExprError, ZeroDivisionError) as exc:
+            return None, f"`{cit.name}` cannot be computed for this kernel ({exc.__class__.__name__})"
+    value = o.ncu.get(cit.name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value), ""
+    close = difflib.get_close_matches(cit.name, [k for k, v in o.ncu.items() if isinstance(v, (int, float))], 2, 0.8)
+    hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return None, f"the grader does not collect `{cit.name}`{hint}"
+
+
+def _unit_value(cit: Citation, unit: str) -> tuple[float | None, str]:
+    """The cited value in the metric's own unit, or (None, why the units do not fit)."""
+    q = cit.quantity
+    if q.unit == "time" and unit != "ns":
+        return None, f"`{cit.name}` is not a time, but the value has a time unit"
+    if q.unit == "byte" and unit != "byte":
+        return None, f"`{cit.name}` is not a number of bytes, but the value has a byte unit"
+    return q.value, ""
+
+
+def _hint(cited: float, measured: float, cit: Citation, others: dict[str, float]) -> str:
+    """A guess at what went wrong with a value that does not match."""
+    for sid, v in others.items():
+        if v and abs(cited - v) <= 0.05 * abs(v) + cit.quantity.resolution:
+            return f" That is what your {sid} kernel measured: did you quote the other kernel?"
+    if not measured or not cited:
+        return ""
+    ratio = max(cited / measured, measured / cited)
+    for factor, why in ((8, "counts grow with N^3, so cite the value at the grader's profile size."),
+                        (4, "counts grow with N^2, so cite the value at the grader's profile size."),
+                        (100, "is a percentage written as a fraction, or the other way round?"),
+                        (1e3, "is there a unit or scale slip?"), (1e6, "is there a unit or scale slip?")):
+        if abs(ratio - factor) <= 0.08 * factor:
+            return f" It is off by about {factor:g}x: {why}"
+    return ""
+
+
+def _some(lines: list[str], limit: int = 12) -> list[str]:
+    return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
+def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) -> tuple[str, float, str, dict]:
+    """(status, fraction, message, values) of a transition's values item."""
+    ok, bad, unreadable, unchecked, skipped = [], [], [], [], {}
+    for cit in cits:
+        if cit.problem or cit.quantity is None:
+            unreadable.append(f"line {cit.line}: {cit.problem}")
+            continue
+        sid = cit.stage or t.after
+        o = outcomes.get(sid)
+        if o is None or o.ncu is None:
+            reason = "not evaluated: the stage was not graded in this run" if o is None else (
+                (o.ncu_reason or "").strip() or "not evaluated: no Nsight Compute metrics for this stage")
+            skipped.setdefault(reason, []).append(sid)
+            continue
+        measured, why = _measured(cit, cfg, o)
+        if measured is None:
+            unchecked.append(f"line {cit.line}: `{cit.text}`: {why}")
+            continue
+        unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
+        cited, why = _unit_value(cit, unit)
+        if cited is None:
+            unreadable.append(f"line {cit.line}: `{cit.text}`: {why}")
+            continue
+        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, cit.quantity.resolution)
+        suffix = "%" if unit == "%" else (" " + unit if unit else "")
+        shown = f"{fmt(measured)}{suffix}"
+        if abs(cited - measured) <= tol:
+            ok.append(f"`{cit.name}` ({sid}) = {shown}")
+            continue
+        others = {}
+        for osid, oo in outcomes.items():
+            if osid != sid and oo.ncu:
+                v, _ = _measured(cit, cfg, oo)
+                if v is not None:
+                    others[osid] = v
+        bad.append(f"line {cit.line}: `{cit.text}` does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
+                   "the grader "
+                   f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}; allowed difference "
+                   f"{100 * cfg.rel_tol:g}%).{_hint(cited, measured, cit, others)}")
+    values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
+    tail = ("\nNot checked:\n" + "\n".join(_some(unchecked))) if unchecked else ""
+    if bad or unreadable:
+        parts = (["Values your own kernels do not produce:", *_some(bad)] if bad else []) + (
+            ["Values the grader cannot read:", *_some(unreadable)] if unreadable else [])
+        return FAILED, 0.0, ("\n".join(parts) + tail + "\nNext: copy each value from grading.json "
+                             "(stages.<id>.ncu) of a grader run on your current kernels, at the grader's profile "
+                             "size, and write it as `name = number`."), values
+    no_metrics = "; ".join(f"your {', '.join(dict.fromkeys(sids))} kernel{'s' if len(set(sids)) > 1 else ''} ({reason})"
+                           for reason, sids in skipped.items())
+    if ok:
+        tail += f"\nNot compared, no metrics for {no_metrics}" if skipped else ""
+        return PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(_some(ok)) + tail, values
+    if skipped:
+        if all(r.startswith(NOT_PROFILED) for r in skipped):  # the student's stage gave nothing to profile
+            return FAILED, 0.0, (f"no credit: the grader has no Nsight Compute metrics for {no_metrics}; make the "
+                                 "stage compile and pass its correctness check first" + tail), values
+        return NOT_EVALUATED, 0.0, (f"not evaluated: the grader has no Nsight Compute metrics for {no_metrics}, so "
+                                    f"{len(cits)} cited value(s) were not compared" + tail), values
+    if unchecked:
+        return FAILED, 0.0, ("none of the cited metrics is one the grader measures, so none could be checked:" + tail
+                             + "\nCite at least one metric from grading.json (stages.<id>.ncu) or a derived name "
+                             "listed in assignment/README.md."), values
+    return FAILED, 0.0, (f"nothing to compare: the section on {t.label} cites no metric as `name = value` (its "
+                         "cites item says how)"), values
+
+
+def _check_cites(par: Paragraph | None, t, cfg: ReportConfig, heading_hint: str) -> tuple[str, float, str]:
+    if par is None:
+        return FAILED, 0.0, (f"no section for {t.label}: expected a heading such as `## {t.label}` "
+                             f"(found headings: {heading_hint or 'none'})")
+    usable = [c for c in par.citations if not c.problem and c.quantity is not None]
+    problems = _some([f"line {c.line}: {c.problem}" for c in par.citations if c.problem])
+    msgs = []
+    if par.words == 0 and not par.citations:
+        return FAILED, 0.0, (f"the section '{par.heading}' is empty: write a paragraph of at least {cfg.min_words} "
+                             "words (what limited the kernel before, what changed, what the metric shows) citing at "
+                             "least one metric as `name = value`, e.g. `sectors_per_request = 2.5`")
+    if par.words < cfg.min_words:
+        msgs.append(f"the paragraph has {par.words} words of prose; at least {cfg.min_words} are expected "
+                    "(what limited the kernel before, what changed, what the metric shows)")
+    if not usable:
+        msgs.append("it cites no Nsight Compute metric with a value; write e.g. "
+                    "`l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio = 2.5` or "
+                    "`shared_loads_per_warp_ffma = 0.31` (a metric name or derived name, `=`, a number)")
+    if par.ignored and not usable:
+        msgs.append("these `x = y` spans name no metric the grader knows: "
+                    + ", ".join(f"`{x}`" for x in par.ignored[:5]))
+    if msgs:
+        return FAILED, 0.0, "\n".join(msgs + problems)
+    cited = ", ".join(dict.fromkeys(c.name for c in usable))
+    return PASSED, 1.0, f"{par.words} words; cites {cited}" + ("\n" + "\n".join(problems) if problems else "")
+
+
+def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: dict) -> list[ItemResult]:
+    """Every report item for one report text (None: the report is missing, ``problem`` says why)."""
+    items = {i.id: i for i in cfg.items()}
+    if text is None:
+        msg = (f"{problem}. Expected: {cfg.file} at the top of the submission, next to gemm/. Next: start from "
+               "starter/report.md; assignment/README.md, section 'The report', says what goes in it")
+        return [_result(spec, FAILED, 0.0, msg) for spec in items.values()]
+    text = strip_comments(text)
+    names = stage_names(rubric, cfg)
+    secs = sections(text)
+    found: dict[str, Paragraph] = {}
+    for sec in secs:
+        pair = heading_transition(sec.heading, names)
+        tid = next((t.id for t in cfg.transitions if (t.before, t.after) == pair), None)
+        if tid and tid not in found:
+            found[tid] = paragraph(sec, cfg.derived, names)
+    heading_hint = "; ".join(f"'{s.heading}'" for s in secs[:8])
+    out: list[ItemResult] = []
+    for t in cfg.transitions:
+        par = found.get(t.id)
+        status, frac, msg = _check_cites(par, t, cfg, heading_hint)
+        out.append(_result(items[f"{t.id}.cites"], status, frac, msg))
+        vspec = items[f"{t.id}.values"]
+        if par is None:
+            out.append(_result(vspec, FAILED, 0.0, f"no section for {t.label}, so no cited value to check"))
+        else:
+            status, frac, msg, vals = _check_values(par.citations, t, cfg, outcomes)
+            out.append(_result(vspec, status, frac, msg, **vals))
+    parsed = tables(text)
+    chosen = find_tables(parsed, cfg.tables, names)
+    bench_n = {st.id: st.bench.n for st in rubric.stages}
+    checks, fp32_peak = [], None
+    for spec in cfg.tables:
+        chk = check_table(spec, chosen[spec.id], names, bench_n, cfg.arithmetic_rel,
+                          fp32_peak if spec.last_column == "fp32_multiple" else None)
+        if spec.peak == "fp32" and chk.peak_gflops:
+            fp32_peak = chk.peak_gflops
+        checks.append(chk)
+        need = len(chk.required)
+        good = 0 if chk.problems else chk.good_rows()
+        problems = describe(chk)
+        if not problems:
+            out.append(_result(items[f"table.{spec.id}"], PASSED, 1.0, f"all {need} rows complete and consistent "
+                               f"(implied peak {chk.peak_gflops:,.0f} GFLOP/s)"))
+        else:
+            head = "" if chk.problems else f"{good} of {need} rows complete and consistent.\n"
+            out.append(_result(items[f"table.{spec.id}"], FAILED, good / need, head + problems))
+    status, frac, msg = check_times(checks, outcomes, cfg.time_rel)
+    out.append(_result(items["table.times"], status, frac, msg))
+    written = [t.label for t in cfg.transitions if t.id in found and found[t.id].words >= cfg.min_words]
+    if written:
+        out.append(_result(items["reasoning"], MANUAL, 0.0, "graded by hand: the paragraphs on " + ", ".join(written)))
+    else:
+        out.append(_result(items["reasoning"], FAILED, 0.0, "no transition paragraph is written, so there is no "
+                           "reasoning to grade"))
+    return out
+
+
+def grade_report_submission(root: Path, rubric, outcomes: dict) -> list[ItemResult]:
+    """Every report item for the submission at ``root``; never raises."""
+    where = f"{getattr(rubric, 'source', 'rubric.yaml')}.report"
+    try:
+        cfg = load_report_config(rubric.extra["report"], where, [st.id for st in rubric.stages])
+    except (RubricError, KeyError, TypeError) as exc:
+        return [ItemResult(stage=STAGE, item="config", title="Written report", status=NOT_EVALUATED, score=0.0,
+                           max_score=0.0, message=f"not evaluated: the rubric's report section is invalid: {exc}",
+                           visibility="hidden")]
+    try:
+        text, problem = read_report(Path(root), cfg.file)
+        return grade(cfg, text, problem, rubric, outcomes)
+    except Exception:  # the grader's own bug: every item says so, nothing crashes
+        tb = traceback.format_exc()
+        return [_result(spec, NOT_EVALUATED, 0.0, "not evaluated: the grader failed while checking the report (not a "
+                        "judgement of your work; course staff have the details)", traceback=tb[-4000:])
+                for spec in cfg.items()]

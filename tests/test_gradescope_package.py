@@ -304,8 +304,8 @@ def test_dockerfile_installs_with_the_setup_script_only():
     assert any("cp /autograder/source/run_autograder /autograder/run_autograder" in a for a in runs)
     # ... and that script is the one Gradescope runs: setup.sh -> install.sh -> bootstrap.sh setup
     setup = (ROOT / "grader" / "deploy" / "gradescope" / "setup.sh").read_text()
-    assert re.search(r'^exec bash ".*/grader/install\.sh" "\$@"$', setup, re.M)
-    install = (ROOT / "grader" / "install.sh").read_text()
+    assert re.search(r'^exec bash ".*/grader/deploy/install\.sh" "\$@"$', setup, re.M)
+    install = (ROOT / "grader" / "deploy" / "install.sh").read_text()
     assert re.search(r'bash "\$SOURCE/grader/bootstrap\.sh" setup', install)
     assert gbuild.ROOT_FILES["setup.sh"] == ROOT / "grader" / "deploy" / "gradescope" / "setup.sh"
 

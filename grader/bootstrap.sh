@@ -201,6 +201,8 @@ fi
 
 # What the grader will see (one line per tool; problems such as a missing host compiler show here).
 "$PY" -m grader.build.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+# How students' processes will be fenced here (bubblewrap or the weak fallback, and why).
+"$PY" -m grader.run.sandbox 2>&1 | sed 's/^/bootstrap: /' >&2 || true
 
 if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then
     py_path="$PY"

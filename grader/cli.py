@@ -1,4 +1,15 @@
-"""Command line for TAs and students: ``python grader/run_local.py SUBMISSION``.
+"""Command line: ``python -m grader COMMAND ...``, a thin layer over library functions.
+
+    python -m grader grade SUBMISSION [--out DIR] [--stages a,b] [--no-gpu] [--keep-work] ...
+    python -m grader batch EXPORT [--out DIR] [--workers N] [--shard I/N] ...   (grader/deploy/batch)
+    python -m grader merge OUT1 OUT2 ... --out grades.csv                       (grader/deploy/batch)
+    python -m grader check-rubric [--rubric PATH]
+    python -m grader calibrate [SOLUTIONS] [--repeats N] [--out DIR]            (grader/instructor/calibrate.py)
+    python -m grader handout --write|--check                                    (grader/instructor/handout.py)
+    python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
+
+``python grader/run_local.py`` keeps the older flags (``--batch``, ``--calibrate``, ``--check-rubric``)
+and maps them onto these commands.
 
 Exit codes:
   0  graded (whatever the score); results.json written
@@ -8,10 +19,12 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TextIO
 
 from grader import REPO_ROOT
 from grader.errors import ConfigError
@@ -19,29 +32,13 @@ from grader.outputs.results import error_results, write_results
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 DEFAULT_RUBRIC = REPO_ROOT / "rubric.yaml"
+DEFAULT_OUT = "grading-out"
+PLOT_SUFFIXES = (".png",)  # files under OUT/work that feedback messages name, kept after grading
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="run_local.py", description="Grade a GEMM-ladder submission.")
-    p.add_argument("submission", nargs="?", help="folder holding gemm/*.cu (e.g. solutions/ or starter/)")
-    p.add_argument("--out", default="grading-out", help="output folder for results.json (default: %(default)s)")
-    p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
-    p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
-    p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
-    p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
-    p.add_argument("--check-rubric", action="store_true", help="only validate the rubric and exit")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    p.add_argument("--batch", action="store_true",
-                   help="SUBMISSION is a Gradescope 'Download Submissions' export: grade every submission "
-                        "in it (grader/deploy/batch.py; also --workers N, --force, --timeout S, --shard I/N)")
-    p.add_argument("--calibrate", nargs="?", const=3, type=int, metavar="REPEATS",
-                   help="instructors, on a GPU machine: grade the solutions (default: the repo's solutions/) "
-                        "and the one-stage-shifted submission REPEATS times (default 3) and write "
-                        "calibration.md / calibration.json into --out")
-    return p.parse_args(argv)
-
-
-def _fail(out: Path, message: str, code: int, started: float, stderr) -> int:
+def fail(out: Path, message: str, code: int, started: float, stderr: TextIO | None = None) -> int:
+    """Say what is wrong, leave a results.json that says it too, and return ``code``."""
+    stderr = stderr or sys.stderr
     print(f"error: {message}", file=stderr)
     try:
         write_results(out / "results.json", error_results(message, time.monotonic() - started))
@@ -50,75 +47,68 @@ def _fail(out: Path, message: str, code: int, started: float, stderr) -> int:
     return code
 
 
-def _calibrate(args, rubric, out: Path, console, started: float) -> int:
-    """--calibrate [REPEATS]: thresholds against the reference and its predecessors (grader/instructor/calibrate.py)."""
-    if args.calibrate < 1:
-        return _fail(out, f"--calibrate: REPEATS is {args.calibrate}; it must be at least 1", EXIT_USAGE,
-                     started, sys.stderr)
-    sub = Path(args.submission) if args.submission else DEFAULT_RUBRIC.parent / "solutions"
-    if not sub.is_dir():
-        return _fail(out, f"solutions folder {sub} does not exist", EXIT_USAGE, started, sys.stderr)
+def internal_error(out: Path, started: float) -> int:
+    """The grader's own failure (call it in an ``except``): print the traceback, still leave a
+    results.json behind (an "autograder error" item), and return EXIT_INTERNAL."""
+    tb = traceback.format_exc()
+    print(tb, file=sys.stderr)
     try:
-        from grader.instructor.calibrate import run_calibration
-
-        rows = run_calibration(rubric, sub, out, args.calibrate, progress=lambda msg: console.print(msg))
-    except Exception:  # the grader's own bug
-        print(traceback.format_exc(), file=sys.stderr)
-        return EXIT_INTERNAL
-    bad = [f"{r.number}.{r.item}: {r.verdict} {r.why}".strip() for r in rows if r.verdict != "OK"]
-    console.print(f"calibration: {len(rows) - len(bad)} of {len(rows)} threshold items OK; "
-                  f"report in {out / 'calibration.md'}", highlight=False)
-    for line in bad:
-        console.print(f"  {line}", highlight=False)
-    return EXIT_OK
+        write_results(out / "results.json", error_results(tb, time.monotonic() - started))
+    except Exception as exc:  # pragma: no cover - disk full or similar
+        print(f"error: could not write results.json: {exc}", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
-def main(argv: list[str] | None = None) -> int:
-    raw = sys.argv[1:] if argv is None else list(argv)
-    if "--batch" in raw:  # a whole Gradescope export: grader/deploy/batch.py grades each submission in a child
-        from grader.deploy.batch import main as batch_main
-
-        return batch_main(["grade"] + [a for a in raw if a != "--batch"])
-    started = time.monotonic()
-    args = parse_args(argv)
-    out = Path(args.out).resolve()
+def _console(quiet: bool):
     from rich.console import Console
 
-    console = Console(stderr=True, quiet=args.quiet)
+    console = Console(stderr=True, quiet=quiet)
     if not console.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
-        console = Console(stderr=True, quiet=args.quiet, width=150)
+        console = Console(stderr=True, quiet=quiet, width=150)
+    return console
+
+
+def _stage_list(text: str | None, rubric) -> list[str] | None:
+    """--stages as a list; ConfigError naming the first unknown id."""
+    if not text:
+        return None
+    stages = [s.strip() for s in text.split(",") if s.strip()]
+    known = rubric.part_ids
+    unknown = [s for s in stages if s not in known]
+    if unknown:
+        raise ConfigError("--stages", f"unknown stage {unknown[0]!r}", "one of " + ", ".join(known))
+    return stages
+
+
+# --------------------------------------------------------------------------------------------
+# grade
+# --------------------------------------------------------------------------------------------
+def grade_command(args: argparse.Namespace) -> int:
+    """Grade one submission (a folder or a zip of one) into --out."""
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    console = _console(args.quiet)
     try:
         from grader.spec.rubric import load_rubric
 
         rubric = load_rubric(args.rubric)
-        if args.check_rubric:
-            console.print(f"{args.rubric}: valid; {len(rubric.stages)} stages, {rubric.max_points:g} points")
-            return EXIT_OK
-        if args.calibrate is not None:
-            return _calibrate(args, rubric, out, console, started)
         if not args.submission:
-            return _fail(out, "no submission folder given (usage: run_local.py SUBMISSION)", EXIT_USAGE,
-                         started, sys.stderr)
+            return fail(out, "no submission given (usage: python -m grader grade SUBMISSION)", EXIT_USAGE, started)
         sub = Path(args.submission)
-        if not sub.is_dir():
-            return _fail(out, f"submission folder {sub} does not exist", EXIT_USAGE, started, sys.stderr)
-        stages = None
-        if args.stages:
-            stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-            known = [st.id for st in rubric.stages] + [k for k in ("occupancy", "report") if k in rubric.extra]
-            unknown = [s for s in stages if s not in known]
-            if unknown:
-                return _fail(out, f"--stages: unknown stage {unknown[0]!r}; known: " + ", ".join(known),
-                             EXIT_USAGE, started, sys.stderr)
+        if not os.path.lexists(sub):
+            return fail(out, f"submission folder {sub} does not exist", EXIT_USAGE, started)
+        stages = _stage_list(args.stages, rubric)
     except ConfigError as exc:
-        return _fail(out, str(exc), EXIT_USAGE, started, sys.stderr)
+        return fail(out, str(exc), EXIT_USAGE, started)
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
 
     try:
-        from grader import pipeline as grading_mod
-        from grader.outputs.write import write_outputs
-        from grader.outputs.summary import render_terminal
-
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from grader import pipeline
+        from grader.outputs.summary import render_terminal
+        from grader.outputs.write import write_outputs
 
         graded = [st for st in rubric.stages if stages is None or st.id in stages]
         # Steps: probe, compile and run each stage, then check, sanitize, profile, the other sections.
@@ -130,18 +120,161 @@ def main(argv: list[str] | None = None) -> int:
             def progress(msg: str) -> None:
                 bar.update(task, description=f"grading: {msg}", advance=1)
 
-            grading = grading_mod.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
-                                        keep_outputs=args.keep_outputs, progress=progress)
+            grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
+                                     keep_outputs=args.keep_outputs, progress=progress)
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         render_terminal(grading, console)
         console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)
         return EXIT_OK
-    except Exception:  # the grader's own bug: still leave a results.json behind
-        tb = traceback.format_exc()
-        print(tb, file=sys.stderr)
-        try:
-            write_results(out / "results.json", error_results(tb, time.monotonic() - started))
-        except Exception as exc:  # pragma: no cover - disk full or similar
-            print(f"error: could not write results.json: {exc}", file=sys.stderr)
-        return EXIT_INTERNAL
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    finally:
+        if not args.keep_work:
+            remove_work_keeping_plots(out)
+
+
+def remove_work_keeping_plots(out: Path) -> None:
+    """Remove OUT/work (the submission's copy, builds, spec files) except the PNG plots the feedback
+    links to (the occupancy sweeps). Links inside it (students' runs write there) are removed, never
+    followed."""
+    work = out / "work"
+    if not work.is_dir() or work.is_symlink():
+        return
+    for folder, dirs, files in os.walk(work, topdown=False):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not (name.endswith(PLOT_SUFFIXES) and not os.path.islink(path)):
+                _remove(path)
+        for name in dirs:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                _remove(path)
+            else:
+                try:
+                    os.rmdir(path)  # only when empty: a kept plot keeps its folders
+                except OSError:
+                    pass
+    try:
+        os.rmdir(work)
+    except OSError:
+        pass
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("submission", nargs="?", help="a folder holding gemm/*.cu (e.g. solutions/), or a zip of one")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output folder for results.json (default: %(default)s)")
+    p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
+    p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
+    p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
+    p.add_argument("--keep-work", action="store_true",
+                   help="keep OUT/work (the submission's copy, builds, ncu's profile_spec.json); removed by default")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.set_defaults(func=grade_command)
+
+
+# --------------------------------------------------------------------------------------------
+# check-rubric, calibrate, handout
+# --------------------------------------------------------------------------------------------
+def check_rubric_command(args: argparse.Namespace) -> int:
+    from grader.spec.rubric import load_rubric
+
+    started = time.monotonic()
+    try:
+        rubric = load_rubric(args.rubric)
+    except ConfigError as exc:
+        return fail(Path(args.out).resolve(), str(exc), EXIT_USAGE, started)
+    _console(False).print(f"{args.rubric}: valid; {len(rubric.stages)} stages, {rubric.max_points:g} points",
+                          highlight=False)
+    return EXIT_OK
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    """Thresholds against the reference and its predecessors (grader/instructor/calibrate.py)."""
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    console = _console(args.quiet)
+    try:
+        from grader.spec.rubric import load_rubric
+
+        rubric = load_rubric(args.rubric)
+    except ConfigError as exc:
+        return fail(out, str(exc), EXIT_USAGE, started)
+    if args.repeats < 1:
+        return fail(out, f"--repeats {args.repeats}: it must be at least 1", EXIT_USAGE, started)
+    sub = Path(args.solutions) if args.solutions else REPO_ROOT / "solutions"
+    if not sub.is_dir():
+        return fail(out, f"solutions folder {sub} does not exist", EXIT_USAGE, started)
+    try:
+        from grader.instructor.calibrate import run_calibration
+
+        rows = run_calibration(rubric, sub, out, args.repeats, progress=lambda msg: console.print(msg))
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    bad = [f"{r.number}.{r.item}: {r.verdict} {r.why}".strip() for r in rows if r.verdict != "OK"]
+    console.print(f"calibration: {len(rows) - len(bad)} of {len(rows)} threshold items OK; "
+                  f"report in {out / 'calibration.md'}", highlight=False)
+    for line in bad:
+        console.print(f"  {line}", highlight=False)
+    return EXIT_OK
+
+
+def handout_command(args: argparse.Namespace) -> int:
+    from grader.instructor import handout
+
+    argv = ["--write" if args.write else "--check"]
+    argv += ["--rubric", args.rubric] if args.rubric else []
+    argv += ["--handout", args.handout] if args.handout else []
+    return handout.main(argv)
+
+
+# --------------------------------------------------------------------------------------------
+# The parser
+# --------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from grader.deploy.batch.cli import add_grade_arguments, add_merge_arguments
+    from grader.deploy.gradescope.build import add_arguments as add_gradescope_arguments
+
+    p = argparse.ArgumentParser(prog="python -m grader", description="The GEMM-ladder autograder.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_grade_arguments(sub.add_parser("grade", help="grade one submission (a folder or a zip of one)"))
+    add_grade_arguments(sub.add_parser("batch", help="grade every submission of a Gradescope export"))
+    add_merge_arguments(sub.add_parser("merge", help="merge batches' grades.csv files into one"))
+
+    c = sub.add_parser("check-rubric", help="validate a rubric and exit")
+    c.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    c.add_argument("--out", default=DEFAULT_OUT, help="where results.json says why an invalid rubric is invalid")
+    c.set_defaults(func=check_rubric_command)
+
+    cal = sub.add_parser("calibrate", help="instructors, on a GPU machine: check the thresholds against "
+                                           "the solutions and the one-stage-shifted submission")
+    cal.add_argument("solutions", nargs="?", help="the reference submission (default: the repo's solutions/)")
+    cal.add_argument("--repeats", type=int, default=3, help="gradings of each (default: %(default)s)")
+    cal.add_argument("--out", default=DEFAULT_OUT, help="where calibration.md/.json go (default: %(default)s)")
+    cal.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    cal.add_argument("--quiet", action="store_true", help="no progress lines")
+    cal.set_defaults(func=calibrate_command)
+
+    h = sub.add_parser("handout", help="the handout's generated rubric tables")
+    mode = h.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true", help="rewrite the generated blocks of the handout")
+    mode.add_argument("--check", action="store_true", help="exit 1 when a generated block is stale")
+    h.add_argument("--rubric", help="rubric file (default: the repo's rubric.yaml)")
+    h.add_argument("--handout", help="the handout (default: assignment/README.md)")
+    h.set_defaults(func=handout_command)
+
+    add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

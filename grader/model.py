@@ -7,15 +7,91 @@ serialise to JSON for the results folder and for hand-off between processes.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
-# Item statuses. NOT_EVALUATED means the grader could not look (no GPU, no ncu):
-# it scores 0 and says why, but it is never reported as the student's failure.
-PASSED = "passed"
-FAILED = "failed"
-NOT_EVALUATED = "not_evaluated"
-MANUAL = "manual"  # graded by a person later; 0 automatic points
+
+class Status(str, Enum):
+    """An item's verdict. The values are what results.json and grading.json carry.
+
+    NOT_EVALUATED means the grader could not look (no GPU, no ncu): it scores 0
+    and says why, but it is never reported as the student's failure.
+    """
+
+    PASSED = "passed"
+    FAILED = "failed"
+    NOT_EVALUATED = "not_evaluated"
+    MANUAL = "manual"  # graded by a person later; 0 automatic points
+
+    def __str__(self) -> str:  # f-strings and str() give the JSON value, as the old constants did
+        return self.value
+
+
+class Cause(str, Enum):
+    """Whose doing it is that something was not looked at; decides the item's status."""
+
+    STUDENT = "student"  # the submission gave nothing to look at (did not compile, not correct): FAILED
+    GRADER = "grader"  # the grader could not look (no GPU, a tool missing, counters locked): NOT_EVALUATED
+
+    @property
+    def status(self) -> Status:
+        return Status.FAILED if self is Cause.STUDENT else Status.NOT_EVALUATED
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Why something (a profile, a timing) is missing: whose doing, and words for people.
+
+    Decisions read ``cause``; ``message`` is only shown (it keeps its "not profiled:" /
+    "not evaluated:" wording for readers, but nothing parses it).
+    """
+
+    cause: Cause
+    message: str
+
+
+class Verdict(str, Enum):
+    """How a stage's correctness run ended; set where it happens (run, checker, racecheck)."""
+
+    NOT_EVALUATED = "not_evaluated"  # the grader could not run it (no GPU), or it is still pending
+    NOT_COMPILED = "not_compiled"
+    NOT_RUN = "not_run"  # the submission's time budget was used up by the stages before it
+    TIMED_OUT = "timed_out"
+    CRASHED = "crashed"  # could not be loaded, raised a CUDA error, or ended abnormally
+    NO_VERDICT = "no_verdict"  # ran, but the reference checker gave no verdict for it
+    WRONG = "wrong"
+    RACE = "race"  # racecheck found a shared-memory hazard
+    CORRECT = "correct"
+
+    @property
+    def correct(self) -> bool | None:
+        """True / False, or None when correctness was not judged (no GPU, did not compile)."""
+        if self is Verdict.CORRECT:
+            return True
+        if self in (Verdict.NOT_EVALUATED, Verdict.NOT_COMPILED):
+            return None
+        return False
+
+
+class Limit(str, Enum):
+    """Which of the sandbox's limits ended a process (``ProcRecord.limit``); set by grader.run.sandbox."""
+
+    TIME = "time"
+    OUTPUT = "output"  # more output than the fence allows in total (what is kept is trimmed anyway)
+    MEMORY = "memory"
+    PROCESSES = "processes"
+    FILE_SIZE = "file_size"  # wrote one file past the fence's file_bytes (SIGXFSZ)
+    SCRATCH = "scratch"  # the step's work folder grew past the fence's scratch_bytes
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_LIMIT_WORDS = {Limit.OUTPUT: "output", Limit.MEMORY: "memory", Limit.PROCESSES: "process-count",
+                Limit.FILE_SIZE: "file-size", Limit.SCRATCH: "disk-space (work folder)"}
 
 
 @dataclass
@@ -31,15 +107,18 @@ class ProcRecord:
     stdout_bytes: int = 0  # total bytes the child wrote, before trimming
     stderr_bytes: int = 0
     timeout_s: float | None = None
+    limit: Limit | None = None  # the sandbox limit that ended it (TIME whenever timed_out), else None
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.limit is None
 
     def brief(self) -> str:
         """One line saying how the process ended, for feedback."""
         if self.timed_out:
             return f"timed out after {self.timeout_s:g} s"
+        if self.limit is not None and self.limit in _LIMIT_WORDS:
+            return f"stopped: over its {_LIMIT_WORDS[self.limit]} limit"
         if self.returncode is None:
             return "did not start"
         if self.returncode < 0:
@@ -54,7 +133,7 @@ class ItemResult:
     stage: str | None
     item: str
     title: str
-    status: str
+    status: Status
     score: float
     max_score: float
     message: str = ""
@@ -63,10 +142,35 @@ class ItemResult:
     values: dict[str, Any] = field(default_factory=dict)
 
 
+@functools.cache
+def _float_fields(cls: type) -> frozenset[str]:
+    """The fields of a record typed ``float`` (or ``float | None``)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - a name only imported for type checking: no coercion then
+        return frozenset()
+    return frozenset(name for name, t in hints.items() if t is float or t == (float | None))
+
+
 def to_jsonable(obj: Any) -> Any:
-    """Turn records (and containers of them) into JSON-ready values."""
+    """Turn records (and containers of them) into JSON-ready values.
+
+    A whole number in a field typed float is written as a float (``20.0``), so that a record
+    read back (grader/grading.py) writes the same text again.
+    """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {k: to_jsonable(v) for k, v in dataclasses.asdict(obj).items()}
+        # Field by field, not dataclasses.asdict: asdict rebuilds a Counter from (key, value)
+        # pairs, counting the pairs, and cannot rebuild dict subclasses such as NcuTable.
+        floats = _float_fields(type(obj))
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name in floats and type(value) is int:
+                value = float(value)
+            out[f.name] = to_jsonable(value)
+        return out
+    if isinstance(obj, Enum):
+        return obj.value
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

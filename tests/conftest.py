@@ -5,6 +5,7 @@ import functools
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,15 @@ sys.path.insert(0, str(ROOT))
 
 @functools.lru_cache(maxsize=1)
 def probe() -> dict:
-    proc = subprocess.run([sys.executable, "-m", "grader.children.probe"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"ok": False, "reason": proc.stderr[-300:]}
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec.write_text("{}")
+        proc = subprocess.run([sys.executable, "-m", "grader.children", "probe", str(spec), str(result)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        try:
+            return json.loads(result.read_text())
+        except (OSError, ValueError):
+            return {"ok": False, "reason": proc.stderr[-300:]}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -7,12 +7,13 @@ from pathlib import Path
 
 from grader.profile.ncu import parse_raw_csv
 from grader.spec.rubric import load_rubric
-from grader.score.stages import StageOutcome
+from grader.grading import StageOutcome
+from grader.model import Cause, Gap, Verdict
 from grader.run.timing import TimingSummary
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
-CFG = RUBRIC.extra["report_config"]
+CFG = RUBRIC.report
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_h200_n2048.csv").read_text())
 TIMINGS = json.loads((ROOT / "docs/measurements/2026-11-29-h200-stability.json").read_text())["runs"][0]["stages"]
 SOLUTION = (ROOT / "solutions/report.md").read_text()
@@ -23,7 +24,7 @@ def gpu_outcomes(timed: bool = True) -> dict[str, StageOutcome]:
     """Every stage correct, profiled (fixture metrics) and, when ``timed``, timed."""
     outs = {}
     for st in RUBRIC.stages:
-        o = StageOutcome(stage=st, correct=True)
+        o = StageOutcome(stage=st, verdict=Verdict.CORRECT)
         o.ncu, o.profile_n = dict(TABLE[st.kernel]), RUBRIC.profile.n
         o.timing = TimingSummary(**TIMINGS[st.id]) if timed else None
         outs[st.id] = o
@@ -34,8 +35,8 @@ def no_gpu_outcomes() -> dict[str, StageOutcome]:
     """What grade.py hands over on a machine without a GPU."""
     outs = {}
     for st in RUBRIC.stages:
-        o = StageOutcome(stage=st, correct=None, gpu_reason="no CUDA device")
-        o.ncu_reason, o.profile_n = "not evaluated: no CUDA device", RUBRIC.profile.n
+        o = StageOutcome(stage=st, verdict=Verdict.NOT_EVALUATED, gpu_reason="no CUDA device")
+        o.ncu_gap, o.profile_n = Gap(Cause.GRADER, "not evaluated: no CUDA device"), RUBRIC.profile.n
         outs[st.id] = o
     return outs
 

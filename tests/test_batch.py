@@ -1,9 +1,13 @@
-"""Batch grading of a Gradescope export (grader/deploy/batch.py).
+"""Batch grading of a Gradescope export (grader/deploy/batch/).
 
 One real run of `run_local.py EXPORT --batch` over 22 generated submissions plus a corrupt one, one
-missing from the metadata and a metadata entry without a folder (static grading, one stage to keep
-it short), then its resume; the rest with a fake child process (crash, hang, GPU pinning, --force,
---retry-failed, shards, a zipped export) and the Slurm script with its merge.
+missing from the metadata, a metadata entry without a folder and a folder that is a link to the
+solutions (static grading, one stage to keep it short), then its resume; the rest with a fake
+child process (crash, hang, GPU pinning, --force, --retry-failed, shards, a zipped export, bad
+export entries, formula injection) and the Slurm script with its merge.
+
+The batch refuses to run where the sandbox cannot fence students' code unless told the code is
+trusted; the submissions here are this repository's own, so the runs pass --trusted-submissions.
 """
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.deploy import batch
-
 from grader.build import toolchain
+from grader.deploy import batch
+from grader.deploy.batch import plan
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -38,7 +42,8 @@ def read_csv(path: Path) -> tuple[list[str], dict[str, dict]]:
 
 def run_batch(export: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "grader" / "run_local.py"), str(export), "--batch",
-                           "--out", str(out), "--no-gpu", "--stages", "naive", "--quiet", *args],
+                           "--out", str(out), "--no-gpu", "--stages", "naive", "--quiet", "--trusted-submissions",
+                           *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
@@ -53,6 +58,8 @@ def export(tmp_path_factory) -> Path:
     (bad / "occupancy").mkdir()
     (bad / "occupancy" / "answers.yaml").write_text("ex1: [unclosed\n  : : :\n")
     (bad / "submission.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    # a folder that is a link to the solutions: refused, never followed
+    (exp / "submission_399004").symlink_to(ROOT / "solutions", target_is_directory=True)
     # a folder that the metadata does not list, and a metadata entry without a folder
     (exp / "submission_399002" / "gemm").mkdir(parents=True)
     (exp / "submission_399002" / "gemm" / "naive.cu").write_text((ROOT / "solutions/gemm/naive.cu").read_text())
@@ -80,16 +87,21 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
     proc = run_batch(export, out, "--workers", "2")
     assert proc.returncode == 0, proc.stderr
     columns, rows = read_csv(out / "grades.csv")
-    assert columns[:9] == batch.META_COLUMNS
+    assert columns[:len(batch.META_COLUMNS)] == batch.META_COLUMNS
     assert {"naive.compiles", "naive.correct", "naive.fp32_only"} <= set(columns)
     assert not [c for c in columns if c.startswith(("coalesced.", "wmma."))]  # --stages naive
-    assert len(rows) == N + 3
+    assert len(rows) == N + 4
     graded = [r for r in rows.values() if r["status"] == "graded"]
     assert len(graded) == N + 2  # the corrupt one is graded too: the student's problem, as data
+    linked = rows["submission_399004"]
+    assert linked["status"] == "refused" and "symbolic link" in linked["note"]
+    assert float(linked["total"]) == 0 and float(linked["naive.compiles"]) == 0
     first = rows["submission_310000"]  # solutions
     assert first["names"] == "Student 000" and first["sids"] == "900000"
     assert first["emails"] == "student000@example.edu" and first["created_at"].startswith("2026-11-01T10:00:00")
     assert float(first["naive.compiles"]) == 2.0 and float(first["total"]) >= 2.0
+    assert first["naive.correct"] == "n/e"  # not evaluated (no GPU) is not a 0
+    assert not (out / "submissions" / "submission_310000" / "work").exists()  # the work folder is removed
     assert first["max_total"] and float(first["max_total"]) == 10.0
     group = rows["submission_310005"]
     assert group["names"] == "Student 010; Student 011" and group["sids"] == "900010; 900011"
@@ -105,7 +117,7 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
         res = json.loads((out / "submissions" / folder / "results.json").read_text())
         assert res["tests"] and abs(res["score"] - float(row["total"])) < 1e-9
     info = json.loads((out / "batch.json").read_text())
-    assert info["graded_now"] == N + 2 and info["workers"] == 2 and info["missing_folders"] == ["submission_399003"]
+    assert info["graded_now"] == N + 3 and info["workers"] == 2 and info["missing_folders"] == ["submission_399003"]
     assert "not in submission_metadata.yml" in " ".join(info["notes"])
 
     # resume: nothing is graded again; a deleted result is the only one re-graded
@@ -114,7 +126,7 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
     again = run_batch(export, out)
     assert again.returncode == 0, again.stderr
     info = json.loads((out / "batch.json").read_text())
-    assert info["graded_now"] == 1 and info["skipped"] == N + 1
+    assert info["graded_now"] == 1 and info["skipped"] == N + 2
     assert [r["folder"] for r in info["records"]] == ["submission_310004"]
     assert (out / "submissions" / "submission_310000" / "results.json").stat().st_mtime_ns == stamp
     assert read_csv(out / "grades.csv")[1].keys() == rows.keys()
@@ -216,13 +228,13 @@ def test_one_worker_per_gpu_each_pinned_to_its_own(tmp_path, fake):
 
 def test_visible_gpus_and_worker_plan(monkeypatch):
     listing = "GPU 0: NVIDIA H200 (UUID: GPU-a)\nGPU 1: NVIDIA H200 (UUID: GPU-b)\n"
-    monkeypatch.setattr(batch.subprocess, "run",
+    monkeypatch.setattr(plan.subprocess, "run",
                         lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=listing, stderr=""))
     assert batch.visible_gpus({}) == ["0", "1"]
     assert batch.visible_gpus({"CUDA_VISIBLE_DEVICES": "1"}) == ["1"]
     assert batch.visible_gpus({"CUDA_VISIBLE_DEVICES": "GPU-b,GPU-a"}) == ["GPU-b", "GPU-a"]
     assert batch.visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == []
-    monkeypatch.setattr(batch.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError()))
+    monkeypatch.setattr(plan.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(FileNotFoundError()))
     assert batch.visible_gpus({}) == []
     assert batch.plan_workers([], None) == [None]
     assert batch.plan_workers([], 3) == [None, None, None]
@@ -241,7 +253,7 @@ def test_shards_and_merge(tmp_path, fake):
                               tmp_path / "grades.csv")
     columns, rows = read_csv(tmp_path / "grades.csv")
     assert n == 5 and sorted(rows) == [f"submission_{i}" for i in range(5)]
-    assert columns[:9] == batch.META_COLUMNS and "naive.compiles" in columns
+    assert columns[:len(batch.META_COLUMNS)] == batch.META_COLUMNS and "naive.compiles" in columns
     assert any("no grades.csv" in w for w in warnings)
 
 
@@ -264,7 +276,7 @@ def test_slurm_array_script_shards_and_merges(tmp_path):
     for task in (3, 4):  # --array=3-4: shards 0 and 1 of 2
         env = dict(os.environ, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="3",
                    SLURM_ARRAY_TASK_COUNT="2", SLURM_SUBMIT_DIR=str(ROOT), GRADER_PYTHON=sys.executable,
-                   GRADER_BATCH_ARGS="--no-gpu --stages naive --quiet")
+                   GRADER_BATCH_ARGS="--no-gpu --stages naive --quiet --trusted-submissions")
         proc = subprocess.run(["bash", str(ROOT / "tools" / "slurm_batch.sbatch"), str(exp), str(tmp_path / "out")],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
@@ -275,3 +287,100 @@ def test_slurm_array_script_shards_and_merges(tmp_path):
     assert proc.returncode == 0, proc.stderr
     _, rows = read_csv(tmp_path / "grades.csv")
     assert len(rows) == 4 and all(r["status"] == "graded" for r in rows.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Bad export entries, formula injection, the sandbox check, the new command line
+# --------------------------------------------------------------------------------------------
+def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake):
+    import stat
+    import zipfile
+
+    src = _small_export(tmp_path / "src", ("submission_1", "submission_2", "submission_3", "submission_4"))
+    meta = (src / "submission_metadata.yml").read_text() + "submission_5:\n  :submitters: []\n"
+    (src / "submission_metadata.yml").write_text(meta)
+    zpath = tmp_path / "export.zip"
+    zip_export(src, zpath)
+    top = "assignment_0_export"
+    with zipfile.ZipFile(zpath, "a", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(f"{top}/submission_5", b"a file with a submission folder's name")  # then a member under it
+        zf.writestr(f"{top}/submission_5/gemm/naive.cu", b"// lost\n")
+        zf.writestr(f"{top}/submission_2/pad.bin", b"\0" * (4 * 1024 * 1024))  # a zip bomb by ratio
+        link = zipfile.ZipInfo(f"{top}/submission_3/gemm/tiled.cu")
+        link.create_system, link.external_attr = 3, (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(link, str(ROOT / "solutions" / "gemm" / "tiled.cu"))
+        zf.writestr("../escaped.txt", b"never written")
+    s = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[])
+    assert s.graded == 4 and not s.failed
+    assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "out" / "escaped.txt").exists()
+    assert not list((tmp_path / "out" / "export").rglob("pad.bin"))
+    assert not [p for p in (tmp_path / "out" / "export").rglob("*") if p.is_symlink()]
+    _, rows = read_csv(tmp_path / "out" / "grades.csv")
+    assert rows["submission_5"]["status"] == "bad_entry" and "is a file" in rows["submission_5"]["note"]
+    assert rows["submission_2"]["status"] == "graded" and "zip bomb" in rows["submission_2"]["note"]
+    assert rows["submission_3"]["status"] == "graded" and "symbolic link" in rows["submission_3"]["note"]
+    assert rows["submission_1"]["note"] == "" and rows["submission_4"]["naive.compiles"] == "1.0"
+    assert any("escaped.txt" in n for n in s.notes)
+    # a resumed run reads what the first extraction left out instead of extracting again
+    again = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[])
+    assert again.skipped == 4
+    assert "zip bomb" in read_csv(tmp_path / "out" / "grades.csv")[1]["submission_2"]["note"]
+
+
+def test_csv_cells_that_start_like_formulas_are_neutralized(tmp_path, fake):
+    assert batch.safe_cell("=HYPERLINK(\"http://x\",\"y\")") == "'=HYPERLINK(\"http://x\",\"y\")"
+    for text in ("+1+cmd", "-2+3", "@SUM(A1)", "\tx", "\rx"):
+        assert batch.safe_cell(text) == "'" + text
+    assert batch.safe_cell("-1.5") == "-1.5" and batch.safe_cell("Ann Lee") == "Ann Lee"
+    assert batch.safe_cell(-2.0) == -2.0 and batch.safe_cell(None) == "" and batch.safe_cell("'=x") == "'=x"
+
+    exp = _small_export(tmp_path / "exp", ("submission_1", "submission_2"))
+    (exp / "submission_metadata.yml").write_text(
+        "submission_1:\n  :submitters:\n  - :name: '=HYPERLINK(\"http://evil\",\"click\")'\n"
+        "    :sid: '+1+1'\n    :email: '@SUM(A1:A9)'\n"
+        "submission_2:\n  :submitters:\n  - :name: \"-2+3\"\n    :sid: '42'\n    :email: a@x.edu\n")
+    batch.grade_export(exp, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[])
+    _, rows = read_csv(tmp_path / "out" / "grades.csv")
+    one, two = rows["submission_1"], rows["submission_2"]
+    assert one["names"] == "'=HYPERLINK(\"http://evil\",\"click\")" and one["sids"] == "'+1+1"
+    assert one["emails"] == "'@SUM(A1:A9)" and two["names"] == "'-2+3" and two["sids"] == "42"
+    assert one["naive.compiles"] == "1.0"
+    # the merge writes through the same function, and quoting twice changes nothing
+    batch.merge([tmp_path / "out"], tmp_path / "merged.csv")
+    assert read_csv(tmp_path / "merged.csv")[1]["submission_1"]["names"] == one["names"]
+
+
+def test_batch_refuses_an_unfenced_machine_unless_trusted(tmp_path, monkeypatch):
+    from grader.run import sandbox
+
+    exp = _small_export(tmp_path / "exp", ("submission_1",))
+    env = dict(os.environ, GRADER_SANDBOX="weak")  # the sandbox's own switch to its weak fence
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(exp), "--out", str(tmp_path / "out"),
+                           "--no-gpu", "--quiet"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "refusing to grade a whole class without the sandbox" in proc.stderr
+    assert "GRADER_SANDBOX=weak" in proc.stderr and "--trusted-submissions" in proc.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
+    monkeypatch.setenv("GRADER_SANDBOX", "weak")
+    sandbox.reset_mode()
+    try:
+        with pytest.raises(batch.BatchError):
+            batch.require_sandbox(trusted=False)
+        assert "without the sandbox" in batch.require_sandbox(trusted=True)
+    finally:
+        monkeypatch.delenv("GRADER_SANDBOX")
+        sandbox.reset_mode()
+
+
+def test_python_m_grader_batch_and_merge(tmp_path):
+    exp = _small_export(tmp_path / "exp", ("submission_1",))
+    proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(exp), "--out", str(tmp_path / "out"),
+                           "--stages", "nosuch", "--trusted-submissions"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown stage 'nosuch'" in proc.stderr
+    (tmp_path / "a.csv").write_text("submission_id,folder,status\n1,submission_1,graded\n")
+    (tmp_path / "b.csv").write_text("submission_id,folder,status,naive.compiles\n2,submission_2,graded,2.0\n")
+    proc = subprocess.run([sys.executable, "-m", "grader", "merge", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"),
+                           "--out", str(tmp_path / "m.csv")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    columns, rows = read_csv(tmp_path / "m.csv")
+    assert columns == ["submission_id", "folder", "status", "naive.compiles"] and set(rows) == {"submission_1",
+                                                                                            "submission_2"}

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from grader.instructor.calibrate import MIN_MARGIN, calibration_rows, margin, run_calibration, write_report
-from grader.cli import parse_args
-from grader.model import FAILED, PASSED, ItemResult
+from grader.model import ItemResult, Status
+from grader.run_local import parse_args  # the legacy flags of run_local.py
 from grader.spec.rubric import parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def grading(values: dict, seconds=30.0):
         vals = {key: v} if v is not None else {}
         if it.kind == "ncu" and v is not None:
             vals["threshold"] = thr
-        items.append(ItemResult(sid, iid, it.title, PASSED if ok else FAILED, it.points if ok else 0,
+        items.append(ItemResult(sid, iid, it.title, Status.PASSED if ok else Status.FAILED, it.points if ok else 0,
                                 it.points, number=f"{st.number}.{iid}", values=vals))
     return SimpleNamespace(items=items, seconds=seconds, env=SimpleNamespace(device={"name": "NVIDIA H200"}))
 
@@ -166,7 +166,8 @@ def test_cli_flag():
 
 
 def test_cli_rejects_zero_repeats(tmp_path):
-    from grader.cli import EXIT_USAGE, main
+    from grader.cli import EXIT_USAGE
+    from grader.run_local import main
 
     assert main(["--calibrate", "0", "--out", str(tmp_path), "--quiet"]) == EXIT_USAGE
     assert "at least 1" in (tmp_path / "results.json").read_text()

@@ -64,7 +64,7 @@ def test_checker_process_writes_verdicts(tmp_path):
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(_timed_run(tmp_path)))
     out = tmp_path / "verdicts.json"
-    proc = subprocess.run([sys.executable, "-m", "grader.children.check", str(spec_path), str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "grader.children", "check", str(spec_path), str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["tiled"]["cases"][1]["passed"] is True

@@ -124,3 +124,94 @@ def test_nvcc_runs_as_the_unprivileged_student_user():
         assert (work / "build").stat().st_uid == pwd.getpwnam(user).pw_uid
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# python -m grader: subcommands, the older run_local.py flags, intake of hostile submissions
+# --------------------------------------------------------------------------------------------
+def run_m(*args, cwd=ROOT, timeout=600):
+    return subprocess.run([sys.executable, "-m", "grader", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_legacy_flags_map_onto_subcommands():
+    from grader.run_local import parse_args, to_command
+
+    def cmd(*argv):
+        return to_command(parse_args(list(argv)))
+
+    assert cmd("sub", "--out", "o", "--no-gpu", "--stages", "naive") == \
+        ["grade", "--out", "o", "--stages", "naive", "--no-gpu", "--", "sub"]
+    assert cmd("exp.zip", "--batch", "--workers", "2", "--shard", "0/2", "--trusted-submissions") == \
+        ["batch", "--workers", "2", "--shard", "0/2", "--trusted-submissions", "--", "exp.zip"]
+    assert cmd("--calibrate") == ["calibrate", "--repeats", "3"]
+    assert cmd("sol", "--calibrate", "5", "--out", "c") == ["calibrate", "--repeats", "5", "--out", "c", "--", "sol"]
+    assert cmd("--check-rubric", "--rubric", "r.yaml") == ["check-rubric", "--rubric", "r.yaml"]
+    assert cmd("--", "-weird-name") == ["grade", "--", "-weird-name"]  # a name starting with '-' stays a name
+
+
+def test_batch_only_flag_without_batch_is_a_usage_error(tmp_path):
+    proc, res = run_cli(ROOT / "solutions", "--workers", "2", out=tmp_path)
+    assert proc.returncode == 2 and "--workers is an option of --batch" in proc.stderr and res["score"] == 0
+
+
+def test_subcommands_are_listed_and_check_rubric_runs():
+    proc = run_m("--help")
+    assert proc.returncode == 0
+    for command in ("grade", "batch", "merge", "check-rubric", "calibrate", "handout", "gradescope"):
+        assert command in proc.stdout
+    proc = run_m("check-rubric")
+    assert proc.returncode == 0 and "valid;" in proc.stderr
+    proc = run_m("grade", "--no-such-flag")
+    assert proc.returncode == 2  # argparse's usage error
+
+
+def test_handout_and_gradescope_subcommands_are_the_same_tools(tmp_path):
+    direct = subprocess.run([sys.executable, "-m", "grader.instructor.handout", "--check"], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert run_m("handout", "--check").returncode == direct.returncode
+    proc = run_m("gradescope", "build", "--out", tmp_path / "ag.zip")
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote" in proc.stdout and (tmp_path / "ag.zip").is_file()
+
+
+@needs_nvcc
+def test_grade_a_zip_and_the_work_folder_goes_unless_kept(tmp_path):
+    import zipfile
+
+    z = tmp_path / "sub.zip"
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.write(ROOT / "solutions" / "gemm" / "naive.cu", "my-sub/gemm/naive.cu")
+    proc = run_m("grade", z, "--no-gpu", "--stages", "naive", "--quiet", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert _by_number(res)["1.compiles"]["status"] == "passed" and "one folder down" in res["output"]
+    assert not (tmp_path / "out" / "work").exists()
+    assert json.loads((tmp_path / "out" / "intake.json").read_text())["refused"] is False
+    proc = run_m("grade", z, "--no-gpu", "--stages", "naive", "--quiet", "--keep-work", "--out", tmp_path / "kept")
+    assert proc.returncode == 0 and (tmp_path / "kept" / "work" / "submission" / "my-sub" / "gemm" / "naive.cu").is_file()
+
+
+@needs_nvcc
+def test_links_to_the_solutions_earn_nothing_and_a_self_link_does_not_crash(tmp_path):
+    sub = tmp_path / "sub"
+    (sub / "gemm").mkdir(parents=True)
+    (sub / "gemm" / "naive.cu").symlink_to(ROOT / "solutions" / "gemm" / "naive.cu")
+    (sub / "gemm" / "tiled.cu").symlink_to("tiled.cu")  # linked to itself
+    (sub / "occupancy").symlink_to(ROOT / "solutions" / "occupancy", target_is_directory=True)
+    proc, res = run_cli(sub, "--no-gpu", "--stages", "naive,tiled", out=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    tests = _by_number(res)
+    assert tests["1.compiles"]["status"] == "failed"
+    assert tests["3.compiles"]["status"] == "failed" and res["score"] == 0
+    assert "gemm/naive.cu is a symbolic link" in res["output"]
+    assert "gemm/naive.cu is a symbolic link" in tests["1.compiles"]["output"]  # the item names the link
+    wrapped = tmp_path / "wrapped"
+    wrapped.mkdir()
+    (wrapped / "my-project").symlink_to(ROOT / "solutions", target_is_directory=True)  # "one folder down"
+    proc, res = run_cli(wrapped, "--no-gpu", "--stages", "naive", out=tmp_path / "out2")
+    assert proc.returncode == 0 and res["score"] == 0 and "one folder down" not in res["output"]
+    link = tmp_path / "link"
+    link.symlink_to(ROOT / "solutions", target_is_directory=True)
+    proc, res = run_cli(link, "--no-gpu", "--stages", "naive", out=tmp_path / "out3")
+    assert proc.returncode == 0 and res["score"] == 0 and "Submission refused" in res["output"]

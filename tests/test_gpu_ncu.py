@@ -5,7 +5,6 @@ the rubric's ncu criteria must pass every reference kernel
 and fail every predecessor on its transition items, and one run must stay well under a minute.
 """
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -13,24 +12,19 @@ import pytest
 
 from grader.build import toolchain
 from grader.build.compile import compile_stage
-from grader.profile.diagnosis import diagnose
-from grader.profile.criteria import evaluate_ncu_item
-from grader.profile.collect import profile_stages
-from grader.model import FAILED, PASSED
-from grader.spec.rubric import Profile, load_rubric
-from grader.score.stages import StageOutcome
+from grader.grading import StageOutcome
 from grader.instructor.shifted import write_shifted
+from grader.model import Status, Verdict
+from grader.profile.collect import profile_stages
+from grader.profile.criteria import evaluate_ncu_item
+from grader.profile.diagnosis import diagnose
+from grader.spec.rubric import load_rubric
+from grader.spec.types import Profile
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
 N = 2048
 RUBRIC = dataclasses.replace(load_rubric(ROOT / "rubric.yaml"), profile=Profile(n=N, timeout_s=300))
-
-
-def child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def profile(submission: Path, work: Path):
@@ -42,8 +36,8 @@ def profile(submission: Path, work: Path):
     for st in RUBRIC.stages:
         c = compile_stage(st, submission, work / st.id, nvcc, ["-arch=sm_90a"], RUBRIC, [512, 1280, 4096, N])
         assert c.ok, c.problem
-        outcomes[st.id] = StageOutcome(stage=st, compile=c, correct=True)
-    run = profile_stages(outcomes, RUBRIC, has_gpu=True, gpu_reason="", child_env=child_env(),
+        outcomes[st.id] = StageOutcome(stage=st, compile=c, verdict=Verdict.CORRECT)
+    run = profile_stages(outcomes, RUBRIC, has_gpu=True, gpu_reason="",
                          work_dir=work / "ncu", seed=1234, ncu_tool=ncu)
     print(f"ncu: {run.proc.wall_s:.1f} s, {' '.join(run.command[:12])} ...", file=sys.stderr)
     assert run.reason == "", run.reason + "\n" + run.proc.stderr[-2000:]
@@ -63,7 +57,7 @@ def test_reference_kernels_meet_every_proposed_criterion(tmp_path):
         assert ffma == (N**3 if o.stage.inputs == "fp32" else 0), sid
         for it in items(sid):
             r = evaluate_ncu_item(it, o)
-            assert r.status == PASSED, f"{sid}.{it.id}: {r.message}"
+            assert r.status == Status.PASSED, f"{sid}.{it.id}: {r.message}"
         d = diagnose(o.ncu, sid)
         assert d.verdict and d.next_step and not d.missing, (sid, d.missing)
 
@@ -76,5 +70,5 @@ def test_shifted_submission_fails_exactly_the_transition_criteria(tmp_path):
         for it in items(sid):
             r = evaluate_ncu_item(it, o)
             integrity = it.params["op"] == "=="
-            expected = PASSED if integrity or sid == RUBRIC.stages[0].id else FAILED
+            expected = Status.PASSED if integrity or sid == RUBRIC.stages[0].id else Status.FAILED
             assert r.status == expected, f"{sid}.{it.id}: {r.message}"

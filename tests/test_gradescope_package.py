@@ -21,7 +21,13 @@ import pytest
 
 from grader.build import toolchain
 from grader.deploy.gradescope import build as gbuild
-from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy, is_gpu_item, read_config, resolve_policy
+from grader.deploy.gradescope.policy import (
+    PENDING_PREFIX,
+    apply_no_gpu_policy,
+    is_gpu_item,
+    read_config,
+    resolve_policy,
+)
 from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES
 
 ROOT = Path(__file__).resolve().parent.parent

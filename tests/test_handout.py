@@ -27,7 +27,7 @@ def test_every_stage_id_kernel_and_file_appears():
     for st in RUBRIC.stages:
         for word in (st.id, st.kernel, st.file, st.launch_symbol):
             assert word in TEXT, word
-    for t in RUBRIC.extra["report_config"].transitions:
+    for t in RUBRIC.report.transitions:
         assert f"## {t.before} -> {t.after}" in TEXT
 
 
@@ -39,9 +39,9 @@ def test_every_item_appears_with_its_points_and_threshold():
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
             assert cells[3] == f"{it.points:g}" and cells[1] == it.kind
             assert cells[2] == " ".join(threshold(it, st, RUBRIC).split()).replace("|", "\\|")
-    for spec in RUBRIC.extra["occupancy_config"].items.values():
+    for spec in RUBRIC.occupancy.items.values():
         assert f"| {spec.number} | {spec.title} | {spec.points:g} |" in TEXT
-    for spec in RUBRIC.extra["report_config"].items():
+    for spec in RUBRIC.report.items():
         assert f"| {spec.number} | {spec.title} | {spec.points:g} |" in TEXT
     assert f"**{RUBRIC.max_points:g}**" in TEXT
 

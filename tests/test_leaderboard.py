@@ -4,27 +4,32 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 from grader.deploy.gradescope import leaderboard_entries
+from grader.grading import Environment, Grading, StageOutcome, load_grading
+from grader.model import Verdict
 from grader.outputs.leaderboard import LEADERBOARD_STAGES, leaderboard_stages
 from grader.outputs.results import build_results, dumps
-from grader.spec.rubric import load_rubric
 from grader.run.timing import summarize
+from grader.spec.peaks import Peaks
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
 
 
-def _outcome(stage_id: str, correct, ms: float | None = 2.0, base_ms: float = 1.8):
-    stage = RUBRIC.stage(stage_id)
+VERDICTS = {True: Verdict.CORRECT, False: Verdict.WRONG, None: Verdict.NOT_EVALUATED}
+
+
+def _outcome(stage_id: str, correct: bool | None, ms: float | None = 2.0, base_ms: float = 1.8) -> StageOutcome:
     timing = summarize(4096, [ms] * 5, [base_ms] * 5, None) if ms else None
-    return SimpleNamespace(stage=stage, correct=correct, timing=timing)
+    return StageOutcome(stage=RUBRIC.stage(stage_id), verdict=VERDICTS[correct], timing=timing)
 
 
-def _grading(**outcomes):
-    return SimpleNamespace(outcomes=outcomes, items=[])
+def _grading(**outcomes: StageOutcome) -> Grading:
+    env = Environment({"ok": True, "name": "NVIDIA H200"}, "", None, None, ["-arch=sm_90a"], Peaks(None, None, "test"))
+    return Grading("sub", env, outcomes, [], 1.0)
 
 
 def test_default_stages_are_in_the_rubric():
@@ -56,13 +61,10 @@ def test_no_entries_without_timing_or_correctness():
     assert leaderboard_entries(_grading(wmma=bad)) == []
 
 
-def test_grading_json_gives_the_same_entries():
+def test_grading_json_gives_the_same_entries(tmp_path):
     g = _grading(blocktiling_2d=_outcome("blocktiling_2d", True, 3.0, 2.7), wmma=_outcome("wmma", True, 0.5, 0.25))
-    # grading.json as grader/outputs/write.py writes it (timing dataclass -> dict)
-    detail = json.loads(json.dumps({"stages": {sid: {"correct": o.correct, "timing": vars(o.timing)}
-                                              for sid, o in g.outcomes.items()}}))
-    titles = {st.id: st.title for st in RUBRIC.stages}
-    assert leaderboard_entries(detail, titles=titles) == leaderboard_entries(g)
+    g.write(tmp_path / "grading.json")  # what batch and run_autograder read when results.json has no leaderboard
+    assert leaderboard_entries(load_grading(tmp_path / "grading.json")) == leaderboard_entries(g)
     names = [e["name"] for e in leaderboard_entries(g)]
     assert names == [f"{RUBRIC.stage('blocktiling_2d').title}: TFLOP/s",
                      f"{RUBRIC.stage('blocktiling_2d').title}: % of cuBLAS",

@@ -1,5 +1,4 @@
 """grader/profile/ncu.py: the CSV parser on real captured output, and collect() against fake ncu programs."""
-import os
 import stat
 import sys
 from pathlib import Path
@@ -7,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from grader.model import Cause, Gap
 from grader.profile import ncu
 from grader.profile.ncu import NCU_MISSING, collect, metric_names, metrics_needed, parse_raw_csv, parse_value
 from grader.spec.rubric import load_rubric, parse_rubric
@@ -130,7 +130,7 @@ def _fake_ncu(tmp_path: Path, script: str) -> SimpleNamespace:
 
 
 def _collect(tmp_path, tool, stages=STAGES, timeout_s=30.0):
-    return collect(stages, 2048, 7, [FFMA, SPR], tool, "none", timeout_s, dict(os.environ), tmp_path / "work")
+    return collect(stages, 2048, 7, [FFMA, SPR], tool, "none", timeout_s, tmp_path / "work")
 
 
 def test_collect_runs_one_ncu_over_the_profile_child_and_parses_its_csv(tmp_path):
@@ -139,13 +139,13 @@ def test_collect_runs_one_ncu_over_the_profile_child_and_parses_its_csv(tmp_path
     run = _collect(tmp_path, tool)
     assert run.reason == "" and run.stage_reasons == {}
     metrics, why = run.for_stage("tiled")
-    assert why == "" and metrics[SPR] == 4.0
+    assert why is None and metrics[SPR] == 4.0
     argv = eval((tmp_path / "argv.txt").read_text())
     assert argv[argv.index("--metrics") + 1] == f"{FFMA},{SPR}"
     assert argv[argv.index("-k") + 1] == "regex:^(mmNaive|mmTiled)$"
     assert argv[argv.index("--clock-control") + 1] == "none"
     assert argv[argv.index("--page") + 1] == "raw" and "--csv" in argv
-    assert argv[-3:-1] == ["-m", "grader.children.profile"]
+    assert argv[-5:-2] == ["-m", "grader.children", "profile"]
     spec = (tmp_path / "work" / "profile_spec.json").read_text()
     assert '"n": 2048' in spec and '"seed": 7' in spec and "mmTiled" in spec
 
@@ -153,7 +153,7 @@ def test_collect_runs_one_ncu_over_the_profile_child_and_parses_its_csv(tmp_path
 def test_collect_without_ncu_says_not_evaluated(tmp_path):
     run = _collect(tmp_path, SimpleNamespace(path=None, reason="not found"))
     assert run.reason == NCU_MISSING
-    assert run.for_stage("naive") == (None, NCU_MISSING)
+    assert run.for_stage("naive") == (None, Gap(Cause.GRADER, NCU_MISSING))
 
 
 @pytest.mark.parametrize("output,needle", [
@@ -182,8 +182,8 @@ def test_a_kernel_that_crashed_in_the_profile_child_is_not_profiled(tmp_path):
     run = _collect(tmp_path, _fake_ncu(tmp_path, f"print(open({str(data)!r}).read())"))
     assert run.reason == "" and run.for_stage("naive")[0] is not None
     metrics, why = run.for_stage("tiled")
-    assert metrics is None and why.startswith("not profiled: the kernel failed")
-    assert "ILLEGAL_ADDRESS" in why
+    assert metrics is None and why.cause is Cause.STUDENT
+    assert why.message.startswith("not profiled: the kernel failed") and "ILLEGAL_ADDRESS" in why.message
 
 
 def test_a_kernel_with_no_row_and_no_failure_is_not_evaluated(tmp_path):
@@ -191,7 +191,7 @@ def test_a_kernel_with_no_row_and_no_failure_is_not_evaluated(tmp_path):
     data = tmp_path / "out.csv"
     data.write_text("\n".join(keep))
     run = _collect(tmp_path, _fake_ncu(tmp_path, f"print(open({str(data)!r}).read())"))
-    assert run.for_stage("tiled") == (None, "not evaluated: ncu reported no metrics for mmTiled")
+    assert run.for_stage("tiled") == (None, Gap(Cause.GRADER, "not evaluated: ncu reported no metrics for mmTiled"))
 
 
 def test_an_unknown_metric_is_dropped_and_the_run_repeated(tmp_path):
@@ -212,7 +212,7 @@ def test_garbage_output_is_not_evaluated_with_the_error_line(tmp_path):
 
 
 def test_collect_with_no_stages_does_nothing(tmp_path):
-    run = collect([], 2048, 1, [FFMA], SimpleNamespace(path="/nonexistent"), "none", 5, {}, tmp_path)
+    run = collect([], 2048, 1, [FFMA], SimpleNamespace(path="/nonexistent"), "none", 5, tmp_path)
     assert run.proc is None and run.reason == ""
 
 
@@ -221,17 +221,17 @@ def test_a_failed_launch_is_not_profiled_even_if_ncu_has_a_row(tmp_path):
     data = tmp_path / "out.csv"
     data.write_text(text)
     run = _collect(tmp_path, _fake_ncu(tmp_path, f"print(open({str(data)!r}).read())"))
-    assert run.for_stage("naive") == (None, "not profiled: the kernel failed when it was launched for "
-                                            "profiling: CUDARuntimeError: boom")
+    assert run.for_stage("naive") == (None, Gap(Cause.STUDENT, "not profiled: the kernel failed when it was "
+                                                "launched for profiling: CUDARuntimeError: boom"))
     assert run.for_stage("tiled")[0] is not None
 
 
 def test_relative_work_dirs_become_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     tool = _fake_ncu(tmp_path, f"open('argv.txt', 'w').write(repr(sys.argv))\nprint(open({str(FIXTURE)!r}).read())")
-    run = collect(STAGES, 2048, 7, [FFMA], tool, "none", 30.0, dict(os.environ), Path("rel") / "ncu")
+    run = collect(STAGES, 2048, 7, [FFMA], tool, "none", 30.0, Path("rel") / "ncu")
     argv = eval((tmp_path / "rel" / "ncu" / "argv.txt").read_text())
-    assert run.reason == "" and Path(argv[-1]).is_absolute() and Path(argv[-1]).is_file()
+    assert run.reason == "" and Path(argv[-2]).is_absolute() and Path(argv[-2]).is_file()  # the spec
 
 
 def test_a_fake_table_printed_by_a_kernel_is_ignored():

@@ -1,17 +1,20 @@
-"""grader/profile/criteria.py: safe expressions, statuses and messages of `ncu` items."""
+"""grader/spec/expr.py and grader/profile/criteria.py: safe expressions, statuses and messages of `ncu` items."""
 from pathlib import Path
 
 import pytest
 
-from grader.profile.ncu import parse_raw_csv
-from grader.profile.criteria import (ExprError, MissingMetric, check_expression, evaluate_expr, evaluate_ncu_item,
-                              fmt, measure)
-from grader.model import FAILED, NOT_EVALUATED, PASSED
-from grader.spec.rubric import _item, load_rubric
-from grader.score.stages import StageOutcome, evaluate
-from grader.spec.peaks import Peaks
 from grader.build.compile import CompileResult
 from grader.build.ptxas import KernelResources
+from grader.errors import RubricError
+from grader.grading import StageOutcome
+from grader.model import Cause, Gap, Status, Verdict
+from grader.profile.criteria import evaluate_ncu_item, measure
+from grader.profile.ncu import parse_raw_csv
+from grader.score.stages import evaluate
+from grader.spec.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
+from grader.spec.items import stage_item
+from grader.spec.peaks import Peaks
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -23,16 +26,16 @@ REQ = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
 def item(expr, op=">=", value=128, **extra):
     raw = {"id": "reuse", "kind": "ncu", "title": "reuse through shared memory", "points": 3,
            "expr": expr, "op": op, "value": value, **extra}
-    return _item(raw, "test")
+    return stage_item(raw, "test")
 
 
 _FIXTURE = object()
 
 
-def outcome(stage_id="tiled", kernel="mmTiled", correct=True, ncu=_FIXTURE, reason=""):
+def outcome(stage_id="tiled", kernel="mmTiled", correct=True, ncu=_FIXTURE, gap=None):
     """A stage outcome whose metrics are the fixture's row for `kernel` unless `ncu` is given."""
     st = RUBRIC.stage(stage_id)
-    o = StageOutcome(stage=st, correct=correct, profile_n=2048, ncu_reason=reason)
+    o = StageOutcome(stage=st, verdict=Verdict.CORRECT if correct else Verdict.WRONG, profile_n=2048, ncu_gap=gap)
     o.ncu = dict(TABLE[kernel]) if ncu is _FIXTURE else ncu
     return o
 
@@ -82,7 +85,7 @@ def test_measure_on_the_fixture():
 def test_pass_message_has_value_threshold_unit_and_inputs_and_the_explanation_only_on_failure():
     it = item(f"{FFMA} / {REQ}", unit="FFMA per request", explain="Each global load feeds TILE FMAs.")
     r = evaluate_ncu_item(it, outcome())
-    assert r.status == PASSED and r.score == 3 and r.max_score == 3
+    assert r.status == Status.PASSED and r.score == 3 and r.max_score == 3
     assert r.number == "3.reuse" and r.stage == "tiled" and r.visibility == "visible"
     assert r.values == {"value": 512.0, "threshold": 128.0}
     assert "measured 512 FFMA per request, needs >= 128 FFMA per request" in r.message
@@ -94,59 +97,75 @@ def test_pass_message_has_value_threshold_unit_and_inputs_and_the_explanation_on
 
 def test_fail_on_the_predecessor_kernel():
     r = evaluate_ncu_item(item(f"{FFMA} / {REQ}"), outcome(kernel="mmCoalesced"))
-    assert r.status == FAILED and r.score == 0 and r.message.startswith("not met: measured 16,")
+    assert r.status == Status.FAILED and r.score == 0 and r.message.startswith("not met: measured 16,")
 
 
 def test_percent_unit_reads_naturally():
     it = item("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", ">=", 45, unit="%")
     r = evaluate_ncu_item(it, outcome("blocktiling_2d", "mm2DBlocktiling"))
-    assert r.status == PASSED and "measured 73.01%, needs >= 45%" in r.message
+    assert r.status == Status.PASSED and "measured 73.01%, needs >= 45%" in r.message
 
 
 def test_division_by_zero_fails_with_a_clear_message():
     r = evaluate_ncu_item(item(f"{FFMA} / smsp__inst_executed_op_shared_ld.sum"), outcome("coalesced", "mmCoalesced"))
-    assert r.status == FAILED and "divides by zero" in r.message
+    assert r.status == Status.FAILED and "divides by zero" in r.message
     assert "smsp__inst_executed_op_shared_ld.sum = 0" in r.message
 
 
 def test_no_metrics_because_ncu_is_missing_is_not_evaluated():
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, reason="not evaluated: Nsight Compute (ncu) not found"))
-    assert r.status == NOT_EVALUATED and r.score == 0
+    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.GRADER,
+                                                                "not evaluated: Nsight Compute (ncu) not found")))
+    assert r.status == Status.NOT_EVALUATED and r.score == 0
     assert r.message == "not evaluated: Nsight Compute (ncu) not found"
 
 
-def test_a_reason_without_a_prefix_is_worded_as_not_evaluated():
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, reason="no CUDA device"))
-    assert r.status == NOT_EVALUATED and r.message == "not evaluated: no CUDA device"
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, reason=""))
-    assert r.status == NOT_EVALUATED and r.message.startswith("not evaluated")
+def test_the_status_follows_the_gaps_cause_not_its_wording():
+    # The message is only shown: a grader-side gap is not evaluated whatever its text says.
+    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.GRADER, "not profiled: words only")))
+    assert r.status == Status.NOT_EVALUATED and r.message == "not profiled: words only"
+    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.STUDENT, "not evaluated: words only")))
+    assert r.status == Status.FAILED
+    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None))
+    assert r.status == Status.NOT_EVALUATED and r.message.startswith("not evaluated")
 
 
 def test_not_profiled_is_the_students_failure():
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, reason="not profiled: the kernel is not correct"))
-    assert r.status == FAILED and r.message == "not profiled: the kernel is not correct"
+    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.STUDENT, "not profiled: the kernel is not correct")))
+    assert r.status == Status.FAILED and r.message == "not profiled: the kernel is not correct"
 
 
 def test_a_wrong_kernel_never_earns_counter_points_even_with_metrics():
     r = evaluate_ncu_item(item(f"{FFMA} / {REQ}"), outcome(correct=False))
-    assert r.status == FAILED and r.message.startswith("not profiled: the kernel is not correct")
+    assert r.status == Status.FAILED and r.message.startswith("not profiled: the kernel is not correct")
 
 
 def test_a_metric_this_gpu_lacks_is_not_evaluated():
     r = evaluate_ncu_item(item("sm__no_such_metric.sum"), outcome())
-    assert r.status == NOT_EVALUATED and "sm__no_such_metric.sum" in r.message
+    assert r.status == Status.NOT_EVALUATED and "sm__no_such_metric.sum" in r.message
 
 
-def test_a_broken_rubric_expression_is_not_evaluated_not_failed():
-    r = evaluate_ncu_item(item(f"{FFMA} // 2"), outcome())
-    assert r.status == NOT_EVALUATED and "expression is invalid" in r.message
+def test_a_broken_rubric_expression_stops_the_rubric_with_its_key():
+    with pytest.raises(RubricError) as exc:
+        item(f"{FFMA} // 2")
+    assert exc.value.where == "test.expr" and "operator" in exc.value.problem
+    with pytest.raises(RubricError) as exc:
+        item(FFMA, "==", "N ** three")
+    assert exc.value.where == "test.value"
+    with pytest.raises(RubricError) as exc:
+        item(FFMA, "=>")
+    assert exc.value.where == "test.op" and "<=" in exc.value.expected
+
+
+def test_an_expression_that_fails_only_when_evaluated_is_not_evaluated_not_failed():
+    r = evaluate_ncu_item(item(f"{FFMA} ** 100"), outcome())
+    assert r.status == Status.NOT_EVALUATED and "expression is invalid" in r.message
 
 
 def test_equality_is_exact():
     r = evaluate_ncu_item(item(FFMA, "==", "N**3"), outcome())
-    assert r.status == PASSED
+    assert r.status == Status.PASSED
     m = dict(TABLE["mmTiled"], **{FFMA: 2048.0**3 + 32})
-    assert evaluate_ncu_item(item(FFMA, "==", "N**3"), outcome(ncu=m)).status == FAILED
+    assert evaluate_ncu_item(item(FFMA, "==", "N**3"), outcome(ncu=m)).status == Status.FAILED
 
 
 def test_scoring_dispatches_ncu_items_here():
@@ -155,7 +174,7 @@ def test_scoring_dispatches_ncu_items_here():
     o = outcome()
     o.compile = CompileResult(st.id, True, kernel=k, launch=st.launch, launch_source="rubric default")
     r = evaluate(item(f"{FFMA} / {REQ}"), o, {"tiled": o}, Peaks(66.9, 989.0, "test"))
-    assert r.status == PASSED and r.values["value"] == 512.0
+    assert r.status == Status.PASSED and r.values["value"] == 512.0
 
 
 def test_fmt():

@@ -7,9 +7,9 @@ import pytest
 
 from grader.profile.ncu import parse_raw_csv
 from grader.profile.criteria import evaluate_ncu_item, measure
-from grader.model import FAILED, PASSED
+from grader.model import Status, Verdict
 from grader.spec.rubric import load_rubric
-from grader.score.stages import StageOutcome
+from grader.grading import StageOutcome
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -26,7 +26,7 @@ def cases():
 
 
 def outcome(stage_id: str, kernel: str) -> StageOutcome:
-    return StageOutcome(stage=RUBRIC.stage(stage_id), correct=True, ncu=dict(TABLE[kernel]), profile_n=N)
+    return StageOutcome(stage=RUBRIC.stage(stage_id), verdict=Verdict.CORRECT, ncu=dict(TABLE[kernel]), profile_n=N)
 
 
 def margin(op: str, value: float, threshold: float) -> float:
@@ -45,7 +45,7 @@ def test_every_stage_is_covered_and_every_fp32_stage_has_the_integrity_check():
 def test_reference_passes_with_margin(stage_id, it):
     st = RUBRIC.stage(stage_id)
     r = evaluate_ncu_item(it, outcome(stage_id, st.kernel))
-    assert r.status == PASSED, r.message
+    assert r.status == Status.PASSED, r.message
     assert it.params.get("explain") and it.title and it.points > 0
     if it.params["op"] != "==":
         value, threshold = measure(it, TABLE[st.kernel], N)
@@ -56,5 +56,5 @@ def test_reference_passes_with_margin(stage_id, it):
 def test_predecessor_fails_transition_items_and_passes_integrity_items(stage_id, it):
     prev = RUBRIC.stages[IDS.index(stage_id) - 1]
     r = evaluate_ncu_item(it, outcome(stage_id, prev.kernel))
-    expected = PASSED if it.params["op"] == "==" else FAILED
+    expected = Status.PASSED if it.params["op"] == "==" else Status.FAILED
     assert r.status == expected, r.message

@@ -57,7 +57,7 @@ def test_solution_answers_parse_cleanly():
 def test_malformed_field_names_the_field_and_the_expected_form_and_spares_the_rest():
     parsed = parse_answers("ex1:\n  blocks_by_registers: about 200\n  max_blocks: 19\n", SCHEMA)
     msg = parsed.problem("ex1.blocks_by_registers")
-    assert msg.startswith("ex1.blocks_by_registers: expected an integer, got 'about 200'")
+    assert msg.startswith("ex1.blocks_by_registers: expected an integer, got `about 200`")
     assert parsed.get("ex1.max_blocks") == 19
     assert parsed.problem("ex1.max_blocks") is None
 
@@ -94,18 +94,25 @@ def test_accepted_forms(field, raw, value):
 
 
 @pytest.mark.parametrize("field, raw, expected", [
-    ("ex1.blocks_by_registers", "19.5", "expected an integer, got 19.5"),
-    ("ex1.blocks_by_registers", "'19 blocks'", "expected an integer, got '19 blocks'"),
+    ("ex1.blocks_by_registers", "19.5", "expected an integer, got `19.5`"),
+    ("ex1.blocks_by_registers", "'19 blocks'", "expected an integer, got `19 blocks`"),
     ("ex1.occupancy_pct", "'30 KB'", "expected a percentage"),
     ("ex1.fix.shared_mem_kib", "'7 GB'", "expected a size in KiB"),
     ("ex6.cap_64.time_ms", "'3 fortnights'", "expected a time in ms"),
     ("ex1.bottleneck", "bandwidth", "expected one of: registers, shared_mem, warps, blocks"),
     ("gpu.compute_capability", "'10.0'", "expected a compute capability"),
     ("ex1.max_blocks", "[19]", "expected an integer, got a list"),
-    ("ex1.max_blocks", "true", "expected an integer, got True"),
+    ("ex1.max_blocks", "true", "expected an integer, got `true`"),
     ("ex2.explanation", "''", "no answer"),
     ("ex1.occupancy_pct", ".nan", "expected a percentage"),
     ("ex1.fix.shared_mem_kib", ".inf", "expected a size in KiB"),
+    ("ex1.occupancy_pct", "1e999", "got `1e999` (not a finite number)"),
+    ("ex1.max_blocks", "0x" + "f" * 40, "(a number too large (at most 1e+15 in size))"),
+    ("ex1.max_blocks", "'1e300'", "got `1e300` (a number too large"),
+    ("ex6.cap_64.time_ms", "'1e400 ms'", "(not a finite number)"),
+    ("gpu.name", "2024-13-45", "got `2024-13-45` (cannot be read (month must be in 1..12))"),
+    ("ex2.explanation", "'" + "x" * 30_000 + "'", "(30,000 characters; at most 20,000)"),
+    ("ex1.max_blocks", "{a: 1, b: 2}", "got a mapping (with `a`, `b`)"),
 ])
 def test_rejected_forms(field, raw, expected):
     *parents, leaf = field.split(".")
@@ -119,7 +126,7 @@ def test_rejected_forms(field, raw, expected):
 def test_a_section_that_is_not_a_mapping_fails_only_its_fields():
     parsed = parse_answers("ex1:\n  fix: 7\n  max_blocks: 19\n", SCHEMA)
     assert parsed.problem("ex1.fix.shared_mem_kib") == \
-        "ex1.fix: expected a mapping with shared_mem_kib:, got 7"
+        "ex1.fix: expected a mapping with shared_mem_kib:, got `7`"
     assert parsed.get("ex1.max_blocks") == 19
 
 
@@ -151,5 +158,18 @@ def test_empty_file_is_all_missing_not_an_error():
 def test_unknown_keys_are_noted_not_fatal():
     parsed = parse_answers("ex1:\n  max_block: 19\n  max_blocks: 19\nextra: 1\n", SCHEMA)
     assert parsed.get("ex1.max_blocks") == 19
-    assert any(n.startswith("ex1.max_block:") for n in parsed.notes)
-    assert any(n.startswith("extra:") for n in parsed.notes)
+    assert any(n.startswith("`ex1.max_block`:") for n in parsed.notes)
+    assert any(n.startswith("`extra`:") for n in parsed.notes)
+
+
+def test_a_bad_value_inside_a_list_fails_its_field_only():
+    parsed = parse_answers("ex4:\n  block_sweep:\n    fastest_block: [256, 0x%s]\n" % ("f" * 30)
+                           + "    api_best_block: 256\n", SCHEMA)
+    assert "a number too large" in parsed.problem("ex4.block_sweep.fastest_block")
+    assert parsed.get("ex4.block_sweep.api_best_block") == 256
+
+
+def test_many_unknown_keys_give_a_bounded_list_of_notes():
+    text = "ex1:\n" + "".join(f"  key{i}: 1\n" for i in range(500))
+    parsed = parse_answers(text, SCHEMA)
+    assert len(parsed.notes) == 21 and parsed.notes[-1] == "... and 480 more unknown fields"

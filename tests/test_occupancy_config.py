@@ -1,4 +1,4 @@
-"""The rubric's occupancy section: the default loads, and mistakes name their key path."""
+"""The rubric's occupancy section: rubric.yaml's loads, and mistakes name their key path."""
 from __future__ import annotations
 
 import copy
@@ -6,15 +6,17 @@ import copy
 import pytest
 import yaml
 
+from grader import REPO_ROOT
 from grader.errors import RubricError
 from grader.occupancy.calculator import KIB
-from grader.occupancy.config import (DEFAULT_SECTION, ITEM_IDS, VISIBILITIES, load_default_config,
-                                     load_occupancy_config)
+from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
+from grader.spec.items import VISIBILITIES
+from grader.spec.rubric import load_rubric, parse_rubric
 
 
 @pytest.fixture
 def raw() -> dict:
-    return yaml.safe_load(DEFAULT_SECTION.read_text(encoding="utf-8"))
+    return yaml.safe_load((REPO_ROOT / "rubric.yaml").read_text(encoding="utf-8"))["occupancy"]
 
 
 def test_default_section_loads_with_the_handout_parameters():
@@ -28,7 +30,7 @@ def test_default_section_loads_with_the_handout_parameters():
     assert cfg.ex4.block_points == (32, 64, 128, 256, 512, 1024)
     assert cfg.ex5.stalls["long_scoreboard"] == 11.90
     assert cfg.reference.compute_capability == "9.0" and cfg.reference.sm_count == 132
-    assert (cfg.program_file, cfg.answers_file) == ("occ.cu", "answers.yaml")
+    assert (cfg.program_file, cfg.answers_file) == ("occupancy/occ.cu", "occupancy/answers.yaml")
     assert "CUDA_CHECK" in cfg.program.check_macros
 
 
@@ -50,7 +52,7 @@ def test_unknown_key_names_its_path(raw):
     raw["ex1"]["kernel"]["colour"] = "red"
     with pytest.raises(RubricError) as err:
         load_occupancy_config(raw)
-    assert err.value.where == "rubric.yaml: occupancy.ex1.kernel.colour"
+    assert err.value.where == "rubric.yaml.occupancy.ex1.kernel.colour"
     assert "threads_per_block" in err.value.expected
 
 
@@ -58,7 +60,7 @@ def test_wrong_type_names_its_path_and_the_expected_form(raw):
     raw["ex1"]["sm"]["max_warps"] = "64"
     with pytest.raises(RubricError) as err:
         load_occupancy_config(raw)
-    assert err.value.where == "rubric.yaml: occupancy.ex1.sm.max_warps"
+    assert err.value.where == "rubric.yaml.occupancy.ex1.sm.max_warps"
     assert "integer" in err.value.expected
 
 
@@ -82,6 +84,7 @@ def test_mistakes_raise_with_the_key_path(raw, mutate, where):
     with pytest.raises(RubricError) as err:
         load_occupancy_config(bad, where="rubric.yaml: occupancy")
     assert err.value.where == f"rubric.yaml: occupancy.{where}"
+    assert err.value.expected  # every mistake also says what would have been accepted
 
 
 def test_instructors_can_change_the_parameters(raw):
@@ -92,3 +95,31 @@ def test_instructors_can_change_the_parameters(raw):
     assert cfg.ex1.smem_per_block == 16 * KIB and cfg.ex1.regs_per_thread == 40
     assert cfg.ex6.register_caps == (255, 96, 40)
     assert cfg.items["ex1.fix"].visibility == "after_due_date"
+
+
+def test_the_rubric_parses_its_section_once_into_a_typed_config(raw):
+    rubric = load_rubric(REPO_ROOT / "rubric.yaml")
+    assert rubric.occupancy == load_occupancy_config(raw)
+    assert not hasattr(rubric, "extra")
+    assert rubric.part_ids[-2:] == ["occupancy", "report"]
+    assert rubric.max_points == (sum(s.max_points for s in rubric.stages) + rubric.occupancy.max_points
+                                 + rubric.report.max_points)
+
+
+def test_a_bad_section_stops_the_rubric_with_its_key_path(raw):
+    doc = yaml.safe_load((REPO_ROOT / "rubric.yaml").read_text(encoding="utf-8"))
+    doc["occupancy"]["ex3"]["runs_kib"] = [12, "lots"]
+    with pytest.raises(RubricError) as err:
+        parse_rubric(doc)
+    assert err.value.where == "rubric.yaml.occupancy.ex3.runs_kib" and "list of numbers" in err.value.expected
+    del doc["occupancy"]
+    rubric = parse_rubric(doc)
+    assert rubric.occupancy is None and "occupancy" not in rubric.part_ids
+
+
+def test_anchor_keys_are_free_and_items_carry_their_number(raw):
+    raw["x-shared"] = [1, 2]
+    raw["items"]["ex1.fix"]["number"] = "1.9"
+    cfg = load_occupancy_config(raw)
+    assert cfg.items["ex1.fix"].number == "1.9" and cfg.items["ex1.bottleneck"].number == "O.8"
+    assert all(i.kind is None and i.params == {} for i in cfg.items.values())

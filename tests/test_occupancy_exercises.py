@@ -13,7 +13,7 @@ from grader.occupancy.config import ITEM_IDS, load_default_config
 from grader.occupancy.exercises import api_points, grade_occupancy, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
 from grader.build.ptxas import KernelResources, parse_ptxas
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED
+from grader.model import Status
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests/fixtures/occupancy"
@@ -86,9 +86,9 @@ def test_solution_gets_full_marks_on_every_automated_item_on_an_h200():
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"), _h200()))
     for item, r in res.items():
         if item in MANUAL_ITEMS:
-            assert r.status == MANUAL and r.score == 0, item
+            assert r.status == Status.MANUAL and r.score == 0, item
         else:
-            assert (r.status, r.score) == (PASSED, r.max_score), (item, r.message)
+            assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
 
 
 def test_solution_without_a_gpu_gets_full_marks_on_static_items_and_not_evaluated_elsewhere():
@@ -96,19 +96,19 @@ def test_solution_without_a_gpu_gets_full_marks_on_static_items_and_not_evaluate
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"), meas))
     for item, r in res.items():
         if item in GPU_ITEMS:
-            assert (r.status, r.score, r.message) == (NOT_EVALUATED, 0.0, NO_DEVICE), item
+            assert (r.status, r.score, r.message) == (Status.NOT_EVALUATED, 0.0, NO_DEVICE), item
         elif item in MANUAL_ITEMS:
-            assert r.status == MANUAL
+            assert r.status == Status.MANUAL
         else:
-            assert (r.status, r.score) == (PASSED, r.max_score), (item, r.message)
+            assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
 
 
 def test_without_compiler_the_ptxas_items_are_not_evaluated():
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"), Measurements()))
     for item in PTXAS_ITEMS:
-        assert res[item].status == NOT_EVALUATED and res[item].score == 0
+        assert res[item].status == Status.NOT_EVALUATED and res[item].score == 0
         assert res[item].message.startswith("not evaluated:")
-    assert res["host.checked_calls"].status == FAILED  # no source handed in
+    assert res["host.checked_calls"].status == Status.FAILED  # no source handed in
 
 
 def test_starter_gets_zero_without_crashing():
@@ -124,14 +124,14 @@ def test_starter_gets_zero_without_crashing():
     results = grade_occupancy(CFG, _answers("starter/occupancy/answers.yaml"), meas)
     assert len(results) == len(ITEM_IDS)
     assert sum(r.score for r in results) == 0
-    assert all(r.status == FAILED for r in results)
+    assert all(r.status == Status.FAILED for r in results)
 
 
 def test_starter_with_no_gpu_scores_zero_and_never_fails_a_gpu_item():
     meas = Measurements(program_source=_read("starter/occupancy/occ.cu"))
     res = _by_item(grade_occupancy(CFG, _answers("starter/occupancy/answers.yaml"), meas))
     assert sum(r.score for r in res.values()) == 0
-    assert all(res[i].status == NOT_EVALUATED for i in GPU_ITEMS | PTXAS_ITEMS)
+    assert all(res[i].status == Status.NOT_EVALUATED for i in GPU_ITEMS | PTXAS_ITEMS)
     assert "does not call cudaGetDeviceProperties" in res["host.checked_calls"].message
 
 
@@ -140,10 +140,10 @@ def test_bad_yaml_fails_answer_items_with_the_line_and_crashes_nothing():
     res = _by_item(grade_occupancy(CFG, answers, _h200()))
     for item in ("ex1.max_blocks", "ex3.block_limits", "ex5.occupancy", "ex5.reasoning",
                  "ex6.ptxas_match", "ex4.smem_conclusion"):
-        assert res[item].status == FAILED and "line 3" in res[item].message, item
+        assert res[item].status == Status.FAILED and "line 3" in res[item].message, item
     # Items that read only the program still pass.
-    assert res["ex2.program_api_blocks"].status == PASSED
-    assert res["ex4.equal_work"].status == PASSED
+    assert res["ex2.program_api_blocks"].status == Status.PASSED
+    assert res["ex4.equal_work"].status == Status.PASSED
 
 
 # ---------------------------------------------------------------------------------------
@@ -161,16 +161,16 @@ def _solution_with(**changes):
 def test_a_malformed_field_costs_only_its_item():
     answers = _solution_with(**{"ex1.blocks_by_registers": "about 200"})
     res = _by_item(grade_occupancy(CFG, answers, _h200()))
-    assert res["ex1.blocks_by_registers"].status == FAILED
+    assert res["ex1.blocks_by_registers"].status == Status.FAILED
     assert res["ex1.blocks_by_registers"].message.startswith(
-        "ex1.blocks_by_registers: expected an integer, got 'about 200'")
+        "ex1.blocks_by_registers: expected an integer, got `about 200`")
     others = [r for i, r in res.items() if i != "ex1.blocks_by_registers" and i not in MANUAL_ITEMS]
-    assert all(r.status == PASSED for r in others)
+    assert all(r.status == Status.PASSED for r in others)
 
 
 def test_a_fraction_in_a_percent_field_gets_a_hint():
     res = _by_item(grade_occupancy(CFG, _solution_with(**{"ex1.occupancy_pct": 0.2969}), _h200()))
-    assert res["ex1.occupancy"].status == FAILED
+    assert res["ex1.occupancy"].status == Status.FAILED
     assert "looks like a fraction" in res["ex1.occupancy"].message
 
 
@@ -179,7 +179,7 @@ def test_a_fraction_in_a_percent_field_gets_a_hint():
 def test_ex1_fix_must_reach_the_target_by_the_hand_model(smem_kib, threads, ok):
     answers = _solution_with(**{"ex1.fix.shared_mem_kib": smem_kib, "ex1.fix.threads_per_block": threads})
     r = _by_item(grade_occupancy(CFG, answers, Measurements()))["ex1.fix"]
-    assert r.status == (PASSED if ok else FAILED), r.message
+    assert r.status == (Status.PASSED if ok else Status.FAILED), r.message
 
 
 def test_ex1_expected_numbers_follow_the_rubric():
@@ -187,15 +187,15 @@ def test_ex1_expected_numbers_follow_the_rubric():
     object.__setattr__(raw_cfg, "ex1", type(CFG.ex1)(**{**CFG.ex1.__dict__, "smem_per_block": 16 * 1024}))
     answers = _solution_with(**{"ex1.blocks_by_shared_mem": 14})  # 228 // 16
     res = _by_item(grade_occupancy(raw_cfg, answers, Measurements()))
-    assert res["ex1.blocks_by_shared_mem"].status == PASSED
-    assert res["ex1.max_blocks"].status == FAILED  # still 19 in the answers; now 14
+    assert res["ex1.blocks_by_shared_mem"].status == Status.PASSED
+    assert res["ex1.max_blocks"].status == Status.FAILED  # still 19 in the answers; now 14
 
 
 def test_ex2_program_that_misreports_blocks_fails_with_both_numbers():
     meas = _h200()
     meas.program["ex2"]["blocks"] = 19
     r = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"), meas))
-    assert r["ex2.program_api_blocks"].status == FAILED
+    assert r["ex2.program_api_blocks"].status == Status.FAILED
     assert "printed 19 blocks" in r["ex2.program_api_blocks"].message
     assert "the API gives 17" in r["ex2.program_api_blocks"].message
     assert r["ex2.program_api_blocks"].score == 0
@@ -205,7 +205,7 @@ def test_program_that_did_not_run_fails_its_items_with_the_reason():
     meas = _h200(program=None, program_problem="occ.cu did not compile: line 12: error")
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"), meas))
     for item in ("ex2.device_props", "ex2.program_api_blocks", "ex4.equal_work"):
-        assert res[item].status == FAILED and "did not compile" in res[item].message
+        assert res[item].status == Status.FAILED and "did not compile" in res[item].message
 
 
 def test_ex3_is_checked_for_the_gpu_the_answers_name():
@@ -221,16 +221,16 @@ def test_ex3_is_checked_for_the_gpu_the_answers_name():
           "ex3.run_6kib.limiter": "shared_mem", "ex3.run_6kib.theoretical_occupancy_pct": 31.25,
           "ex3.run_6kib.achieved_occupancy_pct": 30.0}
     res = _by_item(grade_occupancy(CFG, _solution_with(**t4), Measurements()))
-    assert res["ex3.block_limits"].status == PASSED, res["ex3.block_limits"].message
-    assert res["ex3.occupancy"].status == PASSED, res["ex3.occupancy"].message
+    assert res["ex3.block_limits"].status == Status.PASSED, res["ex3.block_limits"].message
+    assert res["ex3.occupancy"].status == Status.PASSED, res["ex3.occupancy"].message
     # The H200 answers are now wrong for Ex 2 (17 blocks is not a T4 number).
-    assert res["ex2.answers"].status == FAILED
+    assert res["ex2.answers"].status == Status.FAILED
 
 
 def test_ex3_achieved_above_theoretical_is_rejected():
     answers = _solution_with(**{"ex3.run_12kib.achieved_occupancy_pct": 40})
     r = _by_item(grade_occupancy(CFG, answers, Measurements()))["ex3.occupancy"]
-    assert r.status == FAILED and "at most the theoretical" in r.message
+    assert r.status == Status.FAILED and "at most the theoretical" in r.message
 
 
 def test_ex4_unequal_work_and_wrong_occupancy_column_fail():
@@ -238,11 +238,11 @@ def test_ex4_unequal_work_and_wrong_occupancy_column_fail():
     meas.program["ex4"]["block_sweep"][0]["iters"] = 128
     meas.program["ex4"]["smem_sweep"][4]["blocks"] = 16
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"), meas))
-    assert res["ex4.equal_work"].status == FAILED
+    assert res["ex4.equal_work"].status == Status.FAILED
     assert "block 32, 0 KiB -> 134217728" in res["ex4.equal_work"].message
-    assert res["ex4.smem_sweep_occupancy"].status == FAILED
+    assert res["ex4.smem_sweep_occupancy"].status == Status.FAILED
     assert "16 KiB" in res["ex4.smem_sweep_occupancy"].message
-    assert res["ex4.block_sweep_occupancy"].status == PASSED
+    assert res["ex4.block_sweep_occupancy"].status == Status.PASSED
 
 
 def test_ex4_conclusions_follow_the_grader_s_rerun():
@@ -252,25 +252,25 @@ def test_ex4_conclusions_follow_the_grader_s_rerun():
     answers = _answers("solutions/occupancy/answers.yaml")
     res = _by_item(grade_occupancy(CFG, answers, _h200(sweep_times=times)))
     r = res["ex4.smem_conclusion"]
-    assert r.status == FAILED and "fastest_kib: 16 KiB is not right" in r.message
+    assert r.status == Status.FAILED and "fastest_kib: 16 KiB is not right" in r.message
     assert "same_point" in r.message  # graded against the true fastest (0 KiB, a peak point)
-    assert res["ex4.block_conclusion"].status == PASSED
+    assert res["ex4.block_conclusion"].status == Status.PASSED
 
 
 def test_ex5_wrong_choice_and_numbers():
     answers = _solution_with(**{"ex5.dominant_stall": "wait", "ex5.active_warps_per_sm": 4.46,
                                 "ex5.memory_level": "shared"})
     res = _by_item(grade_occupancy(CFG, answers, Measurements()))
-    assert res["ex5.dominant_stall"].status == FAILED
-    assert res["ex5.memory_level"].status == FAILED
-    assert res["ex5.active_warps"].status == FAILED and res["ex5.active_warps"].score == 0.5
-    assert res["ex5.occupancy"].status == PASSED
+    assert res["ex5.dominant_stall"].status == Status.FAILED
+    assert res["ex5.memory_level"].status == Status.FAILED
+    assert res["ex5.active_warps"].status == Status.FAILED and res["ex5.active_warps"].score == 0.5
+    assert res["ex5.occupancy"].status == Status.PASSED
 
 
 def test_ex6_reported_registers_must_match_ptxas():
     answers = _solution_with(**{"ex6.cap_64.registers": 60, "ex6.cap_32.spill_stores_bytes": 0})
     r = _by_item(grade_occupancy(CFG, answers, _h200()))["ex6.ptxas_match"]
-    assert r.status == FAILED
+    assert r.status == Status.FAILED
     assert "ex6.cap_64.registers: 60 is not right; ptxas reports 64" in r.message
     assert "ptxas reports 1140" in r.message
     assert r.score == pytest.approx(3 * 7 / 9, abs=1e-3)
@@ -280,7 +280,7 @@ def test_ex6_register_pressure_needs_many_registers_and_spills_at_the_low_cap():
     light = KernelResources(name="heavy", arch="sm_90a", registers=40)
     r = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"),
                                  _h200(ptxas={255: light, 64: light, 32: light})))
-    assert r["ex6.register_pressure"].status == FAILED
+    assert r["ex6.register_pressure"].status == Status.FAILED
     assert "at least 80 registers" in r["ex6.register_pressure"].message
     assert "should spill" in r["ex6.register_pressure"].message
 
@@ -288,14 +288,14 @@ def test_ex6_register_pressure_needs_many_registers_and_spills_at_the_low_cap():
 def test_ex6_compile_failure_fails_and_fastest_claim_follows_timings():
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"),
                                    _h200(ptxas=None, ptxas_problem="heavy did not compile")))
-    assert res["ex6.ptxas_match"].status == FAILED
+    assert res["ex6.ptxas_match"].status == Status.FAILED
     assert res["ex6.ptxas_match"].message == "heavy did not compile"
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"),
                                    _h200(heavy_times_ms={255: 2.0, 64: 1.0, 32: 3.0})))
-    assert res["ex6.fastest_claim"].status == FAILED
+    assert res["ex6.fastest_claim"].status == Status.FAILED
     res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"),
                                    _h200(heavy_times_ms={"255": 1.02, "64": 1.0, "32": 3.0})))
-    assert res["ex6.fastest_claim"].status == PASSED  # within the 5 % tie
+    assert res["ex6.fastest_claim"].status == Status.PASSED  # within the 5 % tie
 
 
 def test_api_points_cover_every_question_the_grader_asks():
@@ -330,7 +330,7 @@ def test_garbage_program_output_fails_items_without_crashing(program):
                                    _h200(program=program)))
     for item in ("ex2.device_props", "ex2.program_api_blocks", "ex4.smem_sweep_occupancy",
                  "ex4.equal_work"):
-        assert res[item].status == FAILED and res[item].score < res[item].max_score, item
+        assert res[item].status == Status.FAILED and res[item].score < res[item].max_score, item
 
 
 def test_garbage_answers_never_crash():
@@ -342,4 +342,4 @@ ex6: {cap_255: {registers: 100000}, fastest_cap: 7}
     results = grade_occupancy(CFG, parse_answers(text, SCHEMA), _h200())
     assert len(results) == len(ITEM_IDS)
     answer_items = {"ex1.fix", "ex1.bottleneck", "ex3.block_limits", "ex6.fastest_claim"}
-    assert all(r.status == FAILED for r in results if r.item in answer_items)
+    assert all(r.status == Status.FAILED for r in results if r.item in answer_items)

@@ -16,12 +16,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from grader.build.locate import locate
+from grader.build.toolchain import find_nvcc
+from grader.model import ProcRecord, Status
 from grader.occupancy import run as occ_run
 from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
 from grader.occupancy.exercises import api_points, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ProcRecord
-from grader.build.toolchain import find_nvcc
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
@@ -36,10 +37,12 @@ PTXAS_ITEMS = {"ex6.ptxas_match", "ex6.register_pressure"}
 ANSWER_ITEMS = set(ITEM_IDS) - GPU_ITEMS - {"host.checked_calls", "ex2.program_api_blocks"}
 
 
-def _rubric(**files) -> SimpleNamespace:
-    raw = yaml.safe_load((ROOT / "grader/occupancy/rubric_section.yaml").read_text())
+def _rubric(edit=lambda raw: None, **files) -> SimpleNamespace:
+    """rubric.yaml's occupancy section, changed by ``edit`` (on the YAML) and ``files``, parsed as load_rubric does."""
+    raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())["occupancy"]
     raw["files"] = {"program": "occupancy/occ.cu", "answers": "occupancy/answers.yaml", **files}
-    return SimpleNamespace(extra={"occupancy": raw}, source="rubric.yaml",
+    edit(raw)
+    return SimpleNamespace(occupancy=load_occupancy_config(raw), source="rubric.yaml",
                            timeouts=SimpleNamespace(compile_s=300))
 
 
@@ -166,28 +169,32 @@ def test_run_program_failures_are_messages(tmp_path, body, needle):
 # ---------------------------------------------------------------------------------------
 # The submission's files
 # ---------------------------------------------------------------------------------------
-def test_find_submission_file_looks_one_folder_up_and_down(tmp_path):
+def _find(root: Path, rel: str):
+    """How the occupancy files are found: the one locate, also one folder up or down."""
+    found = locate(root, rel, nearby=True)
+    return found.path, found.message
+
+
+def test_occupancy_files_are_found_one_folder_up_and_down(tmp_path):
     (tmp_path / "a" / "occupancy").mkdir(parents=True)
     (tmp_path / "a" / "occupancy" / "occ.cu").write_text("x")
-    assert occ_run.find_submission_file(tmp_path / "a", "occupancy/occ.cu")[0] == \
-        tmp_path / "a" / "occupancy" / "occ.cu"
+    assert _find(tmp_path / "a", "occupancy/occ.cu")[0] == tmp_path / "a" / "occupancy" / "occ.cu"
     # the exercise folder itself handed in
-    assert occ_run.find_submission_file(tmp_path / "a" / "occupancy", "occupancy/occ.cu")[0] == \
-        tmp_path / "a" / "occupancy" / "occ.cu"
+    assert _find(tmp_path / "a" / "occupancy", "occupancy/occ.cu")[0] == tmp_path / "a" / "occupancy" / "occ.cu"
     # the rubric's default (no folder) finds it one folder down
-    assert occ_run.find_submission_file(tmp_path / "a", "occ.cu")[0] is not None
-    path, problem = occ_run.find_submission_file(tmp_path / "a", "occupancy/answers.yaml")
+    assert _find(tmp_path / "a", "occ.cu")[0] is not None
+    path, problem = _find(tmp_path / "a", "occupancy/answers.yaml")
     assert path is None and problem == "occupancy/answers.yaml is not in the submission"
 
 
-def test_find_submission_file_refuses_links_out_and_empty_files(tmp_path):
+def test_occupancy_files_refuse_links_out_and_empty_files(tmp_path):
     sub = tmp_path / "sub" / "occupancy"
     sub.mkdir(parents=True)
     (tmp_path / "secret").write_text("x")
     (sub / "occ.cu").symlink_to(tmp_path / "secret")
-    assert "outside the submission" in occ_run.find_submission_file(tmp_path / "sub", "occupancy/occ.cu")[1]
+    assert "outside the submission" in _find(tmp_path / "sub", "occupancy/occ.cu")[1]
     (sub / "answers.yaml").write_text("")
-    assert "is empty" in occ_run.find_submission_file(tmp_path / "sub", "occupancy/answers.yaml")[1]
+    assert "is empty" in _find(tmp_path / "sub", "occupancy/answers.yaml")[1]
 
 
 def test_missing_answers_file_fails_its_items_with_a_clear_message_and_nothing_else(tmp_path):
@@ -196,10 +203,10 @@ def test_missing_answers_file_fails_its_items_with_a_clear_message_and_nothing_e
                                                       tmp_path / "work"))
     msg = "occupancy/answers.yaml is not in the submission (start from starter/occupancy/answers.yaml)"
     for item in ANSWER_ITEMS - PTXAS_ITEMS:
-        assert res[item].status == FAILED and res[item].score == 0, item
+        assert res[item].status == Status.FAILED and res[item].score == 0, item
         assert msg in res[item].message, (item, res[item].message)
-    assert res["host.checked_calls"].status == PASSED  # the program is there and checked
-    assert all(res[i].status == NOT_EVALUATED for i in GPU_ITEMS | PTXAS_ITEMS)
+    assert res["host.checked_calls"].status == Status.PASSED  # the program is there and checked
+    assert all(res[i].status == Status.NOT_EVALUATED for i in GPU_ITEMS | PTXAS_ITEMS)
 
 
 def test_bad_yaml_answers_name_the_line(tmp_path):
@@ -220,11 +227,11 @@ def test_solution_without_gpu_grades_ptxas_statically_and_leaves_gpu_items_not_e
     res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(), work))
     for item, r in res.items():
         if item in GPU_ITEMS:
-            assert (r.status, r.score, r.message) == (NOT_EVALUATED, 0.0, NO_DEVICE), item
+            assert (r.status, r.score, r.message) == (Status.NOT_EVALUATED, 0.0, NO_DEVICE), item
         elif item in MANUAL_ITEMS:
-            assert r.status == MANUAL
+            assert r.status == Status.MANUAL
         else:
-            assert (r.status, r.score) == (PASSED, r.max_score), (item, r.message)
+            assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
     log = json.loads((work / occ_run.MEASUREMENTS_FILE).read_text())
     assert set(log["builds"]) == {"r255", "r64", "r32"}  # no GPU: no default cubin, no program
     assert log["measurements"]["ptxas"]["255"]["registers"] >= 80
@@ -251,10 +258,38 @@ def test_compile_error_fails_the_ptxas_items_with_nvcc_output(tmp_path):
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path, source=src), _rubric(), _env(),
                                                       tmp_path / "work"))
     for item in PTXAS_ITEMS:
-        assert res[item].status == FAILED
+        assert res[item].status == Status.FAILED
         assert "occupancy/occ.cu (-maxrregcount=" in res[item].message
         assert "did not compile" in res[item].message and "error" in res[item].message
-    assert res["ex6.occupancy"].status == PASSED  # uses the student's own register counts then
+    assert res["ex6.occupancy"].status == Status.PASSED  # uses the student's own register counts then
+
+
+@needs_nvcc
+@pytest.mark.parametrize("how", ["first_pass", "preprocessor"])
+def test_an_include_outside_the_submission_is_refused_and_never_echoed(tmp_path, how):
+    """occ.cu goes through the same guarded compile as the stages (it used to be compiled with no
+    include check): the refusal names the path and no byte of the file reaches any message."""
+    marker = "MARKER_occupancy_4f1c9e"
+    secret = tmp_path / "outside.h"
+    secret.write_text(marker + "\n")
+    solution = (ROOT / "solutions/occupancy/occ.cu").read_text()
+    if how == "first_pass":
+        src = f'%:include "{secret}"\n' + solution
+    else:  # a file the first pass does not read (not a source name): nvcc -M still sees the include
+        src = '#include "notes.txt"\n' + solution
+    sub = _submission(tmp_path, source=src)
+    (sub / "occupancy" / "notes.txt").write_text(f'#if REGCAP == 32\n#include "{secret}"\n#endif\n')
+    work = tmp_path / "work"
+    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(), work))
+    for item in PTXAS_ITEMS:
+        assert res[item].status == Status.FAILED, item
+        msg = res[item].message
+        assert ("is not allowed" if how == "first_pass" else "the compile would read " + str(secret)) in msg, msg
+    everything = "\n".join(r.message for r in res.values()) + (work / occ_run.MEASUREMENTS_FILE).read_text()
+    assert marker not in everything
+    if how == "preprocessor":  # only the -DREGCAP=32 build reads it; the other caps compiled
+        log = json.loads((work / occ_run.MEASUREMENTS_FILE).read_text())
+        assert log["builds"]["r255"]["ok"] and not log["builds"]["r32"]["ok"]
 
 
 @needs_nvcc
@@ -272,7 +307,7 @@ def test_no_compiler_leaves_ptxas_items_not_evaluated(tmp_path):
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(), _env(True, nvcc=nvcc),
                                                       tmp_path / "work"))
     for item in PTXAS_ITEMS | GPU_ITEMS:  # a GPU without a compiler can run nothing
-        assert res[item].status == NOT_EVALUATED, item
+        assert res[item].status == Status.NOT_EVALUATED, item
         assert "no CUDA compiler (nvcc not found)" in res[item].message
 
 
@@ -281,21 +316,21 @@ def test_missing_program_fails_its_items(tmp_path):
     (sub / "occupancy/occ.cu").unlink()
     res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(True), tmp_path / "work"))
     for item in GPU_ITEMS | PTXAS_ITEMS | {"host.checked_calls"}:
-        assert res[item].status == FAILED and "occ.cu is not in the submission" in res[item].message, item
+        assert res[item].status == Status.FAILED and "occ.cu is not in the submission" in res[item].message, item
 
 
-def test_a_bad_section_or_a_grader_bug_crashes_nothing(tmp_path, monkeypatch):
-    rubric = _rubric()
-    rubric.extra["occupancy"]["ex1"]["sm"]["max_warps"] = "many"
+def test_no_section_or_a_grader_bug_crashes_nothing(tmp_path, monkeypatch):
+    # A bad section never gets here: load_rubric stops on it (tests/test_occupancy_config.py).
+    rubric = SimpleNamespace(occupancy=None, source="rubric.yaml")
     res = occ_run.grade_occupancy_submission(tmp_path, rubric, _env(), tmp_path / "w")
-    assert len(res) == 1 and res[0].status == NOT_EVALUATED and "ex1.sm.max_warps" in res[0].message
+    assert len(res) == 1 and res[0].status == Status.NOT_EVALUATED and "no occupancy section" in res[0].message
 
     def boom(*a, **k):
         raise ZeroDivisionError("bug")
     monkeypatch.setattr(occ_run, "grade_occupancy", boom)
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(),
                                                       _env(nvcc=SimpleNamespace(path=None)), tmp_path / "w"))
-    assert all(r.status == NOT_EVALUATED and r.score == 0 for r in res.values())
+    assert all(r.status == Status.NOT_EVALUATED and r.score == 0 for r in res.values())
     assert "ZeroDivisionError" in res["ex1.occupancy"].values["traceback"]
 
 
@@ -356,17 +391,14 @@ def test_apply_child_report_timeout_and_crash():
 # The whole GPU flow on CPU: real builds, a stand-in program, gpu_child on fake CuPy
 # ---------------------------------------------------------------------------------------
 def _fake_gpu(monkeypatch, fake: dict | None = None, program: dict | None = None):
-    base = occ_run.child_env
-
-    def env():
-        e = base()
-        e["PYTHONPATH"] = str(FAKE_CUPY) + os.pathsep + e["PYTHONPATH"]
-        e["FAKE_CUPY"] = json.dumps(fake or {})
-        return e
-    monkeypatch.setattr(occ_run, "child_env", env)
+    # Children get the grader's environment (grader.children.launch.child_env), so the stand-in
+    # CuPy on PYTHONPATH is what the measurement child imports.
+    old = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY) + (os.pathsep + old if old else ""))
+    monkeypatch.setenv("FAKE_CUPY", json.dumps(fake or {}))
     doc = program if program is not None else _program_doc(simulated_api(CFG, "9.0", registers=32,
                                                                           sm_count=132))
-    monkeypatch.setattr(occ_run, "run_program", lambda exe, work: (doc, None, None))
+    monkeypatch.setattr(occ_run, "run_program", lambda exe, work, **kw: (doc, None, None))
 
 
 @needs_nvcc
@@ -376,9 +408,9 @@ def test_solution_gets_full_marks_through_the_gpu_flow_on_fake_cupy(tmp_path, mo
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(), _env(True), work))
     for item, r in res.items():
         if item in MANUAL_ITEMS:
-            assert r.status == MANUAL, item
+            assert r.status == Status.MANUAL, item
         else:
-            assert (r.status, r.score) == (PASSED, r.max_score), (item, r.message)
+            assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
     log = json.loads((work / occ_run.MEASUREMENTS_FILE).read_text())
     rep = log["gpu_report"]
     assert rep["phase"] == "finished" and rep["errors"] == [], rep["errors"]
@@ -399,13 +431,11 @@ def test_solution_gets_full_marks_through_the_gpu_flow_on_fake_cupy(tmp_path, mo
 ])
 def test_kernel_failures_in_the_grader_run_fail_their_items(tmp_path, monkeypatch, fake, item, needle):
     _fake_gpu(monkeypatch, fake)
-    rubric = _rubric()
-    if "heavy_registers" in fake:
-        rubric.extra["occupancy"]["ex6"]["block_size"] = 512
+    rubric = _rubric(lambda raw: raw["ex6"].update(block_size=512) if "heavy_registers" in fake else None)
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), rubric, _env(True),
                                                       tmp_path / "work"))
-    assert res[item].status == FAILED and needle in res[item].message, res[item].message
-    assert res["ex2.program_api_blocks"].status == PASSED  # the API part still counts
+    assert res[item].status == Status.FAILED and needle in res[item].message, res[item].message
+    assert res["ex2.program_api_blocks"].status == Status.PASSED  # the API part still counts
 
 
 @needs_nvcc
@@ -414,9 +444,9 @@ def test_hanging_kernel_in_the_grader_run_times_out(tmp_path, monkeypatch):
     monkeypatch.setattr(occ_run, "CHILD_TIMEOUT_S", 8.0)
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(), _env(True),
                                                       tmp_path / "work"))
-    assert res["ex4.block_conclusion"].status == FAILED
+    assert res["ex4.block_conclusion"].status == Status.FAILED
     assert "did not finish within 8 s" in res["ex4.block_conclusion"].message
-    assert res["ex2.program_api_blocks"].status == PASSED
+    assert res["ex2.program_api_blocks"].status == Status.PASSED
 
 
 @needs_nvcc
@@ -425,7 +455,7 @@ def test_no_device_in_the_child_is_not_evaluated(tmp_path, monkeypatch):
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(), _env(True),
                                                       tmp_path / "work"))
     for item in ("ex2.device_props", "ex4.smem_sweep_occupancy", "ex4.smem_conclusion", "ex6.fastest_claim"):
-        assert res[item].status == NOT_EVALUATED, item
+        assert res[item].status == Status.NOT_EVALUATED, item
         assert "CuPy or the device is not usable" in res[item].message
 
 
@@ -437,10 +467,10 @@ def test_missing_work_kernel_fails_the_api_items(tmp_path, monkeypatch):
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path, source=src), _rubric(),
                                                       _env(True), tmp_path / "work"))
     for item in ("ex2.device_props", "ex4.smem_sweep_occupancy", "ex4.block_conclusion"):
-        assert res[item].status == FAILED, item
+        assert res[item].status == Status.FAILED, item
         assert "has no kernel named `work`" in res[item].message
     # heavy is built and timed on its own
-    assert res["ex6.ptxas_match"].status == PASSED and res["ex6.fastest_claim"].status == PASSED
+    assert res["ex6.ptxas_match"].status == Status.PASSED and res["ex6.fastest_claim"].status == Status.PASSED
 
 
 def test_plot_is_drawn_when_matplotlib_is_there(tmp_path):
@@ -485,9 +515,9 @@ def test_gpu_solution_gets_full_marks_on_every_automated_item(tmp_path):
     seconds = time.monotonic() - t0
     for item, r in res.items():
         if item in MANUAL_ITEMS:
-            assert r.status == MANUAL, (item, r.message)
+            assert r.status == Status.MANUAL, (item, r.message)
         else:
-            assert (r.status, r.score) == (PASSED, r.max_score), (item, r.message)
+            assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
     assert seconds < 90, seconds
 
 
@@ -496,7 +526,7 @@ def test_gpu_starter_gets_zero_and_nothing_crashes(tmp_path):
     res = _by_item(occ_run.grade_occupancy_submission(ROOT / "starter", _rubric(), _real_env(),
                                                       tmp_path / "work"))
     assert sum(r.score for r in res.values()) == 0
-    assert all(r.status == FAILED for r in res.values()), \
-        [(r.item, r.status, r.message) for r in res.values() if r.status != FAILED]
+    assert all(r.status == Status.FAILED for r in res.values()), \
+        [(r.item, r.status, r.message) for r in res.values() if r.status != Status.FAILED]
     log = json.loads((tmp_path / "work" / occ_run.MEASUREMENTS_FILE).read_text())
     assert log["gpu_report"]["phase"] == "finished", log["gpu_report"]["errors"]

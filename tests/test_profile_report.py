@@ -3,13 +3,13 @@ from pathlib import Path
 
 import pytest
 
-from grader.pipeline import Environment, Grading
-from grader.profile.ncu import parse_raw_csv
-from grader.spec.peaks import Peaks
+from grader.grading import Environment, Grading, StageOutcome
+from grader.model import Cause, Gap, Verdict
 from grader.outputs.profile_page import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report
-from grader.spec.rubric import load_rubric
-from grader.score.stages import StageOutcome
+from grader.profile.ncu import parse_raw_csv
 from grader.run.timing import summarize
+from grader.spec.peaks import Peaks
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -23,13 +23,13 @@ PEAKS = Peaks(66.9, 989.0, "test")
 def make_grading(timed=True, profiled=True, reason="not evaluated: Nsight Compute (ncu) not found"):
     outcomes = {}
     for st in RUBRIC.stages:
-        o = StageOutcome(stage=st, correct=True, profile_n=2048)
+        o = StageOutcome(stage=st, verdict=Verdict.CORRECT, profile_n=2048)
         if timed:
             o.timing = summarize(4096, [MS[st.id]] * 5, [BASE_MS[st.baseline]] * 5, PEAKS.get(st.peak))
         if profiled:
             o.ncu = dict(TABLE[st.kernel])
         else:
-            o.ncu_reason = reason
+            o.ncu_gap = Gap(Cause.GRADER, reason)
         outcomes[st.id] = o
     env = Environment({"ok": True, "name": "NVIDIA H200"}, "", None, None, ["-arch=sm_90a"], PEAKS)
     return Grading("solutions", env, outcomes, [], 30.0)

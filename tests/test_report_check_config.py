@@ -5,9 +5,10 @@ import pytest
 import yaml
 
 from grader.errors import RubricError
-from grader.profile.ncu import METRIC_RE, metrics_needed
-from grader.writeup.config import load_report_config, metric_unit, normalize_name
+from grader.profile.ncu import metrics_needed
+from grader.spec.expr import METRIC_RE
 from grader.spec.rubric import parse_rubric
+from grader.writeup.config import load_report_config, metric_unit, normalize_name
 from tests.report_check_helpers import CFG, ROOT, RUBRIC, TABLE
 
 RAW = yaml.safe_load((ROOT / "rubric.yaml").read_text())
@@ -81,3 +82,19 @@ def test_units_and_names():
     assert normalize_name(" Shared loads-per warp  FFMA ") == "shared_loads_per_warp_ffma"
     assert CFG.derived["duration"].unit == "ns" and CFG.derived["fma_pipe_pct"].unit == "%"
     assert CFG.derived["shared_loads_per_warp_ffma"].unit == ""
+
+
+def test_report_items_say_which_check_grades_them():
+    kinds = {i.id: i.kind for i in CFG.items()}
+    assert kinds["reasoning"] == "reasoning" and kinds["table.times"] == "times"
+    assert {k for i, k in kinds.items() if i.startswith("table.") and i != "table.times"} == {"table"}
+    assert all((kinds[f"{t.id}.cites"], kinds[f"{t.id}.values"]) == ("cites", "values") for t in CFG.transitions)
+    assert all(i.params == {} for i in CFG.items())
+
+
+def test_a_derived_name_written_short_is_its_expression():
+    section = copy.deepcopy(RAW["report"])
+    section["derived"] = {"regs": "launch__registers_per_thread", "x-note": "anchors are free"}
+    cfg = _load(section)
+    assert list(cfg.derived) == ["regs"] and cfg.derived["regs"].expr == "launch__registers_per_thread"
+    assert cfg.derived["regs"].title == "regs" and cfg.derived["regs"].unit == ""

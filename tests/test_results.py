@@ -10,7 +10,7 @@ import unittest
 
 import pytest
 
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
+from grader.model import ItemResult, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
@@ -28,15 +28,15 @@ TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "output
 
 def items() -> list[ItemResult]:
     return [
-        ItemResult("naive", "correct", "Naive: correct", PASSED, 10.0, 10.0,
+        ItemResult("naive", "correct", "Naive: correct", Status.PASSED, 10.0, 10.0,
                    "All sizes match.", number="1.1", values={"max_err": 1e-6}),
-        ItemResult("tiled", "correct", "Tiled: correct", FAILED, 0.0, 10.0,
+        ItemResult("tiled", "correct", "Tiled: correct", Status.FAILED, 0.0, 10.0,
                    "N = 512: max error 7.4", visibility="after_due_date", number="3.1"),
-        ItemResult("tiled", "speed", "Tiled: speed", PASSED, 3.3333333, 5.0, "37% of cuBLAS",
+        ItemResult("tiled", "speed", "Tiled: speed", Status.PASSED, 3.3333333, 5.0, "37% of cuBLAS",
                    number="3.2", values={"ratio": 0.37, "nan": math.nan}),
-        ItemResult("wmma", "correct", "WMMA: correct", NOT_EVALUATED, 0.0, 10.0,
+        ItemResult("wmma", "correct", "WMMA: correct", Status.NOT_EVALUATED, 0.0, 10.0,
                    "not evaluated: no CUDA device", number="5.1"),
-        ItemResult("wmma", "writeup", "WMMA: write-up", MANUAL, 0.0, 5.0, "",
+        ItemResult("wmma", "writeup", "WMMA: write-up", Status.MANUAL, 0.0, 5.0, "",
                    visibility="hidden", number="5.2"),
     ]
 
@@ -107,12 +107,12 @@ def test_score_is_sum_of_tests():
 
 
 def test_not_evaluated_never_scores():
-    it = ItemResult("wmma", "speed", "WMMA: speed", NOT_EVALUATED, 4.0, 5.0, "no GPU")
+    it = ItemResult("wmma", "speed", "WMMA: speed", Status.NOT_EVALUATED, 4.0, 5.0, "no GPU")
     assert build_results([it], execution_time=0, output="")["score"] == 0.0
 
 
 def test_unnumbered_items_are_numbered_in_order():
-    its = [ItemResult("a", "x", "", PASSED, 1, 1), ItemResult(None, "y", "Y", FAILED, 0, 1)]
+    its = [ItemResult("a", "x", "", Status.PASSED, 1, 1), ItemResult(None, "y", "Y", Status.FAILED, 0, 1)]
     r = build_results(its, execution_time=0, output="")
     assert [t["number"] for t in r["tests"]] == ["1", "2"]
     assert r["tests"][0]["name"] == "a/x"
@@ -142,7 +142,7 @@ def test_leaderboard_and_extra():
 
 @pytest.mark.parametrize("vis", ["public", "Visible", "", "after_due"])
 def test_unknown_visibility_raises(vis):
-    bad = ItemResult("naive", "c", "C", PASSED, 1, 1, visibility=vis)
+    bad = ItemResult("naive", "c", "C", Status.PASSED, 1, 1, visibility=vis)
     with pytest.raises(ValueError, match="visibility"):
         build_results([bad], execution_time=0, output="")
     with pytest.raises(ValueError):
@@ -155,9 +155,9 @@ def test_unknown_status_and_nonfinite_score_raise():
     with pytest.raises(ValueError, match="status"):
         build_results([ItemResult("a", "b", "c", "skipped", 0, 1)], execution_time=0, output="")
     with pytest.raises(ValueError, match="score"):
-        build_results([ItemResult("a", "b", "c", PASSED, math.nan, 1)], execution_time=0, output="")
+        build_results([ItemResult("a", "b", "c", Status.PASSED, math.nan, 1)], execution_time=0, output="")
     with pytest.raises(ValueError, match="max_score"):
-        build_results([ItemResult("a", "b", "c", FAILED, 0, math.inf)], execution_time=0, output="")
+        build_results([ItemResult("a", "b", "c", Status.FAILED, 0, math.inf)], execution_time=0, output="")
 
 
 def test_write_results_atomic_and_strict(tmp_path):

@@ -113,3 +113,50 @@ def test_unreadable_file(tmp_path):
     with pytest.raises(RubricError) as exc:
         load_rubric(tmp_path / "missing.yaml")
     assert "cannot be read" in str(exc.value)
+
+
+def test_anchor_keys_are_free_at_every_level(raw):
+    doc = copy.deepcopy(raw)
+    doc["settings"]["x-note"] = "for anchors"
+    doc["stages"][0]["x-shared"] = [1]
+    doc["report"]["x-anchor"] = {"a": 1}
+    assert parse_rubric(doc).stages[0].id == "naive"
+
+
+def test_every_section_reports_mistakes_the_same_way(raw):
+    err = _error(raw, lambda r: r["stages"][2]["launch"].update(block=[16, 0]))
+    assert err.where == "rubric.yaml.stages[2].launch.block" and err.expected == "a list of two positive integers"
+    err = _error(raw, lambda r: r["stages"][5].update(inputs="fp64"))
+    assert err.where == "rubric.yaml.stages[5].inputs" and err.expected == "one of: fp32, fp16"
+    err = _error(raw, lambda r: r["settings"]["profile"].update(enabled="yes"))
+    assert err.where == "rubric.yaml.settings.profile.enabled" and err.expected == "true or false"
+    err = _error(raw, lambda r: r["settings"].update(correctness_sizes=[256, True]))
+    assert "non-empty list of integers" in err.expected
+    err = _error(raw, lambda r: r["peaks"]["per_sm_per_clock"].update({"12.0": {"fp32": 256}}))
+    assert err.where == "rubric.yaml.peaks.per_sm_per_clock.12.0.fp16_tensor" and "missing" in err.problem
+    err = _error(raw, lambda r: r.update(report=[]))
+    assert err.where == "rubric.yaml.report" and "a mapping" in err.expected
+
+
+def test_item_parameters_are_checked_when_the_rubric_loads(raw):
+    def add(item):
+        return lambda r: r["stages"][2]["items"].append({"id": "x", "title": "t", "points": 1, **item})
+    err = _error(raw, add({"kind": "ncu", "expr": "sm__x.sum // 2", "op": ">=", "value": 1}))
+    assert err.where == f"rubric.yaml.stages[2].items[{len(raw['stages'][2]['items'])}].expr"
+    err = _error(raw, add({"kind": "sass", "forbid": [1, 2]}))
+    assert err.where.endswith(".forbid") and "opcodes" in err.expected
+    err = _error(raw, add({"kind": "fraction_of_peak", "peak": "fp64", "min": 0.1}))
+    assert err.where.endswith(".peak") and "fp16_tensor" in err.expected
+
+
+def test_the_rubric_holds_typed_sections_and_one_item_type(raw):
+    from grader.spec.items import Item
+
+    r = parse_rubric(copy.deepcopy(raw))
+    assert all(type(it) is Item and it.kind for st in r.stages for it in st.items)
+    assert all(type(it) is Item for it in list(r.occupancy.items.values()) + r.report.items())
+    doc = copy.deepcopy(raw)
+    del doc["occupancy"], doc["report"]
+    bare = parse_rubric(doc)
+    assert (bare.occupancy, bare.report) == (None, None) and bare.part_ids == [s.id for s in bare.stages]
+    assert bare.max_points == sum(s.max_points for s in bare.stages) < r.max_points

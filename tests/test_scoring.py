@@ -1,17 +1,18 @@
 """Items -> points, on synthetic outcomes (no GPU)."""
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from grader.build.compile import CompileResult
-from grader.spec.peaks import Peaks
 from grader.build.ptxas import KernelResources
-from grader.model import FAILED, NOT_EVALUATED, PASSED
-from grader.spec.rubric import load_rubric
 from grader.build.sass import SassResult
-from collections import Counter
-from grader.score.stages import StageOutcome, score
+from grader.grading import StageOutcome
+from grader.model import Status, Verdict
 from grader.run.timing import summarize
+from grader.score.stages import score
+from grader.spec.peaks import Peaks
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -28,7 +29,8 @@ def _compiled(stage, regs=64, spills=0, ops=None):
 def _outcome(stage_id, correct=True, student_ms=None, base_ms=2.73, **kw):
     st = RUBRIC.stage(stage_id)
     c, sass = _compiled(st, **kw)
-    o = StageOutcome(stage=st, compile=c, sass=sass, correct=correct, correctness_message="msg")
+    o = StageOutcome(stage=st, compile=c, sass=sass, verdict=Verdict.CORRECT if correct else Verdict.WRONG,
+                     correctness_message="msg")
     if correct and student_ms:
         o.timing = summarize(4096, [student_ms] * 5, [base_ms] * 5, PEAKS.get(st.peak))
     return o
@@ -45,16 +47,16 @@ def test_fast_correct_2d_gets_everything():
     o = _outcome("blocktiling_2d", student_ms=2.73 / 0.92)
     o.ncu, o.profile_n = dict(table["mm2DBlocktiling"]), 2048  # the reference kernel's real profile
     items = _items([o])
-    assert all(i.status == PASSED for i in items.values())
+    assert all(i.status == Status.PASSED for i in items.values())
     assert sum(i.score for i in items.values()) == RUBRIC.stage("blocktiling_2d").max_points
     assert "92.0% of cuBLAS SGEMM" in items[("blocktiling_2d", "speed")].message
 
 
 def test_slow_2d_fails_speed_but_keeps_correctness():
     items = _items([_outcome("blocktiling_2d", student_ms=2.73 / 0.61)])
-    assert items[("blocktiling_2d", "speed")].status == FAILED
+    assert items[("blocktiling_2d", "speed")].status == Status.FAILED
     assert items[("blocktiling_2d", "speed")].score == 0
-    assert items[("blocktiling_2d", "correct")].status == PASSED
+    assert items[("blocktiling_2d", "correct")].status == Status.PASSED
 
 
 def test_wrong_kernel_is_never_timed():
@@ -63,35 +65,35 @@ def test_wrong_kernel_is_never_timed():
     o.timing = None
     items = _items([o])
     speed = items[("blocktiling_2d", "speed")]
-    assert speed.status == FAILED and "never reported for a wrong result" in speed.message
+    assert speed.status == Status.FAILED and "never reported for a wrong result" in speed.message
     assert "TFLOP" not in speed.message
 
 
 def test_spills_and_tensor_ops_fail_their_items():
     items = _items([_outcome("blocktiling_2d", spills=64, student_ms=3.0, ops={"FFMA": 10, "HMMA": 4})])
-    assert items[("blocktiling_2d", "no_spills")].status == FAILED
+    assert items[("blocktiling_2d", "no_spills")].status == Status.FAILED
     assert "HMMA x4" in items[("blocktiling_2d", "fp32_only")].message
 
 
 def test_wmma_needs_hmma_and_beats_fp32_peak():
     slow = _items([_outcome("wmma", student_ms=4.95, base_ms=0.203, ops={"HMMA": 64})])  # 27.8 TFLOP/s
-    assert slow[("wmma", "beats_fp32")].status == FAILED
-    assert slow[("wmma", "tensor_cores")].status == PASSED
+    assert slow[("wmma", "beats_fp32")].status == Status.FAILED
+    assert slow[("wmma", "tensor_cores")].status == Status.PASSED
     fast = _items([_outcome("wmma", student_ms=0.40, base_ms=0.203, ops={"HMMA": 64})])  # 344 TFLOP/s
-    assert fast[("wmma", "beats_fp32")].status == PASSED
+    assert fast[("wmma", "beats_fp32")].status == Status.PASSED
     no_tc = _items([_outcome("wmma", student_ms=0.40, ops={"FFMA": 64})])
-    assert no_tc[("wmma", "tensor_cores")].status == FAILED
+    assert no_tc[("wmma", "tensor_cores")].status == Status.FAILED
 
 
 def test_no_gpu_items_are_not_evaluated_with_zero_points():
     st = RUBRIC.stage("tiled")
     c, _ = _compiled(st)
     o = StageOutcome(stage=st, compile=c, sass=SassResult(reason="cuobjdump not found"),
-                     correct=None, gpu_reason="no CUDA device")
+                     verdict=Verdict.NOT_EVALUATED, gpu_reason="no CUDA device")
     items = _items([o])
-    assert items[("tiled", "compiles")].status == PASSED
+    assert items[("tiled", "compiles")].status == Status.PASSED
     for key in ("correct", "speed", "fp32_only"):
-        assert items[("tiled", key)].status == NOT_EVALUATED and items[("tiled", key)].score == 0
+        assert items[("tiled", key)].status == Status.NOT_EVALUATED and items[("tiled", key)].score == 0
     assert "no CUDA device" in items[("tiled", "speed")].message
 
 
@@ -99,26 +101,28 @@ def test_compile_failure_zeroes_the_stage_and_explains():
     st = RUBRIC.stage("tiled")
     o = StageOutcome(stage=st, compile=CompileResult(st.id, False, problem="nvcc failed: error"))
     items = _items([o])
-    assert items[("tiled", "compiles")].status == FAILED and "nvcc failed" in items[("tiled", "compiles")].message
+    assert items[("tiled", "compiles")].status == Status.FAILED and "nvcc failed" in items[("tiled", "compiles")].message
     assert all(i.score == 0 for i in items.values())
 
 
 def test_partial_credit_is_linear(tmp_path):
     import yaml
+
     from grader.spec.rubric import parse_rubric
     raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
     next(it for it in raw["stages"][4]["items"] if it["id"] == "speed")["partial_from"] = 0.6
     rub = parse_rubric(raw)
     st = rub.stage("blocktiling_2d")
     c, sass = _compiled(st)
-    o = StageOutcome(stage=st, compile=c, sass=sass, correct=True)
+    o = StageOutcome(stage=st, compile=c, sass=sass, verdict=Verdict.CORRECT)
     o.timing = summarize(4096, [2.73 / 0.7] * 3, [2.73] * 3, 66.9)
     speed = [i for i in score({st.id: o}, PEAKS) if i.item == "speed"][0]
-    assert speed.status == FAILED and speed.score == pytest.approx(8 * 0.5, rel=1e-3)
+    assert speed.status == Status.FAILED and speed.score == pytest.approx(8 * 0.5, rel=1e-3)
 
 
 def test_speedup_over_own_stage():
     import yaml
+
     from grader.spec.rubric import parse_rubric
     raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
     raw["stages"][3]["items"].append({"id": "vs_tiled", "kind": "speedup_over_stage", "stage": "tiled",
@@ -128,27 +132,27 @@ def test_speedup_over_own_stage():
     for sid, ms in (("tiled", 15.4), ("blocktiling_1d", 7.0)):
         st = rub.stage(sid)
         c, sass = _compiled(st)
-        o = StageOutcome(stage=st, compile=c, sass=sass, correct=True)
+        o = StageOutcome(stage=st, compile=c, sass=sass, verdict=Verdict.CORRECT)
         o.timing = summarize(4096, [ms] * 3, [2.73] * 3, 66.9)
         outs[sid] = o
     item = [i for i in score(outs, PEAKS) if i.item == "vs_tiled"][0]
-    assert item.status == PASSED and "2.20x" in item.message
-    outs["tiled"].correct, outs["tiled"].timing = False, None
+    assert item.status == Status.PASSED and "2.20x" in item.message
+    outs["tiled"].verdict, outs["tiled"].timing = Verdict.WRONG, None
     item = [i for i in score(outs, PEAKS) if i.item == "vs_tiled"][0]
-    assert item.status == FAILED and "needs a timed `tiled`" in item.message
+    assert item.status == Status.FAILED and "needs a timed `tiled`" in item.message
 
 
 def test_empty_kernel_earns_no_resource_or_sass_points():
     # The starter's do-nothing kernel: no FFMA in its SASS, wrong on the GPU.
     items = _items([_outcome("blocktiling_2d", correct=False, ops={"EXIT": 1, "RET": 1})])
-    assert items[("blocktiling_2d", "fp32_only")].status == FAILED
+    assert items[("blocktiling_2d", "fp32_only")].status == Status.FAILED
     assert "no FFMA" in items[("blocktiling_2d", "fp32_only")].message
-    assert items[("blocktiling_2d", "no_spills")].status == FAILED
+    assert items[("blocktiling_2d", "no_spills")].status == Status.FAILED
 
 
 def test_implausibly_fast_kernel_is_flagged_not_rewarded():
-    from grader.model import MANUAL
+    from grader.model import Status
 
     items = _items([_outcome("blocktiling_2d", student_ms=2.73 / 1.5)])  # 1.5x cuBLAS SGEMM on FP32 cores
     speed = items[("blocktiling_2d", "speed")]
-    assert speed.status == MANUAL and speed.score == 0 and "flagged for review" in speed.message
+    assert speed.status == Status.MANUAL and speed.score == 0 and "flagged for review" in speed.message

@@ -25,8 +25,8 @@ if [[ "${gpus:-0}" -lt 2 ]]; then
 fi
 rm -rf -- "$work"
 "$py" tools/make_demo_export.py "$work/export" --n "$n"
-CUDA_VISIBLE_DEVICES=0 "$py" grader/run_local.py "$work/export" --batch --out "$work/one-gpu" "$@"
-CUDA_VISIBLE_DEVICES=0,1 "$py" grader/run_local.py "$work/export" --batch --out "$work/two-gpus" "$@"
+CUDA_VISIBLE_DEVICES=0 "$py" -m grader batch --out "$work/one-gpu" "$@" -- "$work/export"
+CUDA_VISIBLE_DEVICES=0,1 "$py" -m grader batch --out "$work/two-gpus" "$@" -- "$work/export"
 
 "$py" - "$work" <<'EOF'
 import csv, json, sys
@@ -54,7 +54,7 @@ for folder, r1 in rows1.items():
     for col, v1 in r1.items():
         if col.startswith("leaderboard: ") or any(t in col for t in timing) or col in ("total",):
             continue
-        if col not in ("created_at",) and v1 != r2.get(col):
+        if col not in ("created_at", "note") and v1 != r2.get(col):
             diffs.append(f"{folder}: {col} {v1} vs {r2.get(col)}")
     if r1["total"] and r2.get("total") and abs(float(r1["total"]) - float(r2["total"])) > 1:
         diffs.append(f"{folder}: total {r1['total']} vs {r2['total']}")

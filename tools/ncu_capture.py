@@ -13,6 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from grader.build import toolchain  # noqa: E402
 from grader.build.compile import compile_stage  # noqa: E402
+from grader.children.launch import child_command  # noqa: E402
 from grader.spec.rubric import load_rubric  # noqa: E402
 
 METRICS = [
@@ -66,7 +67,7 @@ def main() -> int:
     kernels = "|".join(s["kernel"] for s in stages)
     for label, metrics in (("full", METRICS), ("safe", METRICS[:16])):
         cmd = [ncu.path, "--csv", "--page", "raw", "--clock-control", "none", "--metrics", ",".join(metrics),
-               "-k", f"regex:^({kernels})$", sys.executable, "-m", "grader.children.profile", str(spec)]
+               "-k", f"regex:^({kernels})$", *child_command("profile", spec, out / "profile_result.json")]
         t0 = time.time()
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
         dt = time.time() - t0
@@ -80,7 +81,7 @@ def main() -> int:
     # the Occupancy / scheduler sections in human-readable form, for the occupancy exercises
     cmd = [ncu.path, "--clock-control", "none", "--section", "Occupancy", "--section", "SchedulerStats",
            "--section", "WarpStateStats", "--section", "SpeedOfLight", "-k", "regex:^mmTiled$",
-           sys.executable, "-m", "grader.children.profile", str(spec)]
+           *child_command("profile", spec, out / "profile_result.json")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     (out / "ncu_sections_tiled.txt").write_text(proc.stdout + proc.stderr)
     print("sections rc", proc.returncode)

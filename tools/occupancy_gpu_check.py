@@ -6,8 +6,8 @@ Run from the repository root on the H200:
     python3 tools/occupancy_gpu_check.py [--out DIR] [--no-ncu]
 
 1. Grades the occupancy exercises of solutions/ and starter/ (only those; through
-   grader.occupancy.run.grade_occupancy_submission with the repository's rubric.yaml,
-   or the default section when rubric.yaml has none) and prints every item.
+   grader.occupancy.run.grade_occupancy_submission with the repository's rubric.yaml)
+   and prints every item.
 2. Prints the solution program's JSON as tables (the Ex 4 sweeps with the program's
    and the grader's times, Ex 2, Ex 6) and the grader's timings of heavy per cap, to
    confirm the solution's measured answers (Ex 4 fastest points, Ex 6 fastest cap).
@@ -23,7 +23,6 @@ sweep plot), ncu_work_<k>kib.txt.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -84,18 +83,12 @@ def launch(cubin: str, smem: int, block: int) -> int:
 
 
 def load_rubric_with_occupancy():
-    from grader.occupancy.config import DEFAULT_SECTION
     from grader.spec.rubric import load_rubric
-    import yaml
 
     rubric = load_rubric(ROOT / "rubric.yaml")
-    note = "rubric.yaml's occupancy section"
-    if "occupancy" not in rubric.extra:
-        raw = yaml.safe_load(DEFAULT_SECTION.read_text())
-        raw["files"] = {"program": "occupancy/occ.cu", "answers": "occupancy/answers.yaml"}
-        rubric = dataclasses.replace(rubric, extra={**rubric.extra, "occupancy": raw})
-        note = "the default section (rubric.yaml has none yet)"
-    return rubric, note
+    if rubric.occupancy is None:
+        raise SystemExit("rubric.yaml has no occupancy section: nothing to check")
+    return rubric, "rubric.yaml's occupancy section"
 
 
 def grade_one(name: str, rubric, env, out: Path) -> tuple[list, Path, float]:
@@ -236,10 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                        else ROOT / "occupancy-check-out")
     out.mkdir(parents=True, exist_ok=True)
     from grader.pipeline import detect_environment
-    from grader.occupancy.config import load_occupancy_config
 
     rubric, note = load_rubric_with_occupancy()
-    cfg = load_occupancy_config(rubric.extra["occupancy"])
+    cfg = rubric.occupancy
     env = detect_environment(rubric)
     dev = env.device or {}
     say(f"device: {dev.get('name')} cc {dev.get('cc')} ({env.device_reason or 'ok'}); nvcc "

@@ -1,1 +1,27 @@
-"""grader.children"""
+"""The grader's child processes: ``python -m grader.children MODE SPEC.json RESULT.json``.
+
+Modes (one module each): ``probe`` (describe the GPU), ``stage`` (run one stage's kernel;
+student code), ``check`` (float64 references; trusted), ``profile`` (launch each kernel once
+under ncu or compute-sanitizer), ``occupancy`` (the grader's occupancy measurements).
+:mod:`grader.children.protocol` is the protocol; :mod:`grader.children.launch` starts a child
+from the grading process (it is not a runtime file: children never import it).
+"""
+
+# The files (relative to the grader package) a child process imports, and all of them: children
+# import nothing else of the grader (no rubric, no yaml), so the sandbox shows exactly these in a
+# read-only runtime folder (grader.run.fence.runtime_folder) and the grader's source stays hidden.
+# tests/test_children.py checks that the list is closed under the children's imports.
+RUNTIME_FILES: tuple[str, ...] = (
+    "__init__.py",
+    "children/__init__.py",
+    "children/__main__.py",
+    "children/protocol.py",
+    "children/probe.py",
+    "children/stage.py",
+    "children/check.py",
+    "children/profile.py",
+    "children/occupancy.py",
+    "run/__init__.py",
+    "run/inputs.py",
+    "run/numerics.py",
+)

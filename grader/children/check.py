@@ -1,6 +1,6 @@
 """Trusted child process: computes float64 references and judges saved outputs.
 
-``python -m grader.children.check SPEC.json VERDICTS.json``. It runs no student code.
+``python -m grader.children check SPEC.json VERDICTS.json``. It runs no student code.
 It regenerates each stage's inputs from the seeds the grading process chose,
 multiplies them in float64 (cuBLAS through CuPy when a GPU is there, NumPy
 otherwise) and compares every output the runner saved, using the one test in
@@ -8,14 +8,12 @@ otherwise) and compares every output the runner saved, using the one test in
 """
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from grader.children.protocol import write_result
 from grader.run.inputs import make_inputs_xp, rep_seed
 from grader.run.numerics import compare
 
@@ -109,15 +107,6 @@ def check(spec: dict) -> dict:
     return verdicts
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text())
-    verdicts = check(spec)
-    out = Path(argv[2])
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(verdicts, default=float))
-    os.replace(tmp, out)
+def run(spec: dict, result: Path) -> int:
+    write_result(result, check(spec))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -1,7 +1,7 @@
 """Child process: the grader's own GPU measurements for the occupancy exercises.
 
-``python -m grader.children.occupancy SPEC.json OUT.json`` (started by
-:mod:`grader.occupancy.run` with a time limit). It loads the submission's ``work``
+``python -m grader.children occupancy SPEC.json OUT.json`` (started by
+:mod:`grader.occupancy.measure` with a time limit). It loads the submission's ``work``
 kernel from the default build's cubin and ``heavy`` from one cubin per register
 cap, then, in this order, writing ``OUT.json`` after each phase so that a crash
 or a time-out still leaves what was done:
@@ -23,13 +23,12 @@ skipped.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import sys
 import time
 import traceback
 from pathlib import Path
+
+from grader.children.protocol import write_result
 
 # CUfunction_attribute (cuda.h)
 ATTR_MAX_DYNAMIC_SHARED = 8
@@ -45,9 +44,7 @@ class _Report:
         self.save()
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.data))
-        os.replace(tmp, self.path)
+        write_result(self.path, self.data)
 
     def phase(self, name: str) -> None:
         self.data["phase"] = name
@@ -118,7 +115,8 @@ def measure_api(cp, driver, runtime, spec: dict, work, rep: _Report) -> dict:
     potential_smem = int(spec["potential_smem"])
     try:  # before any limit is raised, as a program that asks first would see it
         min_grid, best = driver.occupancyMaxPotentialBlockSize(fptr, potential_smem, 0)
-        potential = {"smem": potential_smem, "best_block": int(best), "min_grid": int(min_grid)}
+        potential: dict[str, int | None] = {"smem": potential_smem, "best_block": int(best),
+                                            "min_grid": int(min_grid)}
     except Exception as exc:
         rep.data["notes"].append(f"occupancyMaxPotentialBlockSize failed: {_describe(exc)}")
         potential = {"smem": potential_smem, "best_block": None, "min_grid": None}
@@ -176,7 +174,7 @@ def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int
         return "skipped"
     try:
         work = cp.RawModule(path=spec["cubin"]).get_function(work_name)
-        work.attributes  # loads the module now, so a missing kernel shows here
+        _ = work.attributes  # loads the module now, so a missing kernel shows here
     except Exception as exc:
         rep.error("load", f"`{work_name}` could not be loaded from the compiled {spec['source']}: "
                           f"{_describe(exc)}", student=True)
@@ -199,7 +197,7 @@ def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int
     sw = spec["sweeps"]
     total, iters = int(sw["total_threads"]), int(sw["iters"])
     launches, keys = {}, {}
-    current = {"point": None}
+    current: dict[str, tuple[int, int] | None] = {"point": None}
 
     def work_launch(block: int, smem: int, grid: int):
         def launch():
@@ -237,12 +235,8 @@ def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int
     return "ok"
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: python -m grader.children.occupancy SPEC.json OUT.json", file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[1]).read_text())
-    rep = _Report(Path(argv[2]))
+def run(spec: dict, result: Path) -> int:
+    rep = _Report(result)
     t_start = time.monotonic()
     try:
         import cupy as cp
@@ -307,6 +301,3 @@ def main(argv: list[str]) -> int:
     rep.save()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -1,13 +1,14 @@
-"""Child process: describe the GPU, or say why there is none. Prints one JSON line.
+"""Child process: describe the GPU, or say why there is none.
 
-Run as ``python -m grader.children.probe``. The grading process never creates a CUDA
-context itself; it asks this child instead, so a broken driver or a missing
-CuPy costs one failed child, not the grader.
+``python -m grader.children probe SPEC.json RESULT.json`` (the spec is empty). The grading
+process never creates a CUDA context itself; it asks this child instead, so a broken driver
+or a missing CuPy costs one failed child, not the grader.
 """
 from __future__ import annotations
 
-import json
-import sys
+from pathlib import Path
+
+from grader.children.protocol import write_result
 
 # cudaDeviceAttr values (stable across CUDA 12 and 13; CUDA 13 dropped clockRate
 # from cudaDeviceProp, so attributes are read one by one).
@@ -54,10 +55,6 @@ def describe() -> dict:
     }
 
 
-def main() -> int:
-    print(json.dumps(describe()))
+def run(spec: dict, result: Path) -> int:
+    write_result(result, describe())
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

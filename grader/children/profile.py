@@ -1,24 +1,23 @@
 """Child process that launches each stage's kernel once, for Nsight Compute to profile.
 
-``ncu ... python -m grader.children.profile SPEC.json``: one ncu run per submission
-collects every metric the rubric names, for every stage kernel, from exactly one
-launch each. Inputs are random (never zeros); nothing is judged here.
+``ncu ... python -m grader.children profile SPEC.json RESULT.json``: one ncu run per
+submission collects every metric the rubric names, for every stage kernel, from exactly one
+launch each (compute-sanitizer runs it the same way). Inputs are random (never zeros);
+nothing is judged here. RESULT.json: ``{"failures": {stage id: error}}``.
 """
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
+from grader.children.protocol import write_result
 from grader.run.inputs import make_inputs_xp
 
 
-def main(argv: list[str]) -> int:
+def run(spec: dict, result: Path) -> int:
     import cupy as cp
 
-    spec = json.loads(Path(argv[1]).read_text())
     n = spec["n"]
     failures = {}
     inputs = {}
@@ -39,9 +38,5 @@ def main(argv: list[str]) -> int:
             failures[st["id"]] = f"{type(exc).__name__}: {exc}"
             if "CUDA_ERROR" in str(exc) or "cudaError" in str(exc):
                 break  # the context is gone; later launches would fail too
-    print(json.dumps({"failures": failures}))
+    write_result(result, {"failures": failures})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

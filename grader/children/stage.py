@@ -1,7 +1,7 @@
 """Child process that runs ONE stage of student code. Holds no reference results.
 
-``python -m grader.children.stage SPEC.json`` loads the student's cubin, draws inputs
-from the seeds in the spec, and:
+``python -m grader.children stage SPEC.json RESULT.json`` loads the student's cubin, draws
+inputs from the seeds in the spec, and:
 
 1. for each correctness size: poisons C with NaN, launches once, saves C;
 2. at the benchmark size: times the student's kernel interleaved with the cuBLAS
@@ -9,15 +9,13 @@ from the seeds in the spec, and:
    timed launch, C re-poisoned before every student launch), then saves the C
    of the last timed launch so the checker can verify what was timed.
 
-It writes ``run.json`` in the spec's out_dir after every phase, so a crash or a
-time-out still leaves what was done. It never judges: the trusted checker
-compares the saved outputs with references it computes itself.
+It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
+what was done; the output matrices go to the spec's out_dir. It never judges: the
+trusted checker compares the saved outputs with references it computes itself.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 import traceback
 from pathlib import Path
@@ -26,6 +24,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
+from grader.children.protocol import write_result  # noqa: E402
 from grader.run.inputs import make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
@@ -35,19 +34,18 @@ _CUBLAS_GEMM_DEFAULT = -1
 
 
 class Runner:
-    def __init__(self, spec: dict):
+    def __init__(self, spec: dict, result: Path):
         import cupy as cp
 
         self.cp = cp
         self.spec = spec
+        self.result = result
         self.out = Path(spec["out_dir"])
         self.report: dict = {"loaded": False, "correctness": [], "bench": None, "error": None}
         self.dtype = cp.float16 if spec["inputs"] == "fp16" else cp.float32
 
     def save(self) -> None:
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(self.report))
-        os.replace(tmp, self.out / "run.json")
+        write_result(self.result, self.report)
 
     # -- loading -------------------------------------------------------------------
     def load(self) -> None:
@@ -156,7 +154,8 @@ class Runner:
             timed(student, True)
             timed(base, False)
         del prints[:]  # only timed launches are checked (launch numbers 0, 1, ...)
-        student_ms, base_ms = [], []
+        student_ms: list[float] = []
+        base_ms: list[float] = []
         self.report["bench"] = {"n": n, "seed": seed, "student_ms": student_ms, "baseline_ms": base_ms,
                                 "file": None}
         start = time.perf_counter()
@@ -179,24 +178,19 @@ class Runner:
         self.save()
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text())
+def run(spec: dict, result: Path) -> int:
     runner = None
     try:
-        runner = Runner(spec)
+        runner = Runner(spec, result)
         runner.load()
         runner.correctness()
         if spec.get("bench"):
             runner.bench()
         return 0
-    except Exception as exc:  # a student's launch failure is data, written to run.json
+    except Exception as exc:  # a student's launch failure is data, written to RESULT.json
         if runner is None:
             raise
         runner.report["error"] = f"{type(exc).__name__}: {exc}"
         runner.report["traceback"] = traceback.format_exc(limit=4)
         runner.save()
         return 3
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -7,8 +7,9 @@
 #
 # Steps:
 #   1. System packages, with apt-get when root (skipped when present): python3 and its venv module,
-#      g++ (nvcc's host compiler), CA certificates; on NVIDIA's CUDA images also Nsight Compute
-#      (cuda-nsight-compute-X-Y) when the image has no ncu.
+#      g++ (nvcc's host compiler), CA certificates, bubblewrap (bwrap: the sandbox every student
+#      process runs in, docs/deployment.md "What is fenced"); on NVIDIA's CUDA images also Nsight
+#      Compute (cuda-nsight-compute-X-Y) when the image has no ncu.
 #   2. The dedicated user that runs students' programs (GRADER_STUDENT_USER, default "student").
 #   3. The Python environment: `grader/bootstrap.sh setup` (a .venv with the grader's dependencies,
 #      NVIDIA's nvcc/cuobjdump wheels where the machine has no CUDA toolkit), which records the
@@ -21,7 +22,9 @@
 #   GRADER_CUPY=cuda13|cuda12|none  install CuPy for a GPU the machine will have at grading time
 #                                   (a Docker build sees no GPU). Default: only if a GPU is visible now.
 #   GRADER_INSTALL_NCU=auto|0       auto (default): install Nsight Compute on CUDA images lacking it
-#   GRADER_STUDENT_USER=NAME|none   the unprivileged user to create (default student)
+#   GRADER_STUDENT_USER=NAME|none   the unprivileged user to create (default student); at grading
+#                                   time the same variable names the user students' processes run
+#                                   as, and "none" means they run as the grader's own user
 set -euo pipefail
 
 SOURCE="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/../.." && pwd -P)"
@@ -49,6 +52,7 @@ system_packages() {
     if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then need+=(python3-venv); fi
     command -v g++ >/dev/null 2>&1 || need+=(g++)
     [[ -s /etc/ssl/certs/ca-certificates.crt ]] || need+=(ca-certificates)
+    command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
     # NVIDIA's CUDA images set CUDA_VERSION (e.g. 13.0.1) and carry NVIDIA's apt repository; their
     # devel variants normally include Nsight Compute already.
     if [[ "${GRADER_INSTALL_NCU:-auto}" != 0 && -n "${CUDA_VERSION:-}" ]] && ! have_ncu; then
@@ -57,7 +61,7 @@ system_packages() {
         ncu_pkg="cuda-nsight-compute-${major}-${minor}"
     fi
     if ((${#need[@]} == 0)) && [[ -z "$ncu_pkg" ]]; then
-        say "system packages: python3, venv, g++ and certificates present"
+        say "system packages: python3, venv, g++, certificates and bubblewrap present"
         return 0
     fi
     if ! is_root || ! command -v apt-get >/dev/null 2>&1; then

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from grader.model import PASSED
+from grader.model import Status
 
 MIN_MARGIN = 0.10
 THRESHOLD_KINDS = ("ncu", "fraction_of_baseline", "fraction_of_peak", "speedup_over_stage")
@@ -128,14 +128,14 @@ def calibration_rows(rubric, references: list, predecessors: list,
             for g in references:
                 r = _find(g.items, st.id, it.id)
                 row.reference.append(_value(it, r))
-                row.reference_passed.append(bool(r and r.status == PASSED))
+                row.reference_passed.append(bool(r and r.status == Status.PASSED))
                 if row.threshold is None and r is not None:
                     row.threshold = _op_threshold(it, r)[1]
             if has_pred:
                 for g in predecessors:
                     r = _find(g.items, st.id, it.id)
                     row.predecessor.append(_value(it, r))
-                    row.predecessor_passed.append(bool(r and r.status == PASSED))
+                    row.predecessor_passed.append(bool(r and r.status == Status.PASSED))
             row.margin = margin(op, row.reference, row.threshold)
             row.verdict, row.why = _verdict(row, repeats, has_pred)
             rows.append(row)

@@ -16,7 +16,9 @@ import re
 import sys
 from pathlib import Path
 
-from grader.spec.rubric import Item, Rubric, Stage, load_rubric
+from grader.spec.items import Item
+from grader.spec.rubric import load_rubric
+from grader.spec.types import Rubric, Stage
 
 from grader import REPO_ROOT as ROOT  # noqa: E402
 HANDOUT = ROOT / "assignment" / "README.md"
@@ -116,7 +118,7 @@ def _item_row(spec) -> str:
 
 
 def block_occupancy(rubric: Rubric) -> str:
-    cfg = rubric.extra.get("occupancy_config")
+    cfg = rubric.occupancy
     if cfg is None:
         return "_This rubric has no occupancy section._"
     lines = [f"Files: `{cfg.program_file}` and `{cfg.answers_file}`. Numeric answers pass within "
@@ -130,7 +132,7 @@ def block_occupancy(rubric: Rubric) -> str:
 
 
 def block_occupancy_params(rubric: Rubric) -> str:
-    cfg = rubric.extra.get("occupancy_config")
+    cfg = rubric.occupancy
     if cfg is None:
         return "_This rubric has no occupancy section._"
     e1, e2, e3, e4, e5, e6 = cfg.ex1, cfg.ex2, cfg.ex3, cfg.ex4, cfg.ex5, cfg.ex6
@@ -162,7 +164,7 @@ def block_occupancy_params(rubric: Rubric) -> str:
 
 
 def block_report(rubric: Rubric) -> str:
-    cfg = rubric.extra.get("report_config")
+    cfg = rubric.report
     if cfg is None:
         return "_This rubric has no report section._"
     lines = [f"File: `{cfg.file}`. A paragraph counts as written with at least {cfg.min_words} words of prose. A "
@@ -189,10 +191,9 @@ def block_totals(rubric: Rubric) -> str:
     lines = ["| part | points |", "|---|---|"]
     for st in rubric.stages:
         lines.append(f"| {st.number} {st.title} | {_pts(st.max_points)} |")
-    for key, label in (("occupancy_config", "Occupancy exercises"), ("report_config", "Report")):
-        cfg = rubric.extra.get(key)
-        if cfg is not None:
-            lines.append(f"| {label} | {_pts(cfg.max_points)} |")
+    for label, section in (("Occupancy exercises", rubric.occupancy), ("Report", rubric.report)):
+        if section is not None:
+            lines.append(f"| {label} | {_pts(section.max_points)} |")
     lines.append(f"| **total** | **{_pts(rubric.max_points)}** |")
     return "\n".join(lines)
 

@@ -1,49 +1,50 @@
 """The student's answers file (YAML): its schema, and a parser that never raises.
 
-Each field has a kind (integer, number, percentage, size, time, choice, free
-text). :func:`parse_answers` returns every well-formed value, normalised, and for
-every other field one message naming the field and the form expected, e.g.
-``ex1.blocks_by_registers: expected an integer, got 'about 200'``. A bad field
-only affects the items that read it. A file that is not valid YAML gives one
-message with its line number, and every item that reads answers fails with it.
-
-Units: percentages are in percent (``29.7`` or ``"29.7%"``); sizes are in KiB
-(``7``, ``"7 KiB"``, ``"7 KB"``, ``"7168 B"``; KB means KiB here) and are stored
-in bytes; times are in ms (``1.2``, ``"1.2 ms"``, ``"1200 us"``).
+Each field has a form (:mod:`grader.occupancy.answer_forms`: integer, number,
+percentage, size, time, choice, free text). :func:`parse_answers` returns every
+well-formed value, normalised, and for every other field one message naming the
+field and the form expected, e.g.
+``ex1.blocks_by_registers: expected an integer, got `about 200` ``. A bad field
+only affects the items that read it, a number too large (``0xfff...``, ``1e999``)
+included. A file that is not valid YAML, or that the bounded loader refuses
+(:mod:`grader.untrusted.yaml_load`: aliases, deep nesting, too many values, too
+large), gives one message with its line number, and every item that reads
+answers fails with it.
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from grader.occupancy.calculator import KIB, LIMITS
+from grader.occupancy.answer_forms import (
+    CC,
+    CHOICE,
+    INT,
+    NUMBER,
+    PERCENT,
+    SIZE,
+    TEXT,
+    TIME,
+    Field,
+    describe,
+    parse_value,
+)
+from grader.occupancy.calculator import KIB
 from grader.occupancy.config import OccupancyConfig
+from grader.untrusted.quote import quote_code
+from grader.untrusted.yaml_load import Limits, load_yaml
 
-INT, NUMBER, PERCENT, SIZE, TIME, CHOICE, TEXT, CC = (
-    "int", "number", "percent", "size", "time", "choice", "text", "cc")
+__all__ = ["CC", "CHOICE", "INT", "NUMBER", "PERCENT", "SIZE", "TEXT", "TIME", "Field", "parse_value",
+           "Answers", "answer_schema", "parse_answers", "run_key", "cap_key"]
 
-_EXPECTED = {
-    INT: "an integer",
-    NUMBER: "a number",
-    PERCENT: "a percentage such as 29.7 or '29.7%'",
-    SIZE: "a size in KiB such as 7 or '7 KiB' (or '7168 B')",
-    TIME: "a time in ms such as 1.25 or '1.25 ms' (or '1250 us')",
-    TEXT: "a sentence or more of text",
-    CC: "a compute capability: " + ", ".join(LIMITS),
-}
-
-RESOURCES = {
+RESOURCES: dict[str, tuple[str, ...]] = {
     "registers": ("registers", "register", "regs", "reg"),
     "shared_mem": ("shared_mem", "shared_memory", "shared", "smem", "shared_mem_size"),
     "warps": ("warps", "warp", "threads", "max_warps"),
     "blocks": ("blocks", "block", "sm", "hardware", "max_blocks", "block_limit_sm", "hw"),
 }
-YES_NO = {"yes": ("yes", "y", "true"), "no": ("no", "n", "false")}
-STALLS = {
+YES_NO: dict[str, tuple[str, ...]] = {"yes": ("yes", "y", "true"), "no": ("no", "n", "false")}
+STALLS: dict[str, tuple[str, ...]] = {
     "long_scoreboard": ("long_scoreboard", "stall_long_scoreboard", "long_sb", "lg_scoreboard"),
     "short_scoreboard": ("short_scoreboard", "stall_short_scoreboard", "short_sb"),
     "wait": ("wait", "stall_wait"),
@@ -55,7 +56,7 @@ STALLS = {
     "no_instruction": ("no_instruction",),
     "branch_resolving": ("branch_resolving",),
 }
-MEMORY_LEVELS = {
+MEMORY_LEVELS: dict[str, tuple[str, ...]] = {
     "global": ("global", "global_memory", "device", "device_memory", "dram", "hbm", "l1tex",
                "local", "local_memory", "global_local", "global_or_local"),
     "shared": ("shared", "shared_memory", "smem", "mio"),
@@ -63,27 +64,13 @@ MEMORY_LEVELS = {
     "constant": ("constant", "constant_memory", "cmem"),
     "registers": ("registers", "register_file"),
 }
-CAUSES = {
+CAUSES: dict[str, tuple[str, ...]] = {
     "reserved_shared_memory": ("reserved_shared_memory", "reserved_smem", "reserved",
                                "reserved_shared_mem", "driver_reserved_shared_memory"),
     "allocation_granularity": ("allocation_granularity", "granularity", "rounding"),
     "registers": ("registers", "register_count", "real_register_count"),
     "none": ("none", "no_difference", "same"),
 }
-
-
-@dataclass(frozen=True)
-class Field:
-    kind: str
-    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # canonical -> aliases
-    many: bool = False  # a single value or a list of them; parsed to a tuple
-
-    def expected(self) -> str:
-        if self.kind == CHOICE:
-            text = "one of: " + ", ".join(self.choices)
-        else:
-            text = _EXPECTED[self.kind]
-        return text + (", or a list of them" if self.many else "")
 
 
 def run_key(smem_bytes: int) -> str:
@@ -149,7 +136,7 @@ def answer_schema(cfg: OccupancyConfig) -> dict[str, Field]:
     for k in ("why_issued_le_eligible", "no_eligible_meaning", "diagnosis"):
         s[f"ex5.{k}"] = Field(TEXT)
 
-    caps = {str(c): (str(c), cap_key(c)) for c in cfg.ex6.register_caps}
+    caps: dict[str, tuple[str, ...]] = {str(c): (str(c), cap_key(c)) for c in cfg.ex6.register_caps}
     for cap in cfg.ex6.register_caps:
         base = f"ex6.{cap_key(cap)}"
         for k in ("registers", "spill_stores_bytes", "spill_loads_bytes"):
@@ -181,129 +168,22 @@ class Answers:
         return self.problems.get(path)
 
 
-class _Bad(ValueError):
-    pass
+MAX_NOTES = 20  # unknown keys listed; the rest are counted
 
 
-_NUM = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][+-]?\d+)?|[+-]?\.\d+(?:[eE][+-]?\d+)?"
-_WITH_UNIT = re.compile(rf"^\s*({_NUM})\s*([A-Za-zµ%]*)\s*$")
-_SIZE_UNITS = {"": 1.0, "k": 1.0, "kb": 1.0, "kib": 1.0, "b": 1 / KIB, "byte": 1 / KIB,
-               "bytes": 1 / KIB, "mb": KIB, "mib": KIB}
-_TIME_UNITS = {"": 1.0, "ms": 1.0, "us": 1e-3, "µs": 1e-3, "usec": 1e-3, "s": 1e3,
-               "sec": 1e3, "ns": 1e-6}
-
-
-def _number_and_unit(raw: Any) -> tuple[float, str]:
-    if isinstance(raw, bool):
-        raise _Bad
-    value, unit = None, ""
-    if isinstance(raw, (int, float)):
-        value = float(raw)
-    elif isinstance(raw, str):
-        m = _WITH_UNIT.match(raw)
-        if m:
-            value, unit = float(m.group(1).replace(",", "")), m.group(2).lower()
-    if value is None or not math.isfinite(value):
-        raise _Bad
-    return value, unit
-
-
-def _norm_word(raw: Any) -> str:
-    return re.sub(r"[\s\-/.]+", "_", str(raw).strip().lower()).strip("_")
-
-
-def _parse_one(f: Field, raw: Any) -> Any:
-    if f.kind == INT:
-        value, unit = _number_and_unit(raw)
-        if unit or not value.is_integer():
-            raise _Bad
-        return int(value)
-    if f.kind == NUMBER:
-        value, unit = _number_and_unit(raw)
-        if unit:
-            raise _Bad
-        return value
-    if f.kind == PERCENT:
-        value, unit = _number_and_unit(raw)
-        if unit not in ("", "%"):
-            raise _Bad
-        return value
-    if f.kind == SIZE:
-        value, unit = _number_and_unit(raw)
-        if unit not in _SIZE_UNITS:
-            raise _Bad
-        return int(round(value * _SIZE_UNITS[unit] * KIB))
-    if f.kind == TIME:
-        value, unit = _number_and_unit(raw)
-        if unit not in _TIME_UNITS:
-            raise _Bad
-        return value * _TIME_UNITS[unit]
-    if f.kind == TEXT:
-        if isinstance(raw, (dict, list)) or not str(raw).strip():
-            raise _Bad
-        return str(raw).strip()
-    if f.kind == CC:
-        if isinstance(raw, bool):
-            raise _Bad
-        text = f"{raw:.1f}" if isinstance(raw, (int, float)) else str(raw).strip().lower()
-        m = re.fullmatch(r"(?:sm_|compute_)?(\d)(\d)a?", text)
-        key = f"{m.group(1)}.{m.group(2)}" if m else text
-        if key not in LIMITS:
-            raise _Bad
-        return key
-    # CHOICE: YAML reads yes/no/true as booleans.
-    word = ("yes" if raw else "no") if isinstance(raw, bool) else _norm_word(raw)
-    for canonical, aliases in f.choices.items():
-        if word == canonical or word in aliases:
-            return canonical
-    raise _Bad
-
-
-def _describe(raw: Any) -> str:
-    text = repr(raw)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def parse_value(path: str, f: Field, raw: Any) -> tuple[Any, str | None]:
-    """``(value, None)`` or ``(None, message naming the field and the expected form)``."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()) or raw == []:
-        return None, f"{path}: no answer (expected {f.expected()})"
-    items = raw if (f.many and isinstance(raw, list)) else [raw]
-    if isinstance(raw, list) and not f.many:
-        return None, f"{path}: expected {f.expected()}, got a list {_describe(raw)}"
-    out = []
-    for one in items:
-        try:
-            out.append(_parse_one(f, one))
-        except _Bad:
-            hint = ""
-            if f.kind in (INT, NUMBER, PERCENT) and isinstance(one, str) and re.search(r"\d", one):
-                hint = " (write the number alone)"
-            return None, f"{path}: expected {f.expected()}, got {_describe(one)}{hint}"
-    return (tuple(out) if f.many else out[0]), None
-
-
-def _line_of(exc: yaml.YAMLError) -> int | None:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    return mark.line + 1 if mark is not None else None
-
-
-def parse_answers(text: str, schema: dict[str, Field], filename: str = "answers.yaml") -> Answers:
+def parse_answers(text: str, schema: dict[str, Field], filename: str = "answers.yaml",
+                  limits: Limits = Limits()) -> Answers:
     """Parse and validate the answers file's text against ``schema``. Never raises."""
     out = Answers()
-    try:
-        data = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as exc:
-        line = _line_of(exc)
-        where = f"{filename} line {line}" if line else filename
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        out.error = f"{where}: not valid YAML ({problem}); no answer in the file could be read"
+    data, problem = load_yaml(text, filename, limits)
+    if problem:
+        out.error = f"{problem}; no answer in the file could be read"
         return out
     if data is None:
         data = {}
     if not isinstance(data, dict):
         out.error = (f"{filename}: expected a mapping of exercise sections (ex1:, ex2:, ...), "
-                     f"got {type(data).__name__}; no answer in the file could be read")
+                     f"got {describe(data)}; no answer in the file could be read")
         return out
 
     for path, f in schema.items():
@@ -314,7 +194,7 @@ def parse_answers(text: str, schema: dict[str, Field], filename: str = "answers.
                 break
             if not isinstance(node, dict):
                 prefix = ".".join(parts[:depth])
-                out.problems[path] = f"{prefix}: expected a mapping with {part}:, got {_describe(node)}"
+                out.problems[path] = f"{prefix}: expected a mapping with {part}:, got {describe(node)}"
                 break
             node = node.get(part)
         else:
@@ -328,11 +208,17 @@ def parse_answers(text: str, schema: dict[str, Field], filename: str = "answers.
             out.problems[path] = f"{path}: no answer (expected {f.expected()})"
 
     prefixes = {".".join(p.split(".")[:i]) for p in schema for i in range(1, p.count(".") + 1)}
-    _note_unknown(data, "", schema, prefixes, out.notes)
+    unknown: list[str] = []
+    _note_unknown(data, "", schema, prefixes, unknown)
+    out.notes = [f"{quote_code(p)}: not a known field; ignored (check its spelling and indentation)"
+                 for p in unknown[:MAX_NOTES]]
+    if len(unknown) > MAX_NOTES:
+        out.notes.append(f"... and {len(unknown) - MAX_NOTES} more unknown fields")
     return out
 
 
-def _note_unknown(node: Any, prefix: str, schema: dict, prefixes: set, notes: list) -> None:
+def _note_unknown(node: Any, prefix: str, schema: dict[str, Field], prefixes: set[str], found: list[str]) -> None:
+    """The dotted paths in ``node`` that the schema does not know (the loader bounds their number)."""
     if not isinstance(node, dict):
         return
     for key, value in node.items():
@@ -340,6 +226,6 @@ def _note_unknown(node: Any, prefix: str, schema: dict, prefixes: set, notes: li
         if path in schema:
             continue
         if path in prefixes:
-            _note_unknown(value, path + ".", schema, prefixes, notes)
+            _note_unknown(value, path + ".", schema, prefixes, found)
         else:
-            notes.append(f"{path}: not a known field; ignored (check its spelling and indentation)")
+            found.append(path)

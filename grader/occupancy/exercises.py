@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 
-from grader.model import FAILED, PASSED, ItemResult
+from grader.model import ItemResult, Status
 from grader.occupancy.answers import MEMORY_LEVELS, Answers, run_key
 from grader.occupancy.calculator import (KIB, api_occupancy, hand_occupancy, hand_occupancy_on,
                          launch_smem_config, limits_for, max_potential_block_size)
 from grader.occupancy.config import OccupancyConfig
-from grader.occupancy.grading import Ctx, Measurements, api_lookup
+from grader.occupancy.grading import Ctx, Measurements, api_lookup, as_number, program_value
 from grader.occupancy.measured import grade_ex4, grade_ex6, grade_host
 
 # What each dominant stall waits on (ex5.memory_level).
@@ -68,22 +68,22 @@ def grade_ex1(ctx: Ctx) -> list[ItemResult]:
     problems = [a.problem(f) for f in fields if a.problem(f)]
     if a.error or problems:
         msg = a.error or "\n".join(problems)
-        out.append(ctx.result("ex1.fix", FAILED, 0.0, msg))
-        out.append(ctx.result("ex1.fix_numbers", FAILED, 0.0,
+        out.append(ctx.result("ex1.fix", Status.FAILED, 0.0, msg))
+        out.append(ctx.result("ex1.fix_numbers", Status.FAILED, 0.0,
                               "needs the changed kernel first: " + msg))
         return out
     if threads <= 0 or threads > 1024 or regs < 0 or smem < 0:
         msg = "ex1.fix: the changed kernel is not a valid launch (1-1024 threads, no negative sizes)"
-        return out + [ctx.result("ex1.fix", FAILED, 0.0, msg),
-                      ctx.result("ex1.fix_numbers", FAILED, 0.0, msg)]
+        return out + [ctx.result("ex1.fix", Status.FAILED, 0.0, msg),
+                      ctx.result("ex1.fix_numbers", Status.FAILED, 0.0, msg)]
     new = _ex1_model(ctx.cfg, threads, regs, smem)
     values = {"occupancy_pct": new.occupancy_pct, "blocks": new.blocks_per_sm}
     if new.occupancy_pct + 1e-9 >= e.target_occupancy_pct:
-        out.append(ctx.result("ex1.fix", PASSED, 1.0,
+        out.append(ctx.result("ex1.fix", Status.PASSED, 1.0,
                               f"{threads} threads, {regs} registers, {smem / KIB:g} KiB reach "
                               f"{new.occupancy_pct:.1f}% by the hand model", **values))
     else:
-        out.append(ctx.result("ex1.fix", FAILED, 0.0,
+        out.append(ctx.result("ex1.fix", Status.FAILED, 0.0,
                               f"{threads} threads, {regs} registers, {smem / KIB:g} KiB give "
                               f"{new.occupancy_pct:.1f}% by the hand model, below "
                               f"{e.target_occupancy_pct:g}% (recheck every limit after the change)",
@@ -148,7 +148,7 @@ def grade_ex2(ctx: Ctx) -> list[ItemResult]:
     else:
         want = m.api["device"]
         parts = [(dev.get(k) == want.get(k),
-                  f"device.{k}: the program printed {dev.get(k)!r}, the device reports {want.get(k)!r}")
+                  f"device.{k}: the program printed {program_value(dev.get(k))}, the device reports {want.get(k)!r}")
                  for k in ("max_threads_per_sm", "regs_per_sm", "smem_per_sm", "warp_size")]
         out.append(ctx.parts("ex2.device_props", parts, "device properties match",
                              reads_answers=False))
@@ -161,10 +161,11 @@ def grade_ex2(ctx: Ctx) -> list[ItemResult]:
         want = api_lookup(m.api, block, smem)
         same_point = sec.get("block") == block and sec.get("smem") == smem
         if not same_point:
-            msg = (f"the program asked about block {sec.get('block')}, smem {sec.get('smem')}; "
+            msg = (f"the program asked about block {program_value(sec.get('block'))}, "
+                   f"smem {program_value(sec.get('smem'))}; "
                    f"the exercise asks for block {block}, smem {smem}")
         else:
-            msg = f"the program printed {sec.get('blocks')} blocks per SM; the API gives {want}"
+            msg = f"the program printed {program_value(sec.get('blocks'))} blocks per SM; the API gives {want}"
         out.append(ctx.parts("ex2.program_api_blocks", [
             (same_point and want is not None and sec.get("blocks") == want, msg)],
             reads_answers=False))
@@ -172,16 +173,19 @@ def grade_ex2(ctx: Ctx) -> list[ItemResult]:
         max_warps = dev["max_threads_per_sm"] // dev["warp_size"]
         expected = (want or 0) * math.ceil(block / dev["warp_size"]) / max_warps
         got = sec.get("occupancy")
-        ok = isinstance(got, (int, float)) and math.isclose(got, expected, abs_tol=1e-4)
+        got_n = as_number(got)  # None for text, a list, 1e400: math.isclose would raise on a huge int
+        ok = got_n is not None and math.isclose(got_n, expected, abs_tol=1e-4)
         out.append(ctx.parts("ex2.program_occupancy", [
-            (ok, f"the program printed occupancy {got!r}; {want} blocks give {expected:.4f}")],
+            (ok, f"the program printed occupancy {program_value(got)}; {want} blocks give {expected:.4f}")],
             reads_answers=False))
         pot = m.api["potential"]
         out.append(ctx.parts("ex2.program_best_block", [
             (sec.get("best_block") == pot["best_block"],
-             f"the program printed best block {sec.get('best_block')}; the API gives {pot['best_block']}"),
+             f"the program printed best block {program_value(sec.get('best_block'))}; the API gives "
+             f"{pot['best_block']}"),
             (sec.get("min_grid") == pot["min_grid"],
-             f"the program printed min grid {sec.get('min_grid')}; the API gives {pot['min_grid']}")],
+             f"the program printed min grid {program_value(sec.get('min_grid'))}; the API gives "
+             f"{pot['min_grid']}")],
             reads_answers=False))
 
     # The answers' API numbers, against the calculator for the GPU the answers name.

@@ -11,10 +11,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
+from grader.model import ItemResult, Status
 from grader.occupancy.answers import Answers
 from grader.occupancy.calculator import SMLimits, limits_for
 from grader.occupancy.config import OccupancyConfig
+from grader.untrusted.quote import show_value
+from grader.untrusted.yaml_load import MAX_MAGNITUDE
 
 STAGE = "occupancy"
 NO_DEVICE = "not evaluated: no CUDA device"
@@ -78,20 +80,20 @@ class Ctx:
     def result(self, item: str, status: str, fraction: float, message: str,
                **values: Any) -> ItemResult:
         spec = self.cfg.items[item]
-        score = round(spec.points * fraction, 4) if status in (PASSED, FAILED) else 0.0
+        score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
         return ItemResult(stage=STAGE, item=item, title=spec.title, status=status, score=score,
                           max_score=spec.points, message=message, visibility=spec.visibility,
                           number=spec.number, values=values)
 
     def not_evaluated(self, item: str, reason: str) -> ItemResult:
-        return self.result(item, NOT_EVALUATED, 0.0, reason)
+        return self.result(item, Status.NOT_EVALUATED, 0.0, reason)
 
     def missing(self, item: str, part: str, default: str) -> ItemResult:
         """The verdict for an item whose GPU measurement ``part`` is missing (see
         :attr:`Measurements.gpu_problems`); ``default`` says why when nothing else does."""
         problem = self.meas.gpu_problems.get(part)
         if problem and not problem.lower().startswith("not evaluated"):
-            return self.result(item, FAILED, 0.0, problem)
+            return self.result(item, Status.FAILED, 0.0, problem)
         return self.not_evaluated(item, problem or default)
 
     def parts(self, item: str, parts: list[tuple[bool, str]], ok_message: str = "",
@@ -99,22 +101,22 @@ class Ctx:
         """Score an item from (correct, message) parts: full marks only when all are right,
         otherwise the fraction of parts that are right."""
         if reads_answers and self.answers.error:
-            return self.result(item, FAILED, 0.0, self.answers.error)
+            return self.result(item, Status.FAILED, 0.0, self.answers.error)
         good = sum(1 for ok, _ in parts if ok)
         if parts and good == len(parts):
-            return self.result(item, PASSED, 1.0, ok_message or "correct", **values)
+            return self.result(item, Status.PASSED, 1.0, ok_message or "correct", **values)
         wrong = [m for ok, m in parts if not ok]
         frac = good / len(parts) if parts else 0.0
-        return self.result(item, FAILED, frac, "\n".join(wrong), **values)
+        return self.result(item, Status.FAILED, frac, "\n".join(wrong), **values)
 
     def manual(self, item: str, fields: list[str]) -> ItemResult:
         """A free-text item: ``manual`` (graded later by a person) once it is answered."""
         if self.answers.error:
-            return self.result(item, FAILED, 0.0, self.answers.error)
+            return self.result(item, Status.FAILED, 0.0, self.answers.error)
         missing = [self.answers.problem(f) for f in fields if self.answers.problem(f)]
         if missing:
-            return self.result(item, FAILED, 0.0, "\n".join(missing))
-        return self.result(item, MANUAL, 0.0, "answered; graded by hand",
+            return self.result(item, Status.FAILED, 0.0, "\n".join(missing))
+        return self.result(item, Status.MANUAL, 0.0, "answered; graded by hand",
                            **{f: self.answers.get(f) for f in fields})
 
     def program_section(self, item: str, key: str) -> tuple[dict | None, ItemResult | None]:
@@ -123,13 +125,13 @@ class Ctx:
         if not m.device_available:
             return None, self.not_evaluated(item, m.no_device_reason)
         if m.program is None:
-            return None, self.result(item, FAILED, 0.0,
+            return None, self.result(item, Status.FAILED, 0.0,
                                      m.program_problem or "the program printed no JSON output")
         if not isinstance(m.program, dict):
-            return None, self.result(item, FAILED, 0.0, "the program's output is not a JSON object")
+            return None, self.result(item, Status.FAILED, 0.0, "the program's output is not a JSON object")
         section = m.program.get(key)
         if not isinstance(section, dict):
-            return None, self.result(item, FAILED, 0.0,
+            return None, self.result(item, Status.FAILED, 0.0,
                                      f"the program's output has no \"{key}\" section")
         if m.api is None:
             return None, self.missing(item, "api", "not evaluated: the grader's own Occupancy API "
@@ -173,6 +175,22 @@ class Ctx:
             return True, ""
         shown = ", ".join(fmt(p) for p in picks)
         return False, f"{path}: {shown} is not right{(' (' + what + ')') if what else ''}"
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number of sane size, else None. The student's
+    program may print 1e400 or a 400-digit integer, which float() and math.isclose cannot take."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= MAX_MAGNITUDE:
+        return None  # an int compared with a float is exact in Python: no overflow; NaN fails <=
+    return float(value)
+
+
+def program_value(value: Any) -> str:
+    """A value the student's program printed, for a message: a sane number as it is, anything else
+    (text, a list, 1e400) as short inline code, never rendered as Markdown."""
+    if value is None or isinstance(value, bool) or as_number(value) is not None:
+        return repr(value)
+    return show_value(value)
 
 
 def api_lookup(api: dict, block: int, smem: int) -> int | None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
-from grader.model import FAILED, PASSED, ItemResult
+from grader.model import ItemResult, Status
 from grader.occupancy.answers import cap_key
 from grader.occupancy.calculator import KIB, api_occupancy
-from grader.occupancy.grading import Ctx, api_lookup, argmax_set, near_min
+from grader.occupancy.grading import Ctx, api_lookup, argmax_set, as_number, near_min, program_value
 from grader.occupancy.hostcheck import check_host_source
 
 
@@ -20,18 +20,18 @@ def grade_host(ctx: Ctx) -> list[ItemResult]:
     item, prog = "host.checked_calls", ctx.cfg.program
     src = ctx.meas.program_source
     if src is None:
-        return [ctx.result(item, FAILED, 0.0, f"{ctx.cfg.program_file} is not in the submission")]
+        return [ctx.result(item, Status.FAILED, 0.0, f"{ctx.cfg.program_file} is not in the submission")]
     report = check_host_source(src, macros=prog.check_macros, launch_checks=prog.launch_check_calls,
                                exempt=prog.exempt_calls)
     missing = [c for c in prog.required_calls if c not in report.names]
     values = {"calls": report.calls, "launches": report.launches,
               "unchecked_lines": [u.line for u in report.unchecked]}
     if report.ok and not missing:
-        return [ctx.result(item, PASSED, 1.0, report.summary(), **values)]
+        return [ctx.result(item, Status.PASSED, 1.0, report.summary(), **values)]
     msgs = [] if report.ok else [report.summary()]
     if missing:
         msgs.append("the program does not call " + ", ".join(missing) + " yet")
-    return [ctx.result(item, FAILED, 0.0, "\n".join(msgs), **values)]
+    return [ctx.result(item, Status.FAILED, 0.0, "\n".join(msgs), **values)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -44,14 +44,15 @@ def _sweep_rows(sec: dict, name: str) -> list[dict]:
 
 def _label(row: dict) -> str:
     smem = row.get("smem")
-    size = f"{smem / KIB:g} KiB" if isinstance(smem, (int, float)) else repr(smem)
-    return f"block {row.get('block')!r}, {size}"
+    smem_n = as_number(smem)  # None for text or a huge integer (int / int would overflow to float)
+    size = f"{smem_n / KIB:g} KiB" if smem_n is not None else program_value(smem)
+    return f"block {program_value(row.get('block'))}, {size}"
 
 
 def _work(row: dict) -> int | None:
     """grid x block x iters of one sweep point, or None when a value is missing."""
     vals = [row.get(k) for k in ("grid", "block", "iters")]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+    if not all(isinstance(v, int) and as_number(v) is not None for v in vals):  # as_number: not a bool, not huge
         return None
     return vals[0] * vals[1] * vals[2]
 
@@ -70,10 +71,11 @@ def _occupancy_parts(ctx: Ctx, rows: list[dict], expected: list[tuple[int, int]]
         want = api_lookup(api, block, smem)
         want_occ = (want or 0) * math.ceil(block / dev["warp_size"]) / max_warps
         got = row.get("occupancy")
-        ok = (row.get("blocks") == want and want is not None and isinstance(got, (int, float))
-              and math.isclose(got, want_occ, abs_tol=1e-4))
-        parts.append((ok, f"{label(block, smem)}: the program printed {row.get('blocks')} blocks, "
-                          f"occupancy {got!r}; the API gives {want} blocks, {want_occ:.4f}"))
+        got_n = as_number(got)  # None for text, a list, 1e400: math.isclose would raise on a huge int
+        ok = (row.get("blocks") == want and want is not None
+              and got_n is not None and math.isclose(got_n, want_occ, abs_tol=1e-4))
+        parts.append((ok, f"{label(block, smem)}: the program printed {program_value(row.get('blocks'))} blocks, "
+                          f"occupancy {program_value(got)}; the API gives {want} blocks, {want_occ:.4f}"))
     return parts
 
 
@@ -101,7 +103,7 @@ def grade_ex4(ctx: Ctx) -> list[ItemResult]:
         msg = (f"grid x block x iters = {next(iter(distinct)):,} at every point" if ok else
                "grid x block x iters differs between points (or is missing): " +
                ", ".join(f"{label} -> {t}" for label, t in totals))
-        out.append(ctx.result("ex4.equal_work", PASSED if ok else FAILED, 1.0 if ok else 0.0, msg))
+        out.append(ctx.result("ex4.equal_work", Status.PASSED if ok else Status.FAILED, 1.0 if ok else 0.0, msg))
 
     out += _conclusions(ctx, smem_pts, block_pts)
     out.append(ctx.manual("ex4.discussion", ["ex4.discussion"]))
@@ -157,7 +159,7 @@ def _ptxas_missing(ctx: Ctx, items: tuple[str, ...]) -> list[ItemResult] | None:
     if m.ptxas is not None:
         return None
     if m.ptxas_problem:
-        return [ctx.result(i, FAILED, 0.0, m.ptxas_problem) for i in items]
+        return [ctx.result(i, Status.FAILED, 0.0, m.ptxas_problem) for i in items]
     return [ctx.not_evaluated(i, m.no_compiler_reason) for i in items]
 
 
@@ -192,7 +194,7 @@ def grade_ex6(ctx: Ctx) -> list[ItemResult]:
              f"at -maxrregcount={min(caps)} heavy should spill; ptxas reports no spills"),
         ]
         good = sum(ok for ok, _ in checks)
-        out.append(ctx.result("ex6.register_pressure", PASSED if good == 2 else FAILED, good / 2,
+        out.append(ctx.result("ex6.register_pressure", Status.PASSED if good == 2 else Status.FAILED, good / 2,
                               "\n".join(msg for ok, msg in checks if not ok)
                               or "heavy shows register pressure"))
 
@@ -216,7 +218,7 @@ def grade_ex6(ctx: Ctx) -> list[ItemResult]:
     if not m.device_available:
         out.append(ctx.not_evaluated(item, m.no_device_reason))
     elif m.heavy_times_ms is None:
-        out.append(ctx.result(item, FAILED, 0.0, m.ptxas_problem) if m.ptxas_problem else
+        out.append(ctx.result(item, Status.FAILED, 0.0, m.ptxas_problem) if m.ptxas_problem else
                    ctx.missing(item, "heavy", "not evaluated: the grader's timings of heavy are missing"))
     else:
         times = {str(int(k)): float(v) for k, v in m.heavy_times_ms.items()}

@@ -1,7 +1,7 @@
 """The profile feedback: ladder and roofline PNGs, per-stage diagnosis, in markdown and HTML.
 
-Reads a Grading only through plain attributes (``outcomes[*].stage``, ``.timing``, ``.ncu``,
-``.ncu_reason``, ``.profile_n``; ``env.peaks``; ``env.device``), turns them into the plain
+Reads a :class:`grader.grading.Grading` (``outcomes[*].stage``, ``.timing``, ``.ncu``,
+``.ncu_reason``, ``.profile_n``; ``env.peaks``; ``env.device``), turns it into the plain
 inputs of grader/outputs/plots.py and grader/profile/diagnosis.py, and writes into the output folder:
 ``ladder.png``, ``roofline.png``, ``profile.md`` and ``profile.html`` (both link the PNGs).
 """
@@ -12,8 +12,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.profile.diagnosis import Diagnosis, diagnose
+from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
+from grader.profile.diagnosis import Diagnosis, diagnose
+from grader.spec.types import Stage
 
 # HBM bandwidth (TB/s) by device-name substring, for the roofline's memory roof. Vendor figures.
 KNOWN_HBM_TBS = {"H200": 4.8, "H100 SXM": 3.35, "H100 PCIe": 2.0, "H100": 3.35}
@@ -29,13 +31,14 @@ class ProfileReport:
     paths: dict[str, str] = field(default_factory=dict)  # "md"/"html" -> path
 
 
-def stage_label(stage) -> str:
+def stage_label(stage: Stage) -> str:
     return f"{stage.number} {stage.title}"
 
 
-def ladder_inputs(grading) -> tuple[list[dict], list[dict], dict[str, float]]:
+def ladder_inputs(grading: Grading) -> tuple[list[dict], list[dict], dict[str, float]]:
     """(rows, baselines, peaks) for plots.ladder_png: timed stages only carry a speed."""
-    rows, base = [], {}
+    rows: list[dict] = []
+    base: dict[str, list[float]] = {}
     for o in grading.outcomes.values():
         t = o.timing
         rows.append({"label": stage_label(o.stage), "tflops": t.tflops if t else None, "ceiling": o.stage.peak})
@@ -55,14 +58,14 @@ def hbm_bandwidth(device: dict | None) -> dict[str, float]:
     return {}
 
 
-def stage_diagnosis_text(o) -> str:
+def stage_diagnosis_text(o: StageOutcome) -> str:
     """The diagnosis for one stage's feedback, or why there is none."""
     if o.ncu:
         return diagnose(o.ncu, o.stage.id).markdown()
     return o.ncu_reason or "not evaluated: no Nsight Compute metrics for this stage"
 
 
-def write_profile_report(grading, out_dir: Path, bandwidth: dict[str, float] | None = None) -> ProfileReport:
+def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, float] | None = None) -> ProfileReport:
     """Draw both plots and write profile.md / profile.html into ``out_dir``. Never raises for a plot."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -110,8 +113,9 @@ def report_markdown(sections: list[tuple[str, str]], images: dict[str, str | Non
     """Markdown linking the PNGs by file name (they sit next to the report)."""
     parts = ["# Profile of your kernels", "", _INTRO, ""]
     for key in ("ladder", "roofline"):
-        if images.get(key):
-            parts += [f"![{key}]({Path(images[key]).name})", "", f"*{_CAPTIONS[key]}*", ""]
+        image = images.get(key)
+        if image:
+            parts += [f"![{key}]({Path(image).name})", "", f"*{_CAPTIONS[key]}*", ""]
         else:
             parts += [f"*No {key} plot: {reasons.get(key, 'not drawn')}*", ""]
     for label, text in sections:
@@ -124,8 +128,9 @@ def report_html(sections: list[tuple[str, str]], images: dict[str, str | None], 
     esc = html.escape
     body = [f"<h1>Profile of your kernels</h1><p>{esc(_INTRO)}</p>"]
     for key in ("ladder", "roofline"):
-        if images.get(key):
-            name = esc(Path(images[key]).name)
+        image = images.get(key)
+        if image:
+            name = esc(Path(image).name)
             body.append(f'<figure><a href="{name}"><img src="{name}" alt="{key}" style="max-width:100%"></a>'
                         f"<figcaption>{esc(_CAPTIONS[key])}</figcaption></figure>")
         else:

@@ -21,19 +21,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult, to_jsonable
+from grader.model import ItemResult, Status, to_jsonable
+from grader.spec.items import VISIBILITIES
 
-VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")
 OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")
 TEST_STATUSES = ("passed", "failed")  # all Gradescope knows
 LEADERBOARD_ORDERS = ("asc", "desc")
-ITEM_STATUSES = (PASSED, FAILED, NOT_EVALUATED, MANUAL)
+ITEM_STATUSES = tuple(s.value for s in Status)
 
 # Said when an item's message is empty. Neither is worded as the student's failure.
 _DEFAULT_MESSAGES = {
-    NOT_EVALUATED: "Not evaluated: the grader could not check this item (0 points for now). "
+    Status.NOT_EVALUATED: "Not evaluated: the grader could not check this item (0 points for now). "
     "This is not a judgement of your code.",
-    MANUAL: "Graded by course staff later; 0 automatic points.",
+    Status.MANUAL: "Graded by course staff later; 0 automatic points.",
 }
 
 ERROR_MESSAGE = (
@@ -73,27 +73,29 @@ def _seconds(execution_time: float) -> int:
 def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
     """One Gradescope test entry for one rubric item (``index`` numbers it if it has no number)."""
     where = f"item {item.stage}/{item.item}"
-    if item.status not in ITEM_STATUSES:
-        raise ValueError(f"{where}: status {item.status!r} is not one of {', '.join(ITEM_STATUSES)}")
+    try:
+        status = Status(item.status)
+    except ValueError:
+        raise ValueError(f"{where}: status {item.status!r} is not one of {', '.join(ITEM_STATUSES)}") from None
     visibility = _check_visibility(item.visibility, where)
     max_score = round(_finite(item.max_score, f"{where}: max_score"), 4)
-    if item.status in (NOT_EVALUATED, MANUAL):
+    if status in (Status.NOT_EVALUATED, Status.MANUAL):
         score = 0.0  # never automatic points, whatever the record says
     else:
         score = round(_finite(item.score, f"{where}: score"), 4)
-    message = item.message or _DEFAULT_MESSAGES.get(item.status, "")
+    message = item.message or _DEFAULT_MESSAGES.get(status, "")
     return {
         "name": item.title or f"{item.stage}/{item.item}",
         "number": str(item.number) if item.number else str(index + 1),
         "score": score,
         "max_score": max_score,
-        "status": "passed" if item.status == PASSED else "failed",
+        "status": "passed" if status is Status.PASSED else "failed",
         "output": message,
         "output_format": "md",
         "visibility": visibility,
         "tags": [item.stage] if item.stage else [],
         "extra_data": {
-            "status": item.status,
+            "status": status.value,
             "stage": item.stage,
             "item": item.item,
             "values": _finite_or_none(to_jsonable(item.values)),

@@ -1,37 +1,35 @@
 """Nsight Compute: one profiling run per submission, and a pure parser for its output.
 
-:func:`collect` runs ncu once over ``python -m grader.children.profile spec.json``: every
+:func:`collect` runs ncu once over ``python -m grader.children profile SPEC RESULT``: every
 stage kernel is launched once and ncu records the union of the metrics the rubric
 names (:func:`metrics_needed`) as ``--csv --page raw``. :func:`parse_raw_csv` turns
 that text into ``{kernel name: {metric: value}}``.
 
 Nothing here raises for a missing tool, a GPU whose counters are locked, a time-out
 or a kernel that crashed: the run comes back as an :class:`NcuRun` whose ``reason``
-(or per-stage reason) says why, worded so that grader/profile/criteria.py can tell "the
-grader could not look" (``not evaluated: ...``) from "the student's kernel did not
-give anything to look at" (``not profiled: ...``).
+(or per-stage :class:`~grader.model.Gap`) says why: ``Cause.GRADER`` when the grader could
+not look (worded ``not evaluated: ...``), ``Cause.STUDENT`` when the student's kernel gave
+nothing to look at (``not profiled: ...``). grader/profile/criteria.py reads the cause.
 """
 from __future__ import annotations
 
 import csv
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.run import sandbox
-from grader.model import ProcRecord
+from grader.children.launch import launch
+from grader.model import Cause, Gap, ProcRecord
+from grader.run.fence import Fence
+from grader.spec.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
 
-# A metric name: "<unit>__<counter>[.<rollup>[.<submetric>]]", e.g.
-# sm__sass_thread_inst_executed_op_ffma_pred_on.sum or launch__registers_per_thread.
-METRIC_RE = re.compile(r"\b[a-z][a-z0-9]*__[a-z0-9_]+(?:\.[a-z0-9_]+)*\b")
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _HEADER_RE = re.compile(r'^"?ID"?,')
 _HEADER = '"ID","Process ID","Process Name"'
 OUTPUT_LIMIT = 8_000_000  # bytes kept per stream; the CSV is at the end, in the kept tail
 
-# Wording shared with grader/profile/criteria.py: the status of an item follows the prefix.
+# Wording of the reasons people read; an item's status follows the reason's Cause, never this text.
 NOT_EVALUATED_PREFIX = "not evaluated:"
 NOT_PROFILED_PREFIX = "not profiled:"
 NCU_MISSING = "not evaluated: Nsight Compute (ncu) not found"
@@ -150,7 +148,7 @@ class NcuRun:
     proc: ProcRecord | None = None
     table: NcuTable = field(default_factory=NcuTable)
     reason: str = ""  # for the whole run; "" on success
-    stage_reasons: dict[str, str] = field(default_factory=dict)  # stage id -> why it has no row
+    stage_reasons: dict[str, Gap] = field(default_factory=dict)  # stage id -> why it has no row
     kernels: dict[str, str] = field(default_factory=dict)  # stage id -> kernel name
     command: list[str] = field(default_factory=list)
     dropped_metrics: list[str] = field(default_factory=list)  # ncu did not know them here
@@ -161,16 +159,16 @@ class NcuRun:
         """Per kernel name, the metrics of its one profiled launch."""
         return dict(self.table)
 
-    def for_stage(self, stage_id: str) -> tuple[dict | None, str]:
-        """(metrics, "") for a profiled stage, else (None, reason)."""
-        if self.reason:
-            return None, self.reason
+    def for_stage(self, stage_id: str) -> tuple[dict | None, Gap | None]:
+        """(metrics, None) for a profiled stage, else (None, why not)."""
+        if self.reason:  # the whole run gave nothing: the grader could not look
+            return None, Gap(Cause.GRADER, self.reason)
         if stage_id in self.stage_reasons:
             return None, self.stage_reasons[stage_id]
         row = self.table.row(self.kernels.get(stage_id, ""))
         if row is None:
-            return None, f"not evaluated: ncu reported no metrics for stage {stage_id}"
-        return row, ""
+            return None, Gap(Cause.GRADER, f"not evaluated: ncu reported no metrics for stage {stage_id}")
+        return row, None
 
 
 def counter_problem(output: str) -> str:
@@ -205,15 +203,15 @@ def _child_failures(stdout: str) -> dict[str, str]:
         return {}
 
 
-def command(ncu_path: str, spec: Path, kernels: list[str], metrics: list[str], clock_control: str) -> list[str]:
+def command(ncu_path: str, kernels: list[str], metrics: list[str], clock_control: str) -> list[str]:
+    """ncu's part of the command; the profile child (grader.children.launch) follows it."""
     regex = "regex:^(" + "|".join(re.escape(k) for k in kernels) + ")$"
     return [ncu_path, "--csv", "--page", "raw", "--print-units", "base", "--clock-control", clock_control,
-            "--metrics", ",".join(metrics), "-k", regex, "--launch-count", str(len(kernels)),
-            sys.executable, "-m", "grader.children.profile", str(spec)]
+            "--metrics", ",".join(metrics), "-k", regex, "--launch-count", str(len(kernels))]
 
 
 def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool, clock_control: str,
-            timeout_s: float, env: dict, work_dir: Path) -> NcuRun:
+            timeout_s: float, work_dir: Path, *, fence: Fence | None = None) -> NcuRun:
     """Profile every stage kernel once in one ncu process. Never raises.
 
     ``stages``: the profile_child spec entries ``{id, cubin, kernel, inputs, launch}``.
@@ -226,19 +224,17 @@ def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool,
         run.reason = NCU_MISSING
         return run
     work_dir = Path(work_dir).resolve()  # ncu runs in it, so every path handed over is absolute
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spec = work_dir / "profile_spec.json"
-        spec.write_text(json.dumps({"n": n, "seed": seed, "stages": stages}))
-    except OSError as exc:
-        run.reason = f"not evaluated: could not write the profile spec ({exc})"
-        return run
+    spec = {"n": n, "seed": seed, "stages": stages}
     wanted = list(metrics)
     for _attempt in range(2):
-        run.command = command(ncu_tool.path, spec, [s["kernel"] for s in stages], wanted, clock_control)
-        proc = sandbox.run(run.command, timeout_s=timeout_s, env=env, cwd=str(work_dir),
-                           output_limit=OUTPUT_LIMIT)
-        run.proc = proc
+        wrap = command(ncu_tool.path, [s["kernel"] for s in stages], wanted, clock_control)
+        try:
+            child = launch("profile", spec, work_dir, timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence)
+        except OSError as exc:
+            run.reason = f"not evaluated: could not write the profile spec ({exc})"
+            return run
+        proc = run.proc = child.proc
+        run.command = list(proc.command)
         output = proc.stdout + "\n" + proc.stderr
         bad = _unknown_metrics(output, wanted)
         if bad and not proc.timed_out and len(bad) < len(wanted):
@@ -247,11 +243,13 @@ def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool,
             wanted = [m for m in wanted if m not in bad]
             continue
         break
-    return _finish(run, proc, stages, timeout_s, work_dir)
+    return _finish(run, proc, stages, timeout_s, work_dir, (child.result or {}).get("failures"))
 
 
 def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
-            work_dir: Path | None = None) -> NcuRun:
+            work_dir: Path | None = None, failures: dict[str, str] | None = None) -> NcuRun:
+    """``failures``: the profile child's RESULT.json; None reads them from stdout, where the
+    children printed them before the one protocol (the captured fixtures in tests/ hold that)."""
     output = proc.stdout + "\n" + proc.stderr
     if work_dir is not None:  # keep the raw output: evidence for TAs and fixtures for tests
         try:
@@ -270,7 +268,7 @@ def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
         return run
     run.table = parse_raw_csv(proc.stdout)
     run.notes += run.table.notes
-    failures = _child_failures(proc.stdout)
+    failures = _child_failures(proc.stdout) if failures is None else dict(failures)
     if run.table.problem and not failures:
         errors = [ln.strip() for ln in output.splitlines() if ln.startswith("==ERROR==")]
         detail = errors[0] if errors else (proc.stderr.strip().splitlines() or [""])[-1]
@@ -281,12 +279,13 @@ def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
         if st["id"] not in failures and run.table.row(st["kernel"]) is not None:
             continue
         if st["id"] in failures:  # even with a row: the launch failed, its counters mean nothing
-            run.stage_reasons[st["id"]] = (f"{NOT_PROFILED_PREFIX} the kernel failed when it was launched "
-                                           f"for profiling: {failures[st['id']][:300]}")
+            run.stage_reasons[st["id"]] = Gap(Cause.STUDENT, f"{NOT_PROFILED_PREFIX} the kernel failed when it "
+                                              f"was launched for profiling: {failures[st['id']][:300]}")
         elif failures:
             first = next(iter(failures))
-            run.stage_reasons[st["id"]] = (f"{NOT_EVALUATED_PREFIX} not reached: stage {first}'s kernel broke "
-                                           "the GPU context before this kernel was launched")
+            run.stage_reasons[st["id"]] = Gap(Cause.GRADER, f"{NOT_EVALUATED_PREFIX} not reached: stage {first}'s "
+                                              "kernel broke the GPU context before this kernel was launched")
         else:
-            run.stage_reasons[st["id"]] = f"{NOT_EVALUATED_PREFIX} ncu reported no metrics for {st['kernel']}"
+            run.stage_reasons[st["id"]] = Gap(Cause.GRADER,
+                                              f"{NOT_EVALUATED_PREFIX} ncu reported no metrics for {st['kernel']}")
     return run

@@ -1,212 +1,128 @@
-"""Run one child process with a wall-clock limit and bounded output.
+"""Run one untrusted child process: bounded in time and output, fenced, limited, never raising.
 
-The child is the untrusted part (a student's kernel runner, ``nvcc`` on a
-student's file). Whatever it does -- loops forever, floods its output, forks,
-leaves a daemon holding its pipes, prints invalid UTF-8 -- :func:`run` returns a
-:class:`~grader.model.ProcRecord`; the child's behaviour never raises.
+``run(cmd, timeout_s=..., fence=None)`` is today's process runner (grader.run.process): wall-clock
+limit, trimmed output, the child's whole session killed when it ends. With a
+:class:`~grader.run.fence.Fence` the step also runs
 
-How the limits are enforced:
+* inside bubblewrap (``bwrap``): it sees only the toolchain, Python, its scratch folder and the
+  fence's read-only paths (grader.run.fence says exactly what), has no network, and lives in its
+  own PID namespace, so every process it started is gone when it ends (setsid'd daemons too);
+* under limits: memory, processes, file size, scratch size, total output, through a per-step
+  cgroup v2 where the grader can make one (grader.run.cgroup), else rlimits and a watchdog
+  (grader.run.limits);
+* as the student user, when the grader is root and ``GRADER_STUDENT_USER`` (or ``user=``) names
+  one; ``none`` means no switch.
 
-* The child starts in a new session (``start_new_session=True``), so it and its
-  descendants share one process group and one session whose id is the child's pid.
-* When the child exits *or* the time limit passes, everything left in that session
-  is killed with SIGKILL (the process group, plus any member that moved to another
-  group of the same session, found through ``/proc``). The exited child is not reaped
-  until then, so its pid (the group id) cannot be reused by an unrelated process.
-* stdout and stderr are read by two threads that keep the first and last
-  ``output_limit // 2`` bytes of each stream and count the rest. The threads poll
-  with a short timeout, so a descendant that escaped the session (``setsid``) and
-  still holds a pipe cannot make :func:`run` wait past a short grace period.
-
-Known limit: a descendant that calls ``setsid`` itself escapes the kill. Running the
-child as a dedicated ``user`` (then killing every process of that uid) or a cgroup is
-the stronger fence.
+``ProcRecord.limit`` says which limit ended the step. Where bwrap cannot run (not installed, no
+namespaces in this container, ``GRADER_SANDBOX=weak``), a fenced run falls back to the
+session-kill fence with the same limits and user switch, and :func:`mode` says so and why.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import pwd
-import selectors
+import shutil
 import signal
-import subprocess
-import threading
-import time
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
 
-from grader.model import ProcRecord
+from grader.model import Limit, ProcRecord
+from grader.run import cgroup as _cgroup
+from grader.run import limits as _limits
+from grader.run.fence import GIB, MIB, Fence, bwrap_args, is_visible, runtime_folder
+from grader.run.process import DRAIN_GRACE_S, KILL_WAIT_S, run_process
 
-# After the child has exited and its session was killed, how long the reader
-# threads may keep draining what is left in the pipes before they are stopped.
-DRAIN_GRACE_S = 1.0
-# After SIGKILL on timeout, how long to wait for the child to be reapable.
-KILL_WAIT_S = 5.0
-# How often the I/O threads look at their stop flag.
-_POLL_S = 0.05
-_CHUNK = 64 * 1024
+__all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
+           "mode", "reset_mode", "run", "runtime_folder", "student_user"]
 
-
-class _Capture:
-    """Keep the first and last ``half`` bytes of a stream and count all of it."""
-
-    def __init__(self, limit: int):
-        self.half = max(0, int(limit)) // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data and self.half > 0:
-            self.tail += data
-            excess = len(self.tail) - self.half
-            if excess > 0:
-                del self.tail[:excess]
-
-    def text(self) -> str:
-        trimmed = self.total - len(self.head) - len(self.tail)
-        head = _decode(bytes(self.head))
-        if trimmed <= 0:
-            return head + _decode(bytes(self.tail))
-        return head + f"\n… [{trimmed:,} bytes trimmed] …\n" + _decode(bytes(self.tail))
+STUDENT_USER_VAR = "GRADER_STUDENT_USER"
+SANDBOX_VAR = "GRADER_SANDBOX"  # "weak": never use bwrap (the mode then says so)
+NO_USER = "none"  # GRADER_STUDENT_USER=none / user="none": no user switch
 
 
-def _decode(data: bytes) -> str:
-    return data.replace(b"\x00", b"").decode("utf-8", errors="replace")
+class Confinement(str, Enum):
+    BWRAP = "bwrap"  # namespaces: only the fence's paths, no network, own PID namespace
+    WEAK = "weak"  # the session-kill fence: sees the whole machine; a setsid'd daemon may survive
 
 
-def _reader(fd: int, cap: _Capture, stop: threading.Event) -> None:
-    """Read ``fd`` until EOF or until ``stop`` is set."""
-    try:
-        os.set_blocking(fd, False)
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while not stop.is_set():
-                if not sel.select(_POLL_S):
-                    continue
-                try:
-                    data = os.read(fd, _CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    return  # EOF: every writer closed the pipe
-                cap.feed(data)
-    except OSError:
-        return
+class LimitMethod(str, Enum):
+    CGROUP = "cgroup"  # per-step cgroup v2: memory.max, pids.max, cgroup.kill
+    RLIMIT = "rlimit"  # RLIMIT_DATA/NPROC/FSIZE and the watchdog
 
 
-def _writer(fd: int, data: bytes, stop: threading.Event) -> None:
-    """Write ``data`` to ``fd`` (the child's stdin), then close it."""
-    view = memoryview(data)
-    try:
-        os.set_blocking(fd, False)
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_WRITE)
-            while view and not stop.is_set():
-                if not sel.select(_POLL_S):
-                    continue
-                try:
-                    n = os.write(fd, view[:_CHUNK])
-                except BlockingIOError:
-                    continue
-                view = view[n:]
-    except OSError:  # BrokenPipeError: the child does not read its stdin
-        pass
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+@dataclass(frozen=True)
+class Mode:
+    """How fenced steps run on this machine, and why not better. Read it; never parse ``describe``."""
+
+    confinement: Confinement
+    reason: str  # why WEAK ("" for BWRAP)
+    limits: LimitMethod  # CGROUP when a per-step cgroup has at least the memory controller
+    limits_reason: str  # why no cgroup, or which controller it lacks ("" when it has both)
+    user: str | None  # the student user fenced steps run as (None: the grader's own user)
+    bwrap: str | None = None
+
+    def describe(self) -> str:
+        who = f"as user {self.user}" if self.user else "as the grader's own user"
+        what = "bwrap sandbox" if self.confinement is Confinement.BWRAP else f"weak sandbox ({self.reason})"
+        how = "cgroup v2 limits" if self.limits is LimitMethod.CGROUP else "rlimit limits"
+        how += f" ({self.limits_reason})" if self.limits_reason else ""
+        return f"{what}, {how}, {who}"
 
 
-def _wait_exit_noreap(pid: int, timeout: float) -> bool:
-    """Wait until child ``pid`` has exited, without reaping it.
-
-    True if it exited within ``timeout`` seconds. The zombie keeps the pid (and
-    so the process-group id) reserved until :meth:`Popen.wait` reaps it.
-    """
-    deadline = time.monotonic() + max(0.0, timeout)
-    pidfd_open = getattr(os, "pidfd_open", None)
-    if pidfd_open is not None:
-        try:
-            pidfd = pidfd_open(pid)
-        except OSError:
-            pidfd = None
-        if pidfd is not None:
-            try:
-                with selectors.DefaultSelector() as sel:
-                    sel.register(pidfd, selectors.EVENT_READ)
-                    while True:
-                        left = deadline - time.monotonic()
-                        if sel.select(max(0.0, left)):
-                            return True
-                        if left <= 0:
-                            return False
-            finally:
-                os.close(pidfd)
-    # Fallback without pidfd (old kernels, non-Linux): poll.
-    delay = 0.001
-    while True:
-        try:
-            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True  # already reaped
-        if info is not None:
-            return True
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, 0.02)
+def student_user() -> str | None:
+    """``$GRADER_STUDENT_USER``, with "" and "none" meaning no user switch."""
+    name = os.environ.get(STUDENT_USER_VAR, "").strip()
+    return None if name in ("", NO_USER) else name
 
 
-def _session_members(sid: int) -> list[int]:
-    """Pids of live processes whose session id is ``sid`` (Linux /proc; else [])."""
-    pids: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return pids
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp session ..." -- comm may contain spaces and parens.
-        fields = stat.rpartition(b")")[2].split()
-        try:
-            if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
-                pids.append(int(name))
-        except (IndexError, ValueError):
-            continue
-    return pids
+def mode() -> Mode:
+    """How fenced steps run here (probed once per process and student user)."""
+    return _mode_for(student_user() if os.geteuid() == 0 else None)
 
 
-def _kill_session(sid: int) -> None:
-    """SIGKILL the process group ``sid`` and every other member of session ``sid``."""
-    try:
-        os.killpg(sid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for pid in _session_members(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+def reset_mode() -> None:
+    """Forget the probed modes (tests; a long-lived process after bwrap or the cgroups changed)."""
+    _mode_for.cache_clear()
+    _cgroup.cgroup_support.cache_clear()
+
+
+@lru_cache(maxsize=None)
+def _mode_for(user: str | None) -> Mode:
+    cg = _cgroup.cgroup_support()
+    lim = (LimitMethod.CGROUP if cg.memory else LimitMethod.RLIMIT, cg.reason)
+
+    def weak(reason: str, bwrap: str | None = None) -> Mode:
+        return Mode(Confinement.WEAK, reason, *lim, user=user, bwrap=bwrap)
+
+    if os.environ.get(SANDBOX_VAR, "").strip().lower() == "weak":
+        return weak(f"{SANDBOX_VAR}=weak")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return weak("bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+    if user is not None and shutil.which("setpriv") is None:
+        return weak("setpriv (util-linux) is missing: cannot become the student user inside bwrap", bwrap)
+    true = shutil.which("true") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="grader-sandbox-probe-") as tmp:
+        rec = _run_fenced([true], Fence(scratch=Path(tmp)), timeout_s=30.0, cwd=None, env=None, output_limit=4000,
+                          stdin_data=None, user=user, confinement=Confinement.BWRAP, bwrap=bwrap)
+    if rec.returncode != 0:
+        said = (rec.stderr.strip().splitlines() or [rec.brief()])[-1]
+        return weak(f"bwrap cannot make a sandbox here: {said}", bwrap)
+    return Mode(Confinement.BWRAP, "", *lim, user=user, bwrap=bwrap)
 
 
 def _user_ids(user: str) -> tuple[int, int, str]:
     try:
         pw = pwd.getpwnam(user)
     except KeyError:
-        raise ValueError(f"sandbox user {user!r} does not exist on this machine") from None
+        raise ValueError(f"sandbox user {user!r} does not exist on this machine "
+                         f"(create it, or set {STUDENT_USER_VAR}={NO_USER})") from None
     return pw.pw_uid, pw.pw_gid, pw.pw_dir
 
 
@@ -219,122 +135,177 @@ def run(
     output_limit: int = 64_000,
     stdin_data: bytes | None = None,
     user: str | None = None,
+    fence: Fence | None = None,
 ) -> ProcRecord:
-    """Run ``cmd`` with a wall-clock limit; return what happened as a record.
+    """Run ``cmd`` with a wall-clock limit (and a fence, if given); return what happened as a record.
 
-    ``timeout_s``: wall-clock limit; on expiry the child's whole session is killed
-    (SIGKILL) and the record has ``timed_out=True``. ``output_limit``: bytes kept per
-    stream (first half and last half). ``stdin_data``: bytes fed to the child's stdin
-    (otherwise stdin is ``/dev/null``). ``env``: the child's environment (default: a
-    copy of ``os.environ``). ``user``: when the grader runs as root, run the child as
-    this user (uid, primary gid, no supplementary groups; with the default env, HOME,
-    USER and LOGNAME are that user's); ignored when not root.
+    ``timeout_s``: wall-clock limit; on expiry everything is killed (SIGKILL) and the record has
+    ``timed_out=True``, ``limit=Limit.TIME``. ``output_limit``: bytes kept per stream (first and last
+    half). ``stdin_data``: bytes fed to stdin (otherwise ``/dev/null``). ``env``: the child's
+    environment (default: a copy of ``os.environ``; in a bwrap fence HOME and TMPDIR are ``/tmp``).
+    ``user``: as root, run the child as this user (uid, primary gid, no supplementary groups; with
+    the default env USER and LOGNAME are that user's); ``"none"``: no switch; ignored when not root.
+    Without a fence only an explicit ``user`` switches; with one, ``user=None`` means
+    ``$GRADER_STUDENT_USER``. ``fence``: see the module docstring; ``cwd`` defaults to its scratch.
 
-    Raises only for the caller's mistakes (``timeout_s`` not a positive number,
-    unknown ``user``). A program that cannot be started gives ``returncode=None``
-    with the reason in ``stderr``.
+    Raises only for the caller's mistakes (``timeout_s`` not a positive number, an unknown
+    ``user``, a fence whose scratch or read-only paths do not exist, a ``cwd`` the fence hides).
+    A program that cannot be started gives ``returncode=None`` with the reason in ``stderr``.
     """
     if not isinstance(timeout_s, (int, float)) or not (0 < timeout_s < math.inf):
         raise ValueError(f"timeout_s must be a positive finite number, not {timeout_s!r}")
     command = [os.fspath(c) for c in cmd]
+    if user is not None and user.strip() in ("", NO_USER):
+        user = None
+    elif user is None and fence is not None:
+        user = student_user()
+    if fence is not None:
+        return _run_fenced(command, fence, timeout_s=float(timeout_s), cwd=cwd, env=env, output_limit=output_limit,
+                           stdin_data=stdin_data, user=user, confinement=None, bwrap=None)
     child_env = dict(os.environ) if env is None else dict(env)
-
-    popen_user: dict[str, object] = {}
+    popen: dict[str, object] = {}
     if user is not None and os.geteuid() == 0:
         uid, gid, home = _user_ids(user)
-        popen_user = {"user": uid, "group": gid, "extra_groups": []}
+        popen = {"user": uid, "group": gid, "extra_groups": []}
         if env is None:
             child_env.update(HOME=home, USER=user, LOGNAME=user)
+    return run_process(command, timeout_s=float(timeout_s), cwd=cwd, env=child_env, output_limit=output_limit,
+                       stdin_data=stdin_data, popen_extra=popen)
 
-    start = time.monotonic()
+
+def _hand_over(scratch: Path, uid: int, gid: int, *, reach_parents: bool) -> None:
+    """Give the scratch folder to the student user (as root). Inside bwrap the folders above it
+    are the sandbox's own; without bwrap the user needs search (o+x) on the three above it."""
+    for path in [scratch, *scratch.rglob("*")]:
+        os.lchown(path, uid, gid)
+    if reach_parents:
+        for parent in list(scratch.parents)[:3]:
+            st = parent.stat().st_mode
+            if not st & 0o001:
+                os.chmod(parent, st | 0o001)
+
+
+def _resolve(exe: str, env: Mapping[str, str], cwd: Path) -> str | None:
+    if os.sep in exe:
+        path = exe if os.path.isabs(exe) else str(cwd / exe)
+        return path if os.access(path, os.X_OK) and os.path.isfile(path) else None
+    return shutil.which(exe, path=env.get("PATH", os.defpath))
+
+
+def _read_status(fd: int) -> dict:
+    """bwrap's --json-status-fd: {"child-pid": N} once the sandbox is set up, {"exit-code": N} at the end."""
+    data = b""
+    os.set_blocking(fd, False)
     try:
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=child_env,
-            stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            **popen_user,  # type: ignore[arg-type]
-        )
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        name = command[0] if command else "(empty command)"
-        return ProcRecord(
-            command=command,
-            returncode=None,
-            wall_s=time.monotonic() - start,
-            stderr=f"could not start {name}: {exc}",
-            timeout_s=float(timeout_s),
-        )
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    except BlockingIOError:
+        pass
+    out: dict = {}
+    for line in data.decode(errors="replace").splitlines():
+        try:
+            out.update(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
-    stop = threading.Event()
-    out_cap, err_cap = _Capture(output_limit), _Capture(output_limit)
-    assert proc.stdout is not None and proc.stderr is not None
-    threads = [
-        threading.Thread(target=_reader, args=(proc.stdout.fileno(), out_cap, stop), daemon=True),
-        threading.Thread(target=_reader, args=(proc.stderr.fileno(), err_cap, stop), daemon=True),
-    ]
-    if stdin_data is not None:
-        assert proc.stdin is not None
-        stdin_fd = os.dup(proc.stdin.fileno())  # the writer owns (and closes) this copy
-        proc.stdin.close()
-        threads.append(
-            threading.Thread(target=_writer, args=(stdin_fd, bytes(stdin_data), stop), daemon=True)
-        )
-    for t in threads:
-        t.start()
 
-    timed_out = False
+def _not_started(command: list[str], why: str, timeout_s: float) -> ProcRecord:
+    return ProcRecord(command=command, returncode=None, stderr=f"could not start {command[0]}: {why}",
+                      timeout_s=timeout_s)
+
+
+def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str | os.PathLike[str] | None,
+                env: Mapping[str, str] | None, output_limit: int, stdin_data: bytes | None, user: str | None,
+                confinement: Confinement | None, bwrap: str | None) -> ProcRecord:
+    if confinement is None:
+        m = _mode_for(user if os.geteuid() == 0 else None)
+        confinement, bwrap = m.confinement, m.bwrap
+    in_bwrap = confinement is Confinement.BWRAP
+    as_root = os.geteuid() == 0
+    ids = _user_ids(user)[:2] if user is not None and as_root else None
+    for path in (fence.scratch, *fence.readonly):
+        if not path.exists():
+            raise ValueError(f"the fence's path {path} does not exist")
+    run_cwd = Path(os.path.abspath(cwd)) if cwd is not None else fence.scratch
+    child_env = dict(os.environ) if env is None else dict(env)
+    if user is not None and env is None:
+        child_env.update(USER=user, LOGNAME=user)
+    if in_bwrap:
+        child_env.update(HOME="/tmp", TMPDIR="/tmp")
+        if not is_visible(run_cwd, fence, child_env):
+            raise ValueError(f"cwd {run_cwd} is not visible inside the fence (not under its scratch or read-only "
+                             "paths)")
+        exe = _resolve(command[0], child_env, run_cwd) if command else None
+        if exe is None:
+            return _not_started(command or ["(empty command)"], "no such program", timeout_s)
+        if not is_visible(exe, fence, child_env):
+            return _not_started(command, f"{exe} is not visible inside the sandbox", timeout_s)
+    if ids is not None:
+        _hand_over(fence.scratch, *ids, reach_parents=not in_bwrap)
+
+    cg = None
+    support = _cgroup.cgroup_support()
+    if support.parent is not None:
+        try:
+            cg = _cgroup.RunCgroup(support, fence.memory_bytes, fence.processes)
+        except OSError:
+            cg = None  # e.g. the parent went away; rlimits and the watchdog still apply
+    cg_memory, cg_pids = cg is not None and support.memory, cg is not None and support.pids
+    rlimits = _limits.rlimits_for(fence.memory_bytes, fence.file_bytes, fence.processes,
+                                  cgroup_memory=cg_memory, cgroup_pids=cg_pids, dedicated_user=ids is not None)
+    # The process count is watched even under pids.max: the kernel stops the count at the cap,
+    # the watchdog then ends the step at once (a fork bomb otherwise spins until its time limit).
+    watch = _limits.Watchdog(memory_bytes=None if cg_memory else fence.memory_bytes, processes=fence.processes,
+                             scratch=fence.scratch, scratch_bytes=fence.scratch_bytes)
+    status_r, status_w = os.pipe() if in_bwrap else (-1, -1)
+    popen: dict[str, object] = {"preexec_fn": _limits.preexec(cg.procs if cg else None, rlimits,
+                                                               None if in_bwrap else ids)}
+    argv = command
+    if in_bwrap:
+        assert bwrap is not None
+        popen["pass_fds"] = (status_w,)
+        argv = bwrap_args(bwrap, fence, cwd=run_cwd, env=child_env, as_root=as_root, switch=ids,
+                          setpriv=shutil.which("setpriv"), status_fd=status_w) + command
+    status: dict = {}
+    oom = pids_hit = False
     try:
-        exited = _wait_exit_noreap(proc.pid, start + timeout_s - time.monotonic())
-        if not exited:
-            timed_out = True
-        wall_s = time.monotonic() - start
-        # Exited or not, nothing the child started may outlive it.
-        _kill_session(proc.pid)
-        if timed_out:
-            try:
-                proc.kill()  # in case the child left its own process group
-            except OSError:
-                pass
-        try:
-            returncode: int | None = proc.wait(timeout=KILL_WAIT_S)
-        except subprocess.TimeoutExpired:  # unkillable (D state); report the kill we sent
-            returncode = -signal.SIGKILL
-        if timed_out:
-            wall_s = time.monotonic() - start
-        # Let the readers drain what is left in the pipes, then stop them.
-        drain_deadline = time.monotonic() + DRAIN_GRACE_S
-        for t in threads:
-            t.join(max(0.0, drain_deadline - time.monotonic()))
-    except BaseException:  # KeyboardInterrupt etc. in the grader: leave nothing running
-        _kill_session(proc.pid)
-        try:
-            proc.kill()
-            proc.wait(timeout=KILL_WAIT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        raise
+        rec = run_process(argv, timeout_s=timeout_s, cwd=None if in_bwrap else run_cwd, env=child_env,
+                          output_limit=output_limit, stdin_data=stdin_data, popen_extra=popen, watch=watch,
+                          output_cap=fence.output_bytes, kill_extra=cg.kill if cg else None)
     finally:
-        stop.set()
-        for t in threads:
-            t.join(1.0)
-        for f in (proc.stdout, proc.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
+        if in_bwrap:
+            os.close(status_w)
+            status = _read_status(status_r)
+            os.close(status_r)
+        if cg is not None:
+            oom, pids_hit = cg.out_of_memory(), cg.hit_pids_max()
+            cg.kill()
+            cg.remove()
+    rec.command = command
+    if in_bwrap and rec.limit is None and rec.returncode is not None and rec.returncode >= 0:
+        if "child-pid" not in status:  # bwrap failed before starting the command: the grader's set-up
+            rec.returncode = None
+            rec.stderr = f"the sandbox (bwrap) could not start {command[0]}: {rec.stderr.strip()}"
+        elif 128 < rec.returncode <= 128 + 64:
+            # bwrap reports a signal death as 128 + signal, as shells do; give it back as -signal,
+            # as without the fence (an exit(139) therefore also reads as SIGSEGV, as in a shell).
+            rec.returncode = -(rec.returncode - 128)
+    if rec.limit is None and rec.returncode != 0:
+        if oom:
+            rec.limit = Limit.MEMORY
+        elif rec.returncode == -signal.SIGXFSZ:
+            rec.limit = Limit.FILE_SIZE
+        elif pids_hit:
+            rec.limit = Limit.PROCESSES
+    return rec
 
-    return ProcRecord(
-        command=command,
-        returncode=returncode,
-        timed_out=timed_out,
-        wall_s=wall_s,
-        stdout=out_cap.text(),
-        stderr=err_cap.text(),
-        stdout_bytes=out_cap.total,
-        stderr_bytes=err_cap.total,
-        timeout_s=float(timeout_s),
-    )
+
+def main() -> int:
+    """``python -m grader.run.sandbox``: one line saying how students' processes are fenced here."""
+    print(f"sandbox: {mode().describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -9,14 +9,13 @@ with time limits, one per stage, run side by side.
 """
 from __future__ import annotations
 
-import json
 import re
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.run import sandbox
+from grader.children.launch import launch
+from grader.run.fence import Fence
 
 _HEADER = re.compile(r"^========= (?! )(?!ERROR SUMMARY)(?!COMPUTE-SANITIZER)(.+?)\s*$")
 _DETAIL = re.compile(r"^=========\s{2,}(.+?)\s*$")
@@ -73,18 +72,16 @@ class SanitizerRun:
     proc: object = None
 
 
-def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, env: dict, timeout_s: float) -> SanitizerRun:
+def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
+             fence: Fence | None = None) -> SanitizerRun:
     """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck)."""
     result = SanitizerRun(tool, stage_spec["id"])
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
         return result
-    work.mkdir(parents=True, exist_ok=True)
-    spec = work / f"{tool}_spec.json"
-    spec.write_text(json.dumps({"n": n, "seed": 7, "stages": [stage_spec]}))
-    cmd = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20",
-           sys.executable, "-m", "grader.children.profile", str(spec)]
-    proc = sandbox.run(cmd, timeout_s=timeout_s, cwd=str(work), env=env, output_limit=200_000)
+    wrap = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
+    proc = launch("profile", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000, wrap=wrap,
+                  name=tool, fence=fence).proc
     result.proc = proc
     text = proc.stdout + "\n" + proc.stderr
     (work / f"{tool}.txt").write_text(text)
@@ -96,9 +93,10 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, env: di
     return result
 
 
-def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, env: dict,
-             timeout_s: float) -> dict[str, SanitizerRun]:
+def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, timeout_s: float, *,
+             fence: Fence | None = None) -> dict[str, SanitizerRun]:
     """One sanitizer child per stage, side by side (each is small: one launch at size n)."""
     with ThreadPoolExecutor(max_workers=max(1, min(4, len(specs)))) as pool:
-        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], env, timeout_s), specs)
+        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence),
+                        specs)
         return {r.stage: r for r in runs}

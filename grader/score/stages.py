@@ -7,36 +7,16 @@ in the feedback: its speed items fail with "not timed".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from grader.build.compile import CompileResult
+from grader.grading import StageOutcome
+from grader.model import Cause, Gap, ItemResult, Status
+from grader.spec.items import Item
 from grader.spec.peaks import Peaks
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
-from grader.spec.rubric import Item, Stage
-from grader.build.sass import SassResult
-from grader.run.timing import TimingSummary
+from grader.spec.types import Stage
 
 
-@dataclass
-class StageOutcome:
-    stage: Stage
-    compile: CompileResult | None = None
-    sass: SassResult | None = None
-    correct: bool | None = None  # None: not evaluated
-    correctness_message: str = ""
-    cases: list[dict] = field(default_factory=list)
-    timing: TimingSummary | None = None
-    gpu_reason: str = ""  # why GPU work was not done, "" when it was
-    run_output: str = ""  # trimmed output of the student's run, for feedback
-    bench: dict = field(default_factory=dict)  # raw timings from the runner (unjudged)
-    ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
-    ncu_reason: str = ""  # why there are no ncu metrics ("" when there are)
-    profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
-
-
-def _result(stage: Stage, item: Item, status: str, fraction: float, message: str,
+def _result(stage: Stage, item: Item, status: Status, fraction: float, message: str,
             **values) -> ItemResult:
-    score = round(item.points * fraction, 4) if status == PASSED or fraction > 0 else 0.0
+    score = round(item.points * fraction, 4) if status == Status.PASSED or fraction > 0 else 0.0
     return ItemResult(stage=stage.id, item=item.id, title=item.title, status=status, score=score,
                       max_score=item.points, message=message, visibility=item.visibility,
                       number=f"{stage.number}.{item.id}", values=values)
@@ -44,91 +24,90 @@ def _result(stage: Stage, item: Item, status: str, fraction: float, message: str
 
 def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
     """A failed speed item points at the stage's Nsight Compute diagnosis."""
-    if r.status == FAILED and o.ncu:
+    if r.status == Status.FAILED and o.ncu:
         r.message += (f". {'Partial credit: ' + format(r.score, 'g') + ' points. ' if r.score else ''}"
                       "summary.md ('What Nsight Compute says') names this kernel's bottleneck and the next step")
     return r
 
 
-def _threshold(value: float, item: Item) -> tuple[str, float]:
+def _threshold(value: float, item: Item) -> tuple[Status, float]:
     """(status, fraction of points) for a value against min, with optional linear partial credit."""
     lo, hi = item.params.get("partial_from"), item.params["min"]
     if value >= hi:
-        return PASSED, 1.0
+        return Status.PASSED, 1.0
     if lo is not None and value > lo:
-        return FAILED, (value - lo) / (hi - lo)
-    return FAILED, 0.0
+        return Status.FAILED, (value - lo) / (hi - lo)
+    return Status.FAILED, 0.0
 
 
-def _needs_timing(o: StageOutcome) -> str:
-    """Why this stage has no timing ('' when it has one)."""
+def _timing_gap(o: StageOutcome) -> Gap | None:
+    """Why this stage has no timing (None when it has one)."""
     if o.timing is not None:
-        return ""
+        return None
     if o.compile is None or not o.compile.ok:
-        return "not timed: the stage did not compile"
+        return Gap(Cause.STUDENT, "not timed: the stage did not compile")
     if o.gpu_reason:
-        return f"not evaluated: {o.gpu_reason}"
+        return Gap(Cause.GRADER, f"not evaluated: {o.gpu_reason}")
     if o.correct is False:
-        return "not timed: the kernel is not correct (a speed is never reported for a wrong result)"
-    return "not timed: no timing was recorded"
+        return Gap(Cause.STUDENT, "not timed: the kernel is not correct (a speed is never reported for a wrong result)")
+    return Gap(Cause.STUDENT, "not timed: no timing was recorded")
 
 
 def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], peaks: Peaks) -> ItemResult:
     st, c = o.stage, o.compile
-    compiled = c is not None and c.ok
     kind = item.kind
+    # A compiled stage has its ptxas record and launch shape (compile_stage sets ok only then).
+    k, launch = (c.kernel, c.launch) if c is not None and c.ok else (None, None)
     if kind == "compiles":
-        if compiled:
-            k = c.kernel
+        if c is not None and k is not None and launch is not None:
             msg = (f"compiled; {k.registers} registers, {k.shared_bytes} B static shared memory, "
-                   f"launch {c.launch.block[0]}x{c.launch.block[1]} threads, tile {c.launch.tile[0]}x"
-                   f"{c.launch.tile[1]} ({c.launch_source})")
-            return _result(st, item, PASSED, 1, msg, registers=k.registers)
-        if c is not None and c.problem.startswith("not evaluated"):
-            return _result(st, item, NOT_EVALUATED, 0, c.problem)
-        return _result(st, item, FAILED, 0, c.problem if c else "not compiled")
-    if not compiled:
-        return _result(st, item, FAILED, 0, "no credit: the stage did not compile; its compile item shows "
+                   f"launch {launch.block[0]}x{launch.block[1]} threads, tile {launch.tile[0]}x"
+                   f"{launch.tile[1]} ({c.launch_source})")
+            return _result(st, item, Status.PASSED, 1, msg, registers=k.registers)
+        if c is None:
+            return _result(st, item, Status.FAILED, 0, "not compiled")
+        return _result(st, item, c.cause.status, 0, c.problem)
+    if k is None:
+        return _result(st, item, Status.FAILED, 0, "no credit: the stage did not compile; its compile item shows "
                        "why, and every other item of the stage waits on it")
 
     if kind == "no_spills":
-        k = c.kernel
         if o.correct is False:
-            return _result(st, item, FAILED, 0, "no credit: the kernel is not correct, so its register use "
+            return _result(st, item, Status.FAILED, 0, "no credit: the kernel is not correct, so its register use "
                            f"does not count ({k.registers} registers, {k.spill_stores} B spill stores); fix the "
                            "correct item first")
         msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
                f"loads, {k.stack_frame} B stack frame (ptxas -v)")
         if k.spills:
-            return _result(st, item, FAILED, 0, msg + ": expected 0 B of spills. Registers spill to local "
+            return _result(st, item, Status.FAILED, 0, msg + ": expected 0 B of spills. Registers spill to local "
                            "memory (slow, global-memory traffic). __launch_bounds__(threads, minBlocks) caps "
                            "registers at 65536 / (threads x minBlocks); a smaller per-thread tile needs fewer",
                            registers=k.registers)
-        return _result(st, item, PASSED, 1, msg, registers=k.registers)
+        return _result(st, item, Status.PASSED, 1, msg, registers=k.registers)
 
     if kind == "sass":
         if o.sass is None or not o.sass.available:
-            return _result(st, item, NOT_EVALUATED, 0,
+            return _result(st, item, Status.NOT_EVALUATED, 0,
                            f"not evaluated: {o.sass.reason if o.sass else 'no SASS'}")
         ops = o.sass.opcodes.get(st.kernel)
         if ops is None:
-            return _result(st, item, NOT_EVALUATED, 0, f"not evaluated: no SASS for {st.kernel}")
+            return _result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: no SASS for {st.kernel}")
         forbidden = {op: ops[op] for op in item.params.get("forbid", []) if ops.get(op)}
         missing = [op for op in item.params.get("require", []) if not ops.get(op)]
         if forbidden:
             found = ", ".join(f"{op} x{n}" for op, n in forbidden.items())
-            return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
+            return _result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
                            "run on FP32 CUDA cores (FFMA only), not Tensor Cores. Look for wmma / mma.h, "
                            "__half arithmetic or TF32 conversions in this file", opcodes=dict(forbidden))
         if missing:
             hint = ("call wmma::mma_sync on half fragments inside the k loop" if "HMMA" in missing else
                     "the body is empty (still the TODO?) or the compiler removed the loop because nothing "
                     "it computes reaches C")
-            return _result(st, item, FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
+            return _result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
                            f"instruction, which this stage needs: {hint}")
         shown = ", ".join(f"{op} x{ops[op]}" for op in item.params.get("require", []))
         none_of = " none of " + "/".join(item.params["forbid"]) if item.params.get("forbid") else ""
-        return _result(st, item, PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
+        return _result(st, item, Status.PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
                        + (f"; {shown}" if shown else "") + (f";{none_of}" if none_of else ""))
 
     if kind == "ncu":
@@ -138,16 +117,19 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
 
     if kind == "correct":
         if o.correct is None:
-            return _result(st, item, NOT_EVALUATED, 0, o.correctness_message or f"not evaluated: {o.gpu_reason}")
-        return _result(st, item, PASSED if o.correct else FAILED, 1 if o.correct else 0, o.correctness_message)
+            return _result(st, item, Status.NOT_EVALUATED, 0,
+                           o.correctness_message or f"not evaluated: {o.gpu_reason}")
+        return _result(st, item, Status.PASSED if o.correct else Status.FAILED, 1 if o.correct else 0,
+                       o.correctness_message)
 
-    why = _needs_timing(o)
-    if why:
-        return _result(st, item, NOT_EVALUATED if why.startswith("not evaluated") else FAILED, 0, why)
+    gap = _timing_gap(o)
+    if gap:
+        return _result(st, item, gap.cause.status, 0, gap.message)
     t = o.timing
+    assert t is not None  # _timing_gap said it is timed
     if t.fraction_of_baseline > st.plausible_max:
         base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
-        return _result(st, item, MANUAL, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
+        return _result(st, item, Status.MANUAL, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
                        f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                        f"{st.plausible_max:g}x; course staff will look at this kernel",
                        fraction_of_baseline=t.fraction_of_baseline)
@@ -161,7 +143,7 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     if kind == "fraction_of_peak":
         peak = peaks.get(item.params["peak"])
         if not peak:
-            return _result(st, item, NOT_EVALUATED, 0, f"not evaluated: {peaks.source}")
+            return _result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: {peaks.source}")
         value = t.tflops / peak
         status, frac = _threshold(value, item)
         label = "FP32 CUDA-core" if item.params["peak"] == "fp32" else "FP16 Tensor Core"
@@ -170,10 +152,11 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         return _with_next_step(_result(st, item, status, frac, msg, tflops=t.tflops, ratio=value), o)
     if kind == "speedup_over_stage":
         other = outcomes.get(item.params["stage"])
-        why_other = _needs_timing(other) if other else "stage not graded in this run"
-        if why_other:
-            return _result(st, item, FAILED if not why_other.startswith("not evaluated") else NOT_EVALUATED,
-                           0, f"needs a timed `{item.params['stage']}` stage to compare with: {why_other}")
+        gap = _timing_gap(other) if other else Gap(Cause.STUDENT, "stage not graded in this run")
+        if gap:
+            return _result(st, item, gap.cause.status, 0,
+                           f"needs a timed `{item.params['stage']}` stage to compare with: {gap.message}")
+        assert other is not None and other.timing is not None  # _timing_gap said it is timed
         # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
         value = t.fraction_of_baseline / other.timing.fraction_of_baseline
         status, frac = _threshold(value, item)

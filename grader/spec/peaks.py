@@ -7,8 +7,13 @@ FLOP per SM per clock (by compute capability, from the rubric) x SMs x clock.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from grader.spec.rubric import Rubric
+if TYPE_CHECKING:  # for annotations only: spec.types imports spec.items, which imports this module
+    from grader.spec.types import Rubric
+
+# The two ceilings, by the names the rubric uses (a stage's `peak`, a fraction_of_peak item's `peak`).
+PEAKS = ("fp32", "fp16_tensor")
 
 
 @dataclass(frozen=True)

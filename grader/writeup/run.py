@@ -11,19 +11,20 @@ import difflib
 import traceback
 from pathlib import Path
 
-from grader.errors import RubricError
-from grader.profile.criteria import ExprError, MissingMetric, evaluate_expr, fmt
-from grader.model import FAILED, MANUAL, NOT_EVALUATED, PASSED, ItemResult
-from grader.writeup.config import STAGE, ReportConfig, load_report_config, metric_unit
+from grader.build.locate import locate
+from grader.model import Cause, Gap, ItemResult, Status
+from grader.spec.expr import ExprError, MissingMetric, evaluate_expr, fmt
+from grader.spec.types import Rubric
+from grader.untrusted.quote import quote_code
+from grader.writeup.config import STAGE, ReportConfig, metric_unit
 from grader.writeup.parse import Citation, Paragraph, heading_transition, paragraph, sections, strip_comments, tables
 from grader.writeup.tables import check_table, check_times, describe, find_tables
 
-MAX_BYTES = 512 * 1024
-NOT_PROFILED = "not profiled:"
+MAX_BYTES = 64 * 1024  # a report is a few pages (the reference one is 7 KB); parsed in well under a second
 
 
 def _result(spec, status: str, fraction: float, message: str, **values) -> ItemResult:
-    score = round(spec.points * fraction, 4) if status in (PASSED, FAILED) else 0.0
+    score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
     return ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=status, score=score,
                       max_score=spec.points, message=message, visibility=spec.visibility, number=spec.number,
                       values=values)
@@ -31,26 +32,8 @@ def _result(spec, status: str, fraction: float, message: str, **values) -> ItemR
 
 def find_report(root: Path, rel: str) -> tuple[Path | None, str]:
     """The report in the submission (also found directly under it or one folder down), or why not."""
-    root = Path(root)
-    name = Path(rel).name
-    cands = [root / rel, root / name]
-    try:
-        cands += sorted(d / name for d in root.iterdir() if d.is_dir() and not d.name.startswith((".", "__MACOSX")))
-    except OSError:
-        pass
-    for path in dict.fromkeys(cands):
-        if path.is_symlink():
-            try:
-                if root.resolve() not in path.resolve().parents:
-                    return None, f"{rel} is a symbolic link to a file outside the submission"
-            except OSError:
-                return None, f"{rel} is a broken symbolic link"
-        if path.is_file():
-            size = path.stat().st_size
-            if size > MAX_BYTES:
-                return None, f"{rel} is {size:,} bytes; the limit is {MAX_BYTES:,}"
-            return path, ""
-    return None, f"{rel} is not in the submission"
+    found = locate(root, rel, nearby=True, limit=MAX_BYTES)
+    return found.path, found.message
 
 
 def read_report(root: Path, rel: str) -> tuple[str | None, str]:
@@ -135,18 +118,18 @@ def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) ->
         sid = cit.stage or t.after
         o = outcomes.get(sid)
         if o is None or o.ncu is None:
-            reason = "not evaluated: the stage was not graded in this run" if o is None else (
-                (o.ncu_reason or "").strip() or "not evaluated: no Nsight Compute metrics for this stage")
-            skipped.setdefault(reason, []).append(sid)
+            gap = Gap(Cause.GRADER, "not evaluated: the stage was not graded in this run") if o is None else (
+                o.ncu_gap or Gap(Cause.GRADER, "not evaluated: no Nsight Compute metrics for this stage"))
+            skipped.setdefault(gap, []).append(sid)
             continue
         measured, why = _measured(cit, cfg, o)
         if measured is None:
-            unchecked.append(f"line {cit.line}: `{cit.text}`: {why}")
+            unchecked.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
             continue
         unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
         cited, why = _unit_value(cit, unit)
         if cited is None:
-            unreadable.append(f"line {cit.line}: `{cit.text}`: {why}")
+            unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
             continue
         tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, cit.quantity.resolution)
         suffix = "%" if unit == "%" else (" " + unit if unit else "")
@@ -160,7 +143,7 @@ def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) ->
                 v, _ = _measured(cit, cfg, oo)
                 if v is not None:
                     others[osid] = v
-        bad.append(f"line {cit.line}: `{cit.text}` does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
+        bad.append(f"line {cit.line}: {quote_code(cit.text)} does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
                    "the grader "
                    f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}; allowed difference "
                    f"{100 * cfg.rel_tol:g}%).{_hint(cited, measured, cit, others)}")
@@ -169,37 +152,37 @@ def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) ->
     if bad or unreadable:
         parts = (["Values your own kernels do not produce:", *_some(bad)] if bad else []) + (
             ["Values the grader cannot read:", *_some(unreadable)] if unreadable else [])
-        return FAILED, 0.0, ("\n".join(parts) + tail + "\nNext: copy each value from grading.json "
+        return Status.FAILED, 0.0, ("\n".join(parts) + tail + "\nNext: copy each value from grading.json "
                              "(stages.<id>.ncu) of a grader run on your current kernels, at the grader's profile "
                              "size, and write it as `name = number`."), values
-    no_metrics = "; ".join(f"your {', '.join(dict.fromkeys(sids))} kernel{'s' if len(set(sids)) > 1 else ''} ({reason})"
-                           for reason, sids in skipped.items())
+    no_metrics = "; ".join(f"your {', '.join(dict.fromkeys(sids))} kernel{'s' if len(set(sids)) > 1 else ''} ({gap.message})"
+                           for gap, sids in skipped.items())
     if ok:
         tail += f"\nNot compared, no metrics for {no_metrics}" if skipped else ""
-        return PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(_some(ok)) + tail, values
+        return Status.PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(_some(ok)) + tail, values
     if skipped:
-        if all(r.startswith(NOT_PROFILED) for r in skipped):  # the student's stage gave nothing to profile
-            return FAILED, 0.0, (f"no credit: the grader has no Nsight Compute metrics for {no_metrics}; make the "
+        if all(g.cause is Cause.STUDENT for g in skipped):  # the student's stage gave nothing to profile
+            return Status.FAILED, 0.0, (f"no credit: the grader has no Nsight Compute metrics for {no_metrics}; make the "
                                  "stage compile and pass its correctness check first" + tail), values
-        return NOT_EVALUATED, 0.0, (f"not evaluated: the grader has no Nsight Compute metrics for {no_metrics}, so "
+        return Status.NOT_EVALUATED, 0.0, (f"not evaluated: the grader has no Nsight Compute metrics for {no_metrics}, so "
                                     f"{len(cits)} cited value(s) were not compared" + tail), values
     if unchecked:
-        return FAILED, 0.0, ("none of the cited metrics is one the grader measures, so none could be checked:" + tail
+        return Status.FAILED, 0.0, ("none of the cited metrics is one the grader measures, so none could be checked:" + tail
                              + "\nCite at least one metric from grading.json (stages.<id>.ncu) or a derived name "
                              "listed in assignment/README.md."), values
-    return FAILED, 0.0, (f"nothing to compare: the section on {t.label} cites no metric as `name = value` (its "
+    return Status.FAILED, 0.0, (f"nothing to compare: the section on {t.label} cites no metric as `name = value` (its "
                          "cites item says how)"), values
 
 
 def _check_cites(par: Paragraph | None, t, cfg: ReportConfig, heading_hint: str) -> tuple[str, float, str]:
     if par is None:
-        return FAILED, 0.0, (f"no section for {t.label}: expected a heading such as `## {t.label}` "
+        return Status.FAILED, 0.0, (f"no section for {t.label}: expected a heading such as `## {t.label}` "
                              f"(found headings: {heading_hint or 'none'})")
     usable = [c for c in par.citations if not c.problem and c.quantity is not None]
     problems = _some([f"line {c.line}: {c.problem}" for c in par.citations if c.problem])
     msgs = []
     if par.words == 0 and not par.citations:
-        return FAILED, 0.0, (f"the section '{par.heading}' is empty: write a paragraph of at least {cfg.min_words} "
+        return Status.FAILED, 0.0, (f"the section {quote_code(par.heading)} is empty: write a paragraph of at least {cfg.min_words} "
                              "words (what limited the kernel before, what changed, what the metric shows) citing at "
                              "least one metric as `name = value`, e.g. `sectors_per_request = 2.5`")
     if par.words < cfg.min_words:
@@ -211,11 +194,11 @@ def _check_cites(par: Paragraph | None, t, cfg: ReportConfig, heading_hint: str)
                     "`shared_loads_per_warp_ffma = 0.31` (a metric name or derived name, `=`, a number)")
     if par.ignored and not usable:
         msgs.append("these `x = y` spans name no metric the grader knows: "
-                    + ", ".join(f"`{x}`" for x in par.ignored[:5]))
+                    + ", ".join(quote_code(x) for x in par.ignored[:5]))
     if msgs:
-        return FAILED, 0.0, "\n".join(msgs + problems)
+        return Status.FAILED, 0.0, "\n".join(msgs + problems)
     cited = ", ".join(dict.fromkeys(c.name for c in usable))
-    return PASSED, 1.0, f"{par.words} words; cites {cited}" + ("\n" + "\n".join(problems) if problems else "")
+    return Status.PASSED, 1.0, f"{par.words} words; cites {cited}" + ("\n" + "\n".join(problems) if problems else "")
 
 
 def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: dict) -> list[ItemResult]:
@@ -224,7 +207,7 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: d
     if text is None:
         msg = (f"{problem}. Expected: {cfg.file} at the top of the submission, next to gemm/. Next: start from "
                "starter/report.md; assignment/README.md, section 'The report', says what goes in it")
-        return [_result(spec, FAILED, 0.0, msg) for spec in items.values()]
+        return [_result(spec, Status.FAILED, 0.0, msg) for spec in items.values()]
     text = strip_comments(text)
     names = stage_names(rubric, cfg)
     secs = sections(text)
@@ -234,7 +217,7 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: d
         tid = next((t.id for t in cfg.transitions if (t.before, t.after) == pair), None)
         if tid and tid not in found:
             found[tid] = paragraph(sec, cfg.derived, names)
-    heading_hint = "; ".join(f"'{s.heading}'" for s in secs[:8])
+    heading_hint = "; ".join(quote_code(s.heading, 60) for s in secs[:8])
     out: list[ItemResult] = []
     for t in cfg.transitions:
         par = found.get(t.id)
@@ -242,7 +225,7 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: d
         out.append(_result(items[f"{t.id}.cites"], status, frac, msg))
         vspec = items[f"{t.id}.values"]
         if par is None:
-            out.append(_result(vspec, FAILED, 0.0, f"no section for {t.label}, so no cited value to check"))
+            out.append(_result(vspec, Status.FAILED, 0.0, f"no section for {t.label}, so no cited value to check"))
         else:
             status, frac, msg, vals = _check_values(par.citations, t, cfg, outcomes)
             out.append(_result(vspec, status, frac, msg, **vals))
@@ -260,36 +243,34 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: d
         good = 0 if chk.problems else chk.good_rows()
         problems = describe(chk)
         if not problems:
-            out.append(_result(items[f"table.{spec.id}"], PASSED, 1.0, f"all {need} rows complete and consistent "
+            out.append(_result(items[f"table.{spec.id}"], Status.PASSED, 1.0, f"all {need} rows complete and consistent "
                                f"(implied peak {chk.peak_gflops:,.0f} GFLOP/s)"))
         else:
             head = "" if chk.problems else f"{good} of {need} rows complete and consistent.\n"
-            out.append(_result(items[f"table.{spec.id}"], FAILED, good / need, head + problems))
+            out.append(_result(items[f"table.{spec.id}"], Status.FAILED, good / need, head + problems))
     status, frac, msg = check_times(checks, outcomes, cfg.time_rel)
     out.append(_result(items["table.times"], status, frac, msg))
     written = [t.label for t in cfg.transitions if t.id in found and found[t.id].words >= cfg.min_words]
     if written:
-        out.append(_result(items["reasoning"], MANUAL, 0.0, "graded by hand: the paragraphs on " + ", ".join(written)))
+        out.append(_result(items["reasoning"], Status.MANUAL, 0.0, "graded by hand: the paragraphs on " + ", ".join(written)))
     else:
-        out.append(_result(items["reasoning"], FAILED, 0.0, "no transition paragraph is written, so there is no "
+        out.append(_result(items["reasoning"], Status.FAILED, 0.0, "no transition paragraph is written, so there is no "
                            "reasoning to grade"))
     return out
 
 
-def grade_report_submission(root: Path, rubric, outcomes: dict) -> list[ItemResult]:
+def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
     """Every report item for the submission at ``root``; never raises."""
-    where = f"{getattr(rubric, 'source', 'rubric.yaml')}.report"
-    try:
-        cfg = load_report_config(rubric.extra["report"], where, [st.id for st in rubric.stages])
-    except (RubricError, KeyError, TypeError) as exc:
-        return [ItemResult(stage=STAGE, item="config", title="Written report", status=NOT_EVALUATED, score=0.0,
-                           max_score=0.0, message=f"not evaluated: the rubric's report section is invalid: {exc}",
+    cfg = rubric.report  # validated when the rubric was loaded
+    if cfg is None:  # the pipeline calls this only when there is a section; said, not raised
+        return [ItemResult(stage=STAGE, item="config", title="Written report", status=Status.NOT_EVALUATED, score=0.0,
+                           max_score=0.0, message="not evaluated: the rubric has no report section",
                            visibility="hidden")]
     try:
         text, problem = read_report(Path(root), cfg.file)
         return grade(cfg, text, problem, rubric, outcomes)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         tb = traceback.format_exc()
-        return [_result(spec, NOT_EVALUATED, 0.0, "not evaluated: the grader failed while checking the report (not a "
+        return [_result(spec, Status.NOT_EVALUATED, 0.0, "not evaluated: the grader failed while checking the report (not a "
                         "judgement of your work; course staff have the details)", traceback=tb[-4000:])
                 for spec in cfg.items()]

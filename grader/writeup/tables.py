@@ -10,10 +10,12 @@ half of its own last written digit (so 0.7 % for 0.746 % is fine).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 
-from grader.model import FAILED, NOT_EVALUATED, PASSED
+from grader.model import Status
+from grader.untrusted.quote import quote_code
 from grader.writeup.config import TableSpec
 from grader.writeup.parse import Quantity, Table, parse_quantity, row_stage
 
@@ -74,7 +76,9 @@ def _label(key: str, spec: TableSpec) -> str:
 
 
 def _near(given: Quantity, expected: float, rel: float) -> bool:
-    return abs(given.value - expected) <= rel * abs(expected) + given.resolution
+    # Cells are at most parse.MAX_VALUE, but a time of 1e-300 ms still implies an infinite rate,
+    # which would be "near" anything.
+    return math.isfinite(expected) and abs(given.value - expected) <= rel * abs(expected) + given.resolution
 
 
 def _fmt(x: float) -> str:
@@ -143,7 +147,8 @@ def check_table(spec: TableSpec, table: Table | None, names: dict[str, tuple[str
     missing = [COLUMN_WORDS[c] for c in COLUMNS if c not in cols]
     if missing:
         chk.problems.append(f"the table at line {table.line} has no column for {', '.join(missing)} (its headers: "
-                            f"{' | '.join(table.header)}); use the headers of starter/report.md")
+                            f"{', '.join(quote_code(h, 40) for h in table.header[:8])}); use the headers of "
+                            "starter/report.md")
         return chk
     groups = _classify(table, spec, names)
     n_default = bench_n.get(spec.stages[0], 0)
@@ -204,7 +209,7 @@ def _check_last(chk: TableCheck, rel: float, fp32_peak_gflops: float | None) -> 
     else:
         bases = [fp32_peak_gflops] if fp32_peak_gflops else []
         what = f"GFLOP/s divided by the FP32 peak of the CUDA-core table ({_fmt(fp32_peak_gflops or 0)} GFLOP/s)"
-        if bases and chk.peak_gflops and chk.peak_gflops < 1.5 * fp32_peak_gflops:
+        if fp32_peak_gflops and chk.peak_gflops and chk.peak_gflops < 1.5 * fp32_peak_gflops:
             chk.problems.append(f"the % column implies a peak of {_fmt(chk.peak_gflops)} GFLOP/s, about the FP32 "
                                 "CUDA-core peak: Tensor Core kernels are measured against the Tensor Core peak "
                                 "(the handout gives both)")
@@ -230,7 +235,9 @@ def describe(chk: TableCheck) -> str:
 def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tuple[str, float, str]:
     """(status, fraction, message) of the times item: each row's ms against the grader's median for the
     same kernel (or the baseline's), within ``time_rel``; not evaluated when nothing was timed."""
-    compared, bad, skipped = [], [], []
+    compared: list[str] = []
+    bad: list[str] = []
+    skipped: list[str] = []
     for chk in checks:
         for key, row in chk.rows.items():
             if "ms" not in row.cells:
@@ -254,17 +261,17 @@ def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tu
             line = f"{label}: {ms:g} ms in the table, {grader_ms:.4g} ms measured by the grader at N={tm.n}"
             (compared if abs(ms - grader_ms) <= time_rel * grader_ms else bad).append(line)
     if bad:
-        return FAILED, 0.0, (f"times more than {100 * time_rel:g}% away from the grader's:\n" + "\n".join(bad)
+        return Status.FAILED, 0.0, (f"times more than {100 * time_rel:g}% away from the grader's:\n" + "\n".join(bad)
                              + "\nMeasure again on the grading GPU (the summary table of run_local.py) and "
                              "update the table.")
     if compared:
-        return PASSED, 1.0, "times agree with the grader's: " + "; ".join(compared)
+        return Status.PASSED, 1.0, "times agree with the grader's: " + "; ".join(compared)
     reasons: dict[str, list[str]] = {}
     for entry in skipped:
         label, why = entry.split(": ", 1)
         reasons.setdefault(why, []).append(label)
     listed = "; ".join(f"{', '.join(labels)}: {why}" for why, labels in reasons.items())
     if any(why.startswith("not evaluated") for why in reasons):
-        return NOT_EVALUATED, 0.0, f"not evaluated: the grader has no timings to compare with ({listed})"
-    return FAILED, 0.0, ("no row could be compared: " + (listed if skipped else "the tables have no times; fill in "
+        return Status.NOT_EVALUATED, 0.0, f"not evaluated: the grader has no timings to compare with ({listed})"
+    return Status.FAILED, 0.0, ("no row could be compared: " + (listed if skipped else "the tables have no times; fill in "
                                                                                  "the ms column"))

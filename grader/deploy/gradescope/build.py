@@ -26,6 +26,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from grader import REPO_ROOT  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 
 # What goes in, relative to the repository root (folders recursively).
@@ -173,10 +174,9 @@ def unpack(zip_path: Path, dest: Path) -> list[str]:
     return names
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.deploy.gradescope",
-                                description="Gradescope autograder package: build, unpack, run.")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """build / unpack / run, attached to ``p`` (this module's parser and ``python -m grader gradescope``)."""
+    sub = p.add_subparsers(dest="gradescope_cmd", required=True)
     b = sub.add_parser("build", help="build the autograder zip")
     b.add_argument("--out", default="autograder.zip", help="zip to write (default: %(default)s)")
     b.add_argument("--no-gpu-policy", default="pending", choices=POLICIES,
@@ -192,9 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--submission", default="/autograder/submission")
     r.add_argument("--results", default="/autograder/results")
     r.add_argument("--source", default=str(REPO_ROOT))
-    args = p.parse_args(argv)
+    p.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
     try:
-        if args.cmd == "build":
+        if args.gradescope_cmd == "build":
             names = build(Path(args.out), no_gpu_policy=args.no_gpu_policy, time_limit_s=args.time_limit)
             size = Path(args.out).stat().st_size
             print(f"wrote {args.out}: {len(names)} files, {size / 1024:.0f} KiB "
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 unpack(Path(args.out), Path(args.unpack))
                 print(f"unpacked into {args.unpack}")
             return 0
-        if args.cmd == "unpack":
+        if args.gradescope_cmd == "unpack":
             names = unpack(Path(args.zip), Path(args.dest))
             print(f"unpacked {len(names)} files into {args.dest}")
             return 0
@@ -213,3 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     from grader.deploy.gradescope.run import run
 
     return run(Path(args.submission), Path(args.results), Path(args.source))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.deploy.gradescope",
+                                description="Gradescope autograder package: build, unpack, run.")
+    add_arguments(p)
+    return run_command(p.parse_args(argv))

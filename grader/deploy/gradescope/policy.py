@@ -28,8 +28,9 @@ imported lazily, for the rubric fallback).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 POLICIES = ("pending", "hide", "keep")
 DEFAULT_POLICY = "pending"

@@ -2,8 +2,9 @@
 
 ``run_autograder`` calls this (and writes a fallback results.json if it never returns). Steps:
 
-1. ``grader.cli.main`` grades the submission into the results folder (results.json, summary.md,
-   grading.json; exit codes 0/2/3 as ``run_local.py``, results.json written in every case).
+1. ``python -m grader grade`` (:func:`grader.cli.main`) grades the submission into the results
+   folder (results.json, summary.md, grading.json; exit codes 0/2/3, results.json written in every
+   case).
 2. After a grading (exit 0), results.json is post-processed: the no-GPU policy
    (:mod:`.policy`) and, when the grader did not add one, the leaderboard (:mod:`.leaderboard`,
    from grading.json). If post-processing fails, the grader's own results.json stays.
@@ -16,8 +17,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from grader.outputs.leaderboard import leaderboard_entries
 from grader.deploy.gradescope.policy import CONFIG_FILE, apply_no_gpu_policy, read_config, resolve_policy
+from grader.outputs.leaderboard import leaderboard_entries
 
 
 def _env_flag(value: str | None, default: bool) -> bool:
@@ -50,7 +51,12 @@ def postprocess(results_dir: Path, source_dir: Path, rubric_path: Path, env=None
     policy, where = resolve_policy(source_dir, rubric_path, env)
     apply_no_gpu_policy(results, detail, policy)
     if "leaderboard" not in results and detail is not None:
-        results["leaderboard"] = leaderboard_entries(detail, titles=_stage_titles(rubric_path))
+        from grader.grading import GradingFormatError, load_grading
+
+        try:
+            results["leaderboard"] = leaderboard_entries(load_grading(results_dir / "grading.json"))
+        except GradingFormatError:  # another grader version's file: no leaderboard rather than a wrong one
+            pass
     extra = results.setdefault("extra_data", {})
     if isinstance(extra, dict):
         extra["no_gpu_policy_source"] = where
@@ -66,12 +72,13 @@ def run(submission: Path, results_dir: Path, source_dir: Path, env=None) -> int:
         return env.get(key) if env.get(key) is not None else config.get(key)
 
     rubric = Path(setting("GRADER_RUBRIC") or source_dir / "rubric.yaml")
-    argv = [str(submission), "--out", str(results_dir), "--rubric", str(rubric)]
+    argv = ["grade", "--out", str(results_dir), "--rubric", str(rubric)]
     if not _env_flag(setting("GRADER_USE_GPU"), True):
         argv.append("--no-gpu")
     if setting("GRADER_STAGES"):
-        argv += ["--stages", setting("GRADER_STAGES")]
-    print("grading: run_local.py " + " ".join(argv), flush=True)
+        argv += ["--stages", str(setting("GRADER_STAGES"))]
+    argv += ["--", str(submission)]
+    print("grading: python -m grader " + " ".join(argv), flush=True)
 
     from grader import cli
 

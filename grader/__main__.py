@@ -1,0 +1,6 @@
+"""``python -m grader COMMAND ...`` (see grader/cli.py)."""
+import sys
+
+from grader.cli import main
+
+sys.exit(main())

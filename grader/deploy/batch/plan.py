@@ -1,0 +1,81 @@
+"""Planning a batch: which submissions (shards), which GPUs, how many workers, and whether the
+machine may run untrusted code at all."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+
+from grader.deploy.batch.export import BatchError, Submission
+from grader.run import sandbox
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or int(m.group(2)) < 1 or int(m.group(1)) >= int(m.group(2)):
+        raise BatchError(f"--shard {text!r}: expected I/N with 0 <= I < N (e.g. 0/4)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def select_shard(subs: list[Submission], shard: tuple[int, int] | None) -> list[Submission]:
+    """The I-th of N slices, by sorted folder name (every N-th submission)."""
+    if shard is None:
+        return subs
+    i, n = shard
+    return [s for k, s in enumerate(sorted(subs, key=lambda s: s.folder)) if k % n == i]
+
+
+def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs a worker can be pinned to, as CUDA_VISIBLE_DEVICES values ([] when none)."""
+    env = os.environ if env is None else env
+    try:
+        proc = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        listed = [ln for ln in proc.stdout.splitlines() if ln.startswith("GPU ")] if proc.returncode == 0 else []
+    except (OSError, subprocess.SubprocessError):
+        listed = []
+    if not listed:
+        return []
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        ids = []
+        for part in cvd.split(","):
+            part = part.strip()
+            if not part or part == "-1":
+                break  # CUDA stops at the first invalid entry
+            ids.append(part)
+        return ids
+    return [str(i) for i in range(len(listed))]
+
+
+def plan_workers(gpus: list[str], requested: int | None) -> list[str | None]:
+    """One slot per worker: the GPU it is pinned to (None: static grading, no GPU)."""
+    if not gpus:
+        return [None] * max(1, requested or 1)
+    n = requested or len(gpus)
+    return [gpus[k % len(gpus)] for k in range(max(1, n))]
+
+
+def sandbox_weakness() -> str:
+    """Why students' code would run without bubblewrap's fence here ('' when it is fenced).
+
+    ``grader.run.sandbox.mode()`` says whether fenced steps run inside bubblewrap (BWRAP) or only
+    under the session-kill fence and limits (WEAK, with its reason)."""
+    mode = sandbox.mode()
+    if mode.confinement is sandbox.Confinement.BWRAP:
+        return ""
+    return mode.reason or "the sandbox runs without bubblewrap"
+
+
+def require_sandbox(trusted: bool) -> str:
+    """A note when ``trusted`` lets an unfenced batch run; raises BatchError when it does not."""
+    weak = sandbox_weakness()
+    if not weak:
+        return ""
+    if not trusted:
+        raise BatchError(f"refusing to grade a whole class without the sandbox: {weak}. Install bubblewrap "
+                         "(and allow unprivileged user namespaces), or pass --trusted-submissions if every "
+                         "submission in the export is trusted code")
+    return f"--trusted-submissions: students' code runs without the sandbox ({weak})"

@@ -1,0 +1,224 @@
+"""grades.csv: one row per submission, written safely for spreadsheets; and the merge of shards.
+
+Columns: submission id, folder, names, emails, SIDs (``; `` between group members), created_at,
+status, total, max_total, note, one column per rubric item (``stage.item``), then the leaderboard
+values. An item the grader could not look at (no GPU) is ``n/e``, one graded by hand later
+``manual``: neither is a 0 the student earned.
+
+Every cell goes through :func:`safe_cell` (OWASP's rule against CSV formula injection), so a
+student named ``=HYPERLINK(...)`` is text in Excel, LibreOffice and Google Sheets.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from collections.abc import Iterable
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from grader import REPO_ROOT
+from grader.build.intake import INTAKE_FILE
+from grader.deploy.batch.export import Submission
+
+STATUS_FILE = "batch_status.json"
+META_COLUMNS = ["submission_id", "folder", "names", "emails", "sids", "created_at", "status",
+                "total", "max_total", "note"]
+NOT_EVALUATED_CELL = "n/e"
+MANUAL_CELL = "manual"
+_NOTE_ITEMS = 5  # entries named in a row's note
+
+
+class RowStatus(str, Enum):
+    """What happened to one submission (the CSV's status column)."""
+
+    GRADED = "graded"              # the grader's exit 0
+    GRADER_ERROR = "grader_error"  # exit 3 (the grader's own failure), or no results.json
+    USAGE_ERROR = "usage_error"    # exit 2
+    TIMED_OUT = "timed_out"
+    REFUSED = "refused"            # intake refused the submission (links only, too big, forged zip)
+    MISSING_FOLDER = "missing_folder"  # in the metadata, but the export has no folder for it
+    BAD_ENTRY = "bad_entry"        # the export's entry for it is not a folder
+    NOT_GRADED = "not_graded"      # not graded yet (an interrupted batch)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FAILED_STATUSES = (RowStatus.GRADER_ERROR, RowStatus.USAGE_ERROR, RowStatus.TIMED_OUT)
+
+# OWASP, "CSV Injection": a cell starting with one of these is a formula to a spreadsheet.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def safe_cell(value: Any) -> Any:
+    """``value`` as a spreadsheet will show it and never run it: text that starts like a formula
+    gets a leading single quote (OWASP's rule); numbers, and text that is just a number, are kept."""
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """The one CSV writer: atomic (a temporary file renamed), every cell through safe_cell."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow([safe_cell(c) for c in columns])
+        for row in rows:
+            w.writerow([safe_cell(row.get(c)) for c in columns])
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _item_key(test: dict) -> str:
+    extra = test.get("extra_data") or {}
+    if extra.get("stage") and extra.get("item"):
+        return f"{extra['stage']}.{extra['item']}"
+    return str(test.get("number") or test.get("name"))
+
+
+def _item_cell(test: dict) -> Any:
+    status = (test.get("extra_data") or {}).get("status")
+    if status == "not_evaluated":
+        return NOT_EVALUATED_CELL
+    if status == "manual":
+        return MANUAL_CELL
+    return test.get("score")
+
+
+_TITLES: dict[str, str] | None = None
+
+
+def _stage_titles() -> dict[str, str]:
+    global _TITLES
+    if _TITLES is None:
+        try:
+            from grader.spec.rubric import load_rubric
+
+            _TITLES = {st.id: st.title for st in load_rubric(REPO_ROOT / "rubric.yaml").stages}
+        except Exception:  # the titles only name leaderboard columns
+            _TITLES = {}
+    return _TITLES
+
+
+def _leaderboard(folder_dir: Path, results: dict) -> list[dict]:
+    if isinstance(results.get("leaderboard"), list):
+        return [e for e in results["leaderboard"] if isinstance(e, dict)]
+    from grader.grading import GradingFormatError, load_grading
+    from grader.outputs.leaderboard import leaderboard_entries
+
+    try:
+        return leaderboard_entries(load_grading(folder_dir / "grading.json"))
+    except GradingFormatError:  # missing, or another grader version's file: no leaderboard values for this row
+        return []
+
+
+def _intake_note(folder_dir: Path) -> tuple[bool, list[str]]:
+    """(refused, what the child's intake left out or refused) from its intake.json."""
+    data = read_json(folder_dir / INTAKE_FILE)
+    if not isinstance(data, dict):
+        return False, []
+    if data.get("refused"):
+        return True, [f"refused: {data.get('refusal')}"]
+    skipped = [s for s in data.get("skipped") or [] if isinstance(s, dict) and s.get("why") != "own_output"]
+    return False, [f"left out {s.get('path')}: {s.get('detail')}" for s in skipped]
+
+
+def _note(parts: list[str]) -> str:
+    shown = parts[:_NOTE_ITEMS] + ([f"... {len(parts) - _NOTE_ITEMS} more"] if len(parts) > _NOTE_ITEMS else [])
+    return "; ".join(shown)
+
+
+def csv_rows(subs: Iterable[Submission], subs_dir: Path) -> tuple[list[str], list[dict]]:
+    """(columns, rows) for these submissions from their graded folders."""
+    item_cols: list[str] = []
+    board_cols: list[str] = []
+    rows = []
+    for sub in subs:
+        people = sub.submitters()
+        row: dict[str, Any] = {
+            "submission_id": sub.submission_id, "folder": sub.folder,
+            "names": "; ".join(p["name"] for p in people),
+            "emails": "; ".join(p["email"] for p in people),
+            "sids": "; ".join(p["sid"] for p in people),
+            "created_at": sub.created_at(),
+        }
+        rows.append(row)
+        if sub.path is None:
+            row["status"] = RowStatus.BAD_ENTRY if sub.problems else RowStatus.MISSING_FOLDER
+            row["note"] = _note(sub.problems)
+            continue
+        folder_dir = subs_dir / sub.folder
+        results = read_json(folder_dir / "results.json")
+        if not isinstance(results, dict):
+            row["status"] = RowStatus.NOT_GRADED
+            row["note"] = _note(sub.problems)
+            continue
+        status = (read_json(folder_dir / STATUS_FILE) or {}).get("status") or RowStatus.GRADED
+        refused, left_out = _intake_note(folder_dir)
+        row["status"] = RowStatus.REFUSED if refused and status == RowStatus.GRADED else status
+        row["note"] = _note(sub.problems + left_out)
+        tests = [t for t in results.get("tests", []) if isinstance(t, dict)]
+        row["total"] = results.get("score")
+        row["max_total"] = round(sum(float(t.get("max_score") or 0) for t in tests), 4)
+        for t in tests:
+            if "autograder_error" in (t.get("tags") or []):
+                continue
+            key = _item_key(t)
+            if key not in item_cols:
+                item_cols.append(key)
+            row[key] = _item_cell(t)
+        for entry in _leaderboard(folder_dir, results):
+            key = f"leaderboard: {entry.get('name')}"
+            if key not in board_cols:
+                board_cols.append(key)
+            row[key] = entry.get("value")
+    return META_COLUMNS + item_cols + board_cols, rows
+
+
+def merge(inputs: list[Path], out: Path) -> tuple[int, list[str]]:
+    """Join grades.csv files (or batch output folders holding one) into ``out``.
+
+    Columns: the union, in order of first appearance; rows: one per folder (a later input wins, with
+    a warning). Returns (rows written, warnings)."""
+    columns: list[str] = []
+    rows: dict[str, dict] = {}
+    warnings = []
+    for inp in inputs:
+        path = Path(inp) / "grades.csv" if Path(inp).is_dir() else Path(inp)
+        if not path.is_file():
+            warnings.append(f"{inp}: no grades.csv; skipped")
+            continue
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            for col in reader.fieldnames or []:
+                if col not in columns:
+                    columns.append(col)
+            for row in reader:
+                key = row.get("folder") or row.get("submission_id") or ""
+                if key in rows and rows[key] != row:
+                    warnings.append(f"{key}: in more than one input; the row from {path} is kept")
+                rows[key] = row
+    # Items before leaderboard columns, whatever order the shards met them in.
+    meta = [c for c in META_COLUMNS if c in columns]
+    rest = [c for c in columns if c not in META_COLUMNS]
+    columns = meta + [c for c in rest if not c.startswith("leaderboard: ")] + \
+        [c for c in rest if c.startswith("leaderboard: ")]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(out, columns, [rows[k] for k in sorted(rows)])
+    return len(rows), warnings

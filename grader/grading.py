@@ -1,0 +1,168 @@
+"""The record of one grading: what the pipeline builds, grading.json holds, and every output reads.
+
+One model in two forms. :meth:`Grading.to_json` is what ``grading.json`` holds;
+:func:`load_grading` (or :meth:`Grading.from_json`) reads it back into the same typed
+objects, equal to the ones that were written, so results.json, summary.md, the profile
+page and the leaderboard come out the same from a fresh grading or from its file.
+
+grading.json keeps the keys people and tools read: ``device``, ``device_reason`` and
+``compiler`` at the top, ``stages.<id>.ncu`` / ``.profile_n`` / ``.timing`` / ``.correct``
+per stage (``correct`` is derived from the stage's typed ``verdict``, written for readers
+and ignored on load).
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from grader.build.compile import CompileResult
+from grader.build.sass import SassResult
+from grader.build.toolchain import Tool
+from grader.model import Gap, ItemResult, Verdict, to_jsonable
+from grader.run.timing import TimingSummary
+from grader.spec.peaks import Peaks
+from grader.spec.types import Stage
+
+FORMAT = 2  # grading.json's layout; 1 was the untyped dump, which cannot be read back
+
+
+class GradingFormatError(ValueError):
+    """grading.json is missing, not JSON, or not the layout this grader writes."""
+
+
+@dataclass
+class Environment:
+    """What the grading ran on: the device probe's report, the tools, the peaks."""
+
+    device: dict | None  # the probe child's JSON ({"ok", "name", "cc", "sms", ...}), None if it failed
+    device_reason: str  # why there is no GPU ("" when there is one)
+    nvcc: Tool | None
+    cuobjdump: Tool | None
+    arch_flags: list[str]
+    peaks: Peaks
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.device and self.device.get("ok"))
+
+
+@dataclass
+class StageOutcome:
+    """Everything that happened to one stage. Decisions read the typed fields
+    (``verdict``, ``ncu_gap.cause``); the messages are only for people."""
+
+    stage: Stage
+    compile: CompileResult | None = None
+    sass: SassResult | None = None
+    verdict: Verdict = Verdict.NOT_EVALUATED
+    correctness_message: str = ""
+    cases: list[dict] = field(default_factory=list)  # the checker's verdict per size
+    timing: TimingSummary | None = None
+    gpu_reason: str = ""  # why GPU work was not done, "" when it was
+    run_output: str = ""  # trimmed output of the student's run, for feedback
+    bench: dict = field(default_factory=dict)  # raw timings from the runner (unjudged)
+    ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
+    ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
+    profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
+
+    @property
+    def correct(self) -> bool | None:
+        """True / False, or None when correctness was not judged (no GPU, did not compile)."""
+        return self.verdict.correct
+
+    @property
+    def ncu_reason(self) -> str:
+        return self.ncu_gap.message if self.ncu_gap else ""
+
+
+@dataclass
+class ProfileRun:
+    """What grading.json keeps of the one Nsight Compute run (each stage's metrics are in its outcome)."""
+
+    command: list[str] = field(default_factory=list)
+    reason: str = ""  # why the whole run gave nothing ("" when it gave metrics)
+    wall_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+    dropped_metrics: list[str] = field(default_factory=list)  # ncu did not know them here
+
+
+@dataclass
+class Grading:
+    submission: str
+    env: Environment
+    outcomes: dict[str, StageOutcome]
+    items: list[ItemResult]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    profile: ProfileRun | None = None  # the one profiling run, when there was one
+
+    @property
+    def score(self) -> float:
+        return round(sum(i.score for i in self.items), 4)
+
+    @property
+    def max_score(self) -> float:
+        return sum(i.max_score for i in self.items)
+
+    def to_json(self) -> dict[str, Any]:
+        """The grading.json dict (JSON-ready)."""
+        env = self.env
+        stages = {}
+        for sid, o in self.outcomes.items():
+            stages[sid] = {**to_jsonable(o), "correct": o.correct}
+        return to_jsonable({
+            "format": FORMAT, "submission": self.submission, "seconds": self.seconds,
+            "score": self.score, "max_score": self.max_score, "notes": self.notes,
+            "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
+            "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks,
+            "ncu": self.profile, "stages": stages, "items": self.items,
+        })
+
+    @classmethod
+    def from_json(cls, data: Any) -> Grading:
+        """The Grading a grading.json dict holds. Raises GradingFormatError naming what is wrong."""
+        if not isinstance(data, dict):
+            raise GradingFormatError(f"grading.json: expected an object, found {type(data).__name__}")
+        if data.get("format") != FORMAT:
+            raise GradingFormatError(f"grading.json: format {data.get('format')!r}, expected {FORMAT} "
+                                     "(written by another version of the grader)")
+        shaped = {
+            "submission": data.get("submission"), "seconds": data.get("seconds"), "notes": data.get("notes", []),
+            "env": {"device": data.get("device"), "device_reason": data.get("device_reason"),
+                    "nvcc": data.get("compiler"), "cuobjdump": data.get("cuobjdump"),
+                    "arch_flags": data.get("arch_flags"), "peaks": data.get("peaks")},
+            "profile": data.get("ncu"), "outcomes": data.get("stages"), "items": data.get("items"),
+        }
+        # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
+        # without it still grades.
+        import dacite  # typed records from JSON dicts (nested dataclasses, enums, tuples, optionals)
+
+        # Enum values and tuples come back from their JSON forms; a float field written by another
+        # tool as a whole number (2) reads back as a float.
+        config = dacite.Config(cast=[Enum, tuple], type_hooks={float: _as_float, Counter: Counter})
+        try:
+            return dacite.from_dict(cls, shaped, config=config)
+        except (dacite.DaciteError, ValueError, TypeError) as exc:
+            raise GradingFormatError(f"grading.json: {exc}") from None
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def _as_float(x: Any) -> Any:
+    return float(x) if type(x) is int else x
+
+
+def load_grading(path: str | Path) -> Grading:
+    """Read grading.json back into a Grading. Raises GradingFormatError (never a bare OSError)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GradingFormatError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise GradingFormatError(f"{path}: not JSON ({exc})") from None
+    return Grading.from_json(data)

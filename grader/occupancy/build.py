@@ -1,0 +1,113 @@
+"""Build the occupancy program (occ.cu): a cubin per register cap, the default cubin, the host program.
+
+Every build is :mod:`grader.build.student`'s guarded compile, with the build's own flags (a
+``-DREGCAP=N`` can change what the source includes, so each build's includes are checked with
+its flags). The builds share one copy of the program's folder and run in parallel; nothing here
+raises for the student's mistakes.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.build.ptxas import KernelResources, entry_names, parse_ptxas
+from grader.build.student import CompileStatus, Fence, compile_student, prepare_scratch
+from grader.build.tool_search import Tool
+from grader.model import ProcRecord
+from grader.occupancy.config import OccupancyConfig
+
+BUILD_OUTPUT_LIMIT = 64_000  # bytes of compiler output kept per stream
+
+
+@dataclass
+class Build:
+    label: str  # "default", "r255", ..., "exe"
+    cap: int | None
+    output: Path
+    proc: ProcRecord | None = None
+    ok: bool = False
+    problem: str = ""
+    kernels: dict[str, KernelResources] = field(default_factory=dict)
+
+
+def nvcc_flags(arch_flags: list[str], *, cubin: bool, cap: int | None = None) -> list[str]:
+    """The flags of one build (source and output are added by the guarded compile)."""
+    flags = ["-cubin", *arch_flags, "-O3", "-Xptxas", "-v"] if cubin else ["-O2", *arch_flags]
+    if cap is not None:
+        flags += [f"-maxrregcount={cap}", f"-DREGCAP={cap}"]
+    return flags
+
+
+def trim(text: str, limit: int = 1500) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: float, file: str,
+             need: tuple[str, ...], fence: Fence | None) -> Build:
+    record = compile_student(nvcc, scratch, build.output.name, flags, timeout_s=timeout_s,
+                             output_limit=BUILD_OUTPUT_LIMIT, fence=fence)
+    build.proc = record.proc
+    what = f"{file} (-maxrregcount={build.cap})" if build.cap is not None else file
+    if record.status is CompileStatus.REFUSED:
+        build.problem = f"{what} was not compiled: {record.problem}"
+        return build
+    if record.status is not CompileStatus.OK:
+        proc = record.proc
+        detail = trim(proc.stderr or proc.stdout) if proc is not None else record.problem
+        brief = proc.brief() if proc is not None else "did not run"
+        build.problem = f"{what} did not compile: nvcc {brief}:\n{detail}"
+        return build
+    report = record.report
+    build.kernels = parse_ptxas(report)
+    missing = [k for k in need if k not in build.kernels]
+    if missing:
+        found = entry_names(report)
+        hint = ""
+        if any(m in f for m in missing for f in found):
+            hint = ' (the name is C++-mangled: declare it extern "C" __global__)'
+        build.problem = (f"{file} has no kernel named " + ", ".join(f"`{m}`" for m in missing)
+                         + f"; found: {', '.join(found) or 'no kernels'}{hint}")
+        return build
+    build.ok = True
+    return build
+
+
+def build_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
+              timeout_s: float, with_gpu: bool, user: str | None = None,
+              fence: Fence | None = None) -> dict[str, Build]:
+    """Compile the program: a cubin per register cap (always), plus the default cubin and the host
+    program when there is a GPU to run them on. In parallel; never raises. A refused copy (an
+    ``#include`` that reaches outside) fails every build with the refusal."""
+    build_dir = work / "build"
+    prog = cfg.program
+    jobs: dict[str, tuple[Build, list[str], tuple[str, ...]]] = {}
+    for cap in cfg.ex6.register_caps:
+        b = Build(f"r{cap}", cap, build_dir / f"occ_r{cap}.cubin")
+        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True, cap=cap), (prog.heavy_kernel,))
+    if with_gpu:
+        b = Build("default", None, build_dir / "occ_default.cubin")
+        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True), (prog.work_kernel,))
+        b = Build("exe", None, build_dir / "occ")
+        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False), ())
+    scratch, problem = prepare_scratch(src, build_dir, cfg.program_file, user)
+    if scratch is None:
+        for b, _flags, _need in jobs.values():
+            b.problem = f"{cfg.program_file} was not compiled: {problem}"
+        return {label: b for label, (b, _f, _n) in jobs.items()}
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {label: pool.submit(_compile, b, nvcc, scratch, flags, timeout_s, cfg.program_file, need, fence)
+                   for label, (b, flags, need) in jobs.items()}
+    return {label: f.result() for label, f in futures.items()}
+
+
+def ptxas_measurements(builds: dict[str, Build], cfg: OccupancyConfig) -> tuple[dict | None, str | None]:
+    """(``{cap: heavy's KernelResources}``, None) or (None, the first build's problem)."""
+    out = {}
+    for cap in cfg.ex6.register_caps:
+        b = builds.get(f"r{cap}")
+        if b is None or not b.ok:
+            return None, (b.problem if b else f"-maxrregcount={cap} was not built")
+        out[cap] = b.kernels[cfg.program.heavy_kernel]
+    return out, None

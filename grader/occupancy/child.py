@@ -1,0 +1,120 @@
+"""The grader's own GPU measurements of the occupancy program, in the trusted child.
+
+:func:`child_spec` says what :mod:`grader.children.occupancy` measures (from the rubric and the
+builds), :func:`run_child` runs it through :func:`grader.children.launch.launch`, and
+:func:`apply_child_report` turns its report into :class:`~grader.occupancy.grading.Measurements`,
+saying per part (api, sweeps, heavy) what is missing and whose doing that is.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.build.student import Fence
+from grader.children.launch import launch
+from grader.model import ProcRecord
+from grader.occupancy.build import Build, trim
+from grader.occupancy.config import OccupancyConfig
+from grader.occupancy.exercises import api_points
+from grader.occupancy.grading import Measurements
+
+# The grader's own re-run of the Ex 4 sweeps and of heavy: the same work at every point
+# (grid = TOTAL_THREADS / block), like the reference program. Not in the rubric: changing
+# them changes no answer, only the run times the conclusions are checked against.
+ARRAY_N = 1 << 20
+SWEEP_TOTAL_THREADS = 1 << 20
+SWEEP_ITERS = 256
+HEAVY_TOTAL_THREADS = 1 << 20
+HEAVY_ITERS = 64
+SWEEP_TIMING = {"warmup": 1, "reps": 15, "min_reps": 5, "max_seconds": 8.0}
+HEAVY_TIMING = {"warmup": 1, "reps": 10, "min_reps": 3, "max_seconds": 6.0}
+CHILD_TIMEOUT_S = 60.0
+
+
+def child_spec(cfg: OccupancyConfig, builds: dict[str, Build]) -> dict:
+    """What :mod:`grader.children.occupancy` measures, from the rubric and the builds."""
+    e4, e6 = cfg.ex4, cfg.ex6
+    return {
+        "source": cfg.program_file,
+        "work_kernel": cfg.program.work_kernel,
+        "heavy_kernel": cfg.program.heavy_kernel,
+        "cubin": str(builds["default"].output) if "default" in builds and builds["default"].ok else None,
+        "work_problem": (builds["default"].problem if "default" in builds else "not built") or None,
+        "n": ARRAY_N,
+        "api_points": [list(p) for p in api_points(cfg)],
+        "potential_smem": cfg.ex2.dynamic_smem,
+        "sweeps": {"smem": [[e4.smem_block_size, s] for s in e4.smem_points],
+                   "block": [[b, e4.block_smem] for b in e4.block_points],
+                   "total_threads": SWEEP_TOTAL_THREADS, "iters": SWEEP_ITERS, **SWEEP_TIMING},
+        "heavy": {"block": e6.block_size, "iters": HEAVY_ITERS, "total_threads": HEAVY_TOTAL_THREADS,
+                  "cubins": {str(cap): str(builds[f"r{cap}"].output) for cap in e6.register_caps
+                             if f"r{cap}" in builds and builds[f"r{cap}"].ok},
+                  **HEAVY_TIMING},
+    }
+
+
+_PARTS = ("api", "sweeps", "heavy")
+# Which measurement parts an error in a child's phase leaves missing.
+_PHASE_PARTS = {"setup": _PARTS, "load": ("api", "sweeps"), "api": ("api", "sweeps"),
+                "sweeps": ("sweeps",), "heavy": ("heavy",)}
+
+
+def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord | None) -> None:
+    """Fill ``meas`` from the child's report; say in ``meas.gpu_problems`` what is missing."""
+    report = report or {}
+    problems: dict[str, list[str]] = {}
+
+    def add(parts, message: str) -> None:
+        for part in parts:
+            problems.setdefault(part, [])
+            if message not in problems[part]:
+                problems[part].append(message)
+
+    for err in report.get("errors", []):
+        msg = str(err.get("message", "")).strip()
+        if not err.get("student"):
+            msg = "not evaluated: the grader's GPU measurements failed: " + msg
+        add(_PHASE_PARTS.get(err.get("phase"), _PARTS), msg)
+
+    phase = report.get("phase")
+    if proc is not None and not proc.ok and phase != "finished":
+        if not report:
+            add(_PARTS, f"not evaluated: the grader's GPU measurement process failed ({proc.brief()}): "
+                        f"{trim(proc.stderr or proc.stdout, 400)}")
+        elif phase in ("setup", "load", "api"):
+            add(_PHASE_PARTS[phase], f"not evaluated: the grader's GPU measurement process {proc.brief()} "
+                                     f"while {phase}: {trim(proc.stderr, 400)}")
+        else:
+            kernel = "heavy" if phase == "heavy" else "work"
+            if proc.timed_out:
+                msg = (f"the grader's run of your `{kernel}` kernel did not finish within {proc.timeout_s:g} s "
+                       f"(look for a loop that never ends)")
+            else:
+                msg = f"the grader's run of your `{kernel}` kernel ended abnormally ({proc.brief()})"
+            add(_PHASE_PARTS[phase] if phase == "heavy" else ("sweeps", "heavy"), msg)
+
+    meas.api = report.get("api")
+    sweeps = report.get("sweep_times")
+    if isinstance(sweeps, dict):
+        meas.sweep_times = {name: {int(k): float(v) for k, v in (sweeps.get(name) or {}).items()}
+                            for name in ("smem", "block")}
+    heavy = report.get("heavy_times_ms")
+    if isinstance(heavy, dict) and "heavy" not in problems:
+        meas.heavy_times_ms = {int(k): float(v) for k, v in heavy.items()}
+    for part in _PARTS:
+        if part in problems:
+            msgs = problems[part]
+            students = [m for m in msgs if not m.startswith("not evaluated")]
+            meas.gpu_problems[part] = "\n".join(students) if students else msgs[0]
+        elif part == "api" and meas.api is None:
+            meas.gpu_problems[part] = "not evaluated: the grader's Occupancy API calls did not run"
+        elif part == "sweeps" and meas.sweep_times is None:
+            meas.gpu_problems[part] = "not evaluated: the grader's re-run of the sweeps did not run"
+        elif part == "heavy" and meas.heavy_times_ms is None:
+            meas.gpu_problems[part] = "not evaluated: the grader's timing of heavy did not run"
+
+
+def run_child(cfg: OccupancyConfig, builds: dict[str, Build], work: Path, timeout_s: float | None = None, *,
+              fence: Fence | None = None) -> tuple[dict | None, ProcRecord]:
+    """Run :mod:`grader.children.occupancy` on the builds; (its report or None, the process)."""
+    child = launch("occupancy", child_spec(cfg, builds), work, timeout_s or CHILD_TIMEOUT_S, 20_000, fence=fence)
+    return child.result, child.proc

@@ -1,0 +1,337 @@
+"""Start one child process, capture its output within bounds, stop it, leave nothing behind.
+
+This is the layer under :mod:`grader.run.sandbox`: it knows nothing of bwrap or cgroups. What it
+guarantees, whatever the child does (loops forever, floods its output, forks, leaves a daemon
+holding its pipes, prints invalid UTF-8), is a :class:`~grader.model.ProcRecord` and no exception:
+
+* The child starts in a new session (``start_new_session=True``), so it and its descendants
+  share one process group and one session whose id is the child's pid.
+* When the child exits, or a limit ends it (time, total output, or whatever ``watch`` reports),
+  everything left in that session is killed with SIGKILL (the process group, plus any member that
+  moved to another group of the same session, found through ``/proc``). The exited child is not
+  reaped until then, so its pid (the group id) cannot be reused by an unrelated process.
+* stdout and stderr are read by two threads that keep the first and last ``output_limit // 2``
+  bytes of each stream and count the rest. The threads poll with a short timeout, so a descendant
+  that escaped the session (``setsid``) and still holds a pipe cannot make the caller wait past a
+  short grace period.
+
+A descendant that calls ``setsid`` itself escapes the session kill; the sandbox's bwrap fence (a
+PID namespace) or its cgroup is what ends those.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from grader.model import Limit, ProcRecord
+
+# After the child has exited and its session was killed, how long the reader
+# threads may keep draining what is left in the pipes before they are stopped.
+DRAIN_GRACE_S = 1.0
+# After SIGKILL on timeout, how long to wait for the child to be reapable.
+KILL_WAIT_S = 5.0
+# How often the I/O threads look at their stop flag.
+_POLL_S = 0.05
+_CHUNK = 64 * 1024
+
+# ``watch(pid)`` is called every ``watch_every_s`` while the child runs; a Limit it returns ends it.
+Watch = Callable[[int], "Limit | None"]
+# For the first second the watch runs more often: a fork bomb doubles every few milliseconds, and
+# once there are thousands of processes the grader itself gets too little CPU to stop them soon.
+FAST_WATCH_S = 0.01
+FAST_WATCH_FOR_S = 1.0
+
+
+class _Capture:
+    """Keep the first and last ``half`` bytes of a stream and count all of it."""
+
+    def __init__(self, limit: int):
+        self.half = max(0, int(limit)) // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.half > 0:
+            self.tail += data
+            excess = len(self.tail) - self.half
+            if excess > 0:
+                del self.tail[:excess]
+
+    def text(self) -> str:
+        trimmed = self.total - len(self.head) - len(self.tail)
+        head = _decode(bytes(self.head))
+        if trimmed <= 0:
+            return head + _decode(bytes(self.tail))
+        return head + f"\n… [{trimmed:,} bytes trimmed] …\n" + _decode(bytes(self.tail))
+
+
+def _decode(data: bytes) -> str:
+    return data.replace(b"\x00", b"").decode("utf-8", errors="replace")
+
+
+def _reader(fd: int, cap: _Capture, stop: threading.Event) -> None:
+    """Read ``fd`` until EOF or until ``stop`` is set."""
+    try:
+        os.set_blocking(fd, False)
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while not stop.is_set():
+                if not sel.select(_POLL_S):
+                    continue
+                try:
+                    data = os.read(fd, _CHUNK)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    return  # EOF: every writer closed the pipe
+                cap.feed(data)
+    except OSError:
+        return
+
+
+def _writer(fd: int, data: bytes, stop: threading.Event) -> None:
+    """Write ``data`` to ``fd`` (the child's stdin), then close it."""
+    view = memoryview(data)
+    try:
+        os.set_blocking(fd, False)
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_WRITE)
+            while view and not stop.is_set():
+                if not sel.select(_POLL_S):
+                    continue
+                try:
+                    n = os.write(fd, view[:_CHUNK])
+                except BlockingIOError:
+                    continue
+                view = view[n:]
+    except OSError:  # BrokenPipeError: the child does not read its stdin
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class _ExitWaiter:
+    """Wait for child ``pid`` to exit without reaping it (the zombie keeps the pid, and so the
+    process-group id, reserved until :meth:`Popen.wait` reaps it)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.pidfd: int | None = None
+        pidfd_open = getattr(os, "pidfd_open", None)
+        if pidfd_open is not None:
+            try:
+                self.pidfd = pidfd_open(pid)
+            except OSError:
+                self.pidfd = None
+
+    def wait(self, timeout: float) -> bool:
+        """True if the child exited within ``timeout`` seconds."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self.pidfd is not None:
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.pidfd, selectors.EVENT_READ)
+                return bool(sel.select(max(0.0, timeout)))
+        # Fallback without pidfd (old kernels, non-Linux): poll.
+        delay = 0.001
+        while True:
+            try:
+                info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return True  # already reaped
+            if info is not None:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.02)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of live processes whose session id is ``sid`` (Linux /proc; else [])."""
+    pids: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return pids
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp session ..." -- comm may contain spaces and parens.
+        fields = stat.rpartition(b")")[2].split()
+        try:
+            if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+                pids.append(int(name))
+        except (IndexError, ValueError):
+            continue
+    return pids
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the process group ``sid`` and every other member of session ``sid``."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in _session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_process(
+    command: list[str],
+    *,
+    timeout_s: float,
+    cwd: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    output_limit: int,
+    stdin_data: bytes | None = None,
+    popen_extra: Mapping[str, object] | None = None,
+    watch: Watch | None = None,
+    watch_every_s: float = 0.05,
+    output_cap: int | None = None,
+    kill_extra: Callable[[], None] | None = None,
+) -> ProcRecord:
+    """Run ``command`` until it exits or a limit ends it; the record says which (``limit``).
+
+    ``popen_extra``: more :class:`subprocess.Popen` arguments (``user``, ``preexec_fn``,
+    ``pass_fds``). ``output_cap``: total bytes on stdout+stderr after which the child is stopped
+    (``Limit.OUTPUT``). ``watch``: see :data:`Watch`. ``kill_extra``: called with the session kill
+    (a cgroup's kill), so that processes outside the session die as promptly.
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            command,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            **(popen_extra or {}),  # type: ignore[arg-type]
+        )
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        name = command[0] if command else "(empty command)"
+        return ProcRecord(command=command, returncode=None, wall_s=time.monotonic() - start,
+                          stderr=f"could not start {name}: {exc}", timeout_s=float(timeout_s))
+
+    stop = threading.Event()
+    out_cap, err_cap = _Capture(output_limit), _Capture(output_limit)
+    assert proc.stdout is not None and proc.stderr is not None
+    threads = [
+        threading.Thread(target=_reader, args=(proc.stdout.fileno(), out_cap, stop), daemon=True),
+        threading.Thread(target=_reader, args=(proc.stderr.fileno(), err_cap, stop), daemon=True),
+    ]
+    if stdin_data is not None:
+        assert proc.stdin is not None
+        stdin_fd = os.dup(proc.stdin.fileno())  # the writer owns (and closes) this copy
+        proc.stdin.close()
+        threads.append(threading.Thread(target=_writer, args=(stdin_fd, bytes(stdin_data), stop), daemon=True))
+    for t in threads:
+        t.start()
+
+    def kill_all() -> None:
+        if kill_extra is not None:
+            kill_extra()
+        kill_session(proc.pid)
+
+    limit: Limit | None = None
+    waiter = _ExitWaiter(proc.pid)
+    # Without a watch or an output cap one wait covers the whole time limit, as before.
+    watching = watch is not None or output_cap is not None
+    try:
+        while True:
+            now = time.monotonic()
+            left = start + timeout_s - now
+            if left <= 0:
+                limit = Limit.TIME
+                break
+            tick = float("inf") if not watching else FAST_WATCH_S if now - start < FAST_WATCH_FOR_S else watch_every_s
+            if waiter.wait(min(left, tick)):
+                break
+            if output_cap is not None and out_cap.total + err_cap.total > output_cap:
+                limit = Limit.OUTPUT
+                break
+            if watch is not None:
+                limit = watch(proc.pid)
+                if limit is not None:
+                    break
+        wall_s = time.monotonic() - start
+        if limit is not None:
+            try:
+                # First, and directly: it may have left its own process group, and under a fork
+                # bomb the session scan below is slow (the sandbox's namespace dies with it).
+                proc.kill()
+            except OSError:
+                pass
+        # Exited or not, nothing the child started may outlive it.
+        kill_all()
+        try:
+            returncode: int | None = proc.wait(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # unkillable (D state); report the kill we sent
+            returncode = -signal.SIGKILL
+        if limit is not None:
+            wall_s = time.monotonic() - start
+        # Let the readers drain what is left in the pipes, then stop them.
+        drain_deadline = time.monotonic() + DRAIN_GRACE_S
+        for t in threads:
+            t.join(max(0.0, drain_deadline - time.monotonic()))
+    except BaseException:  # KeyboardInterrupt etc. in the grader: leave nothing running
+        kill_all()
+        try:
+            proc.kill()
+            proc.wait(timeout=KILL_WAIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        raise
+    finally:
+        waiter.close()
+        stop.set()
+        for t in threads:
+            t.join(1.0)
+        for f in (proc.stdout, proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    return ProcRecord(
+        command=command,
+        returncode=returncode,
+        timed_out=limit is Limit.TIME,
+        wall_s=wall_s,
+        stdout=out_cap.text(),
+        stderr=err_cap.text(),
+        stdout_bytes=out_cap.total,
+        stderr_bytes=err_cap.total,
+        timeout_s=float(timeout_s),
+        limit=limit,
+    )

@@ -1,0 +1,2 @@
+#inc\
+lude "/dev/urandom"

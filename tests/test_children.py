@@ -1,0 +1,128 @@
+"""grader.children: one entry point and protocol, one launcher, and a closed set of runtime files.
+
+Children run from a copy of exactly ``RUNTIME_FILES`` (the sandbox shows them that way, without
+the grader's source); these tests run them from such a copy, with tests/fake_cupy standing in for
+a GPU where one is needed.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from grader import PACKAGE_DIR
+from grader.children import RUNTIME_FILES
+from grader.children.launch import child_env, launch
+from grader.children.protocol import MODES
+from grader.run.inputs import make_inputs_xp
+
+ROOT = PACKAGE_DIR.parent
+FAKE_CUPY = ROOT / "tests" / "fake_cupy"
+# What a child may import besides the runtime files: the standard library, NumPy and CuPy.
+THIRD_PARTY = {"numpy", "cupy", "cupy_backends"}
+
+
+def _module_file(name: str) -> str | None:
+    """The runtime-file path of grader module ``name`` (None when it is no file of the package)."""
+    rel = Path(*name.split(".")[1:])
+    for cand in (rel / "__init__.py", rel.with_suffix(".py")):
+        if (PACKAGE_DIR / cand).is_file():
+            return cand.as_posix()
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return names
+
+
+def test_runtime_files_are_closed_under_the_childrens_imports():
+    stdlib = set(sys.stdlib_module_names)
+    for rel in RUNTIME_FILES:
+        for name in _imports(PACKAGE_DIR / rel):
+            top = name.split(".")[0]
+            if top == "grader":
+                target = _module_file(name)
+                if target is None and _module_file(name.rsplit(".", 1)[0]):
+                    continue  # `from grader.x import name`: a name inside a listed module
+                assert target in RUNTIME_FILES, f"{rel} imports {name}, which is not a runtime file"
+            else:
+                assert top in stdlib or top in THIRD_PARTY or top == "__future__", f"{rel} imports {name}"
+    for mode in MODES:
+        assert f"children/{mode}.py" in RUNTIME_FILES
+
+
+def _runtime_copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "runtime"
+    for rel in RUNTIME_FILES:
+        (dest / "grader" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PACKAGE_DIR / rel, dest / "grader" / rel)
+    return dest
+
+
+def test_a_child_runs_from_the_runtime_files_alone(tmp_path, monkeypatch):
+    """The checker, from a copy of the runtime files only, outside the checkout."""
+    runtime = _runtime_copy(tmp_path)
+    n = 16
+    a, b = make_inputs_xp(np, n, 5, "fp32")
+    np.save(tmp_path / "c.npy", (a.astype(np.float64) @ b).astype(np.float32))
+    spec = {"stages": [{"id": "naive", "inputs": "fp32", "rtol": 1e-4, "out_dir": str(tmp_path),
+                        "cases": [{"n": n, "seed": 5, "file": "c.npy", "kind": "check"}]}]}
+    monkeypatch.chdir(tmp_path)
+    env = child_env(tmp_path / "cache", runtime)
+    loaded = ("import sys, grader.children.__main__, grader.children.stage, grader.children.check, "
+              "grader.children.profile, grader.children.occupancy, grader.children.probe; "
+              "print('\\n'.join(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'grader'))")
+    out = subprocess.run([sys.executable, "-c", loaded], env=env, capture_output=True, text=True, timeout=60)
+    files = out.stdout.split()
+    assert out.returncode == 0 and len(files) >= 8, out.stderr
+    assert all(Path(f).is_relative_to(runtime) for f in files), files
+    got = launch("check", spec, tmp_path / "w", 60, 20_000, runtime=runtime)
+    assert got.proc.ok, got.proc.stderr
+    assert got.result["naive"]["cases"][0]["passed"] is True
+    assert got.spec_path.name == "check_spec.json" and got.result_path.name == "check_result.json"
+
+
+def test_probe_on_the_stand_in_gpu_and_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
+    got = launch("probe", {}, tmp_path / "probe", 60, 20_000, cache_dir=tmp_path / "cache")
+    assert got.proc.ok, got.proc.stderr
+    assert got.result["ok"] is True and got.result["cc"] == [9, 0] and got.result["sms"] == 132
+    env = child_env(tmp_path / "cache")
+    assert env["CUPY_TF32"] == "0" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["CUPY_CACHE_DIR"] == str(tmp_path / "cache")
+    assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(ROOT), str(FAKE_CUPY)]
+
+
+def test_a_child_that_dies_leaves_no_result_and_a_wrong_mode_is_refused(tmp_path):
+    got = launch("check", {"stages": "not a list"}, tmp_path, 60, 20_000)
+    assert not got.proc.ok and got.result is None and "TypeError" in got.proc.stderr
+    with pytest.raises(ValueError, match="unknown child mode"):
+        launch("stage.py", {}, tmp_path, 60, 20_000)
+    usage = subprocess.run([sys.executable, "-m", "grader.children", "nonsense"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60)
+    assert usage.returncode == 2 and "usage: python -m grader.children {probe,stage" in usage.stderr
+
+
+def test_a_wrapping_tool_runs_the_child(tmp_path):
+    """ncu and compute-sanitizer run the child as their own command; the result still comes back."""
+    wrapper = tmp_path / "wrap.sh"
+    wrapper.write_text('#!/bin/sh\necho "wrapped: $*" >&2\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    got = launch("check", {"stages": []}, tmp_path / "w", 60, 20_000, wrap=[str(wrapper)], name="racecheck")
+    assert got.proc.ok and got.result == {}
+    assert "-m grader.children check" in got.proc.stderr
+    assert json.loads((tmp_path / "w" / "racecheck_spec.json").read_text()) == {"stages": []}

@@ -1,7 +1,17 @@
+"""The GEMM-ladder autograder (docs/design.md draws the layout and the flow)."""
 
 from pathlib import Path as _Path
 
-# Where the package lives, and the checkout (or installed tree) around it. Every module that needs
-# a path outside its own folder derives it from these two, never from its own depth.
+# Every module that needs a path outside its own folder derives it from these, never from its own depth.
 PACKAGE_DIR = _Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent
+# Where `import grader` resolves from: the checkout, or site-packages after a non-editable install.
+IMPORT_ROOT = PACKAGE_DIR.parent
+# A checkout has rubric.yaml and pyproject.toml beside the package; an installed package does not.
+IN_CHECKOUT = (IMPORT_ROOT / "rubric.yaml").is_file() and (IMPORT_ROOT / "pyproject.toml").is_file()
+# The checkout's root (rubric.yaml, solutions/, tests/); after an install, the package itself.
+REPO_ROOT = IMPORT_ROOT if IN_CHECKOUT else PACKAGE_DIR
+# What students' processes must never see: the whole checkout, or the installed package's own folder
+# (its site-packages stays visible for the interpreter's libraries; grader/run/fence.py masks the package).
+PRIVATE_ROOT = REPO_ROOT
+# The rubric graded by default: the checkout's, or the copy the build put into the package (setup.py).
+DEFAULT_RUBRIC = IMPORT_ROOT / "rubric.yaml" if IN_CHECKOUT else PACKAGE_DIR / "data" / "rubric.yaml"

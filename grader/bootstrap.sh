@@ -4,15 +4,16 @@
 #   bash grader/bootstrap.sh setup               only set up
 #   bash grader/bootstrap.sh grade [args...]     set up, then: python grader/run_local.py solutions/ [args...]
 #   bash grader/bootstrap.sh test [pytest args]  set up with the test extras, then: python -m pytest [args]
+#   bash grader/bootstrap.sh lint                set up with the test extras, then: ruff check, mypy (as .ci/run)
 #
 # Commands run from the repository root, whatever the caller's cwd.
 #
 # Decision:
 #   * If python3 (or $GRADER_PYTHON) already imports numpy, yaml, rich (+ pytest for `test`,
-#     + cupy when `nvidia-smi -L` lists a GPU) and the system has nvcc and cuobjdump, use it
-#     and install nothing (the offline GPU machine).
+#     + ruff and mypy for `lint`, + cupy when `nvidia-smi -L` lists a GPU) and the system has
+#     nvcc and cuobjdump, use it and install nothing (the offline GPU machine).
 #   * Otherwise create/reuse .venv in the repo root and `pip install -e ".[extras]"`, where
-#     extras = test (for `test`), cuda13 or cuda12 (GPU visible; by the driver's CUDA
+#     extras = test (for `test` and `lint`), cuda13 or cuda12 (GPU visible; by the driver's CUDA
 #     version), nvcc (no usable nvcc found), sass (no usable cuobjdump/nvdisasm found).
 #     Pip runs again only when pyproject.toml changed or an extra is newly needed
 #     (stamp: .venv/.grader-bootstrap).
@@ -32,7 +33,7 @@ cd "$REPO"
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 usage() {
-    sed -n '2,7p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 if [[ $# -lt 1 ]]; then usage; exit 2; fi
@@ -40,6 +41,7 @@ cmd=$1
 shift
 case "$cmd" in
     setup | grade | test) ;;
+    lint) if [[ $# -gt 0 ]]; then say "lint takes no arguments (it checks grader, tests and tools)"; exit 2; fi ;;
     -h | --help) usage; exit 0 ;;
     *) say "unknown command '$cmd'"; usage; exit 2 ;;
 esac
@@ -83,6 +85,7 @@ esac
 
 mods=(numpy yaml rich)
 [[ "$cmd" == test ]] && mods+=(pytest)
+[[ "$cmd" == lint ]] && mods+=(ruff mypy)
 [[ -n "$cupy_extra" ]] && mods+=(cupy)
 
 # Prints the modules that PY cannot import (nothing when all import).
@@ -130,7 +133,7 @@ setup_venv() {
     PY="$venv/bin/python"
 
     local extras=(base)
-    [[ "$cmd" == test ]] && extras+=(test)
+    [[ "$cmd" == test || "$cmd" == lint ]] && extras+=(test)
     [[ -n "$cupy_extra" ]] && extras+=("$cupy_extra")
     local t
     for t in $(tool_extras "$PY"); do extras+=("$t"); done
@@ -199,10 +202,12 @@ if ((!use_base)); then
     fi
 fi
 
-# What the grader will see (one line per tool; problems such as a missing host compiler show here).
-"$PY" -m grader.build.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
-# How students' processes will be fenced here (bubblewrap or the weak fallback, and why).
-"$PY" -m grader.run.sandbox 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+if [[ "$cmd" != lint ]]; then  # linting grades nothing; .ci/run's `test` that follows prints these
+    # What the grader will see (one line per tool; problems such as a missing host compiler show here).
+    "$PY" -m grader.build.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+    # How students' processes will be fenced here (bubblewrap or the weak fallback, and why).
+    "$PY" -m grader.run.sandbox 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+fi
 
 if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then
     py_path="$PY"
@@ -214,4 +219,6 @@ case "$cmd" in
     setup) exit 0 ;;
     grade) exec "$PY" grader/run_local.py solutions/ "$@" ;;
     test) exec "$PY" -m pytest "$@" ;;
+    # Settings: pyproject.toml's [tool.ruff] and [tool.mypy] (which names mypy's package); both exit 1 on a finding.
+    lint) "$PY" -m ruff check grader tests tools && exec "$PY" -m mypy ;;
 esac

@@ -26,12 +26,11 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
-from grader import REPO_ROOT
-from grader.errors import ConfigError
+from grader import DEFAULT_RUBRIC, REPO_ROOT
 from grader.outputs.results import error_results, write_results
+from grader.spec.errors import ConfigError
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
-DEFAULT_RUBRIC = REPO_ROOT / "rubric.yaml"
 DEFAULT_OUT = "grading-out"
 PLOT_SUFFIXES = (".png",)  # files under OUT/work that feedback messages name, kept after grading
 
@@ -124,6 +123,10 @@ def grade_command(args: argparse.Namespace) -> int:
                                      keep_outputs=args.keep_outputs, progress=progress)
             bar.update(task, completed=steps)
         write_outputs(grading, out)
+        mode = grading.env.sandbox
+        if mode is not None and mode.confinement.value == "weak":  # said once, even with --quiet
+            print(f"warning: students' code ran without the bubblewrap sandbox: {mode.reason} "
+                  "(recorded in grading.json and summary.md; docs/deployment.md, 'What is fenced')", file=sys.stderr)
         render_terminal(grading, console)
         console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)
         return EXIT_OK

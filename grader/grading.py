@@ -13,19 +13,23 @@ and ignored on load).
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from grader.build.compile import CompileResult
+from grader.build.intake import Intake
 from grader.build.sass import SassResult
 from grader.build.toolchain import Tool
 from grader.model import Gap, ItemResult, Verdict, to_jsonable
+from grader.run.sandbox import Mode
 from grader.run.timing import TimingSummary
 from grader.spec.peaks import Peaks
-from grader.spec.types import Stage
+from grader.spec.types import Rubric, Stage
 
 FORMAT = 2  # grading.json's layout; 1 was the untyped dump, which cannot be read back
 
@@ -44,6 +48,9 @@ class Environment:
     cuobjdump: Tool | None
     arch_flags: list[str]
     peaks: Peaks
+    # How students' processes were fenced (bwrap, or the weak fallback and why): recorded, so a
+    # grading made without the sandbox says so in grading.json and summary.md.
+    sandbox: Mode | None = None
 
     @property
     def has_gpu(self) -> bool:
@@ -118,7 +125,7 @@ class Grading:
             "format": FORMAT, "submission": self.submission, "seconds": self.seconds,
             "score": self.score, "max_score": self.max_score, "notes": self.notes,
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
-            "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks,
+            "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
             "ncu": self.profile, "stages": stages, "items": self.items,
         })
 
@@ -134,7 +141,8 @@ class Grading:
             "submission": data.get("submission"), "seconds": data.get("seconds"), "notes": data.get("notes", []),
             "env": {"device": data.get("device"), "device_reason": data.get("device_reason"),
                     "nvcc": data.get("compiler"), "cuobjdump": data.get("cuobjdump"),
-                    "arch_flags": data.get("arch_flags"), "peaks": data.get("peaks")},
+                    "arch_flags": data.get("arch_flags"), "peaks": data.get("peaks"),
+                    "sandbox": data.get("sandbox")},
             "profile": data.get("ncu"), "outcomes": data.get("stages"), "items": data.get("items"),
         }
         # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
@@ -166,3 +174,35 @@ def load_grading(path: str | Path) -> Grading:
     except ValueError as exc:
         raise GradingFormatError(f"{path}: not JSON ({exc})") from None
     return Grading.from_json(data)
+
+
+# The state one grading carries from step to step (grader/pipeline.py lists the steps): each step
+# takes the Job, records what happened as typed fields, and returns it; Job.grading() is the record.
+Progress = Callable[[str], None]
+
+
+
+@dataclass
+class Job:
+    rubric: Rubric
+    submission: Path  # the folder graded (a zip's single top folder already stepped into)
+    work: Path  # <out>/work: per-stage folders for the children
+    env: Environment
+    parts: list[str] | None  # --stages: stage and section ids to grade; None for all
+    keep_outputs: bool
+    progress: Progress
+    started: float = field(default_factory=time.monotonic)
+    outcomes: dict[str, StageOutcome] = field(default_factory=dict)
+    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
+    checks: list[dict] = field(default_factory=list)  # finished runs, for the reference checker
+    items: list[ItemResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    profile: ProfileRun | None = None
+    intake: Intake | None = None  # the submission's copy: what it left out, for the items that miss it
+
+    def wants(self, part: str) -> bool:
+        return self.parts is None or part in self.parts
+
+    def grading(self) -> Grading:
+        return Grading(str(self.submission), self.env, self.outcomes, self.items,
+                       time.monotonic() - self.started, self.notes, self.profile)

@@ -1,7 +1,7 @@
 """Grade one submission: a visible list of steps over one typed state.
 
 :func:`grade` probes the machine, then runs :data:`STEPS` in order; each step takes the
-:class:`~grader.job.Job` and returns it, recording what happened as typed fields (the
+:class:`~grader.grading.Job` and returns it, recording what happened as typed fields (the
 stage outcomes' verdicts and gaps, items, notes). A student's failure is data, never an
 exception. The grading process creates no CUDA context; every GPU step is a child process
 (see docs/design.md and grader/run/stages.py).
@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from grader.build import toolchain
 from grader.build.compile import compile_stage
@@ -21,10 +21,10 @@ from grader.build.locate import submission_root
 from grader.build.sass import dump_sass
 from grader.build.student import student_user
 from grader.children.launch import launch
-from grader.grading import Environment, Grading, ProfileRun, StageOutcome
-from grader.job import Job, Progress
+from grader.grading import Environment, Grading, Job, ProfileRun, Progress, StageOutcome
 from grader.model import Verdict
 from grader.profile.collect import profile_stages
+from grader.run import sandbox
 from grader.run.fence import Fence
 from grader.run.stages import check_results, drop_outputs, run_stages, sanitize, tool_fence
 from grader.score.stages import score
@@ -49,7 +49,8 @@ def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None =
             reason = ""
     cc = tuple(device["cc"]) if device and device.get("ok") else None
     return Environment(device, reason, toolchain.find_nvcc(), toolchain.find_cuobjdump(),
-                       toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric, device))
+                       toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric, device),
+                       sandbox=sandbox.mode())
 
 
 def resolve_submission(path: Path, rubric: Rubric) -> tuple[Path, str]:

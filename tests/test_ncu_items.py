@@ -5,12 +5,12 @@ import pytest
 
 from grader.build.compile import CompileResult
 from grader.build.ptxas import KernelResources
-from grader.errors import RubricError
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Status, Verdict
 from grader.profile.criteria import evaluate_ncu_item, measure
 from grader.profile.ncu import parse_raw_csv
 from grader.score.stages import evaluate
+from grader.spec.errors import RubricError
 from grader.spec.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
 from grader.spec.items import stage_item
 from grader.spec.peaks import Peaks

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.profile.ncu import parse_raw_csv
-from grader.profile.criteria import evaluate_ncu_item, measure
-from grader.model import Status, Verdict
-from grader.spec.rubric import load_rubric
 from grader.grading import StageOutcome
+from grader.model import Status, Verdict
+from grader.profile.criteria import evaluate_ncu_item, measure
+from grader.profile.ncu import parse_raw_csv
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -7,7 +7,6 @@ registers, static and dynamic shared memory and block size.
 import json
 from pathlib import Path
 
-
 from grader.occupancy.calculator import api_occupancy, limits_for
 
 GRID = json.loads((Path(__file__).parent / "fixtures" / "occupancy" / "api_grid_h200.json").read_text())

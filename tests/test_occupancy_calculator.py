@@ -3,9 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from grader.occupancy.calculator import (KIB, LIMITS, api_occupancy, hand_occupancy,
-                                         hand_occupancy_on, launch_smem_config, limits_for,
-                                         max_potential_block_size)
+from grader.occupancy.calculator import (
+    KIB,
+    LIMITS,
+    api_occupancy,
+    hand_occupancy,
+    hand_occupancy_on,
+    launch_smem_config,
+    limits_for,
+    max_potential_block_size,
+)
 
 H200 = limits_for("9.0")
 WORK_REGS = 28  # the seed's work kernel, measured (FACTS.md)

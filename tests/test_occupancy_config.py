@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from grader import REPO_ROOT
-from grader.errors import RubricError
 from grader.occupancy.calculator import KIB
 from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
+from grader.spec.errors import RubricError
 from grader.spec.items import VISIBILITIES
 from grader.spec.rubric import load_rubric, parse_rubric
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from grader.build.ptxas import parse_ptxas
-from grader.run.sandbox import run
 from grader.build.toolchain import find_nvcc
+from grader.run.sandbox import run
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests/fixtures/occupancy"

@@ -4,8 +4,8 @@ import copy
 import pytest
 import yaml
 
-from grader.errors import RubricError
 from grader.profile.ncu import metrics_needed
+from grader.spec.errors import RubricError
 from grader.spec.expr import METRIC_RE
 from grader.spec.rubric import parse_rubric
 from grader.writeup.config import load_report_config, metric_unit, normalize_name

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.errors import RubricError
+from grader.spec.errors import RubricError
 from grader.spec.rubric import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,8 +11,7 @@ import pytest
 
 from grader.build.compile import CompileResult
 from grader.build.ptxas import KernelResources
-from grader.grading import Environment, StageOutcome
-from grader.job import Job
+from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Status, Verdict
 from grader.run import stages as run_stages
 from grader.run.sanitize import Finding, SanitizerRun

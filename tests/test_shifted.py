@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from grader.build import toolchain
-from grader.spec.rubric import load_rubric
 from grader.instructor.shifted import FP16_FFMA_PORT, rename_kernel, write_shifted
+from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

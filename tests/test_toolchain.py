@@ -387,7 +387,7 @@ def test_cli_runs_with_stdlib_only():
 def test_ci_entry_point_and_bootstrap_are_wired():
     ci = REPO / ".ci" / "run"
     assert ci.exists() and os.access(ci, os.X_OK)
-    assert "bootstrap.sh test" in ci.read_text()
+    assert "bootstrap.sh test" in ci.read_text() and "bootstrap.sh lint" in ci.read_text()  # ruff, mypy first
     for script in (ci, REPO / "grader" / "bootstrap.sh"):
         p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr

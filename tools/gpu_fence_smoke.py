@@ -8,7 +8,6 @@ daemon gone after its step, the repository invisible. Used once per GPU session 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import time

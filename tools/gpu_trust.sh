@@ -28,12 +28,13 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 grade_once() {
   local name=$1 sub=$2; shift 2
   local t0=$(date +%s.%N)
-  env "$@" timeout 400 $PY grader/run_local.py "$sub" --out "$W/$name" --quiet > "$W/logs/$name.txt" 2>&1
+  env "$@" timeout 400 $PY grader/run_local.py "$sub" --out "$W/$name" --quiet --keep-work > "$W/logs/$name.txt" 2>&1
   local rc=$? t1=$(date +%s.%N)
-  $PY - "$W/$name" "$rc" "$(echo "$t1 - $t0" | bc)" "$name" <<'PY' | tee -a "$OUT/trust.txt"
+  $PY - "$W/$name" "$rc" "$t0" "$t1" "$name" <<'PY' | tee -a "$OUT/trust.txt"
 import json, sys
 from pathlib import Path
-out, rc, secs, name = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), sys.argv[4]
+out, rc, name = Path(sys.argv[1]), sys.argv[2], sys.argv[5]
+secs = float(sys.argv[4]) - float(sys.argv[3])
 r = json.loads((out / "results.json").read_text())
 g = json.loads((out / "grading.json").read_text()) if (out / "grading.json").exists() else {}
 pct = []
@@ -41,8 +42,11 @@ for t in r["tests"]:
     v = (t.get("extra_data") or {}).get("values") or {}
     if "fraction_of_baseline" in v and t["number"].endswith(".speed"):
         pct.append(f'{t["number"].split(".")[0]}={100 * v["fraction_of_baseline"]:.1f}%')
-mode = (g.get("sandbox") or {}).get("mode", "?") if isinstance(g.get("sandbox"), dict) else g.get("sandbox", "?")
-print(f"{name:14} rc={rc} {secs:6.1f} s  score {r['score']:g}  sandbox={mode}  " + " ".join(pct))
+    elif "tflops" in v:
+        pct.append(f'{t["number"].split(".")[0]}={v["tflops"]:.0f}TFLOP/s')
+auto = sum(t["max_score"] for t in r["tests"] if "graded by hand" not in (t.get("output") or ""))
+lost = [t["number"] for t in r["tests"] if t["score"] < t["max_score"] and "graded by hand" not in (t.get("output") or "")]
+print(f"{name:10} rc={rc} {secs:6.1f} s  score {r['score']:g} of {auto:g} automatic  lost: {' '.join(lost) or '-'}  " + " ".join(pct))
 PY
 }
 step_grade() {

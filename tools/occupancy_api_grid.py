@@ -27,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.occupancy.calculator import (api_occupancy, limits_for,  # noqa: E402
-                                         max_potential_block_size)
+from grader.occupancy.calculator import api_occupancy, limits_for, max_potential_block_size  # noqa: E402
 
 # CUfunction_attribute values (cuda.h).
 ATTR_MAX_DYNAMIC_SHARED = 8

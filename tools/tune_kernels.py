@@ -187,8 +187,8 @@ def _compare(np, c, r, rtol: float) -> dict:
 
 
 def run_one(name: str, build: Path) -> dict:
-    import numpy as np
     import cupy as cp
+    import numpy as np
 
     try:
         from cupy_backends.cuda.libs import cublas

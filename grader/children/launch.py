@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grader import REPO_ROOT
+from grader import IMPORT_ROOT
 from grader.build.student import Fence, run_guarded
 from grader.children.protocol import MODES
 from grader.model import ProcRecord
@@ -43,7 +43,7 @@ def child_env(cache_dir: Path, runtime: Path | None = None) -> dict[str, str]:
     (the runtime folder is read-only in the sandbox) and keeps CuPy's kernel cache in
     ``cache_dir`` (inside the grading's work folder, never a shared home)."""
     env = dict(os.environ)
-    root = str(runtime or REPO_ROOT)
+    root = str(runtime or IMPORT_ROOT)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -1,7 +1,7 @@
 """Child process: the grader's own GPU measurements for the occupancy exercises.
 
 ``python -m grader.children occupancy SPEC.json OUT.json`` (started by
-:mod:`grader.occupancy.measure` with a time limit). It loads the submission's ``work``
+:mod:`grader.occupancy.child` with a time limit). It loads the submission's ``work``
 kernel from the default build's cubin and ``heavy`` from one cubin per register
 cap, then, in this order, writing ``OUT.json`` after each phase so that a crash
 or a time-out still leaves what was done:

@@ -21,11 +21,16 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from grader.model import Status
+
+if TYPE_CHECKING:  # annotations only: the report logic takes any Grading-shaped object and imports no pipeline
+    from grader.grading import Environment, Grading
+    from grader.spec.types import Rubric
 
 MIN_MARGIN = 0.10
 THRESHOLD_KINDS = ("ncu", "fraction_of_baseline", "fraction_of_peak", "speedup_over_stage")
@@ -198,17 +203,21 @@ def _seconds(gradings: list) -> str:
     return f"{statistics.median(s):.1f} (max {max(s):.1f})" if s else "-"
 
 
-def run_calibration(rubric, solutions_dir: Path, out_dir: Path, repeats: int = 3,
-                    grade_fn: Callable | None = None, progress: Callable[[str], None] = print) -> list[Row]:
+def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats: int = 3,
+                    grade_fn: Callable[..., Grading] | None = None,
+                    progress: Callable[[str], None] = print) -> list[Row]:
     """Grade the reference and the shifted submission ``repeats`` times each; write the report."""
     from grader.instructor.shifted import write_shifted
 
     if grade_fn is None:
-        from grader.pipeline import grade as grade_fn
+        from grader.pipeline import grade
+        grade_fn = grade
     out_dir, solutions_dir = Path(out_dir).resolve(), Path(solutions_dir).resolve()
     shifted_dir = out_dir / "shifted_submission"
     notes = write_shifted(solutions_dir, rubric, shifted_dir)
-    refs, preds, env = [], [], None
+    refs: list[Grading] = []
+    preds: list[Grading] = []
+    env: Environment | None = None
     for k in range(repeats):
         for label, sub, bucket in (("reference", solutions_dir, refs), ("shifted", shifted_dir, preds)):
             progress(f"calibration {k + 1}/{repeats}: grading the {label} submission")

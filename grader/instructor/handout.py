@@ -16,11 +16,11 @@ import re
 import sys
 from pathlib import Path
 
+from grader import REPO_ROOT as ROOT  # noqa: E402
 from grader.spec.items import Item
 from grader.spec.rubric import load_rubric
 from grader.spec.types import Rubric, Stage
 
-from grader import REPO_ROOT as ROOT  # noqa: E402
 HANDOUT = ROOT / "assignment" / "README.md"
 RUBRIC = ROOT / "rubric.yaml"
 BLOCK_RE = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GENERATED: \2 -->)", re.S)
@@ -77,7 +77,7 @@ def threshold(item: Item, stage: Stage, rubric: Rubric) -> str:
         value = str(p["value"]).replace("**", "^")
         return (f"`{p['expr']}` {p['op']} {value}{unit} (Nsight Compute, one launch at N = "
                 f"{rubric.profile.n})")
-    return kind
+    return kind or ""  # a kind with no wording is shown by name; every stage item has a kind
 
 
 def block_stages(rubric: Rubric) -> str:

@@ -15,8 +15,8 @@ All sizes are in bytes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 KIB = 1024
 
@@ -184,12 +184,8 @@ def api_occupancy(lim: SMLimits, *, block_size: int, registers: int, dynamic_sme
         smem_limit: int | None = 0
         notes.append(f"{smem_alloc} B of shared memory per block exceeds what the kernel may use")
     else:
-        if carveout_pct is None:
-            preferred = lim.smem_per_sm
-        else:
-            preferred = _config_at_least(lim, lim.smem_per_sm * carveout_pct // 100)
-            if preferred is None:
-                preferred = lim.smem_per_sm
+        wanted = None if carveout_pct is None else _config_at_least(lim, lim.smem_per_sm * carveout_pct // 100)
+        preferred = lim.smem_per_sm if wanted is None else wanted
         config = preferred if preferred >= smem_alloc else _config_at_least(lim, smem_alloc)
         if config is None:
             config = lim.smem_per_sm

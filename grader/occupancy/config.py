@@ -4,16 +4,16 @@ The exercise parameters (Ex 1's SM and kernel, Ex 5's report, the sweeps, the
 register caps), file names, and every item's points and visibility live in the
 rubric so an instructor can change them without touching code. The section is read
 once, when the rubric is loaded (grader/spec/rubric.py), with the rubric's one reader:
-unknown keys and wrong types raise :class:`grader.errors.RubricError` naming the key path.
+unknown keys and wrong types raise :class:`grader.spec.errors.RubricError` naming the key path.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from grader import REPO_ROOT
-from grader.errors import RubricError
+from grader import DEFAULT_RUBRIC
 from grader.occupancy.calculator import KIB, LIMITS
+from grader.spec.errors import RubricError
 from grader.spec.items import Item, read_item
 from grader.spec.reader import Reader
 
@@ -231,7 +231,7 @@ def load_default_config() -> OccupancyConfig:
     """The shipped rubric.yaml's occupancy section (tests and tools/ start from it)."""
     from grader.spec.rubric import load_rubric  # here, not at the top: grader.spec.rubric imports this module
 
-    cfg = load_rubric(REPO_ROOT / "rubric.yaml").occupancy
+    cfg = load_rubric(DEFAULT_RUBRIC).occupancy
     if cfg is None:
         raise RubricError("rubric.yaml", "has no occupancy section", "the occupancy exercises' section")
     return cfg

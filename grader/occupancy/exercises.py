@@ -13,8 +13,15 @@ import math
 
 from grader.model import ItemResult, Status
 from grader.occupancy.answers import MEMORY_LEVELS, Answers, run_key
-from grader.occupancy.calculator import (KIB, api_occupancy, hand_occupancy, hand_occupancy_on,
-                         launch_smem_config, limits_for, max_potential_block_size)
+from grader.occupancy.calculator import (
+    KIB,
+    api_occupancy,
+    hand_occupancy,
+    hand_occupancy_on,
+    launch_smem_config,
+    limits_for,
+    max_potential_block_size,
+)
 from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.grading import Ctx, Measurements, api_lookup, as_number, program_value
 from grader.occupancy.measured import grade_ex4, grade_ex6, grade_host
@@ -65,7 +72,7 @@ def grade_ex1(ctx: Ctx) -> list[ItemResult]:
     threads, regs, smem = (a.get("ex1.fix.threads_per_block"), a.get("ex1.fix.regs_per_thread"),
                            a.get("ex1.fix.shared_mem_kib"))
     fields = ("ex1.fix.threads_per_block", "ex1.fix.regs_per_thread", "ex1.fix.shared_mem_kib")
-    problems = [a.problem(f) for f in fields if a.problem(f)]
+    problems = [p for f in fields if (p := a.problem(f))]
     if a.error or problems:
         msg = a.error or "\n".join(problems)
         out.append(ctx.result("ex1.fix", Status.FAILED, 0.0, msg))
@@ -138,27 +145,28 @@ def api_points(cfg: OccupancyConfig) -> list[tuple[int, int]]:
 
 
 def grade_ex2(ctx: Ctx) -> list[ItemResult]:
-    cfg, m = ctx.cfg, ctx.meas
+    cfg = ctx.cfg
     out = []
     block, smem = cfg.ex2.block_size, cfg.ex2.dynamic_smem
 
-    dev, verdict = ctx.program_section("ex2.device_props", "device")
-    if verdict:
-        out.append(verdict)
+    found = ctx.program_section("ex2.device_props", "device")
+    if isinstance(found, ItemResult):
+        out.append(found)
     else:
-        want = m.api["device"]
+        dev, want = found.data, found.api["device"]
         parts = [(dev.get(k) == want.get(k),
                   f"device.{k}: the program printed {program_value(dev.get(k))}, the device reports {want.get(k)!r}")
                  for k in ("max_threads_per_sm", "regs_per_sm", "smem_per_sm", "warp_size")]
         out.append(ctx.parts("ex2.device_props", parts, "device properties match",
                              reads_answers=False))
 
-    sec, verdict = ctx.program_section("ex2.program_api_blocks", "ex2")
-    if verdict:
-        out += [verdict] + [ctx.result(i, verdict.status, 0.0, verdict.message)
-                            for i in ("ex2.program_occupancy", "ex2.program_best_block")]
+    found = ctx.program_section("ex2.program_api_blocks", "ex2")
+    if isinstance(found, ItemResult):
+        out += [found] + [ctx.result(i, found.status, 0.0, found.message)
+                          for i in ("ex2.program_occupancy", "ex2.program_best_block")]
     else:
-        want = api_lookup(m.api, block, smem)
+        sec, grader_api = found.data, found.api
+        want = api_lookup(grader_api, block, smem)
         same_point = sec.get("block") == block and sec.get("smem") == smem
         if not same_point:
             msg = (f"the program asked about block {program_value(sec.get('block'))}, "
@@ -169,7 +177,7 @@ def grade_ex2(ctx: Ctx) -> list[ItemResult]:
         out.append(ctx.parts("ex2.program_api_blocks", [
             (same_point and want is not None and sec.get("blocks") == want, msg)],
             reads_answers=False))
-        dev = m.api["device"]
+        dev = grader_api["device"]
         max_warps = dev["max_threads_per_sm"] // dev["warp_size"]
         expected = (want or 0) * math.ceil(block / dev["warp_size"]) / max_warps
         got = sec.get("occupancy")
@@ -178,7 +186,7 @@ def grade_ex2(ctx: Ctx) -> list[ItemResult]:
         out.append(ctx.parts("ex2.program_occupancy", [
             (ok, f"the program printed occupancy {program_value(got)}; {want} blocks give {expected:.4f}")],
             reads_answers=False))
-        pot = m.api["potential"]
+        pot = grader_api["potential"]
         out.append(ctx.parts("ex2.program_best_block", [
             (sec.get("best_block") == pot["best_block"],
              f"the program printed best block {program_value(sec.get('best_block'))}; the API gives "
@@ -268,7 +276,7 @@ def grade_ex3(ctx: Ctx) -> list[ItemResult]:
 def grade_ex5(ctx: Ctx) -> list[ItemResult]:
     r = ctx.cfg.ex5
     per_sm = r.active_per_scheduler * r.schedulers_per_sm
-    dominant = max(r.stalls, key=r.stalls.get)
+    dominant = max(r.stalls, key=lambda s: r.stalls[s])
     issued_ok = {"yes"} if r.issued_per_scheduler <= r.eligible_per_scheduler else {"no"}
     return [
         ctx.parts("ex5.active_warps", [

@@ -59,6 +59,14 @@ class Measurements:
     gpu_problems: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ProgramSection:
+    """One section of the program's JSON output and the grader's own API results to compare it with."""
+
+    data: dict
+    api: dict  # Measurements.api, present whenever a section is handed out
+
+
 class Ctx:
     """What every exercise grader needs: config, answers, measurements, result builders."""
 
@@ -77,7 +85,7 @@ class Ctx:
         return limits_for(cc), sms, f"{name or 'GPU'} (compute capability {cc})"
 
     # -- verdicts ------------------------------------------------------------------------
-    def result(self, item: str, status: str, fraction: float, message: str,
+    def result(self, item: str, status: Status, fraction: float, message: str,
                **values: Any) -> ItemResult:
         spec = self.cfg.items[item]
         score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
@@ -113,30 +121,27 @@ class Ctx:
         """A free-text item: ``manual`` (graded later by a person) once it is answered."""
         if self.answers.error:
             return self.result(item, Status.FAILED, 0.0, self.answers.error)
-        missing = [self.answers.problem(f) for f in fields if self.answers.problem(f)]
+        missing = [p for f in fields if (p := self.answers.problem(f))]
         if missing:
             return self.result(item, Status.FAILED, 0.0, "\n".join(missing))
         return self.result(item, Status.MANUAL, 0.0, "answered; graded by hand",
                            **{f: self.answers.get(f) for f in fields})
 
-    def program_section(self, item: str, key: str) -> tuple[dict | None, ItemResult | None]:
+    def program_section(self, item: str, key: str) -> ProgramSection | ItemResult:
         """The program's JSON section ``key``, or the verdict to give when it cannot be had."""
         m = self.meas
         if not m.device_available:
-            return None, self.not_evaluated(item, m.no_device_reason)
+            return self.not_evaluated(item, m.no_device_reason)
         if m.program is None:
-            return None, self.result(item, Status.FAILED, 0.0,
-                                     m.program_problem or "the program printed no JSON output")
+            return self.result(item, Status.FAILED, 0.0, m.program_problem or "the program printed no JSON output")
         if not isinstance(m.program, dict):
-            return None, self.result(item, Status.FAILED, 0.0, "the program's output is not a JSON object")
+            return self.result(item, Status.FAILED, 0.0, "the program's output is not a JSON object")
         section = m.program.get(key)
         if not isinstance(section, dict):
-            return None, self.result(item, Status.FAILED, 0.0,
-                                     f"the program's output has no \"{key}\" section")
+            return self.result(item, Status.FAILED, 0.0, f"the program's output has no \"{key}\" section")
         if m.api is None:
-            return None, self.missing(item, "api", "not evaluated: the grader's own Occupancy API "
-                                                   "results are missing")
-        return section, None
+            return self.missing(item, "api", "not evaluated: the grader's own Occupancy API results are missing")
+        return ProgramSection(section, m.api)
 
     # -- comparisons against answer fields -----------------------------------------------
     def expect_int(self, path: str, expected: int | None, what: str = "") -> tuple[bool, str]:

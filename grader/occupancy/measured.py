@@ -8,6 +8,7 @@ each register cap, and the fastest-cap claim with the grader's timings.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from grader.model import ItemResult, Status
 from grader.occupancy.answers import cap_key
@@ -51,15 +52,14 @@ def _label(row: dict) -> str:
 
 def _work(row: dict) -> int | None:
     """grid x block x iters of one sweep point, or None when a value is missing."""
-    vals = [row.get(k) for k in ("grid", "block", "iters")]
-    if not all(isinstance(v, int) and as_number(v) is not None for v in vals):  # as_number: not a bool, not huge
-        return None
-    return vals[0] * vals[1] * vals[2]
+    vals = [v for k in ("grid", "block", "iters")
+            if isinstance(v := row.get(k), int) and as_number(v) is not None]  # as_number: not a bool, not huge
+    return vals[0] * vals[1] * vals[2] if len(vals) == 3 else None
 
 
-def _occupancy_parts(ctx: Ctx, rows: list[dict], expected: list[tuple[int, int]],
-                     label) -> list[tuple[bool, str]]:
-    api = ctx.meas.api
+def _occupancy_parts(api: dict, rows: list[dict], expected: list[tuple[int, int]],
+                     label: Callable[[int, int], str]) -> list[tuple[bool, str]]:
+    """(correct, message) per sweep point: the program's blocks and occupancy against the grader's ``api``."""
     dev = api["device"]
     max_warps = dev["max_threads_per_sm"] // dev["warp_size"]
     parts = []
@@ -85,22 +85,23 @@ def grade_ex4(ctx: Ctx) -> list[ItemResult]:
     block_pts = [(b, e.block_smem) for b in e.block_points]
     out = []
 
-    sec, verdict = ctx.program_section("ex4.smem_sweep_occupancy", "ex4")
-    if verdict:
-        out += [verdict] + [ctx.result(i, verdict.status, 0.0, verdict.message)
-                            for i in ("ex4.block_sweep_occupancy", "ex4.equal_work")]
+    found = ctx.program_section("ex4.smem_sweep_occupancy", "ex4")
+    if isinstance(found, ItemResult):
+        out += [found] + [ctx.result(i, found.status, 0.0, found.message)
+                          for i in ("ex4.block_sweep_occupancy", "ex4.equal_work")]
     else:
-        smem_rows, block_rows = _sweep_rows(sec, "smem_sweep"), _sweep_rows(sec, "block_sweep")
+        smem_rows, block_rows = _sweep_rows(found.data, "smem_sweep"), _sweep_rows(found.data, "block_sweep")
         out.append(ctx.parts("ex4.smem_sweep_occupancy", _occupancy_parts(
-            ctx, smem_rows, smem_pts, lambda b, s: f"{s / KIB:g} KiB"),
+            found.api, smem_rows, smem_pts, lambda b, s: f"{s / KIB:g} KiB"),
             "occupancy column matches the API", reads_answers=False))
         out.append(ctx.parts("ex4.block_sweep_occupancy", _occupancy_parts(
-            ctx, block_rows, block_pts, lambda b, s: f"block {b}"),
+            found.api, block_rows, block_pts, lambda b, s: f"block {b}"),
             "occupancy column matches the API", reads_answers=False))
         totals = [(_label(r), _work(r)) for r in smem_rows + block_rows]
         distinct = {t for _, t in totals}
-        ok = bool(totals) and None not in distinct and len(distinct) == 1 and min(distinct) > 0
-        msg = (f"grid x block x iters = {next(iter(distinct)):,} at every point" if ok else
+        common = next(iter(distinct)) if len(distinct) == 1 else None  # None also when a point has no total
+        ok = common is not None and common > 0
+        msg = (f"grid x block x iters = {common:,} at every point" if ok else
                "grid x block x iters differs between points (or is missing): " +
                ", ".join(f"{label} -> {t}" for label, t in totals))
         out.append(ctx.result("ex4.equal_work", Status.PASSED if ok else Status.FAILED, 1.0 if ok else 0.0, msg))

@@ -24,7 +24,7 @@ def sweep_series(api: dict | None, sweep_times: dict | None, program: dict | Non
     def series(name: str, points: list[tuple[int, int]], key: str) -> dict:
         times = ((sweep_times or {}).get(name) or {})
         prog_rows = [r for r in (prog.get(f"{name}_sweep") or []) if isinstance(r, dict)]
-        out = {"x": [], "occupancy_pct": [], "grader_ms": [], "program_ms": []}
+        out: dict[str, list[float | None]] = {"x": [], "occupancy_pct": [], "grader_ms": [], "program_ms": []}
         for block, smem in points:
             x = smem if key == "smem" else block
             blocks = rows.get((block, smem))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from grader.grading import Grading
 from grader.model import ItemResult, Status
+from grader.run.sandbox import Confinement
 
 if TYPE_CHECKING:
     from grader.outputs.profile_page import ProfileReport
@@ -67,6 +68,12 @@ def environment_lines(grading: Grading) -> list[str]:
              f"({' '.join(env.arch_flags)})",
              f"Peaks: FP32 {env.peaks.fp32 or '-'} / FP16 Tensor {env.peaks.fp16_tensor or '-'} TFLOP/s "
              f"({env.peaks.source})"]
+    if env.sandbox is not None:
+        lines.append(f"Sandbox: {env.sandbox.describe()}")
+        if env.sandbox.confinement is Confinement.WEAK:
+            lines.append("Warning: students' code ran WITHOUT the bubblewrap sandbox (the weak fence: time, output "
+                         "and memory limits, session kill); it could read this machine's files and a detached "
+                         "process could outlive its step. See docs/deployment.md, 'What is fenced'.")
     return lines + list(grading.notes)
 
 

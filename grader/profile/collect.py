@@ -1,6 +1,6 @@
 """The grading step that profiles: which stages get an ncu launch, and what each stage is told.
 
-Called by grade.py after correctness is known and before scoring::
+Called by grader/pipeline.py (its ``profile`` step) after correctness is known and before scoring::
 
     run = profile_stages(outcomes, rubric, has_gpu=env.has_gpu, gpu_reason=env.device_reason,
                          work_dir=work_root / "ncu", seed=seeds["bench"])

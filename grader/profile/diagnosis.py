@@ -110,7 +110,7 @@ def cell(sm: float | None, mem: float | None) -> str:
 
 
 def top_stall(m: dict) -> tuple[str, float] | None:
-    found = [(r, _num(m, k)) for r, k in STALLS.items() if _num(m, k) is not None]
+    found = [(r, v) for r, k in STALLS.items() if (v := _num(m, k)) is not None]
     return max(found, key=lambda rv: rv[1]) if found else None
 
 
@@ -118,8 +118,8 @@ def busiest_memory(m: dict) -> tuple[str, float] | None:
     """The busiest of L1/shared, L2 and DRAM; None unless the on-chip levels were measured."""
     if _num(m, L1) is None and _num(m, L2) is None:
         return None
-    levels = [(name, _num(m, key)) for name, key in (("L1/shared", L1), ("L2", L2), ("DRAM", DRAM))]
-    levels = [(n, v) for n, v in levels if v is not None]
+    levels = [(name, v) for name, key in (("L1/shared", L1), ("L2", L2), ("DRAM", DRAM))
+              if (v := _num(m, key)) is not None]
     return max(levels, key=lambda nv: nv[1])
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from grader import PACKAGE_DIR, REPO_ROOT
+from grader import IN_CHECKOUT, PACKAGE_DIR, PRIVATE_ROOT, REPO_ROOT
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -76,10 +76,13 @@ def _under(path: Path | str, root: Path | str) -> bool:
 
 
 def _allowed(path: Path) -> bool:
-    """Never the repository (nor a folder holding it), except its .venv."""
-    if _under(path, _VENV):
+    """Never the checkout (nor a folder holding it), except its .venv. An installed package lives in
+    site-packages beside the interpreter's libraries: that folder stays, and the package is masked."""
+    if IN_CHECKOUT and _under(path, _VENV):
         return True
-    return not (_under(path, REPO_ROOT) or _under(REPO_ROOT, path))
+    if not IN_CHECKOUT:
+        return not _under(path, PRIVATE_ROOT)
+    return not (_under(path, PRIVATE_ROOT) or _under(PRIVATE_ROOT, path))
 
 
 @lru_cache(maxsize=1)
@@ -180,7 +183,11 @@ def bwrap_args(bwrap: str, fence: Fence, *, cwd: Path, env: Mapping[str, str], a
     binds += [("--ro-bind", p) for p in fence.readonly] + [("--bind", fence.scratch)]
     # The root itself is bwrap's tmpfs: read-only, or a step running as (capability-less) root
     # could fill memory through /x, /etc/x (measured); its /tmp is the capped tmpfs above.
-    a += _mounts(binds) + ["--remount-ro", "/"]
+    a += _mounts(binds)
+    if not IN_CHECKOUT and any(_under(PRIVATE_ROOT, p) for _, p in binds):
+        # Installed: site-packages is shown for numpy and CuPy; an empty tmpfs hides the grader in it.
+        a += ["--tmpfs", str(PRIVATE_ROOT), "--remount-ro", str(PRIVATE_ROOT)]
+    a += ["--remount-ro", "/"]
     a += ["--chdir", str(cwd), "--json-status-fd", str(status_fd), "--"]
     if switch is not None and setpriv is not None:
         a += [setpriv, f"--reuid={switch[0]}", f"--regid={switch[1]}", "--clear-groups", "--inh-caps=-all", "--"]
@@ -197,7 +204,7 @@ def runtime_folder(dest: str | os.PathLike[str], files: Sequence[str] | None = N
     if files is None:
         from grader import children
 
-        files = getattr(children, "RUNTIME_FILES")
+        files = children.RUNTIME_FILES
     root = Path(dest)
     pkg = root / "grader"
     pkg.mkdir(parents=True, exist_ok=True)

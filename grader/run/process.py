@@ -26,7 +26,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from typing import TypedDict
 
 from grader.model import Limit, ProcRecord
 
@@ -38,6 +39,17 @@ KILL_WAIT_S = 5.0
 # How often the I/O threads look at their stop flag.
 _POLL_S = 0.05
 _CHUNK = 64 * 1024
+
+
+class PopenExtra(TypedDict, total=False):
+    """The Popen arguments a caller may add (the sandbox's identity and limits), typed for mypy."""
+
+    user: int | str
+    group: int | str
+    extra_groups: list[int | str]
+    preexec_fn: Callable[[], object]
+    pass_fds: Collection[int]
+
 
 # ``watch(pid)`` is called every ``watch_every_s`` while the child runs; a Limit it returns ends it.
 Watch = Callable[[int], "Limit | None"]
@@ -212,7 +224,7 @@ def run_process(
     env: Mapping[str, str],
     output_limit: int,
     stdin_data: bytes | None = None,
-    popen_extra: Mapping[str, object] | None = None,
+    popen_extra: PopenExtra | None = None,
     watch: Watch | None = None,
     watch_every_s: float = 0.05,
     output_cap: int | None = None,
@@ -236,7 +248,7 @@ def run_process(
             stderr=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,
-            **(popen_extra or {}),  # type: ignore[arg-type]
+            **(popen_extra or PopenExtra()),
         )
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         name = command[0] if command else "(empty command)"

@@ -29,14 +29,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from grader.model import Limit, ProcRecord
 from grader.run import cgroup as _cgroup
 from grader.run import limits as _limits
 from grader.run.fence import GIB, MIB, Fence, bwrap_args, is_visible, runtime_folder
-from grader.run.process import DRAIN_GRACE_S, KILL_WAIT_S, run_process
+from grader.run.process import DRAIN_GRACE_S, KILL_WAIT_S, PopenExtra, run_process
 
 __all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
            "mode", "reset_mode", "run", "runtime_folder", "student_user"]
@@ -92,7 +92,7 @@ def reset_mode() -> None:
     _cgroup.cgroup_support.cache_clear()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _mode_for(user: str | None) -> Mode:
     cg = _cgroup.cgroup_support()
     lim = (LimitMethod.CGROUP if cg.memory else LimitMethod.RLIMIT, cg.reason)
@@ -163,7 +163,7 @@ def run(
         return _run_fenced(command, fence, timeout_s=float(timeout_s), cwd=cwd, env=env, output_limit=output_limit,
                            stdin_data=stdin_data, user=user, confinement=None, bwrap=None)
     child_env = dict(os.environ) if env is None else dict(env)
-    popen: dict[str, object] = {}
+    popen: PopenExtra = {}
     if user is not None and os.geteuid() == 0:
         uid, gid, home = _user_ids(user)
         popen = {"user": uid, "group": gid, "extra_groups": []}
@@ -259,8 +259,8 @@ def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str 
     watch = _limits.Watchdog(memory_bytes=None if cg_memory else fence.memory_bytes, processes=fence.processes,
                              scratch=fence.scratch, scratch_bytes=fence.scratch_bytes)
     status_r, status_w = os.pipe() if in_bwrap else (-1, -1)
-    popen: dict[str, object] = {"preexec_fn": _limits.preexec(cg.procs if cg else None, rlimits,
-                                                               None if in_bwrap else ids)}
+    popen: PopenExtra = {"preexec_fn": _limits.preexec(cg.procs if cg else None, rlimits,
+                                                       None if in_bwrap else ids)}
     argv = command
     if in_bwrap:
         assert bwrap is not None

@@ -1,6 +1,6 @@
 """The GPU steps of a grading: run each stage's kernel, check its outputs, look for races.
 
-Each step takes the :class:`~grader.job.Job` and returns it. What happened is recorded as
+Each step takes the :class:`~grader.grading.Job` and returns it. What happened is recorded as
 the outcome's :class:`~grader.model.Verdict` where it happens (the run, the checker,
 racecheck); every later decision reads that verdict. ``correctness_message`` is for people.
 The grading process creates no CUDA context: every GPU step is a child process.
@@ -13,8 +13,7 @@ from pathlib import Path
 
 from grader.build import toolchain
 from grader.children.launch import launch
-from grader.grading import StageOutcome
-from grader.job import Job
+from grader.grading import Job, StageOutcome
 from grader.model import ProcRecord, Verdict
 from grader.profile.collect import stage_spec
 from grader.run.fence import GIB, Fence

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.errors import RubricError
+from grader.spec.errors import RubricError
 from grader.spec.expr import COMPARE, check_expression
 from grader.spec.peaks import PEAKS
 from grader.spec.reader import Reader, Types

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.errors import RubricError
+from grader.spec.errors import RubricError
 
 MISSING: Any = object()  # "no default": the key is required
 Types = type | tuple[type, ...]

@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from grader.errors import RubricError
 from grader.occupancy.config import load_occupancy_config
+from grader.spec.errors import RubricError
 from grader.spec.items import stage_item
 from grader.spec.peaks import PEAKS
 from grader.spec.reader import Reader

@@ -6,7 +6,7 @@ report may cite besides raw ncu metric names (``derived``: arithmetic over metri
 same expressions as the rubric's ``ncu`` items), the tolerance for cited values, the two
 results tables, and every item's points and visibility. The section is read once, when the
 rubric is loaded (grader/spec/rubric.py), with the rubric's one reader: unknown keys and wrong
-types raise :class:`grader.errors.RubricError` naming the key path.
+types raise :class:`grader.spec.errors.RubricError` naming the key path.
 
 Items, in report order (``R.1``, ``R.2``, ...):
 
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from grader.errors import RubricError
+from grader.spec.errors import RubricError
 from grader.spec.expr import METRIC_RE, check_expression
 from grader.spec.items import VISIBILITIES, Item, read_item
 from grader.spec.peaks import PEAKS

@@ -14,16 +14,26 @@ from pathlib import Path
 from grader.build.locate import locate
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.spec.expr import ExprError, MissingMetric, evaluate_expr, fmt
+from grader.spec.items import Item
 from grader.spec.types import Rubric
 from grader.untrusted.quote import quote_code
-from grader.writeup.config import STAGE, ReportConfig, metric_unit
-from grader.writeup.parse import Citation, Paragraph, heading_transition, paragraph, sections, strip_comments, tables
+from grader.writeup.config import STAGE, ReportConfig, Transition, metric_unit
+from grader.writeup.parse import (
+    Citation,
+    Paragraph,
+    Quantity,
+    heading_transition,
+    paragraph,
+    sections,
+    strip_comments,
+    tables,
+)
 from grader.writeup.tables import check_table, check_times, describe, find_tables
 
 MAX_BYTES = 64 * 1024  # a report is a few pages (the reference one is 7 KB); parsed in well under a second
 
 
-def _result(spec, status: str, fraction: float, message: str, **values) -> ItemResult:
+def _result(spec: Item, status: Status, fraction: float, message: str, **values) -> ItemResult:
     score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
     return ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=status, score=score,
                       max_score=spec.points, message=message, visibility=spec.visibility, number=spec.number,
@@ -51,7 +61,7 @@ def read_report(root: Path, rel: str) -> tuple[str | None, str]:
     return text, ""
 
 
-def stage_names(rubric, cfg: ReportConfig) -> dict[str, tuple[str, ...]]:
+def stage_names(rubric: Rubric, cfg: ReportConfig) -> dict[str, tuple[str, ...]]:
     """Every name a heading, a table row or a citation prefix may use for each stage."""
     out = {}
     for st in rubric.stages:
@@ -77,9 +87,8 @@ def _measured(cit: Citation, cfg: ReportConfig, o) -> tuple[float | None, str]:
     return None, f"the grader does not collect `{cit.name}`{hint}"
 
 
-def _unit_value(cit: Citation, unit: str) -> tuple[float | None, str]:
-    """The cited value in the metric's own unit, or (None, why the units do not fit)."""
-    q = cit.quantity
+def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, str]:
+    """The cited value ``q`` in the metric's own unit, or (None, why the units do not fit)."""
     if q.unit == "time" and unit != "ns":
         return None, f"`{cit.name}` is not a time, but the value has a time unit"
     if q.unit == "byte" and unit != "byte":
@@ -87,10 +96,10 @@ def _unit_value(cit: Citation, unit: str) -> tuple[float | None, str]:
     return q.value, ""
 
 
-def _hint(cited: float, measured: float, cit: Citation, others: dict[str, float]) -> str:
-    """A guess at what went wrong with a value that does not match."""
+def _hint(cited: float, measured: float, resolution: float, others: dict[str, float]) -> str:
+    """A guess at what went wrong with a value that does not match (cited to ``resolution``)."""
     for sid, v in others.items():
-        if v and abs(cited - v) <= 0.05 * abs(v) + cit.quantity.resolution:
+        if v and abs(cited - v) <= 0.05 * abs(v) + resolution:
             return f" That is what your {sid} kernel measured: did you quote the other kernel?"
     if not measured or not cited:
         return ""
@@ -108,11 +117,17 @@ def _some(lines: list[str], limit: int = 12) -> list[str]:
     return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
-def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) -> tuple[str, float, str, dict]:
+def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
+                  outcomes: dict) -> tuple[Status, float, str, dict]:
     """(status, fraction, message, values) of a transition's values item."""
-    ok, bad, unreadable, unchecked, skipped = [], [], [], [], {}
+    ok: list[str] = []
+    bad: list[str] = []
+    unreadable: list[str] = []
+    unchecked: list[str] = []
+    skipped: dict[Gap, list[str]] = {}
     for cit in cits:
-        if cit.problem or cit.quantity is None:
+        q = cit.quantity
+        if cit.problem or q is None:
             unreadable.append(f"line {cit.line}: {cit.problem}")
             continue
         sid = cit.stage or t.after
@@ -127,11 +142,11 @@ def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) ->
             unchecked.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
             continue
         unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
-        cited, why = _unit_value(cit, unit)
+        cited, why = _unit_value(cit, q, unit)
         if cited is None:
             unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
             continue
-        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, cit.quantity.resolution)
+        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, q.resolution)
         suffix = "%" if unit == "%" else (" " + unit if unit else "")
         shown = f"{fmt(measured)}{suffix}"
         if abs(cited - measured) <= tol:
@@ -146,7 +161,7 @@ def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) ->
         bad.append(f"line {cit.line}: {quote_code(cit.text)} does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
                    "the grader "
                    f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}; allowed difference "
-                   f"{100 * cfg.rel_tol:g}%).{_hint(cited, measured, cit, others)}")
+                   f"{100 * cfg.rel_tol:g}%).{_hint(cited, measured, q.resolution, others)}")
     values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
     tail = ("\nNot checked:\n" + "\n".join(_some(unchecked))) if unchecked else ""
     if bad or unreadable:
@@ -174,7 +189,8 @@ def _check_values(cits: list[Citation], t, cfg: ReportConfig, outcomes: dict) ->
                          "cites item says how)"), values
 
 
-def _check_cites(par: Paragraph | None, t, cfg: ReportConfig, heading_hint: str) -> tuple[str, float, str]:
+def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
+                 heading_hint: str) -> tuple[Status, float, str]:
     if par is None:
         return Status.FAILED, 0.0, (f"no section for {t.label}: expected a heading such as `## {t.label}` "
                              f"(found headings: {heading_hint or 'none'})")
@@ -201,7 +217,7 @@ def _check_cites(par: Paragraph | None, t, cfg: ReportConfig, heading_hint: str)
     return Status.PASSED, 1.0, f"{par.words} words; cites {cited}" + ("\n" + "\n".join(problems) if problems else "")
 
 
-def grade(cfg: ReportConfig, text: str | None, problem: str, rubric, outcomes: dict) -> list[ItemResult]:
+def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
     """Every report item for one report text (None: the report is missing, ``problem`` says why)."""
     items = {i.id: i for i in cfg.items()}
     if text is None:

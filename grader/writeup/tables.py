@@ -232,7 +232,7 @@ def describe(chk: TableCheck) -> str:
     return "\n".join(lines)
 
 
-def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tuple[str, float, str]:
+def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tuple[Status, float, str]:
     """(status, fraction, message) of the times item: each row's ms against the grader's median for the
     same kernel (or the baseline's), within ``time_rel``; not evaluated when nothing was timed."""
     compared: list[str] = []

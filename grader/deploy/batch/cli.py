@@ -69,7 +69,7 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def run_grade(args: argparse.Namespace) -> int:
-    from grader.errors import ConfigError
+    from grader.spec.errors import ConfigError
 
     try:
         opts = _options(args)

@@ -18,13 +18,12 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import REPO_ROOT
+from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
 from grader.deploy.batch.export import Submission
 from grader.deploy.batch.table import FAILED_STATUSES, STATUS_FILE, RowStatus, read_json
 from grader.outputs.results import error_results, write_results
 from grader.run import sandbox
 
-DEFAULT_RUBRIC = REPO_ROOT / "rubric.yaml"
 DEFAULT_TIMEOUT_S = 3600.0
 LOG_LIMIT = 200_000  # bytes of a child's output kept in its log.txt
 
@@ -55,7 +54,7 @@ def child_command(sub: Submission, out: Path, opts: Options) -> list[str]:
 def _child_env(gpu: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if gpu is not None:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the same numbering as nvidia-smi
         env["CUDA_VISIBLE_DEVICES"] = gpu

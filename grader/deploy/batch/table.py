@@ -19,7 +19,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader import REPO_ROOT
+from grader import DEFAULT_RUBRIC
 from grader.build.intake import INTAKE_FILE
 from grader.deploy.batch.export import Submission
 
@@ -110,7 +110,7 @@ def _stage_titles() -> dict[str, str]:
         try:
             from grader.spec.rubric import load_rubric
 
-            _TITLES = {st.id: st.title for st in load_rubric(REPO_ROOT / "rubric.yaml").stages}
+            _TITLES = {st.id: st.title for st in load_rubric(DEFAULT_RUBRIC).stages}
         except Exception:  # the titles only name leaderboard columns
             _TITLES = {}
     return _TITLES

@@ -7,7 +7,7 @@
 - ``run_autograder`` -> ``python -m grader.deploy.gradescope run`` (:mod:`.run`), with a shell fallback
   that writes a valid ``results.json`` whatever happens.
 - :mod:`.policy`: what students see for GPU items when the machine has no GPU.
-- :mod:`.leaderboard`: :func:`leaderboard_entries` for the 2D and WMMA stages.
+- :func:`leaderboard_entries` (from :mod:`grader.outputs.leaderboard`) for the 2D and WMMA stages.
 
 This package imports nothing outside the standard library at import time.
 """

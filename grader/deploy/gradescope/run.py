@@ -6,7 +6,7 @@
    folder (results.json, summary.md, grading.json; exit codes 0/2/3, results.json written in every
    case).
 2. After a grading (exit 0), results.json is post-processed: the no-GPU policy
-   (:mod:`.policy`) and, when the grader did not add one, the leaderboard (:mod:`.leaderboard`,
+   (:mod:`.policy`) and, when the grader did not add one, the leaderboard (:mod:`grader.outputs.leaderboard`,
    from grading.json). If post-processing fails, the grader's own results.json stays.
 """
 from __future__ import annotations

@@ -34,7 +34,10 @@ class Cause(str, Enum):
     """Whose doing it is that something was not looked at; decides the item's status."""
 
     STUDENT = "student"  # the submission gave nothing to look at (did not compile, not correct): FAILED
-    GRADER = "grader"  # the grader could not look (no GPU, a tool missing, counters locked): NOT_EVALUATED
+    GRADER = "grader"  # the grader could not look (a tool missing, counters locked): NOT_EVALUATED
+    # The grader could not look because the run had no usable GPU: NOT_EVALUATED, and the item
+    # says so in ItemResult.needs_gpu (the Gradescope no-GPU policy shows it as pending GPU grading).
+    NO_GPU = "no_gpu"
 
     @property
     def status(self) -> Status:
@@ -140,6 +143,10 @@ class ItemResult:
     visibility: str = "visible"
     number: str = ""
     values: dict[str, Any] = field(default_factory=dict)
+    # Not evaluated only because the run had no usable GPU (a Gap with Cause.NO_GPU): a GPU run
+    # would grade it. Written to grading.json and results.json (extra_data.needs_gpu), where
+    # grader/deploy/gradescope/policy.py reads it; never inferred from the message.
+    needs_gpu: bool = False
 
 
 @functools.cache

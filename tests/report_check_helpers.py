@@ -36,7 +36,7 @@ def no_gpu_outcomes() -> dict[str, StageOutcome]:
     outs = {}
     for st in RUBRIC.stages:
         o = StageOutcome(stage=st, verdict=Verdict.NOT_EVALUATED, gpu_reason="no CUDA device")
-        o.ncu_gap, o.profile_n = Gap(Cause.GRADER, "not evaluated: no CUDA device"), RUBRIC.profile.n
+        o.ncu_gap, o.profile_n = Gap(Cause.NO_GPU, "not evaluated: no CUDA device"), RUBRIC.profile.n
         outs[st.id] = o
     return outs
 

@@ -326,24 +326,24 @@ def test_dockerignore_keeps_the_venv_out():
 # The no-GPU policy (pure)
 # --------------------------------------------------------------------------------------------
 def _results():
-    def t(number, status, output, score=0.0, max_score=2.0):
+    def t(number, status, output, score=0.0, max_score=2.0, needs_gpu=False):
         return {"name": f"item {number}", "number": number, "score": score, "max_score": max_score,
                 "status": "passed" if status == "passed" else "failed", "output": output,
                 "output_format": "md", "visibility": "visible", "tags": [],
-                "extra_data": {"status": status}}
+                "extra_data": {"status": status, "needs_gpu": needs_gpu}}
     reason = "no CUDA device (CuPy is not usable here)"
     return reason, {"score": 2.0, "output": "summary", "tests": [
         t("1.compiles", "passed", "compiled", 2.0),
-        t("1.correct", "not_evaluated", f"not evaluated: {reason}", max_score=6.0),
+        t("1.correct", "not_evaluated", f"not evaluated: {reason}", max_score=6.0, needs_gpu=True),
         t("1.fp32_only", "not_evaluated", "not evaluated: cuobjdump not found"),
-        t("O.12", "not_evaluated", f"not evaluated: {reason}", max_score=1.0),
+        t("O.12", "not_evaluated", f"not evaluated: {reason}", max_score=1.0, needs_gpu=True),
     ]}
 
 
 def test_policy_pending_marks_only_gpu_items():
     reason, res = _results()
     detail = {"device": {"ok": False, "reason": reason}, "device_reason": reason}
-    assert is_gpu_item(res["tests"][1], detail) and not is_gpu_item(res["tests"][2], detail)
+    assert is_gpu_item(res["tests"][1]) and not is_gpu_item(res["tests"][2])
     apply_no_gpu_policy(res, detail, "pending")
     names = [t["name"] for t in res["tests"]]
     assert names == ["item 1.compiles", PENDING_PREFIX + "item 1.correct", "item 1.fp32_only",
@@ -362,10 +362,29 @@ def test_policy_hide_and_keep_and_with_a_gpu():
     before = json.dumps(res)
     apply_no_gpu_policy(res, detail, "keep")
     assert json.dumps(res) == before
-    apply_no_gpu_policy(res, {"device": {"ok": True}, "device_reason": ""}, "pending")  # a GPU run
+    for t in res["tests"]:  # a GPU run marks nothing as needing a GPU
+        t["extra_data"]["needs_gpu"] = False
+    before = json.dumps(res)
+    apply_no_gpu_policy(res, {"device": {"ok": True}, "device_reason": ""}, "pending")
     assert json.dumps(res) == before
     with pytest.raises(ValueError):
         apply_no_gpu_policy(res, detail, "sometimes")
+
+
+def test_policy_reads_the_typed_mark_not_the_words():
+    reason, res = _results()
+    detail = {"device": None, "device_reason": reason}
+    gpu_words, other_words = res["tests"][1], res["tests"][2]
+    # Worded as the missing device, but not evaluated for another reason (needs_gpu False): left alone.
+    gpu_words["extra_data"]["needs_gpu"] = False
+    # Worded as a missing tool, but marked as needing a GPU: pending.
+    other_words["extra_data"]["needs_gpu"] = True
+    # Marked, but not 'not evaluated' (a verdict was given after all): left alone.
+    res["tests"][3]["extra_data"]["status"] = "failed"
+    apply_no_gpu_policy(res, detail, "pending")
+    assert [t["name"].startswith(PENDING_PREFIX) for t in res["tests"]] == [False, False, True, False]
+    assert res["extra_data"]["pending_gpu_items"] == 1 and res["extra_data"]["pending_gpu_points"] == 2
+    assert not is_gpu_item({"extra_data": "not a dict"}) and not is_gpu_item({"output": reason})
 
 
 def test_policy_resolution_order(tmp_path):

@@ -72,7 +72,7 @@ def synthetic_grading() -> Grading:
         ItemResult("occupancy", "ex2.explanation", "Exercise 2", Status.MANUAL, 0.0, 2.0, number="O.2",
                    values={"words": 120, "nested": {"list": [1, 2.5]}}),
         ItemResult("report", "table.times", "Times", Status.NOT_EVALUATED, 0.0, 3.0, "not evaluated: no GPU",
-                   visibility="after_due_date", number="R.1"),
+                   visibility="after_due_date", number="R.1", needs_gpu=True),
     ]
     profile = ProfileRun(["ncu", "--csv"], "", 12.5, ["ncu note"], ["dram__bytes_write.sum"])
     return Grading("solutions", env, outcomes, items, 321.5, ["files were found one folder down"], profile)
@@ -87,6 +87,7 @@ def test_grading_round_trips_to_equal_objects():
     assert back.outcomes["naive"].ncu_gap is None
     assert back.outcomes["blocktiling_1d"].ncu_gap == Gap(Cause.STUDENT, "not profiled: the kernel is not correct")
     assert isinstance(back.items[0].status, Status)
+    assert back.items[-1].needs_gpu is True and not back.items[0].needs_gpu
     assert back.outcomes["wmma"].sass.opcodes["mmWMMA"] == Counter({"HMMA": 64, "LDS": 10})
     assert back.outcomes["wmma"].stage == RUBRIC.stage("wmma")  # the rubric's record, tuples and all
     assert json.dumps(back.to_json()) == text

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from grader.build.ptxas import KernelResources, parse_ptxas
-from grader.model import Status
+from grader.model import Cause, Gap, Status
 from grader.occupancy.answers import answer_schema, parse_answers
 from grader.occupancy.config import ITEM_IDS, load_default_config
 from grader.occupancy.exercises import api_points, grade_occupancy, simulated_api
@@ -343,3 +343,36 @@ ex6: {cap_255: {registers: 100000}, fastest_cap: 7}
     assert len(results) == len(ITEM_IDS)
     answer_items = {"ex1.fix", "ex1.bottleneck", "ex3.block_limits", "ex6.fastest_claim"}
     assert all(r.status == Status.FAILED for r in results if r.item in answer_items)
+
+
+# ---------------------------------------------------------------------------------------
+# A missing measurement: the gap's cause decides, never its wording
+# ---------------------------------------------------------------------------------------
+def test_a_missing_measurement_follows_the_gaps_cause_not_its_words():
+    # The grader's own failure worded like the student's, and the student's worded like the grader's.
+    grader = Gap(Cause.GRADER, "`work` failed (block 128): the kernel crashed")
+    student = Gap(Cause.STUDENT, "not evaluated: the grader's GPU measurements failed")
+    solution = _answers("solutions/occupancy/answers.yaml")
+    for gap, status in ((grader, Status.NOT_EVALUATED), (student, Status.FAILED)):
+        res = _by_item(grade_occupancy(CFG, solution, _h200(api=None, gpu_problems={"api": gap})))
+        for item in ("ex2.program_api_blocks", "ex2.program_occupancy", "ex4.smem_sweep_occupancy",
+                     "ex4.smem_conclusion"):
+            assert (res[item].status, res[item].score, res[item].message) == (status, 0.0, gap.message), item
+            assert not res[item].needs_gpu  # a GPU was there
+        res = _by_item(grade_occupancy(CFG, solution, _h200(heavy_times_ms=None, gpu_problems={"heavy": gap})))
+        assert (res["ex6.fastest_claim"].status, res["ex6.fastest_claim"].message) == (status, gap.message)
+
+
+def test_only_the_lack_of_a_gpu_marks_items_as_needing_one():
+    solution = _answers("solutions/occupancy/answers.yaml")
+    # No GPU, whatever the reason's words: not evaluated, and marked as needing a GPU.
+    no_gpu = Gap(Cause.NO_GPU, "the probe found nothing it could use")
+    res = _by_item(grade_occupancy(CFG, solution, _h200(device_available=False, no_device=no_gpu)))
+    for item in GPU_ITEMS:
+        assert (res[item].status, res[item].message, res[item].needs_gpu) == (Status.NOT_EVALUATED,
+                                                                              no_gpu.message, True), item
+    assert not any(r.needs_gpu for i, r in res.items() if i not in GPU_ITEMS)
+    # A GPU without a compiler, worded like a missing device: not evaluated, but no GPU is needed.
+    no_nvcc = Gap(Cause.GRADER, NO_DEVICE)
+    res = _by_item(grade_occupancy(CFG, solution, _h200(device_available=False, no_device=no_nvcc)))
+    assert all(res[i].status == Status.NOT_EVALUATED and not res[i].needs_gpu for i in GPU_ITEMS)

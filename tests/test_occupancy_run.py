@@ -18,7 +18,7 @@ import yaml
 
 from grader.build.locate import locate
 from grader.build.toolchain import find_nvcc
-from grader.model import ProcRecord, Status
+from grader.model import Cause, Gap, ProcRecord, Status
 from grader.occupancy import run as occ_run
 from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
 from grader.occupancy.exercises import api_points, simulated_api
@@ -365,14 +365,14 @@ def test_apply_child_report_student_and_grader_failures():
         {"phase": "sweeps", "student": True, "message": "`work` failed (block 128): CUDA_ERROR_LAUNCH_FAILED"},
         {"phase": "heavy", "student": True, "message": "not timed: the CUDA context was lost"}]}, _proc())
     assert "api" not in meas.gpu_problems
-    assert meas.gpu_problems["sweeps"].startswith("`work` failed")
-    assert meas.heavy_times_ms is None and "context was lost" in meas.gpu_problems["heavy"]
+    assert meas.gpu_problems["sweeps"] == Gap(Cause.STUDENT, "`work` failed (block 128): CUDA_ERROR_LAUNCH_FAILED")
+    assert meas.heavy_times_ms is None and "context was lost" in meas.gpu_problems["heavy"].message
 
     meas = Measurements(device_available=True)
     occ_run.apply_child_report(meas, {"phase": "setup", "errors": [
         {"phase": "setup", "student": False, "message": "CuPy or the device is not usable: X"}]}, _proc())
-    assert all(m.startswith("not evaluated: the grader's GPU measurements failed")
-               for m in meas.gpu_problems.values())
+    assert all(g.cause is Cause.GRADER and g.message.startswith("not evaluated: the grader's GPU measurements failed")
+               for g in meas.gpu_problems.values())
     assert set(meas.gpu_problems) == {"api", "sweeps", "heavy"}
 
 
@@ -380,11 +380,40 @@ def test_apply_child_report_timeout_and_crash():
     meas = Measurements(device_available=True)
     occ_run.apply_child_report(meas, {"phase": "sweeps", "errors": [], "api": {"x": 1}},
                                _proc(rc=-9, timed_out=True))
-    assert "did not finish within 60 s" in meas.gpu_problems["sweeps"]
-    assert "`work`" in meas.gpu_problems["heavy"]
+    assert "did not finish within 60 s" in meas.gpu_problems["sweeps"].message
+    assert meas.gpu_problems["heavy"].cause is Cause.STUDENT and "`work`" in meas.gpu_problems["heavy"].message
     meas = Measurements(device_available=True)
     occ_run.apply_child_report(meas, None, _proc(rc=1, stderr="Traceback: ImportError"))
-    assert meas.gpu_problems["api"].startswith("not evaluated: the grader's GPU measurement process failed")
+    assert meas.gpu_problems["api"].cause is Cause.GRADER
+    assert meas.gpu_problems["api"].message.startswith("not evaluated: the grader's GPU measurement process failed")
+
+
+def test_apply_child_report_reads_the_student_flag_not_the_words():
+    # The child's typed flag decides whose failure it is, however its message is worded.
+    meas = Measurements(device_available=True)
+    occ_run.apply_child_report(meas, {"phase": "sweeps", "api": {"x": 1}, "errors": [
+        {"phase": "sweeps", "student": True, "message": "not evaluated: `work` failed (block 128)"},
+        {"phase": "heavy", "student": False, "message": "your kernel `heavy` failed"}]}, _proc())
+    assert meas.gpu_problems["sweeps"] == Gap(Cause.STUDENT, "not evaluated: `work` failed (block 128)")
+    assert meas.gpu_problems["heavy"] == Gap(
+        Cause.GRADER, "not evaluated: the grader's GPU measurements failed: your kernel `heavy` failed")
+    # The student's failure and the grader's on one part: the student's decides (the items fail).
+    meas = Measurements(device_available=True)
+    occ_run.apply_child_report(meas, {"phase": "heavy", "api": {"x": 1}, "errors": [
+        {"phase": "heavy", "student": False, "message": "timer broke"},
+        {"phase": "heavy", "student": True, "message": "`heavy` failed at cap 32"}]}, _proc())
+    assert meas.gpu_problems["heavy"] == Gap(Cause.STUDENT, "`heavy` failed at cap 32")
+
+
+def test_no_gpu_items_need_a_gpu_and_no_compiler_items_do_not(tmp_path):
+    nvcc = SimpleNamespace(path=None, reason="nvcc not found")
+    res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(),
+                                                      _env(False, nvcc=nvcc, reason="switched off"), tmp_path / "w1"))
+    assert all(res[i].needs_gpu and res[i].message == "not evaluated: switched off" for i in GPU_ITEMS)
+    assert not any(res[i].needs_gpu for i in PTXAS_ITEMS)  # no compiler: a GPU would not help
+    res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path / "2"), _rubric(), _env(True, nvcc=nvcc),
+                                                      tmp_path / "w2"))
+    assert all(res[i].status == Status.NOT_EVALUATED and not res[i].needs_gpu for i in GPU_ITEMS | PTXAS_ITEMS)
 
 
 # ---------------------------------------------------------------------------------------

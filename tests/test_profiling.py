@@ -70,8 +70,9 @@ def test_without_a_gpu_nothing_runs_and_items_are_not_evaluated(tmp_path):
     run = profile_stages(outs, RUBRIC, has_gpu=False, gpu_reason="no CUDA device",
                          work_dir=tmp_path, seed=1, ncu_tool=fake_ncu(tmp_path))
     assert run is None and not (tmp_path / "argv").exists()
-    assert outs["tiled"].ncu_gap == Gap(Cause.GRADER, "not evaluated: no CUDA device")
-    assert evaluate_ncu_item(ITEM, outs["tiled"]).status == Status.NOT_EVALUATED
+    assert outs["tiled"].ncu_gap == Gap(Cause.NO_GPU, "not evaluated: no CUDA device")
+    item = evaluate_ncu_item(ITEM, outs["tiled"])
+    assert item.status == Status.NOT_EVALUATED and item.needs_gpu
 
 
 def test_missing_ncu_is_not_evaluated_for_every_profiled_stage(tmp_path):

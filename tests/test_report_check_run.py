@@ -137,6 +137,36 @@ def test_without_a_gpu_values_and_times_are_not_evaluated(tmp_path):
     assert t.status == Status.NOT_EVALUATED and t.message.startswith("not evaluated:") and "no CUDA device" in t.message
     assert items["table.cuda_cores"].status == Status.PASSED and items["table.tensor_cores"].status == Status.PASSED
 
+    assert t.needs_gpu and all(items[f"{tid}.values"].needs_gpu for tid in TRANSITIONS)
+    assert not items["table.cuda_cores"].needs_gpu
+
+
+def test_times_item_follows_the_stages_typed_fields_not_the_words(tmp_path):
+    # No GPU, its reason worded with neither "not evaluated" nor "GPU": still not evaluated, needing a GPU.
+    outs = no_gpu_outcomes()
+    for o in outs.values():
+        o.gpu_reason = "switched off"
+    t = _grade(tmp_path, SOLUTION, outs)["table.times"]
+    assert (t.status, t.needs_gpu) == (Status.NOT_EVALUATED, True) and "switched off" in t.message
+    # Stages that did not compile, their messages worded like the grader's: failed, the student's doing.
+    outs = gpu_outcomes(timed=False)
+    for o in outs.values():
+        o.verdict, o.correctness_message = Verdict.NOT_COMPILED, "not evaluated: no CUDA device"
+    t = _grade(tmp_path, SOLUTION, outs)["table.times"]
+    assert (t.status, t.score, t.needs_gpu) == (Status.FAILED, 0.0, False)
+    assert t.message.startswith("no row could be compared: ")
+
+
+def test_values_item_follows_the_gaps_cause_not_the_words(tmp_path):
+    for cause, status, needs_gpu in ((Cause.GRADER, Status.NOT_EVALUATED, False),
+                                     (Cause.NO_GPU, Status.NOT_EVALUATED, True),
+                                     (Cause.STUDENT, Status.FAILED, False)):
+        outs = gpu_outcomes()
+        for o in outs.values():  # every gap worded as a missing GPU, whatever its cause
+            o.ncu, o.ncu_gap = None, Gap(cause, "not evaluated: no CUDA device")
+        v = _grade(tmp_path, SOLUTION, outs)["naive_to_coalesced.values"]
+        assert (v.status, v.score, v.needs_gpu) == (status, 0.0, needs_gpu), cause
+
 
 def test_profiled_but_not_timed(tmp_path):
     items = _grade(tmp_path, SOLUTION, gpu_outcomes(timed=False))

@@ -35,7 +35,7 @@ def items() -> list[ItemResult]:
         ItemResult("tiled", "speed", "Tiled: speed", Status.PASSED, 3.3333333, 5.0, "37% of cuBLAS",
                    number="3.2", values={"ratio": 0.37, "nan": math.nan}),
         ItemResult("wmma", "correct", "WMMA: correct", Status.NOT_EVALUATED, 0.0, 10.0,
-                   "not evaluated: no CUDA device", number="5.1"),
+                   "not evaluated: no CUDA device", number="5.1", needs_gpu=True),
         ItemResult("wmma", "writeup", "WMMA: write-up", Status.MANUAL, 0.0, 5.0, "",
                    visibility="hidden", number="5.2"),
     ]
@@ -86,7 +86,7 @@ def test_build_results_fields():
         "status": "passed", "output": "All sizes match.", "output_format": "md",
         "visibility": "visible", "tags": ["naive"],
         "extra_data": {"status": "passed", "stage": "naive", "item": "correct",
-                       "values": {"max_err": 1e-6}},
+                       "values": {"max_err": 1e-6}, "needs_gpu": False},
     }
     assert t["3.1"]["status"] == "failed" and t["3.1"]["visibility"] == "after_due_date"
     assert t["3.2"]["score"] == 3.3333 and t["3.2"]["status"] == "passed"  # partial credit
@@ -94,6 +94,7 @@ def test_build_results_fields():
     assert t["5.1"]["status"] == "failed" and t["5.1"]["score"] == 0.0
     assert t["5.1"]["output"] == "not evaluated: no CUDA device"
     assert t["5.1"]["extra_data"]["status"] == "not_evaluated"
+    assert t["5.1"]["extra_data"]["needs_gpu"] is True  # typed, for the no-GPU policy
     # manual with no message still says why it has 0 points
     assert t["5.2"]["status"] == "failed" and t["5.2"]["score"] == 0.0
     assert "staff" in t["5.2"]["output"] and t["5.2"]["visibility"] == "hidden"

@@ -97,6 +97,22 @@ def test_no_gpu_items_are_not_evaluated_with_zero_points():
     assert "no CUDA device" in items[("tiled", "speed")].message
 
 
+def test_only_items_missing_for_want_of_a_gpu_need_one():
+    st = RUBRIC.stage("tiled")
+    c, _ = _compiled(st)
+    # The SASS reason names a GPU, but a missing cuobjdump is not helped by one.
+    o = StageOutcome(stage=st, compile=c, sass=SassResult(reason="cuobjdump not found (no GPU tools)"),
+                     verdict=Verdict.NOT_EVALUATED, gpu_reason="switched off")
+    items = _items([o])
+    assert items[("tiled", "correct")].needs_gpu and items[("tiled", "speed")].needs_gpu
+    assert items[("tiled", "fp32_only")].status == Status.NOT_EVALUATED and not items[("tiled", "fp32_only")].needs_gpu
+    assert not items[("tiled", "compiles")].needs_gpu
+    # A stage that did not compile fails, whether or not there is a GPU.
+    bad = StageOutcome(stage=st, compile=CompileResult(st.id, False, problem="not evaluated: no CUDA device"),
+                       verdict=Verdict.NOT_COMPILED, gpu_reason="no CUDA device")
+    assert all(i.status == Status.FAILED and not i.needs_gpu for i in _items([bad]).values())
+
+
 def test_compile_failure_zeroes_the_stage_and_explains():
     st = RUBRIC.stage("tiled")
     o = StageOutcome(stage=st, compile=CompileResult(st.id, False, problem="nvcc failed: error"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grader.build.student import Fence
 from grader.children.launch import launch
-from grader.model import ProcRecord
+from grader.model import Cause, Gap, ProcRecord
 from grader.occupancy.build import Build, trim
 from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.exercises import api_points
@@ -59,30 +59,32 @@ _PHASE_PARTS = {"setup": _PARTS, "load": ("api", "sweeps"), "api": ("api", "swee
 
 
 def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord | None) -> None:
-    """Fill ``meas`` from the child's report; say in ``meas.gpu_problems`` what is missing."""
+    """Fill ``meas`` from the child's report; say in ``meas.gpu_problems`` what is missing and whose
+    doing that is (the child marks its errors ``student``; a crash while the grader's own set-up or
+    API calls run is the grader's, one while the student's kernels run is the student's)."""
     report = report or {}
-    problems: dict[str, list[str]] = {}
+    problems: dict[str, list[Gap]] = {}
 
-    def add(parts, message: str) -> None:
+    def add(parts: tuple[str, ...], gap: Gap) -> None:
         for part in parts:
             problems.setdefault(part, [])
-            if message not in problems[part]:
-                problems[part].append(message)
+            if gap not in problems[part]:
+                problems[part].append(gap)
 
     for err in report.get("errors", []):
         msg = str(err.get("message", "")).strip()
-        if not err.get("student"):
-            msg = "not evaluated: the grader's GPU measurements failed: " + msg
-        add(_PHASE_PARTS.get(err.get("phase"), _PARTS), msg)
+        gap = (Gap(Cause.STUDENT, msg) if err.get("student") else
+               Gap(Cause.GRADER, "not evaluated: the grader's GPU measurements failed: " + msg))
+        add(_PHASE_PARTS.get(err.get("phase"), _PARTS), gap)
 
     phase = report.get("phase")
     if proc is not None and not proc.ok and phase != "finished":
         if not report:
-            add(_PARTS, f"not evaluated: the grader's GPU measurement process failed ({proc.brief()}): "
-                        f"{trim(proc.stderr or proc.stdout, 400)}")
+            add(_PARTS, Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process failed "
+                                          f"({proc.brief()}): {trim(proc.stderr or proc.stdout, 400)}"))
         elif phase in ("setup", "load", "api"):
-            add(_PHASE_PARTS[phase], f"not evaluated: the grader's GPU measurement process {proc.brief()} "
-                                     f"while {phase}: {trim(proc.stderr, 400)}")
+            add(_PHASE_PARTS[phase], Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process "
+                                                       f"{proc.brief()} while {phase}: {trim(proc.stderr, 400)}"))
         else:
             kernel = "heavy" if phase == "heavy" else "work"
             if proc.timed_out:
@@ -90,7 +92,7 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
                        f"(look for a loop that never ends)")
             else:
                 msg = f"the grader's run of your `{kernel}` kernel ended abnormally ({proc.brief()})"
-            add(_PHASE_PARTS[phase] if phase == "heavy" else ("sweeps", "heavy"), msg)
+            add(_PHASE_PARTS[phase] if phase == "heavy" else ("sweeps", "heavy"), Gap(Cause.STUDENT, msg))
 
     meas.api = report.get("api")
     sweeps = report.get("sweep_times")
@@ -102,15 +104,16 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
         meas.heavy_times_ms = {int(k): float(v) for k, v in heavy.items()}
     for part in _PARTS:
         if part in problems:
-            msgs = problems[part]
-            students = [m for m in msgs if not m.startswith("not evaluated")]
-            meas.gpu_problems[part] = "\n".join(students) if students else msgs[0]
+            # The student's failures decide (the items fail with all of them); else the grader's first.
+            gaps = problems[part]
+            students = [g.message for g in gaps if g.cause is Cause.STUDENT]
+            meas.gpu_problems[part] = Gap(Cause.STUDENT, "\n".join(students)) if students else gaps[0]
         elif part == "api" and meas.api is None:
-            meas.gpu_problems[part] = "not evaluated: the grader's Occupancy API calls did not run"
+            meas.gpu_problems[part] = Gap(Cause.GRADER, "not evaluated: the grader's Occupancy API calls did not run")
         elif part == "sweeps" and meas.sweep_times is None:
-            meas.gpu_problems[part] = "not evaluated: the grader's re-run of the sweeps did not run"
+            meas.gpu_problems[part] = Gap(Cause.GRADER, "not evaluated: the grader's re-run of the sweeps did not run")
         elif part == "heavy" and meas.heavy_times_ms is None:
-            meas.gpu_problems[part] = "not evaluated: the grader's timing of heavy did not run"
+            meas.gpu_problems[part] = Gap(Cause.GRADER, "not evaluated: the grader's timing of heavy did not run")
 
 
 def run_child(cfg: OccupancyConfig, builds: dict[str, Build], work: Path, timeout_s: float | None = None, *,

@@ -3,7 +3,8 @@
 Every exercise grader returns :class:`grader.model.ItemResult` records built
 here. A part whose answer field is malformed counts as wrong with the parser's
 message; an item whose measurement is missing because there is no GPU (or no
-compiler) is ``not_evaluated`` with 0 points and says why.
+compiler) is ``not_evaluated`` with 0 points and says why. Which of the two it is follows the
+cause of a typed :class:`grader.model.Gap`, never the wording of a message.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.model import ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers
 from grader.occupancy.calculator import SMLimits, limits_for
 from grader.occupancy.config import OccupancyConfig
@@ -27,7 +28,8 @@ class Measurements:
     """What the grader measured or compiled; ``None`` where it could not.
 
     - ``device_available``: a CUDA device was there to run on. When False, every
-      item that needs a run is ``not_evaluated`` (never failed).
+      item that needs a run is ``not_evaluated`` (never failed), saying ``no_device``
+      (``Cause.NO_GPU``; ``Cause.GRADER`` when there is a GPU but no compiler to build for it).
     - ``program``: the student's program's JSON output (see starter/occupancy/occ.cu);
       ``program_problem`` says why there is none when the device was there
       (did not compile, crashed, printed no JSON): those items fail with it.
@@ -40,13 +42,13 @@ class Measurements:
     - ``sweep_times``: the grader's re-run of the Ex 4 sweeps,
       ``{"smem": {bytes: ms}, "block": {block_size: ms}}``.
     - ``gpu_problems``: why a part of the grader's own GPU measurements is missing, by part
-      (``"api"``, ``"sweeps"``, ``"heavy"``). A message that starts with "not evaluated"
-      makes the items that need that part ``not_evaluated``; any other message (the
-      submission's kernel failed, hung or is missing) fails them with it.
+      (``"api"``, ``"sweeps"``, ``"heavy"``). A ``Cause.GRADER`` gap (the grader's own
+      measurement failed) makes the items that need that part ``not_evaluated``; a
+      ``Cause.STUDENT`` gap (the submission's kernel failed, hung or is missing) fails them.
     """
 
     device_available: bool = False
-    no_device_reason: str = NO_DEVICE
+    no_device: Gap = Gap(Cause.NO_GPU, NO_DEVICE)
     program: dict | None = None
     program_problem: str | None = None
     program_source: str | None = None
@@ -56,7 +58,7 @@ class Measurements:
     no_compiler_reason: str = "not evaluated: the CUDA compiler was not available"
     heavy_times_ms: dict[int, float] | None = None
     sweep_times: dict | None = None
-    gpu_problems: dict[str, str] = field(default_factory=dict)
+    gpu_problems: dict[str, Gap] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -94,15 +96,25 @@ class Ctx:
                           number=spec.number, values=values)
 
     def not_evaluated(self, item: str, reason: str) -> ItemResult:
+        """Not evaluated for a reason of the grader's (not the lack of a GPU: see :meth:`gap`)."""
         return self.result(item, Status.NOT_EVALUATED, 0.0, reason)
+
+    def gap(self, item: str, gap: Gap) -> ItemResult:
+        """The verdict for an item that has nothing to grade: the gap's cause decides the status."""
+        res = self.result(item, gap.cause.status, 0.0, gap.message)
+        res.needs_gpu = gap.cause is Cause.NO_GPU
+        return res
+
+    def same_as(self, item: str, other: ItemResult) -> ItemResult:
+        """``other``'s verdict (0 points) for ``item``, which waits on the same missing input."""
+        res = self.result(item, other.status, 0.0, other.message)
+        res.needs_gpu = other.needs_gpu
+        return res
 
     def missing(self, item: str, part: str, default: str) -> ItemResult:
         """The verdict for an item whose GPU measurement ``part`` is missing (see
-        :attr:`Measurements.gpu_problems`); ``default`` says why when nothing else does."""
-        problem = self.meas.gpu_problems.get(part)
-        if problem and not problem.lower().startswith("not evaluated"):
-            return self.result(item, Status.FAILED, 0.0, problem)
-        return self.not_evaluated(item, problem or default)
+        :attr:`Measurements.gpu_problems`); ``default`` (the grader's doing) says why when nothing else does."""
+        return self.gap(item, self.meas.gpu_problems.get(part) or Gap(Cause.GRADER, default))
 
     def parts(self, item: str, parts: list[tuple[bool, str]], ok_message: str = "",
               reads_answers: bool = True, **values: Any) -> ItemResult:
@@ -131,7 +143,7 @@ class Ctx:
         """The program's JSON section ``key``, or the verdict to give when it cannot be had."""
         m = self.meas
         if not m.device_available:
-            return self.not_evaluated(item, m.no_device_reason)
+            return self.gap(item, m.no_device)
         if m.program is None:
             return self.result(item, Status.FAILED, 0.0, m.program_problem or "the program printed no JSON output")
         if not isinstance(m.program, dict):

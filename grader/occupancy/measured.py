@@ -87,8 +87,7 @@ def grade_ex4(ctx: Ctx) -> list[ItemResult]:
 
     found = ctx.program_section("ex4.smem_sweep_occupancy", "ex4")
     if isinstance(found, ItemResult):
-        out += [found] + [ctx.result(i, found.status, 0.0, found.message)
-                          for i in ("ex4.block_sweep_occupancy", "ex4.equal_work")]
+        out += [found] + [ctx.same_as(i, found) for i in ("ex4.block_sweep_occupancy", "ex4.equal_work")]
     else:
         smem_rows, block_rows = _sweep_rows(found.data, "smem_sweep"), _sweep_rows(found.data, "block_sweep")
         out.append(ctx.parts("ex4.smem_sweep_occupancy", _occupancy_parts(
@@ -132,7 +131,7 @@ def _conclusions(ctx: Ctx, smem_pts, block_pts) -> list[ItemResult]:
     m = ctx.meas
     items = ("ex4.smem_conclusion", "ex4.block_conclusion")
     if not m.device_available:
-        return [ctx.not_evaluated(i, m.no_device_reason) for i in items]
+        return [ctx.gap(i, m.no_device) for i in items]
     if m.sweep_times is None or m.api is None:
         part = "api" if m.api is None else "sweeps"
         return [ctx.missing(i, part, "not evaluated: the grader's re-run of the sweeps is missing")
@@ -217,7 +216,7 @@ def grade_ex6(ctx: Ctx) -> list[ItemResult]:
 
     item = "ex6.fastest_claim"
     if not m.device_available:
-        out.append(ctx.not_evaluated(item, m.no_device_reason))
+        out.append(ctx.gap(item, m.no_device))
     elif m.heavy_times_ms is None:
         out.append(ctx.result(item, Status.FAILED, 0.0, m.ptxas_problem) if m.ptxas_problem else
                    ctx.missing(item, "heavy", "not evaluated: the grader's timings of heavy are missing"))

@@ -36,7 +36,7 @@ from typing import Any
 
 from grader.build.locate import MAX_SOURCE_BYTES, Problem, locate
 from grader.build.student import Fence, student_user
-from grader.model import ItemResult, Status, to_jsonable
+from grader.model import Cause, Gap, ItemResult, Status, to_jsonable
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, build_all, ptxas_measurements, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
@@ -90,11 +90,13 @@ def load_answers(root: Path, cfg: OccupancyConfig) -> tuple[Answers, Path | None
 # ---------------------------------------------------------------------------------------
 # The whole flow
 # ---------------------------------------------------------------------------------------
-def _not_evaluated_reason(env) -> str:
+def _no_device(env) -> Gap:
+    """Why nothing runs when the run has no usable GPU (Cause.NO_GPU, whatever the reason's words)."""
     reason = (getattr(env, "device_reason", "") or "").strip()
     if not reason:
-        return NO_DEVICE
-    return reason if reason.lower().startswith("not evaluated") else f"not evaluated: {reason}"
+        return Gap(Cause.NO_GPU, NO_DEVICE)
+    # Wording only: a reason already worded "not evaluated: ..." is not said twice.
+    return Gap(Cause.NO_GPU, reason if reason.lower().startswith("not evaluated") else f"not evaluated: {reason}")
 
 
 def _no_section() -> list[ItemResult]:
@@ -136,7 +138,7 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
 
     has_gpu = bool(getattr(env, "has_gpu", False))
     meas = Measurements(device_available=has_gpu,
-                        no_device_reason=NO_DEVICE if has_gpu else _not_evaluated_reason(env))
+                        no_device=Gap(Cause.NO_GPU, NO_DEVICE) if has_gpu else _no_device(env))
     found = locate(root, cfg.program_file, nearby=True)
     src, src_problem = found.path, found.message
     if src is not None:
@@ -151,13 +153,13 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
     if src is None:
         meas.ptxas_problem = meas.program_problem = src_problem
         for part in ("api", "sweeps", "heavy"):
-            meas.gpu_problems[part] = src_problem
+            meas.gpu_problems[part] = Gap(Cause.STUDENT, src_problem)
     elif not has_nvcc:
         reason = getattr(nvcc, "reason", "") or "nvcc not found"
         meas.no_compiler_reason = f"not evaluated: no CUDA compiler ({reason})"
-        if has_gpu:  # nothing can be built, so nothing can run
+        if has_gpu:  # nothing can be built, so nothing can run: the grader's doing, not the GPU's absence
             meas.device_available = False
-            meas.no_device_reason = meas.no_compiler_reason
+            meas.no_device = Gap(Cause.GRADER, meas.no_compiler_reason)
     else:
         assert nvcc is not None  # has_nvcc
         progress("occupancy: compiling occ.cu")
@@ -195,7 +197,7 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
             log["gpu_child"] = {"brief": cproc.brief(), "stderr": trim(cproc.stderr, 2000)}
             apply_child_report(meas, report, cproc)
         else:
-            problem = default.problem if default else "the program was not built"
+            problem = Gap(Cause.STUDENT, default.problem if default else "the program was not built")
             for part in ("api", "sweeps", "heavy"):
                 meas.gpu_problems[part] = problem
 

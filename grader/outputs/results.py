@@ -10,7 +10,8 @@ Format: https://gradescope-autograders.readthedocs.io/en/latest/specs/ -- top le
 ``score``, ``execution_time`` (seconds), ``output``, ``output_format``,
 ``visibility``, ``stdout_visibility``, ``tests[]``, ``leaderboard[]``; per test
 ``name``, ``number``, ``score``, ``max_score``, ``status`` (``passed`` / ``failed``),
-``output``, ``output_format``, ``tags``, ``visibility``, ``extra_data``.
+``output``, ``output_format``, ``tags``, ``visibility``, ``extra_data`` (the grader's own: ``status``,
+``stage``, ``item``, ``values``, ``needs_gpu``).
 """
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
             "stage": item.stage,
             "item": item.item,
             "values": _finite_or_none(to_jsonable(item.values)),
+            "needs_gpu": bool(item.needs_gpu),  # the no-GPU policy (grader/deploy/gradescope/policy.py) reads it
         },
     }
 

@@ -7,10 +7,10 @@ Called by grader/pipeline.py (its ``profile`` step) after correctness is known a
 
 It fills ``StageOutcome.ncu`` / ``ncu_gap`` / ``profile_n`` for every stage. A gap's cause is
 ``Cause.STUDENT`` when the student's stage gave nothing to profile (did not compile, is not
-correct: its ncu items fail; worded "not profiled: ...") and ``Cause.GRADER`` when the grader
-could not look (no GPU, no ncu, counters locked, profiling switched off: its ncu items score 0
-as not evaluated; worded "not evaluated: ..."). Only correct kernels are profiled, all in one
-ncu process.
+correct: its ncu items fail; worded "not profiled: ..."), ``Cause.NO_GPU`` when the run has no
+usable GPU, and ``Cause.GRADER`` when the grader could not look for another reason (no ncu,
+counters locked, profiling switched off): both score 0 as not evaluated, worded "not evaluated:
+...". Only correct kernels are profiled, all in one ncu process.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def _why_not(o: StageOutcome, has_gpu: bool, gpu_reason: str, n: int) -> Gap | N
     if o.compile is None or not o.compile.ok:
         return Gap(Cause.STUDENT, "not profiled: the stage did not compile")
     if not has_gpu:
-        return Gap(Cause.GRADER, f"not evaluated: {gpu_reason or 'no CUDA device'}")
+        return Gap(Cause.NO_GPU, f"not evaluated: {gpu_reason or 'no CUDA device'}")
     if o.correct is False:
         return Gap(Cause.STUDENT, "not profiled: the kernel is not correct")
     if o.correct is None:

@@ -32,12 +32,13 @@ def _with_unit(x: float, unit: str) -> str:
     return fmt(x) + (f" {unit}" if unit else "")
 
 
-def _result(o: StageOutcome, item: Item, status: Status, message: str, **values) -> ItemResult:
+def _result(o: StageOutcome, item: Item, status: Status, message: str, *, needs_gpu: bool = False,
+            **values) -> ItemResult:
     st = o.stage
     return ItemResult(stage=st.id, item=item.id, title=item.title, status=status,
                       score=item.points if status == Status.PASSED else 0.0, max_score=item.points,
                       message=message, visibility=item.visibility, number=f"{st.number}.{item.id}",
-                      values=values)
+                      values=values, needs_gpu=needs_gpu)
 
 
 def evaluate_ncu_item(item: Item, outcome: StageOutcome) -> ItemResult:
@@ -50,7 +51,7 @@ def evaluate_ncu_item(item: Item, outcome: StageOutcome) -> ItemResult:
                        "earn nothing; fix correctness first.")
     if o.ncu is None:
         gap = o.ncu_gap or Gap(Cause.GRADER, "not evaluated: no Nsight Compute metrics for this stage")
-        return _result(o, item, gap.cause.status, gap.message)
+        return _result(o, item, gap.cause.status, gap.message, needs_gpu=gap.cause is Cause.NO_GPU)
     n = o.profile_n
     try:
         value, threshold = measure(item, o.ncu, n)

@@ -14,12 +14,12 @@ from grader.spec.peaks import Peaks
 from grader.spec.types import Stage
 
 
-def _result(stage: Stage, item: Item, status: Status, fraction: float, message: str,
-            **values) -> ItemResult:
+def _result(stage: Stage, item: Item, status: Status, fraction: float, message: str, *,
+            needs_gpu: bool = False, **values) -> ItemResult:
     score = round(item.points * fraction, 4) if status == Status.PASSED or fraction > 0 else 0.0
     return ItemResult(stage=stage.id, item=item.id, title=item.title, status=status, score=score,
                       max_score=item.points, message=message, visibility=item.visibility,
-                      number=f"{stage.number}.{item.id}", values=values)
+                      number=f"{stage.number}.{item.id}", values=values, needs_gpu=needs_gpu)
 
 
 def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
@@ -46,8 +46,8 @@ def _timing_gap(o: StageOutcome) -> Gap | None:
         return None
     if o.compile is None or not o.compile.ok:
         return Gap(Cause.STUDENT, "not timed: the stage did not compile")
-    if o.gpu_reason:
-        return Gap(Cause.GRADER, f"not evaluated: {o.gpu_reason}")
+    if o.gpu_reason:  # set by the pipeline exactly when the run has no usable GPU
+        return Gap(Cause.NO_GPU, f"not evaluated: {o.gpu_reason}")
     if o.correct is False:
         return Gap(Cause.STUDENT, "not timed: the kernel is not correct (a speed is never reported for a wrong result)")
     return Gap(Cause.STUDENT, "not timed: no timing was recorded")
@@ -118,13 +118,13 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     if kind == "correct":
         if o.correct is None:
             return _result(st, item, Status.NOT_EVALUATED, 0,
-                           o.correctness_message or f"not evaluated: {o.gpu_reason}")
+                           o.correctness_message or f"not evaluated: {o.gpu_reason}", needs_gpu=bool(o.gpu_reason))
         return _result(st, item, Status.PASSED if o.correct else Status.FAILED, 1 if o.correct else 0,
                        o.correctness_message)
 
     gap = _timing_gap(o)
     if gap:
-        return _result(st, item, gap.cause.status, 0, gap.message)
+        return _result(st, item, gap.cause.status, 0, gap.message, needs_gpu=gap.cause is Cause.NO_GPU)
     t = o.timing
     assert t is not None  # _timing_gap said it is timed
     if t.fraction_of_baseline > st.plausible_max:
@@ -155,7 +155,8 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         gap = _timing_gap(other) if other else Gap(Cause.STUDENT, "stage not graded in this run")
         if gap:
             return _result(st, item, gap.cause.status, 0,
-                           f"needs a timed `{item.params['stage']}` stage to compare with: {gap.message}")
+                           f"needs a timed `{item.params['stage']}` stage to compare with: {gap.message}",
+                           needs_gpu=gap.cause is Cause.NO_GPU)
         assert other is not None and other.timing is not None  # _timing_gap said it is timed
         # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
         value = t.fraction_of_baseline / other.timing.fraction_of_baseline

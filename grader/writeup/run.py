@@ -33,11 +33,12 @@ from grader.writeup.tables import check_table, check_times, describe, find_table
 MAX_BYTES = 64 * 1024  # a report is a few pages (the reference one is 7 KB); parsed in well under a second
 
 
-def _result(spec: Item, status: Status, fraction: float, message: str, **values) -> ItemResult:
+def _result(spec: Item, status: Status, fraction: float, message: str, *, needs_gpu: bool = False,
+            **values) -> ItemResult:
     score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
     return ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=status, score=score,
                       max_score=spec.points, message=message, visibility=spec.visibility, number=spec.number,
-                      values=values)
+                      values=values, needs_gpu=needs_gpu)
 
 
 def find_report(root: Path, rel: str) -> tuple[Path | None, str]:
@@ -118,8 +119,9 @@ def _some(lines: list[str], limit: int = 12) -> list[str]:
 
 
 def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
-                  outcomes: dict) -> tuple[Status, float, str, dict]:
-    """(status, fraction, message, values) of a transition's values item."""
+                  outcomes: dict) -> tuple[Status, float, str, dict, bool]:
+    """(status, fraction, message, values, needs_gpu) of a transition's values item; the causes of the
+    stages' missing metrics decide between failed and not evaluated (``needs_gpu``: for want of a GPU)."""
     ok: list[str] = []
     bad: list[str] = []
     unreadable: list[str] = []
@@ -169,24 +171,26 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
             ["Values the grader cannot read:", *_some(unreadable)] if unreadable else [])
         return Status.FAILED, 0.0, ("\n".join(parts) + tail + "\nNext: copy each value from grading.json "
                              "(stages.<id>.ncu) of a grader run on your current kernels, at the grader's profile "
-                             "size, and write it as `name = number`."), values
+                             "size, and write it as `name = number`."), values, False
     no_metrics = "; ".join(f"your {', '.join(dict.fromkeys(sids))} kernel{'s' if len(set(sids)) > 1 else ''} ({gap.message})"
                            for gap, sids in skipped.items())
     if ok:
         tail += f"\nNot compared, no metrics for {no_metrics}" if skipped else ""
-        return Status.PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(_some(ok)) + tail, values
+        return (Status.PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(_some(ok)) + tail,
+                values, False)
     if skipped:
         if all(g.cause is Cause.STUDENT for g in skipped):  # the student's stage gave nothing to profile
             return Status.FAILED, 0.0, (f"no credit: the grader has no Nsight Compute metrics for {no_metrics}; make the "
-                                 "stage compile and pass its correctness check first" + tail), values
+                                 "stage compile and pass its correctness check first" + tail), values, False
+        no_gpu = any(g.cause is Cause.NO_GPU for g in skipped)
         return Status.NOT_EVALUATED, 0.0, (f"not evaluated: the grader has no Nsight Compute metrics for {no_metrics}, so "
-                                    f"{len(cits)} cited value(s) were not compared" + tail), values
+                                    f"{len(cits)} cited value(s) were not compared" + tail), values, no_gpu
     if unchecked:
         return Status.FAILED, 0.0, ("none of the cited metrics is one the grader measures, so none could be checked:" + tail
                              + "\nCite at least one metric from grading.json (stages.<id>.ncu) or a derived name "
-                             "listed in assignment/README.md."), values
+                             "listed in assignment/README.md."), values, False
     return Status.FAILED, 0.0, (f"nothing to compare: the section on {t.label} cites no metric as `name = value` (its "
-                         "cites item says how)"), values
+                         "cites item says how)"), values, False
 
 
 def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
@@ -243,8 +247,8 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, out
         if par is None:
             out.append(_result(vspec, Status.FAILED, 0.0, f"no section for {t.label}, so no cited value to check"))
         else:
-            status, frac, msg, vals = _check_values(par.citations, t, cfg, outcomes)
-            out.append(_result(vspec, status, frac, msg, **vals))
+            status, frac, msg, vals, needs_gpu = _check_values(par.citations, t, cfg, outcomes)
+            out.append(_result(vspec, status, frac, msg, needs_gpu=needs_gpu, **vals))
     parsed = tables(text)
     chosen = find_tables(parsed, cfg.tables, names)
     bench_n = {st.id: st.bench.n for st in rubric.stages}
@@ -264,8 +268,8 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, out
         else:
             head = "" if chk.problems else f"{good} of {need} rows complete and consistent.\n"
             out.append(_result(items[f"table.{spec.id}"], Status.FAILED, good / need, head + problems))
-    status, frac, msg = check_times(checks, outcomes, cfg.time_rel)
-    out.append(_result(items["table.times"], status, frac, msg))
+    status, frac, msg, needs_gpu = check_times(checks, outcomes, cfg.time_rel)
+    out.append(_result(items["table.times"], status, frac, msg, needs_gpu=needs_gpu))
     written = [t.label for t in cfg.transitions if t.id in found and found[t.id].words >= cfg.min_words]
     if written:
         out.append(_result(items["reasoning"], Status.MANUAL, 0.0, "graded by hand: the paragraphs on " + ", ".join(written)))

@@ -14,7 +14,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from grader.model import Status
+from grader.model import Cause, Gap, Status
 from grader.untrusted.quote import quote_code
 from grader.writeup.config import TableSpec
 from grader.writeup.parse import Quantity, Table, parse_quantity, row_stage
@@ -232,12 +232,14 @@ def describe(chk: TableCheck) -> str:
     return "\n".join(lines)
 
 
-def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tuple[Status, float, str]:
-    """(status, fraction, message) of the times item: each row's ms against the grader's median for the
-    same kernel (or the baseline's), within ``time_rel``; not evaluated when nothing was timed."""
+def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tuple[Status, float, str, bool]:
+    """(status, fraction, message, needs_gpu) of the times item: each row's ms against the grader's median
+    for the same kernel (or the baseline's), within ``time_rel``. When no row could be compared the causes
+    of the gaps decide: not evaluated when the grader could not time a row (``needs_gpu`` when that is for
+    want of a GPU), failed when only the student's stages gave nothing to time."""
     compared: list[str] = []
     bad: list[str] = []
-    skipped: list[str] = []
+    skipped: dict[Gap, list[str]] = {}  # why a row was not compared -> its labels, in table order
     for chk in checks:
         for key, row in chk.rows.items():
             if "ms" not in row.cells:
@@ -246,13 +248,13 @@ def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tu
             timed = [outcomes[s] for s in sids if s in outcomes and outcomes[s].timing is not None]
             if not timed:
                 o = outcomes.get(key) if key != BASELINE else next((outcomes[s] for s in sids if s in outcomes), None)
-                if o is None:
-                    why = "not graded in this run"
-                elif o.gpu_reason:
-                    why = f"not evaluated: {o.gpu_reason}"
+                if o is None:  # left out of this run (--stages): counted against the table, as before
+                    gap = Gap(Cause.STUDENT, "not graded in this run")
+                elif o.gpu_reason:  # set by the pipeline exactly when the run has no usable GPU
+                    gap = Gap(Cause.NO_GPU, f"not evaluated: {o.gpu_reason}")
                 else:
-                    why = "not timed (the stage did not compile or is not correct)"
-                skipped.append(f"{chk.spec.baseline if key == BASELINE else key}: {why}")
+                    gap = Gap(Cause.STUDENT, "not timed (the stage did not compile or is not correct)")
+                skipped.setdefault(gap, []).append(chk.spec.baseline if key == BASELINE else key)
                 continue
             tm = timed[0].timing
             grader_ms = tm.baseline_median_ms if key == BASELINE else tm.median_ms
@@ -263,15 +265,13 @@ def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tu
     if bad:
         return Status.FAILED, 0.0, (f"times more than {100 * time_rel:g}% away from the grader's:\n" + "\n".join(bad)
                              + "\nMeasure again on the grading GPU (the summary table of run_local.py) and "
-                             "update the table.")
+                             "update the table."), False
     if compared:
-        return Status.PASSED, 1.0, "times agree with the grader's: " + "; ".join(compared)
-    reasons: dict[str, list[str]] = {}
-    for entry in skipped:
-        label, why = entry.split(": ", 1)
-        reasons.setdefault(why, []).append(label)
-    listed = "; ".join(f"{', '.join(labels)}: {why}" for why, labels in reasons.items())
-    if any(why.startswith("not evaluated") for why in reasons):
-        return Status.NOT_EVALUATED, 0.0, f"not evaluated: the grader has no timings to compare with ({listed})"
+        return Status.PASSED, 1.0, "times agree with the grader's: " + "; ".join(compared), False
+    listed = "; ".join(f"{', '.join(labels)}: {gap.message}" for gap, labels in skipped.items())
+    graders = [gap for gap in skipped if gap.cause is not Cause.STUDENT]
+    if graders:
+        return (Status.NOT_EVALUATED, 0.0, f"not evaluated: the grader has no timings to compare with ({listed})",
+                any(gap.cause is Cause.NO_GPU for gap in graders))
     return Status.FAILED, 0.0, ("no row could be compared: " + (listed if skipped else "the tables have no times; fill in "
-                                                                                 "the ms column"))
+                                                                                 "the ms column")), False

@@ -19,11 +19,12 @@ The policy comes from, first to last: ``GRADER_NO_GPU_POLICY`` in the environmen
 ``settings.no_gpu_policy`` in rubric.yaml (read from the raw YAML, so this works whether or not
 the rubric loader knows the key); ``pending``.
 
-An item counts as a GPU item when the run had no usable GPU, the item is ``not_evaluated``, and its
-message names the run's reason for having no GPU (``grading.json: device_reason``); without
-grading.json, a message that mentions a CUDA device or GPU. Items not evaluated for other reasons
-(no cuobjdump, say) are left alone. Pure functions on dicts, standard library only (plus PyYAML,
-imported lazily, for the rubric fallback).
+An item counts as a GPU item when it is ``not_evaluated`` and the grader marked it as needing a
+GPU (``extra_data.needs_gpu``, from :attr:`grader.model.ItemResult.needs_gpu`: set where the item
+is made, when what is missing is missing because the run had no usable GPU). The item's text is
+never read for this. Items not evaluated for other reasons (no cuobjdump, say) are left alone.
+grading.json only gives the reason the run had no GPU, for the note on top. Pure functions on
+dicts, standard library only (plus PyYAML, imported lazily, for the rubric fallback).
 """
 from __future__ import annotations
 
@@ -92,33 +93,24 @@ def resolve_policy(source_dir: str | os.PathLike[str] | None = None,
     return DEFAULT_POLICY, "default"
 
 
-def _had_gpu(detail: Mapping[str, Any] | None) -> bool:
-    device = (detail or {}).get("device")
-    return bool(isinstance(device, Mapping) and device.get("ok"))
-
-
-def is_gpu_item(test: Mapping[str, Any], detail: Mapping[str, Any] | None) -> bool:
-    """A test the run could not evaluate because it had no GPU."""
-    if (test.get("extra_data") or {}).get("status") != "not_evaluated" or _had_gpu(detail):
+def is_gpu_item(test: Mapping[str, Any]) -> bool:
+    """A test the run could not evaluate because it had no GPU (the grader's typed mark, not its text)."""
+    extra = test.get("extra_data")
+    if not isinstance(extra, Mapping):
         return False
-    text = str(test.get("output", ""))
-    reason = str((detail or {}).get("device_reason") or "").strip()
-    if reason:
-        return reason in text
-    lowered = text.lower()
-    return "cuda device" in lowered or "gpu" in lowered
+    return extra.get("status") == "not_evaluated" and extra.get("needs_gpu") is True
 
 
 def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy: str) -> dict:
     """Apply ``policy`` to ``results`` (a results.json dict; changed in place and returned).
 
-    ``detail`` is grading.json (for the run's device and its reason for having none).
+    ``detail`` is grading.json (for the run's reason for having no GPU, said in the note on top).
     """
     if policy not in POLICIES:
         raise ValueError(f"no-GPU policy {policy!r} is not one of {', '.join(POLICIES)}")
     if policy == "keep":
         return results
-    pending = [t for t in results.get("tests", []) if is_gpu_item(t, detail)]
+    pending = [t for t in results.get("tests", []) if is_gpu_item(t)]
     if not pending:
         return results
     reason = str((detail or {}).get("device_reason") or "no CUDA device")

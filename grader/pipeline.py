@@ -8,7 +8,6 @@ exception. The grading process creates no CUDA context; every GPU step is a chil
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from pathlib import Path
 from grader.build import toolchain
 from grader.build.compile import compile_stage
 from grader.build.intake import INTAKE_FILE, intake
-from grader.build.locate import submission_root
 from grader.build.sass import dump_sass
 from grader.build.student import student_user
 from grader.children.launch import launch
@@ -31,7 +29,7 @@ from grader.score.stages import score
 from grader.spec.peaks import device_peaks
 from grader.spec.types import Rubric
 
-__all__ = ["STEPS", "Environment", "Grading", "detect_environment", "grade", "remove_work", "resolve_submission"]
+__all__ = ["STEPS", "Environment", "Grading", "detect_environment", "grade"]
 
 
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None) -> Environment:
@@ -51,11 +49,6 @@ def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None =
     return Environment(device, reason, toolchain.find_nvcc(), toolchain.find_cuobjdump(),
                        toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric, device),
                        sandbox=sandbox.mode())
-
-
-def resolve_submission(path: Path, rubric: Rubric) -> tuple[Path, str]:
-    """Gradescope zips often wrap everything in one folder: step into it when that is the case."""
-    return submission_root(path, [s.file for s in rubric.stages])
 
 
 def compile_stages(job: Job) -> Job:
@@ -143,15 +136,11 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
     taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
     taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
-    root, note = resolve_submission(taken.root, rubric)
-    job = Job(rubric, root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=taken.notes + ([note] if note else []), intake=taken)
+    job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
+              notes=list(taken.notes), intake=taken)
     for step in STEPS:
         job = step(job)
     grading = job.grading()
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
     return grading
 
-
-def remove_work(out_dir: Path) -> None:
-    shutil.rmtree(out_dir / "work", ignore_errors=True)

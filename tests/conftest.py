@@ -42,3 +42,20 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+# The sandbox tests (tests/test_fence.py, tests/test_fence_limits.py) share these two.
+@pytest.fixture
+def bwrap_required():
+    """Skip, saying why, where bwrap cannot make a sandbox."""
+    from tests.fence_helpers import need_bwrap
+
+    need_bwrap()
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    """The step's one writable folder."""
+    d = tmp_path / "scratch"
+    d.mkdir()
+    return d

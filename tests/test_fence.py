@@ -14,19 +14,12 @@ from grader import REPO_ROOT
 from grader.build import toolchain
 from grader.run import sandbox
 from grader.run.sandbox import Fence, Limit, run
-from tests.fence_helpers import live_with, marker, need_bwrap, py, switch_user, wait_none_with
+from tests.fence_helpers import live_with, marker, py, switch_user, wait_none_with
 
 
 @pytest.fixture(autouse=True)
-def _bwrap():
-    need_bwrap()
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Path:
-    d = tmp_path / "scratch"
-    d.mkdir()
-    return d
+def _bwrap(bwrap_required):
+    """Every test here starts the real bwrap."""
 
 
 def test_sees_no_secrets_and_no_repository(scratch: Path):

@@ -10,19 +10,12 @@ import pytest
 
 from grader.run import cgroup, limits, sandbox
 from grader.run.sandbox import MIB, Fence, Limit, run
-from tests.fence_helpers import marker, need_bwrap, py, switch_user, wait_none_with
+from tests.fence_helpers import marker, py, switch_user, wait_none_with
 
 
 @pytest.fixture(autouse=True)
-def _bwrap():
-    need_bwrap()
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Path:
-    d = tmp_path / "scratch"
-    d.mkdir()
-    return d
+def _bwrap(bwrap_required):
+    """Every test here starts the real bwrap."""
 
 
 # Grows by 8 MiB of touched memory every few milliseconds: fast enough to pass 256 MiB within a

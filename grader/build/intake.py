@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from grader.build.locate import submission_root
 from grader.build.safe_copy import (
     JUNK_NAMES,
     SUBMISSION_LIMITS,
@@ -91,20 +92,6 @@ class Intake:
 # --------------------------------------------------------------------------------------------
 # intake()
 # --------------------------------------------------------------------------------------------
-def _visible(folder: Path) -> list[Path]:
-    return [p for p in folder.iterdir() if not p.name.startswith(".") and p.name not in JUNK_NAMES]
-
-
-def _step_into_wrapper(copy: Path, markers: Sequence[str]) -> tuple[Path, str]:
-    """The one wrapping folder, when the submission's files are only found inside it."""
-    if not markers or any((copy / m).exists() for m in markers):
-        return copy, ""
-    inside = _visible(copy)
-    if len(inside) == 1 and inside[0].is_dir() and any((inside[0] / m).exists() for m in markers):
-        return inside[0], f"files were found one folder down, in {inside[0].name}/; graded from there"
-    return copy, ""
-
-
 def intake(path: Path, dest: Path, limits: Limits = SUBMISSION_LIMITS, markers: Sequence[str] = ()) -> Intake:
     """Copy the submission at ``path`` (a folder or a zip of one) into ``dest``, made fresh.
 
@@ -137,7 +124,7 @@ def intake(path: Path, dest: Path, limits: Limits = SUBMISSION_LIMITS, markers: 
     if refusal:
         fresh_folder(dest)  # nothing of a refused submission is graded
         return Intake(dest, dest, refusal, skipped, [f"Submission refused: {refusal}."])
-    root, note = _step_into_wrapper(dest, markers)
+    root, note = submission_root(dest, markers)
     shown = [s for s in skipped if s.why is not Skip.OWN_OUTPUT]
     notes = [f"Left out of the grading: {s.message()}" for s in shown[:MAX_NOTES]]
     if len(shown) > MAX_NOTES:

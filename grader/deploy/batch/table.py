@@ -19,7 +19,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader import DEFAULT_RUBRIC
 from grader.build.intake import INTAKE_FILE
 from grader.deploy.batch.export import Submission
 
@@ -100,20 +99,6 @@ def _item_cell(test: dict) -> Any:
         return MANUAL_CELL
     return test.get("score")
 
-
-_TITLES: dict[str, str] | None = None
-
-
-def _stage_titles() -> dict[str, str]:
-    global _TITLES
-    if _TITLES is None:
-        try:
-            from grader.spec.rubric import load_rubric
-
-            _TITLES = {st.id: st.title for st in load_rubric(DEFAULT_RUBRIC).stages}
-        except Exception:  # the titles only name leaderboard columns
-            _TITLES = {}
-    return _TITLES
 
 
 def _leaderboard(folder_dir: Path, results: dict) -> list[dict]:

@@ -27,15 +27,6 @@ def _env_flag(value: str | None, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
-def _stage_titles(rubric_path: Path) -> dict[str, str]:
-    try:
-        from grader.spec.rubric import load_rubric
-
-        return {st.id: st.title for st in load_rubric(rubric_path).stages}
-    except Exception:
-        return {}
-
-
 def postprocess(results_dir: Path, source_dir: Path, rubric_path: Path, env=None) -> dict | None:
     """Policy and leaderboard on the results.json in ``results_dir``; returns it (None if absent)."""
     from grader.outputs.results import write_results

@@ -46,6 +46,7 @@ from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
 from grader.occupancy.plots import plot_sweeps, sweep_series
 from grader.occupancy.program import PROGRAM_OUTPUT_LIMIT, PROGRAM_TIMEOUT_S, parse_program_output, run_program
 from grader.spec.types import Rubric
+from grader.untrusted.yaml_load import Limits as YamlLimits
 
 # Re-exported: what tests and tools/occupancy_gpu_check.py reach through this module.
 __all__ = ["CHILD_TIMEOUT_S", "MEASUREMENTS_FILE", "PROGRAM_OUTPUT_LIMIT", "PROGRAM_TIMEOUT_S", "apply_child_report",
@@ -54,7 +55,8 @@ __all__ = ["CHILD_TIMEOUT_S", "MEASUREMENTS_FILE", "PROGRAM_OUTPUT_LIMIT", "PROG
 Progress = Callable[[str], None]
 
 COMPILE_TIMEOUT_S = 120.0  # lowered to the rubric's compile_s when that is smaller
-MAX_ANSWERS_BYTES = 256 * 1024
+# The answers file's size cap is the bounded YAML loader's own, so the two can never disagree.
+MAX_ANSWERS_BYTES = YamlLimits().max_bytes
 MEASUREMENTS_FILE = "occupancy_measurements.json"
 PLOT_FILE = "occupancy_sweeps.png"
 

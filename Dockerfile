@@ -29,14 +29,19 @@
 #   (pick, from the image's tags on Docker Hub, the one matching the base image selected in the
 #   assignment's Gradescope settings, Ubuntu 22.04 or newer; install.sh then
 #   installs python3-venv and g++ with apt and nvcc/cuobjdump from NVIDIA's pip wheels).
+#   any Debian or Ubuntu with apt-get: install.sh installs what is missing (tests/test_dockerfile_build.py
+#   builds this file with buildah on a bare `debootstrap --variant=minbase bookworm` image).
 ARG BASE=nvidia/cuda:13.0.1-devel-ubuntu24.04
+# The packaging stage's base: any image with Python >= 3.10 as `python3` (the build is standard library
+# only). An ARG so that a machine without registry access can build on a local image.
+ARG PACKAGE_BASE=python:3.12-slim
 
 # Stage 1: build the zip from the repository and unpack it (standard-library Python only).
 # solutions/ and tests/ stay in this stage: the zip never contains them.
-FROM python:3.12-slim AS package
+FROM ${PACKAGE_BASE} AS package
 WORKDIR /src
 COPY . .
-RUN python -m grader.deploy.gradescope build --out /tmp/autograder.zip --unpack /autograder/source
+RUN python3 -m grader.deploy.gradescope build --out /tmp/autograder.zip --unpack /autograder/source
 
 # Stage 2: the grading image.
 FROM ${BASE}

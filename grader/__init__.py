@@ -1,5 +1,6 @@
 """The GEMM-ladder autograder (docs/design.md draws the layout and the flow)."""
 
+from functools import lru_cache as _lru_cache
 from pathlib import Path as _Path
 
 # Every module that needs a path outside its own folder derives it from these, never from its own depth.
@@ -15,3 +16,21 @@ REPO_ROOT = IMPORT_ROOT if IN_CHECKOUT else PACKAGE_DIR
 PRIVATE_ROOT = REPO_ROOT
 # The rubric graded by default: the checkout's, or the copy the build put into the package (setup.py).
 DEFAULT_RUBRIC = IMPORT_ROOT / "rubric.yaml" if IN_CHECKOUT else PACKAGE_DIR / "data" / "rubric.yaml"
+
+
+@_lru_cache(maxsize=1)
+def code_version() -> str:
+    """The grader's version as graded: the package version and a hash of its own Python and shell
+    files, so a grading made by changed code is recognisably another version (batches re-grade it)."""
+    import hashlib
+    from importlib import metadata
+
+    try:
+        release = metadata.version("gemm-ladder-grader")
+    except metadata.PackageNotFoundError:
+        release = "0+unknown"
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*")):
+        if path.suffix in (".py", ".sh") and "__pycache__" not in path.parts and path.is_file():
+            digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
+    return f"{release}+{digest.hexdigest()[:12]}"

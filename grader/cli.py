@@ -7,6 +7,7 @@
     python -m grader calibrate [SOLUTIONS] [--repeats N] [--out DIR]            (grader/instructor/calibrate.py)
     python -m grader handout --write|--check                                    (grader/instructor/handout.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
+    python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
 
 ``python grader/run_local.py`` keeps the older flags (``--batch``, ``--calibrate``, ``--check-rubric``)
 and maps them onto these commands.
@@ -120,7 +121,8 @@ def grade_command(args: argparse.Namespace) -> int:
                 bar.update(task, description=f"grading: {msg}", advance=1)
 
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
-                                     keep_outputs=args.keep_outputs, progress=progress)
+                                     keep_outputs=args.keep_outputs, progress=progress,
+                                     gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None)
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -178,6 +180,8 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
+    p.add_argument("--gpu-lock", metavar="FILE", help="a lock file shared by every grading on this GPU: the GPU "
+                   "steps wait for it, so two gradings never time kernels on one GPU at once (batches, the service)")
     p.add_argument("--keep-work", action="store_true",
                    help="keep OUT/work (the submission's copy, builds, ncu's profile_spec.json); removed by default")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
@@ -245,6 +249,10 @@ def handout_command(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from grader.deploy.batch.cli import add_grade_arguments, add_merge_arguments
     from grader.deploy.gradescope.build import add_arguments as add_gradescope_arguments
+    from grader.deploy.kit.build import add_arguments as add_kit_arguments
+    from grader.deploy.kit.check import add_arguments as add_check_arguments
+    from grader.serve.cli import add_arguments as add_serve_arguments
+    from grader.serve.submit import add_arguments as add_submit_arguments
 
     p = argparse.ArgumentParser(prog="python -m grader", description="The GEMM-ladder autograder.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -275,6 +283,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.set_defaults(func=handout_command)
 
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
+    add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))
+    add_submit_arguments(sub.add_parser("submit", help="students: grade on the course GPU through the grading service"))
+    add_check_arguments(sub.add_parser("check", help="students: is a submission well-formed? seconds, no GPU, no scores"))
+    add_kit_arguments(sub.add_parser("kit", help="build the student kit zip (handout, starter, grader; no solutions)"))
     return p
 
 

@@ -25,9 +25,11 @@ from grader.build.compile import CompileResult
 from grader.build.intake import Intake
 from grader.build.sass import SassResult
 from grader.build.toolchain import Tool
+from grader.clock import Clock, Phase
 from grader.model import Gap, ItemResult, Verdict, to_jsonable
 from grader.run.sandbox import Mode
 from grader.run.timing import TimingSummary
+from grader.spec.limits import StageLimit
 from grader.spec.peaks import Peaks
 from grader.spec.types import Rubric, Stage
 
@@ -75,6 +77,7 @@ class StageOutcome:
     ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
+    run_limit: StageLimit | None = None  # the stage child's time limit in force, and where it came from
 
     @property
     def correct(self) -> bool | None:
@@ -106,6 +109,16 @@ class Grading:
     seconds: float
     notes: list[str] = field(default_factory=list)
     profile: ProfileRun | None = None  # the one profiling run, when there was one
+    phases: list[Phase] = field(default_factory=list)  # where the time went (grader/clock.py)
+    # What graded it: the rubric file's sha256 and the grader's code version (grader.code_version),
+    # so a batch knows which of its gradings are stale.
+    rubric_sha256: str = ""
+    grader_version: str = ""
+
+    @property
+    def gpu_graded(self) -> bool:
+        """Whether the GPU items were judged (a device was there), not left "not evaluated"."""
+        return self.env.has_gpu
 
     @property
     def score(self) -> float:
@@ -123,6 +136,8 @@ class Grading:
             stages[sid] = {**to_jsonable(o), "correct": o.correct}
         return to_jsonable({
             "format": FORMAT, "submission": self.submission, "seconds": self.seconds,
+            "rubric_sha256": self.rubric_sha256, "grader_version": self.grader_version,
+            "gpu_graded": self.gpu_graded, "phases": self.phases,
             "score": self.score, "max_score": self.max_score, "notes": self.notes,
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
@@ -144,6 +159,8 @@ class Grading:
                     "arch_flags": data.get("arch_flags"), "peaks": data.get("peaks"),
                     "sandbox": data.get("sandbox")},
             "profile": data.get("ncu"), "outcomes": data.get("stages"), "items": data.get("items"),
+            "phases": data.get("phases", []), "rubric_sha256": data.get("rubric_sha256", ""),
+            "grader_version": data.get("grader_version", ""),
         }
         # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
         # without it still grades.
@@ -199,10 +216,17 @@ class Job:
     notes: list[str] = field(default_factory=list)
     profile: ProfileRun | None = None
     intake: Intake | None = None  # the submission's copy: what it left out, for the items that miss it
+    clock: Clock = field(default_factory=Clock)  # the phases' times (grader/clock.py)
+    prebuilt_occupancy: Any = None  # occ.cu's builds, made beside the stages' compiles (occupancy/run.py: Prebuilt)
+    cupy_cache: Path | None = None  # the trusted warm CuPy cache each child's own starts as a copy of (run/warm.py)
+    early_racecheck: Any = None  # racecheck started beside the checker, for the sanitize step (run/stages.py)
 
     def wants(self, part: str) -> bool:
         return self.parts is None or part in self.parts
 
     def grading(self) -> Grading:
+        from grader import code_version
+
         return Grading(str(self.submission), self.env, self.outcomes, self.items,
-                       time.monotonic() - self.started, self.notes, self.profile)
+                       time.monotonic() - self.started, self.notes, self.profile, list(self.clock.phases),
+                       self.rubric.sha256, code_version())

@@ -19,12 +19,22 @@ class Status(str, Enum):
 
     NOT_EVALUATED means the grader could not look (no GPU, no ncu): it scores 0
     and says why, but it is never reported as the student's failure.
+
+    MANUAL and REVIEW both leave the points to a person, for different reasons:
+
+    - MANUAL: a hand-graded item (a free-text answer, the report's reasoning). Its points are
+      not the autograder's: on Gradescope they belong to a manually graded question of the
+      assignment's outline, so results.json shows the item neutrally, outside the autograder's
+      total (grader/outputs/results.py). Whatever the answer, the autograder gives no verdict.
+    - REVIEW: an automatic item whose result looks implausible (a kernel faster than cuBLAS
+      allows): held at 0 for course staff to look at, and still part of the autograder's total.
     """
 
     PASSED = "passed"
     FAILED = "failed"
     NOT_EVALUATED = "not_evaluated"
-    MANUAL = "manual"  # graded by a person later; 0 automatic points
+    MANUAL = "manual"  # graded by hand (a person's question on Gradescope); never the autograder's points
+    REVIEW = "review"  # an automatic item held for course staff to review; 0 until they do
 
     def __str__(self) -> str:  # f-strings and str() give the JSON value, as the old constants did
         return self.value
@@ -63,6 +73,7 @@ class Verdict(str, Enum):
     NOT_COMPILED = "not_compiled"
     NOT_RUN = "not_run"  # the submission's time budget was used up by the stages before it
     TIMED_OUT = "timed_out"
+    OUTPUT_LIMIT = "output_limit"  # printed past settings.output_limit_bytes: stopped at once (ProcRecord.limit)
     CRASHED = "crashed"  # could not be loaded, raised a CUDA error, or ended abnormally
     NO_VERDICT = "no_verdict"  # ran, but the reference checker gave no verdict for it
     WRONG = "wrong"

@@ -8,17 +8,21 @@ exception. The grading process creates no CUDA context; every GPU step is a chil
 """
 from __future__ import annotations
 
+import fcntl
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from grader.build import toolchain
 from grader.build.compile import compile_stage
 from grader.build.intake import INTAKE_FILE, intake
 from grader.build.sass import dump_sass
-from grader.build.student import student_user
+from grader.build.student import compile_workers, student_user
 from grader.children.launch import launch
+from grader.clock import Clock
 from grader.grading import Environment, Grading, Job, ProfileRun, Progress, StageOutcome
 from grader.model import Verdict
 from grader.profile.collect import profile_stages
@@ -27,9 +31,9 @@ from grader.run.fence import Fence
 from grader.run.stages import check_results, drop_outputs, run_stages, sanitize, tool_fence
 from grader.score.stages import score
 from grader.spec.peaks import device_peaks
-from grader.spec.types import Rubric
+from grader.spec.types import Rubric, Stage
 
-__all__ = ["STEPS", "Environment", "Grading", "detect_environment", "grade"]
+__all__ = ["CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None) -> Environment:
@@ -51,25 +55,60 @@ def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None =
                        sandbox=sandbox.mode())
 
 
+def _occupancy_fence(job: Job) -> Fence:
+    return Fence(scratch=job.work / "occupancy", gpu=True)
+
+
+def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, list[tuple[str, float]]]:
+    """One stage: nvcc -> cubin, ptxas -v, the launch shape, then the SASS. Runs in a pool thread; it
+    touches only its own stage folder and its own outcome, and returns its times for the clock."""
+    work = job.work / st.id
+    work.mkdir(parents=True, exist_ok=True)
+    o = StageOutcome(stage=st, gpu_reason="" if job.env.has_gpu else (job.env.device_reason or "no CUDA device"))
+    times: list[tuple[str, float]] = []
+    t0 = time.monotonic()
+    o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
+                              sizes + [st.bench.n], user=student_user(), fence=Fence(scratch=work / "build"))
+    times.append(("compile", time.monotonic() - t0))
+    if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
+        o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
+    if o.compile.ok and o.compile.cubin:
+        t1 = time.monotonic()
+        o.sass = dump_sass(o.compile.cubin, job.env.cuobjdump)
+        times.append(("sass", time.monotonic() - t1))
+    else:
+        o.verdict = Verdict.NOT_COMPILED
+    return o, times
+
+
 def compile_stages(job: Job) -> Job:
-    """Compile every selected stage to a cubin, read ptxas and the SASS."""
+    """Compile every selected stage to a cubin, read ptxas and the SASS; build the occupancy program.
+
+    Every compile runs side by side on one pool of :func:`compile_workers` threads (one per CPU),
+    each thread waiting on its own fenced, limited nvcc or cuobjdump exactly as one after another
+    did; occ.cu's builds are started on the same pool (grader/occupancy/run.py: start_builds) and
+    handed to the occupancy step, so no compiler runs during the GPU steps. The outcomes, the
+    phases and the progress messages come in the rubric's order, whatever order the compiles end in."""
     sizes = list(job.rubric.correctness_sizes)
-    for st in job.rubric.stages:
-        if not job.wants(st.id):
-            continue
-        job.progress(f"compiling {st.id}")
-        work = job.work / st.id
-        work.mkdir(parents=True, exist_ok=True)
-        o = StageOutcome(stage=st, gpu_reason="" if job.env.has_gpu else (job.env.device_reason or "no CUDA device"))
-        o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
-                                  sizes + [st.bench.n], user=student_user(), fence=Fence(scratch=work / "build"))
-        if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
-            o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
-        if o.compile.ok and o.compile.cubin:
-            o.sass = dump_sass(o.compile.cubin, job.env.cuobjdump)
-        else:
-            o.verdict = Verdict.NOT_COMPILED
-        job.outcomes[st.id] = o
+    selected = [st for st in job.rubric.stages if job.wants(st.id)]
+    with ThreadPoolExecutor(max_workers=compile_workers(), thread_name_prefix="compile") as pool:
+        pending = None
+        if job.rubric.occupancy is not None and job.wants("occupancy"):
+            from grader.occupancy.run import start_builds
+
+            pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
+                                   fence=_occupancy_fence(job))
+        futures = [pool.submit(_compile_one, job, st, sizes) for st in selected]
+        for st, future in zip(selected, futures):
+            job.progress(f"compiling {st.id}")
+            job.outcomes[st.id], times = future.result()
+            for name, seconds in times:
+                job.clock.add(name, seconds, st.id)
+        if pending is not None:
+            job.progress("occupancy: compiling occ.cu")
+            job.prebuilt_occupancy = pending.wait()
+            if job.prebuilt_occupancy is not None:
+                job.clock.add("build", job.prebuilt_occupancy.seconds, "occupancy")
     return job
 
 
@@ -78,7 +117,7 @@ def profile(job: Job) -> Job:
     if any(i.kind == "ncu" for o in job.outcomes.values() for i in o.stage.items):
         job.progress("profiling with Nsight Compute")
     run = profile_stages(job.outcomes, job.rubric, has_gpu=job.env.has_gpu, gpu_reason=job.env.device_reason,
-                         work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0),
+                         work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0), device=job.env.device,
                          fence=tool_fence(job.work / "ncu", list(job.outcomes.values())))
     if run is not None:
         job.profile = ProfileRun(command=list(run.command), reason=run.reason,
@@ -98,7 +137,9 @@ def grade_occupancy(job: Job) -> Job:
 
         job.progress("grading the occupancy exercises")
         job.items += grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy",
-                                                job.progress, fence=Fence(scratch=job.work / "occupancy", gpu=True))
+                                                job.progress, fence=_occupancy_fence(job), clock=job.clock,
+                                                plots_dir=job.work.parent,  # the results folder
+                                                prebuilt=job.prebuilt_occupancy)
     return job
 
 
@@ -111,9 +152,12 @@ def grade_report(job: Job) -> Job:
     return job
 
 
-# The grading, in order. Each step takes the Job and returns it.
-STEPS: tuple[Callable[[Job], Job], ...] = (
+# The grading, in order. Each step takes the Job and returns it. The CPU steps use no GPU; the GPU
+# steps run under the GPU lock when one is given (see grade()).
+CPU_STEPS: tuple[Callable[[Job], Job], ...] = (
     compile_stages,  # nvcc -> cubin, ptxas -v, SASS
+)
+GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
     run_stages,  # each kernel in a child: correctness sizes, then the timed benchmark
     check_results,  # outputs against float64 references; timings of the correct kernels
     sanitize,  # racecheck on shared-memory stages, memcheck on failed ones
@@ -123,23 +167,62 @@ STEPS: tuple[Callable[[Job], Job], ...] = (
     grade_occupancy,  # the occupancy exercises section, when the rubric has one
     grade_report,  # the written report section, when the rubric has one
 )
+STEPS = CPU_STEPS + GPU_STEPS
+
+
+@contextmanager
+def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
+    """Hold the GPU's lock file (an exclusive flock) for the steps that use the GPU.
+
+    A batch or service worker grades the next submission's CPU steps while another grading holds
+    the GPU, but never lets two gradings use one GPU at once (timings would disturb each other). The
+    wait and the time held are phases ("gpu_wait", "gpu_held"), from which a batch reports each GPU's
+    busy share. No lock, or no GPU in this grading: nothing to wait for."""
+    if lock is None or not needed:
+        yield
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        t0 = time.monotonic()
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        clock.add("gpu_wait", time.monotonic() - t0, detail=False)
+        t1 = time.monotonic()
+        try:
+            yield
+        finally:
+            clock.add("gpu_held", time.monotonic() - t1)
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
-          env: Environment | None = None) -> Grading:
+          env: Environment | None = None, gpu_lock: Path | None = None) -> Grading:
+    """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
+    this GPU; the GPU steps run holding it (see :func:`gpu_turn`)."""
     started = time.monotonic()
+    clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
     out_dir.mkdir(parents=True, exist_ok=True)
     progress("probing the GPU and tools")
-    env = env or detect_environment(rubric, use_gpu)
+    if env is None:
+        # Not under the GPU lock: the probe only reads the device's attributes and launches no kernel,
+        # so it cannot disturb another grading's timings, and locking it would keep this grading from
+        # compiling while the other one holds the GPU.
+        with clock.step("probe"):
+            env = detect_environment(rubric, use_gpu)
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
-    taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
-    taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
+    with clock.step("intake"):
+        taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
+        taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=list(taken.notes), intake=taken)
-    for step in STEPS:
-        job = step(job)
+              notes=list(taken.notes), intake=taken, clock=clock)
+    for step in CPU_STEPS:
+        with clock.step(step.__name__):
+            job = step(job)
+    with gpu_turn(gpu_lock, clock, env.has_gpu):
+        for step in GPU_STEPS:
+            with clock.step(step.__name__):
+                job = step(job)
     grading = job.grading()
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
     return grading

@@ -1,4 +1,5 @@
-"""Shared test setup: the `gpu` marker skips unless a CUDA device answers the probe."""
+"""Shared test setup: the `gpu` marker skips unless a CUDA device answers the probe; the GPU tests'
+gradings are made once per session (tests/gpu_jobs.py) and shared through the fixtures below."""
 from __future__ import annotations
 
 import functools
@@ -59,3 +60,51 @@ def scratch(tmp_path):
     d = tmp_path / "scratch"
     d.mkdir()
     return d
+
+
+# ---- the GPU suite's shared gradings (tests/gpu_jobs.py) -------------------------------------------------
+# fixture name -> the grading it returns. The first GPU test that asks for one starts every grading the
+# session's collected tests need, side by side (their GPU steps take turns on one lock file).
+GPU_JOB_FIXTURES = {"solutions_graded": "solutions", "starter_graded": "starter", "hostile_graded": "hostile",
+                    "shifted_profiled": "shifted", "attacks_graded": "attacks"}
+
+
+@pytest.fixture(scope="session")
+def gpu_jobs(request, tmp_path_factory):
+    from tests.gpu_jobs import GpuJobs
+
+    wanted = {GPU_JOB_FIXTURES[f] for item in request.session.items
+              for f in getattr(item, "fixturenames", ()) if f in GPU_JOB_FIXTURES}
+    jobs = GpuJobs(tmp_path_factory.mktemp("gpu-jobs"), sorted(wanted))
+    yield jobs
+    jobs.close()
+
+
+@pytest.fixture(scope="session")
+def solutions_graded(gpu_jobs):
+    """solutions/, fully graded (tests/gpu_jobs.py: Graded)."""
+    return gpu_jobs.result("solutions")
+
+
+@pytest.fixture(scope="session")
+def starter_graded(gpu_jobs):
+    """starter/, fully graded, its work folder kept."""
+    return gpu_jobs.result("starter")
+
+
+@pytest.fixture(scope="session")
+def hostile_graded(gpu_jobs):
+    """Every GPU case of tests/submissions/EXPECTED.yaml in one grading (tests/gpu_jobs.py: composite)."""
+    return gpu_jobs.result("hostile")
+
+
+@pytest.fixture(scope="session")
+def shifted_profiled(gpu_jobs):
+    """(outcomes, ncu run or the reason there is none) of the one-stage-shifted submission."""
+    return gpu_jobs.result("shifted")
+
+
+@pytest.fixture(scope="session")
+def attacks_graded(gpu_jobs):
+    """{case: (attack_helpers.Graded, results.json unchanged afterwards)} for the GPU attack cases."""
+    return gpu_jobs.result("attacks")

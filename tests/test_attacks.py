@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import shutil
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +22,8 @@ import yaml
 
 from grader.build import toolchain
 from tests import attack_cases as cases
-from tests.attack_helpers import FAKE_RESULTS, Graded, Jobs, case_processes, end_processes, grade
+from tests.attack_helpers import FAKE_RESULTS, Graded, Jobs, grade
+from tests.gpu_jobs import attack_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
@@ -38,22 +38,19 @@ needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no n
 
 
 def _rubric(dest: Path) -> Path:
-    """rubric.yaml with shorter compile and stage limits, so a bomb stopped by time costs 45 s, not 120."""
-    text = (ROOT / "rubric.yaml").read_text()
-    for old, new in (("compile_s: 120", "compile_s: 45"), ("stage_run_s: 240", "stage_run_s: 40")):
-        assert old in text, f"rubric.yaml no longer has {old!r}"
-        text = text.replace(old, new)
-    dest.write_text(text)
-    return dest
+    """rubric.yaml with a shorter compile limit, so a bomb stopped by time costs 45 s, not 120 (the same
+    rubric the GPU cases get: tests/gpu_jobs.py)."""
+    return attack_rubric(dest)
 
 
 # ---- the cases built at run time (tests/attack_cases.py) -------------------------------------------
-# name: (field, raw YAML value, the item that reads the field, what any other item that changes must name).
-# Aliases may be refused for the whole file (then every item that reads the answers fails, saying so).
+# name: (field, raw YAML value, the item that reads the field, its status, what any other item that changes
+# must name). Aliases may be refused for the whole file (then every item that reads the answers fails, saying
+# so). O.18 is graded by hand: it stays "manual" (never "failed"), and its text still names the refusal.
 ANSWER_ATTACKS = {
-    "billion_laughs": ("ex2.explanation", cases.laughs(), "O.18", ["ex2.explanation", "alias"]),
-    "value_250kb": ("ex1.blocks_by_registers", "1" * 250_000, "O.3", []),
-    "hex_300_digits": ("ex1.occupancy_pct", "0x" + "f" * 300, "O.9", []),
+    "billion_laughs": ("ex2.explanation", cases.laughs(), "O.18", "manual", ["ex2.explanation", "alias"]),
+    "value_250kb": ("ex1.blocks_by_registers", "1" * 250_000, "O.3", "failed", []),
+    "hex_300_digits": ("ex1.occupancy_pct", "0x" + "f" * 300, "O.9", "failed", []),
 }
 
 # kind: (items that must read so, what any other item that changes must name). The 100 KB report may be
@@ -79,7 +76,7 @@ def _register(jobs: Jobs, rubric: Path) -> None:
         jobs.add(f"test_attack_verdicts[{c}]", case(c, limit_s=180 if heavy else 120), heavy=heavy)
     jobs.add("baseline:occupancy", lambda w: grade(cases.answers(w, None), w, ["occupancy"], rubric=rubric))
     jobs.add("baseline:report", lambda w: grade(cases.report(w, None), w, ["report"], rubric=rubric))
-    for name, (fld, raw, _, _) in ANSWER_ATTACKS.items():
+    for name, (fld, raw, _, _, _) in ANSWER_ATTACKS.items():
         jobs.add(f"test_answers_attack[{name}]", lambda w, f=fld, r=raw: grade(
             cases.answers(w, f, r), w, ["occupancy"], rubric=rubric, limit_s=60))
     for kind in REPORT_ATTACKS:
@@ -183,13 +180,13 @@ def test_attack_verdicts(jobs, case, request):
 @needs_nvcc
 @pytest.mark.parametrize("name", list(ANSWER_ATTACKS))
 def test_answers_attack(jobs, name, request):
-    field, _, item, cause = ANSWER_ATTACKS[name]
+    field, _, item, status, cause = ANSWER_ATTACKS[name]
     g = jobs.result(request.node.name)
     tests = sound(g)
     assert g.wall_s < FAST_S, f"the grade took {g.wall_s:.0f} s"
     # O.1 reads occ.cu only: it is graded whatever happens to the answers.
     same_as(tests, sound(jobs.result("baseline:occupancy")),
-            {item: ["failed", [field, *cause]], "O.1": ["passed", ""]}, cause)
+            {item: [status, [field, *cause]], "O.1": ["passed", ""]}, cause)
 
 
 @pytest.mark.parametrize("kind", list(REPORT_ATTACKS))
@@ -210,7 +207,7 @@ def test_symlink_refused(jobs, kind, request):
     assert tests["1.compiles"]["extra_data"]["status"] == "failed" and tests["1.compiles"]["score"] == 0
     assert mentions(g, "1.compiles", ["symbolic link", "symlink"]), tests["1.compiles"]["output"][:600]
     if kind == "wrapped_folder_is_link":  # nothing of the submission is its own: no point at all
-        assert g.results["score"] == 0 and all(t["score"] == 0 for t in tests.values())
+        assert g.results["score"] == 0 and all(t.get("score", 0) == 0 for t in tests.values())  # hand-graded: none
     elif kind == "gemm_folder_is_link":  # the report is the student's own and is graded as usual
         check(tests, {"R.1": ["passed", ""], "R.11": ["passed", ""]})
     else:
@@ -220,15 +217,15 @@ def test_symlink_refused(jobs, kind, request):
 @needs_nvcc
 def test_zip_grades_like_its_folder(jobs, request):
     zipped, folder = jobs.result(request.node.name)
-    verdicts = {n: (t["extra_data"]["status"], t["score"]) for n, t in sound(folder).items()}
-    assert {n: (t["extra_data"]["status"], t["score"]) for n, t in sound(zipped).items()} == verdicts
+    verdicts = {n: (t["extra_data"]["status"], t.get("score")) for n, t in sound(folder).items()}
+    assert {n: (t["extra_data"]["status"], t.get("score")) for n, t in sound(zipped).items()} == verdicts
     assert verdicts["1.compiles"] == ("passed", 2.0)
 
 
 def test_zip_bomb_refused(jobs, request):
     g = jobs.result(request.node.name)
     tests = sound(g, rcs=(0, 2))
-    assert (g.results or {}).get("score", 0) == 0 and all(t["score"] == 0 for t in tests.values())
+    assert (g.results or {}).get("score", 0) == 0 and all(t.get("score", 0) == 0 for t in tests.values())
     assert any(w in g.text() for w in ("zip bomb", "ratio", "inflates", "compress", "too large")), g.text()[:800]
     written = sum(p.stat().st_size for p in g.out.parent.rglob("*") if p.is_file() and p.name != "submission.zip")
     assert written < 64 << 20, f"{written:,} bytes were written: the bomb was unpacked"
@@ -258,12 +255,9 @@ def test_student_user_none(jobs, request):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES)
-def test_gpu_attack_verdicts(tmp_path, case):
-    end_processes(case_processes([]))  # a daemon an earlier, failed run of this test left
-    g = grade(SUBS / case, tmp_path, EXPECTED[case]["stages"], rubric=_rubric(tmp_path / "rubric.yaml"),
-              gpu=True, limit_s=900)
+def test_gpu_attack_verdicts(attacks_graded, case):
+    # Graded with the suite's other GPU gradings, one case at a time (tests/gpu_jobs.py: _attacks).
+    g, unchanged = attacks_graded[case]
     tests = sound(g)
-    first = (g.out / "results.json").read_bytes()
-    time.sleep(3)  # the daemons look for results.json twice a second
-    assert (g.out / "results.json").read_bytes() == first, "results.json changed after the grader ended"
+    assert unchanged, "results.json changed after the grader ended"
     check(tests, {**EXPECTED[case].get("attack", {}), **EXPECTED[case]["attack_gpu"]})

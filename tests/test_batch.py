@@ -12,6 +12,7 @@ trusted; the submissions here are this repository's own, so the runs pass --trus
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -95,12 +96,13 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
     assert len(graded) == N + 2  # the corrupt one is graded too: the student's problem, as data
     linked = rows["submission_399004"]
     assert linked["status"] == "refused" and "symbolic link" in linked["note"]
-    assert float(linked["total"]) == 0 and float(linked["naive.compiles"]) == 0
+    assert linked["total"] == "" and linked["naive.compiles"] == "" and linked["not_evaluated"] == ""  # not a 0
     first = rows["submission_310000"]  # solutions
     assert first["names"] == "Student 000" and first["sids"] == "900000"
     assert first["emails"] == "student000@example.edu" and first["created_at"].startswith("2026-11-01T10:00:00")
     assert float(first["naive.compiles"]) == 2.0 and float(first["total"]) >= 2.0
     assert first["naive.correct"] == "n/e"  # not evaluated (no GPU) is not a 0
+    assert 0 < float(first["not_evaluated"]) and float(first["total"]) + float(first["not_evaluated"]) <= 10.0
     assert not (out / "submissions" / "submission_310000" / "work").exists()  # the work folder is removed
     assert first["max_total"] and float(first["max_total"]) == 10.0
     group = rows["submission_310005"]
@@ -112,7 +114,7 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
     assert orphan["names"] == "" and orphan["status"] == "graded" and float(orphan["naive.compiles"]) == 2.0
     assert rows["submission_399003"]["status"] == "missing_folder" and rows["submission_399003"]["total"] == ""
     for folder, row in rows.items():
-        if row["status"] == "missing_folder":
+        if row["status"] in ("missing_folder", "refused"):
             continue
         res = json.loads((out / "submissions" / folder / "results.json").read_text())
         assert res["tests"] and abs(res["score"] - float(row["total"])) < 1e-9
@@ -130,6 +132,98 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
     assert [r["folder"] for r in info["records"]] == ["submission_310004"]
     assert (out / "submissions" / "submission_310000" / "results.json").stat().st_mtime_ns == stamp
     assert read_csv(out / "grades.csv")[1].keys() == rows.keys()
+
+
+@needs_nvcc
+def test_stale_gradings_are_graded_again_and_said(tmp_path, fake, monkeypatch):
+    import grader
+    from grader.spec.rubric import load_rubric
+
+    exp = tmp_path / "exp"
+    make_export(exp, 1, ("solutions",))
+    rubric = tmp_path / "rubric.yaml"
+    rubric.write_bytes((ROOT / "rubric.yaml").read_bytes())
+    out = tmp_path / "out"
+
+    def cli() -> tuple[subprocess.CompletedProcess, dict]:
+        proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(exp), "--out", str(out), "--no-gpu",
+                               "--stages", "naive", "--rubric", str(rubric), "--trusted-submissions"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return proc, json.loads((out / "batch.json").read_text())
+
+    _, info = cli()
+    assert info["graded_now"] == 1 and info["graded_by"]["rubric_sha256"] == load_rubric(rubric).sha256
+    grading = json.loads((out / "submissions" / "submission_310000" / "grading.json").read_text())
+    assert grading["rubric_sha256"] == load_rubric(rubric).sha256 and grading["gpu_graded"] is False
+    assert grading["grader_version"] == info["graded_by"]["grader_version"]
+
+    proc, info = cli()  # nothing changed: nothing graded
+    assert info["graded_now"] == 0 and info["skipped"] == 1 and "0 to grade" in proc.stderr
+
+    # the rubric changes (naive.compiles is worth 3 points, not 2): graded again, and said so
+    rubric.write_text(rubric.read_text().replace('title: "compiles and defines mmNaive", points: 2',
+                                                 'title: "compiles and defines mmNaive", points: 3'))
+    proc, info = cli()
+    assert info["graded_now"] == 1 and info["regraded"] == {"rubric changed": 1}
+    assert {r["why"] for r in info["records"]} == {"rubric changed"}
+    said = [ln for ln in proc.stderr.splitlines() if "re-graded: rubric changed" in ln]
+    assert len([ln for ln in said if "submission_310000: graded" in ln]) == 1  # the row says why
+    assert said[0].startswith("batch: 1 submissions") and "1 re-graded: rubric changed" in said[-1]  # the totals
+    _, rows = read_csv(out / "grades.csv")
+    assert {r["max_total"] for r in rows.values()} == {"11.0"}  # the current rubric's, not the old 10
+    assert float(rows["submission_310000"]["naive.compiles"]) == 3.0
+
+    # a batch with a GPU grades again what was graded without one (the GPU child is mocked here)...
+    opts = batch.Options(rubric=rubric, use_gpu=True, stages="naive")
+    s = batch.grade_export(exp, out, quiet=True, make_cmd=fake, gpus=["0"], opts=opts)
+    assert s.graded == 1 and s.regraded == {"graded without a GPU": 1}
+    # ...a batch without one keeps GPU gradings of the same rubric and grader (--force would not)
+    static = dataclasses.replace(opts, use_gpu=False)
+    s = batch.grade_export(exp, out, quiet=True, make_cmd=fake, gpus=[], opts=static)
+    assert s.graded == 0 and s.skipped == 1 and any("1 GPU grading(s) kept" in n for n in s.notes)
+    # other stages, another grader version: graded again
+    s = batch.grade_export(exp, out, quiet=True, make_cmd=fake, gpus=["0"],
+                           opts=dataclasses.replace(opts, stages="naive,tiled"))
+    assert s.regraded == {"other stages": 1}
+    monkeypatch.setattr(grader, "code_version", lambda: "another-version")
+    s = batch.grade_export(exp, out, quiet=True, make_cmd=fake, gpus=["0"],
+                           opts=dataclasses.replace(opts, stages="naive,tiled"))
+    assert s.regraded == {"grader changed": 1}
+
+
+def test_grades_csv_says_not_evaluated_and_review(tmp_path):
+    from grader.spec.rubric import load_rubric
+
+    sub = batch.Submission("submission_1", tmp_path, None)
+    folder = tmp_path / "subs" / "submission_1"
+    folder.mkdir(parents=True)
+
+    def test(item: str, status: str, score: float, max_score: float) -> dict:
+        return {"number": item, "score": score, "max_score": max_score, "tags": [],
+                "extra_data": {"status": status, "stage": "naive", "item": item}}
+
+    tests = [test("compiles", "passed", 2.0, 2.0), test("correct", "not_evaluated", 0.0, 3.0),
+             test("speed", "review", 0.0, 4.0), test("fp32_only", "failed", 0.0, 1.0)]
+    (folder / "results.json").write_text(json.dumps({"score": 2.0, "tests": tests}))
+    columns, [row] = batch.csv_rows([sub], tmp_path / "subs", max_total=10.0)
+    assert columns[:len(batch.META_COLUMNS)] == batch.META_COLUMNS
+    assert row["total"] == 2.0 and row["max_total"] == 10.0 and row["not_evaluated"] == 3.0
+    assert (row["naive.compiles"], row["naive.correct"], row["naive.speed"], row["naive.fp32_only"]) == \
+        (2.0, "n/e", "review", 0.0)
+    assert "held for review: naive.speed" in row["note"]
+    (folder / "batch_status.json").write_text(json.dumps({"status": "timed_out"}))
+    _, [row] = batch.csv_rows([sub], tmp_path / "subs", max_total=10.0)
+    assert row["status"] == "timed_out" and row.get("total") is None and row.get("naive.compiles") is None
+    # the current rubric's automatic points: hand-graded items are not the autograder's
+    rubric = load_rubric(ROOT / "rubric.yaml")
+    assert batch.automatic_points(rubric, ["naive"]) == rubric.stage("naive").max_points
+    assert batch.automatic_points(rubric) < rubric.max_points
+    # shards graded against different rubrics: the merge says so
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("submission_id,folder,status,max_total\n1,submission_1,graded,10\n")
+    b.write_text("submission_id,folder,status,max_total\n2,submission_2,graded,11\n")
+    _, warnings = batch.merge([a, b], tmp_path / "m.csv")
+    assert any("max_total differs" in w for w in warnings)
 
 
 def test_usage_errors(tmp_path):
@@ -173,6 +267,18 @@ def fake(tmp_path):
     return lambda sub, out, opts: [sys.executable, str(script), str(sub.path), str(out)]
 
 
+@pytest.fixture
+def pinned(tmp_path, monkeypatch) -> batch.Options:
+    """Options whose rubric and grader version stay put while the test runs (others may be editing the
+    checkout's rubric.yaml or grader/ meanwhile, which would make every grading stale)."""
+    import grader
+
+    rubric = tmp_path / "pinned-rubric.yaml"
+    rubric.write_bytes((ROOT / "rubric.yaml").read_bytes())
+    monkeypatch.setattr(grader, "code_version", lambda: "pinned-version")
+    return batch.Options(rubric=rubric)
+
+
 def _small_export(root: Path, names=("submission_1", "submission_2", "submission_3", "submission_4")) -> Path:
     root.mkdir(parents=True)
     meta = ""
@@ -184,15 +290,17 @@ def _small_export(root: Path, names=("submission_1", "submission_2", "submission
     return root
 
 
-def test_crash_and_hang_cost_only_their_own_row(tmp_path, fake):
+def test_crash_and_hang_cost_only_their_own_row(tmp_path, fake, pinned):
     exp = _small_export(tmp_path / "exp")
     (exp / "submission_2" / "CRASH").touch()
     (exp / "submission_3" / "HANG").touch()
-    s = batch.grade_export(exp, tmp_path / "out", workers=2, opts=batch.Options(timeout_s=3),
+    s = batch.grade_export(exp, tmp_path / "out", workers=2, opts=dataclasses.replace(pinned, timeout_s=3),
                            quiet=True, make_cmd=fake, gpus=[])
     assert s.graded == 2 and s.failed == ["submission_2", "submission_3"]
     _, rows = read_csv(tmp_path / "out" / "grades.csv")
     assert rows["submission_2"]["status"] == "grader_error" and rows["submission_3"]["status"] == "timed_out"
+    for folder in ("submission_2", "submission_3"):  # not evaluated: empty, never a 0
+        assert rows[folder]["total"] == rows[folder]["naive.compiles"] == rows[folder]["not_evaluated"] == ""
     assert rows["submission_1"]["naive.compiles"] == "1.0" and rows["submission_4"]["status"] == "graded"
     for folder in ("submission_2", "submission_3"):
         res = json.loads((tmp_path / "out" / "submissions" / folder / "results.json").read_text())
@@ -205,25 +313,134 @@ def test_crash_and_hang_cost_only_their_own_row(tmp_path, fake):
     # --retry-failed re-grades only the failures; --force everything
     (exp / "submission_2" / "CRASH").unlink()
     (exp / "submission_3" / "HANG").unlink()
-    s = batch.grade_export(exp, tmp_path / "out", retry_failed=True, quiet=True, make_cmd=fake, gpus=[])
+    s = batch.grade_export(exp, tmp_path / "out", retry_failed=True, quiet=True, make_cmd=fake, gpus=[],
+                           opts=pinned)
     assert s.graded == 2 and s.skipped == 2 and not s.failed
-    s = batch.grade_export(exp, tmp_path / "out", force=True, quiet=True, make_cmd=fake, gpus=[])
-    assert s.graded == 4 and s.skipped == 0
+    assert s.regraded == {"failed before (--retry-failed)": 2}
+    s = batch.grade_export(exp, tmp_path / "out", force=True, quiet=True, make_cmd=fake, gpus=[], opts=pinned)
+    assert s.graded == 4 and s.skipped == 0 and s.regraded == {"--force": 4}
 
 
-def test_one_worker_per_gpu_each_pinned_to_its_own(tmp_path, fake):
+# A grading child with the GPU mocked: the real GPU lock (grader.pipeline.gpu_turn) and clock, sleeps
+# where the probe, the compiles and the GPU steps would run. It records its phases as grading.json does.
+FAKE_GPU_CHILD = textwrap.dedent("""\
+    import json, os, sys, time
+    from pathlib import Path
+    from grader.clock import Clock
+    from grader.pipeline import gpu_turn
+    sub, out, lock = sys.argv[1], sys.argv[2], sys.argv[3]
+    started = time.time()
+    times = open(os.path.join(sub, "SLEEP")).read() if os.path.exists(os.path.join(sub, "SLEEP")) else "0.3 0.3 0"
+    compile_s, gpu_s, start_s = map(float, times.split())
+    time.sleep(start_s)  # a later start
+    clock = Clock()
+    turn = lambda: gpu_turn(Path(lock) if lock else None, clock, True)
+    with turn(), clock.step("probe"):
+        time.sleep(0.05)
+    with clock.step("compile_stages"):  # the CPU steps
+        time.sleep(compile_s)
+    with turn(), clock.step("run_stages"):  # the GPU steps
+        time.sleep(gpu_s)
+    phases = [dict(name=p.name, seconds=p.seconds, stage=p.stage, detail=p.detail, ended=p.ended)
+              for p in clock.phases]
+    with open(os.path.join(out, "grading.json"), "w") as f:
+        json.dump({"phases": phases}, f)
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
+    test = {"name": "t", "number": "1.compiles", "score": 1.0, "max_score": 2.0, "status": "failed",
+            "output": "", "output_format": "md", "visibility": "visible", "tags": [],
+            "extra_data": {"status": "failed", "stage": "naive", "item": "compiles"}}
+    res = {"score": 1.0, "execution_time": 0, "output": "", "output_format": "md", "visibility": "visible",
+           "stdout_visibility": "hidden", "tests": [test], "extra_data": {"gpu": gpu, "lock": lock,
+           "started": started}}
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f)
+    """)
+
+
+@pytest.fixture
+def fake_gpu(tmp_path):
+    script = tmp_path / "fake_gpu_child.py"
+    script.write_text(FAKE_GPU_CHILD)
+    return lambda sub, out, opts: [sys.executable, str(script), str(sub.path), str(out), str(opts.gpu_lock or "")]
+
+
+def _spans(grading: Path, name: str) -> list[tuple[float, float]]:
+    phases = json.loads(grading.read_text())["phases"]
+    return [(p["ended"] - p["seconds"], p["ended"]) for p in phases if p["name"] == name]
+
+
+def test_two_gradings_per_gpu_share_its_lock_and_keep_it_busy(tmp_path, fake_gpu):
     exp = _small_export(tmp_path / "exp", tuple(f"submission_{i}" for i in range(6)))
-    s = batch.grade_export(exp, tmp_path / "out", quiet=True, make_cmd=fake, gpus=["0", "1"])
-    assert s.workers == ["0", "1"] and s.graded == 6
-    seen = set()
+    out = tmp_path / "out"
+    s = batch.grade_export(exp, out, quiet=True, make_cmd=fake_gpu, gpus=["0", "1"])
+    assert s.workers == ["0", "1", "0", "1"] and s.graded == 6  # two per GPU
+    held: dict[str, list] = {"0": [], "1": []}
     for i in range(6):
-        res = json.loads((tmp_path / "out" / "submissions" / f"submission_{i}" / "results.json").read_text())
-        status = json.loads((tmp_path / "out" / "submissions" / f"submission_{i}" / "batch_status.json").read_text())
-        assert res["extra_data"]["gpu"] == status["gpu"] in ("0", "1")  # one GPU each, never both
-        seen.add(status["gpu"])
-    assert seen == {"0", "1"}
-    info = json.loads((tmp_path / "out" / "batch.json").read_text())
-    assert info["gpus"] == ["0", "1"] and info["workers"] == 2
+        folder = out / "submissions" / f"submission_{i}"
+        res = json.loads((folder / "results.json").read_text())
+        status = json.loads((folder / "batch_status.json").read_text())
+        gpu = status["gpu"]
+        assert res["extra_data"]["gpu"] == gpu in ("0", "1")  # one GPU each, never both
+        assert res["extra_data"]["lock"] == str(out / "locks" / f"gpu-{gpu}.lock")  # that GPU's own lock
+        spans = _spans(folder / "grading.json", "gpu_held")
+        assert len(spans) == 2 and status["gpu_held_s"] == pytest.approx(sum(b - a for a, b in spans), abs=0.01)
+        held[gpu] += spans
+    for gpu in ("0", "1"):
+        turns = sorted(held[gpu])
+        assert len(turns) >= 4  # two turns (probe, GPU steps) of at least two gradings
+        for (_, end), (start, _) in zip(turns, turns[1:]):
+            assert start >= end - 0.005, f"GPU {gpu}: two gradings held it at once"
+    info = json.loads((out / "batch.json").read_text())
+    assert info["gpus"] == ["0", "1"] and info["workers"] == 4 and info["per_gpu"] == 2
+    for gpu in ("0", "1"):
+        total = sum(r["gpu_held_s"] for r in info["records"] if r["gpu"] == gpu)
+        assert info["gpu_busy"][gpu] == pytest.approx(total / info["wall_s"], abs=0.01) and info["gpu_busy"][gpu] > 0
+    assert s.gpu_busy == info["gpu_busy"]
+
+    # while one grading is timed on the GPU, the other one on that GPU compiles
+    pair = _small_export(tmp_path / "pair", ("submission_1", "submission_2"))
+    # submission_2 starts during submission_1's compile (its probe needs the GPU's lock too), then
+    # compiles while submission_1 is timed
+    (pair / "submission_1" / "SLEEP").write_text("1.0 1.5 0")
+    (pair / "submission_2" / "SLEEP").write_text("1.0 0.05 0.8")
+    s = batch.grade_export(pair, tmp_path / "pair-out", quiet=True, make_cmd=fake_gpu, gpus=["0"])
+    assert s.workers == ["0", "0"] and s.graded == 2
+    done = tmp_path / "pair-out" / "submissions"
+    timed = {f: _spans(done / f / "grading.json", "run_stages")[0] for f in ("submission_1", "submission_2")}
+    compiled = {f: _spans(done / f / "grading.json", "compile_stages")[0] for f in ("submission_1", "submission_2")}
+    assert any(compiled[a][0] < timed[b][1] and timed[b][0] < compiled[a][1]
+               for a, b in (("submission_2", "submission_1"), ("submission_1", "submission_2")))
+
+    # without a GPU the pool works as before: no lock, no busy share
+    s = batch.grade_export(pair, tmp_path / "static", quiet=True, make_cmd=fake_gpu, gpus=[])
+    assert s.workers == [None] and s.graded == 2 and s.gpu_busy == {}
+    res = json.loads((tmp_path / "static" / "submissions" / "submission_1" / "results.json").read_text())
+    assert res["extra_data"]["lock"] == "" and not (tmp_path / "static" / "locks").exists()
+
+
+
+def test_the_longest_earlier_gradings_start_first(tmp_path, fake):
+    exp = _small_export(tmp_path / "exp")
+    first = tmp_path / "first"
+    batch.grade_export(exp, first, quiet=True, make_cmd=fake, gpus=[])
+    for folder, wall in (("submission_1", 3.0), ("submission_3", 9.0), ("submission_4", 5.0)):
+        path = first / "submissions" / folder / "batch_status.json"
+        rec = json.loads(path.read_text())
+        path.write_text(json.dumps({**rec, "wall_s": wall + 2.0, "gpu_wait_s": 2.0}))  # alone: wall - wait
+    assert batch.known_times([first])["submission_3"] == 9.0
+    subs = [batch.Submission(f"submission_{i}", tmp_path, None) for i in range(1, 6)]
+    order = [s.folder for s in batch.longest_first(subs, batch.known_times([first]))]
+    assert order == ["submission_5", "submission_3", "submission_4", "submission_1", "submission_2"]
+    assert batch.longest_first(subs, {}) == subs  # no earlier times: folder order
+
+    s = batch.grade_export(exp, tmp_path / "second", quiet=True, make_cmd=fake, gpus=[], times_from=[first])
+    assert s.graded == 4
+    started = {}
+    for folder in ("submission_1", "submission_2", "submission_3", "submission_4"):
+        started[folder] = (tmp_path / "second" / "submissions" / folder / "results.json").stat().st_mtime
+    assert sorted(started, key=started.__getitem__) == ["submission_3", "submission_4", "submission_1",
+                                                        "submission_2"]
+    assert json.loads((tmp_path / "second" / "batch.json").read_text())["longest_first"] is True
 
 
 def test_visible_gpus_and_worker_plan(monkeypatch):
@@ -238,7 +455,8 @@ def test_visible_gpus_and_worker_plan(monkeypatch):
     assert batch.visible_gpus({}) == []
     assert batch.plan_workers([], None) == [None]
     assert batch.plan_workers([], 3) == [None, None, None]
-    assert batch.plan_workers(["0", "1"], None) == ["0", "1"]
+    assert batch.plan_workers(["0", "1"], None) == ["0", "1", "0", "1"]  # two per GPU, sharing its lock
+    assert batch.plan_workers(["0", "1"], None, per_gpu=1) == ["0", "1"]
     assert batch.plan_workers(["0", "1"], 3) == ["0", "1", "0"]
 
 
@@ -292,7 +510,7 @@ def test_slurm_array_script_shards_and_merges(tmp_path):
 # --------------------------------------------------------------------------------------------
 # Bad export entries, formula injection, the sandbox check, the new command line
 # --------------------------------------------------------------------------------------------
-def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake):
+def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake, pinned):
     import stat
     import zipfile
 
@@ -310,7 +528,7 @@ def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake):
         link.create_system, link.external_attr = 3, (stat.S_IFLNK | 0o777) << 16
         zf.writestr(link, str(ROOT / "solutions" / "gemm" / "tiled.cu"))
         zf.writestr("../escaped.txt", b"never written")
-    s = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[])
+    s = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[], opts=pinned)
     assert s.graded == 4 and not s.failed
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "out" / "escaped.txt").exists()
     assert not list((tmp_path / "out" / "export").rglob("pad.bin"))
@@ -322,7 +540,7 @@ def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake):
     assert rows["submission_1"]["note"] == "" and rows["submission_4"]["naive.compiles"] == "1.0"
     assert any("escaped.txt" in n for n in s.notes)
     # a resumed run reads what the first extraction left out instead of extracting again
-    again = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[])
+    again = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[], opts=pinned)
     assert again.skipped == 4
     assert "zip bomb" in read_csv(tmp_path / "out" / "grades.csv")[1]["submission_2"]["note"]
 

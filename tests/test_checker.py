@@ -67,4 +67,6 @@ def test_checker_process_writes_verdicts(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grader.children", "check", str(spec_path), str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(out.read_text())["tiled"]["cases"][1]["passed"] is True
+    written = json.loads(out.read_text())
+    assert written["verdicts"]["tiled"]["cases"][1]["passed"] is True
+    assert set(written["times"]) >= {"start", "load", "references", "compare", "fingerprints"}

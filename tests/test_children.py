@@ -84,7 +84,7 @@ def test_a_child_runs_from_the_runtime_files_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     env = child_env(tmp_path / "cache", runtime)
     loaded = ("import sys, grader.children.__main__, grader.children.stage, grader.children.check, "
-              "grader.children.profile, grader.children.occupancy, grader.children.probe; "
+              "grader.children.profile, grader.children.occupancy, grader.children.probe, grader.children.warm; "
               "print('\\n'.join(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'grader'))")
     out = subprocess.run([sys.executable, "-c", loaded], env=env, capture_output=True, text=True, timeout=60)
     files = out.stdout.split()
@@ -92,7 +92,7 @@ def test_a_child_runs_from_the_runtime_files_alone(tmp_path, monkeypatch):
     assert all(Path(f).is_relative_to(runtime) for f in files), files
     got = launch("check", spec, tmp_path / "w", 60, 20_000, runtime=runtime)
     assert got.proc.ok, got.proc.stderr
-    assert got.result["naive"]["cases"][0]["passed"] is True
+    assert got.result["verdicts"]["naive"]["cases"][0]["passed"] is True
     assert got.spec_path.name == "check_spec.json" and got.result_path.name == "check_result.json"
 
 
@@ -123,6 +123,6 @@ def test_a_wrapping_tool_runs_the_child(tmp_path):
     wrapper.write_text('#!/bin/sh\necho "wrapped: $*" >&2\nexec "$@"\n')
     wrapper.chmod(0o755)
     got = launch("check", {"stages": []}, tmp_path / "w", 60, 20_000, wrap=[str(wrapper)], name="racecheck")
-    assert got.proc.ok and got.result == {}
+    assert got.proc.ok and got.result is not None and got.result["verdicts"] == {}
     assert "-m grader.children check" in got.proc.stderr
     assert json.loads((tmp_path / "w" / "racecheck_spec.json").read_text()) == {"stages": []}

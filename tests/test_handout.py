@@ -2,7 +2,10 @@
 and the grader can never disagree (python -m grader.instructor.handout --write regenerates them)."""
 import copy
 import re
+import subprocess
+import sys
 
+import pytest
 import yaml
 
 from grader.instructor.handout import BLOCKS, HANDOUT, apply, main, render_blocks, threshold
@@ -80,3 +83,19 @@ def test_every_block_is_in_the_handout():
 
 def test_load_rubric_path():
     assert load_rubric(ROOT / "rubric.yaml").stages == RUBRIC.stages
+
+
+@pytest.mark.parametrize("entry", [["-m", "grader.instructor.handout"], ["-m", "grader", "handout"]])
+def test_an_invalid_rubric_exits_2_with_its_error_not_a_traceback(tmp_path, entry):
+    raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
+    raw["stages"][0]["items"][0]["points"] = "ten"
+    bad = tmp_path / "rubric.yaml"
+    bad.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = subprocess.run([sys.executable, *entry, "--check", "--rubric", str(bad)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "error: rubric.yaml.stages[0].items[0].points: is 'ten' (str) (expected an integer or a number)" in proc.stderr
+    missing = subprocess.run([sys.executable, *entry, "--check", "--handout", str(tmp_path / "nope.md")], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "nope.md: cannot be read" in missing.stderr and "Traceback" not in missing.stderr

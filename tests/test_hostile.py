@@ -3,6 +3,10 @@
 Static expectations (compile, ptxas, SASS, the #include and launch-array checks) run everywhere,
 CI included; GPU expectations are marked `gpu`. Cases that would be awkward to commit (a file over
 the size limit, a symlink out of the submission, an empty file) are generated here.
+
+On the GPU every case is a stage of ONE grading (tests/gpu_jobs.py: the hostile composite), each
+stage with the limits of the stage it stands for, and each test checks its case's items in it. A
+hang and a printf flood cost their own stage's limit only: the tests below say how long they ran.
 """
 import json
 import os
@@ -14,6 +18,8 @@ import pytest
 import yaml
 
 from grader.build import toolchain
+from grader.spec.rubric import load_rubric
+from tests.gpu_jobs import HOSTILE_CASES, case_tests, composite, composite_id
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
@@ -22,10 +28,8 @@ needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no n
 
 
 def grade(sub: Path, out: Path, stages, *extra) -> dict:
-    rubric = out.parent / "rubric_short.yaml"  # shorter stage time limit, so a hang costs 40 s
-    rubric.write_text((ROOT / "rubric.yaml").read_text().replace("stage_run_s: 240", "stage_run_s: 40"))
     cmd = [sys.executable, str(ROOT / "grader" / "run_local.py"), str(sub), "--out", str(out), "--quiet",
-           "--rubric", str(rubric), "--stages", ",".join(stages), *extra]
+           "--stages", ",".join(stages), *extra]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {t["number"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
@@ -55,15 +59,42 @@ def test_static_verdicts(tmp_path, case):
     check(grade(SUBS / case, tmp_path / "out", e["stages"], "--no-gpu"), e["static"])
 
 
+def test_the_gpu_composite_grades_each_case_as_its_own_stage(tmp_path):
+    """The one grading the GPU cases share: a valid rubric whose stages are the cases' stages as they are
+    (limits, benchmark, items), each reading its case's file (no GPU needed to check that)."""
+    sub, path = composite(tmp_path)
+    real, rubric = load_rubric(ROOT / "rubric.yaml"), load_rubric(path)
+    pairs = [(c, s) for c in HOSTILE_CASES for s in EXPECTED[c]["stages"]]
+    assert [st.id for st in rubric.stages] == [composite_id(c, s) for c, s in pairs]
+    for (case, sid), st in zip(pairs, rubric.stages):
+        orig = real.stage(sid)
+        assert (st.limits, st.bench, st.items, st.launch, st.kernel) == (orig.limits, orig.bench, orig.items,
+                                                                        orig.launch, orig.kernel)
+        assert st.number == f"{case}/{orig.number}" and (sub / st.file).is_file()
+    assert rubric.occupancy is None and rubric.report is None
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [c for c, e in EXPECTED.items() if e.get("gpu")])
-def test_gpu_verdicts(tmp_path, case):
+def test_gpu_verdicts(hostile_graded, case):
     e = EXPECTED[case]
-    marker = Path("/tmp/gemm-grader-host-code-ran")
-    marker.unlink(missing_ok=True)
-    tests = grade(SUBS / case, tmp_path / "out", e["stages"])
-    check(tests, {**e.get("static", {}), **e["gpu"]})
-    assert not marker.exists(), "a student's host code ran"
+    assert hostile_graded.rc == 0, hostile_graded.stderr
+    check(case_tests(hostile_graded, case), {**e.get("static", {}), **e["gpu"]})
+    assert not hostile_graded.extra["host_code_ran"], "a student's host code ran"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case,verdict", [("printf_flood", "output_limit"), ("hang", "timed_out")])
+def test_a_flood_or_a_hang_costs_little(hostile_graded, case, verdict):
+    """The flood is stopped the moment its output passes the rubric's output limit; the hang at its
+    stage's limit (derived from the reference: about 15 s for naive)."""
+    sid = composite_id(case, "naive")
+    stage = hostile_graded.detail["stages"][sid]
+    limit = stage["run_limit"]["seconds"]
+    ran = hostile_graded.phase("run", sid)
+    print(f"{case}: {verdict}, the stage child ran {ran} s (limit {limit:g} s)")
+    assert stage["verdict"] == verdict, (stage["verdict"], stage["correctness_message"][:600])
+    assert limit <= 16 and ran is not None and ran <= limit + 3, (ran, limit)
 
 
 def _generated(tmp_path: Path, kind: str) -> Path:

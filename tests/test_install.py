@@ -33,7 +33,8 @@ def test_the_wheel_holds_every_subpackage_and_the_rubric(installed):
     for rel in source_pkgs:
         assert (installed / rel / "__init__.py").is_file(), f"{rel} missing from the installed package"
     assert (pkg / "data" / "rubric.yaml").read_text() == (ROOT / "rubric.yaml").read_text()
-    for script in ("bootstrap.sh", "deploy/install.sh", "deploy/gradescope/run_autograder"):
+    for script in ("bootstrap.sh", "deploy/install.sh", "deploy/gradescope/run_autograder", "spec/ncu_metrics.txt.gz",
+                   "deploy/kit/README-students.md"):
         assert (pkg / script).is_file(), script
     assert not (installed / "solutions").exists() and not (installed / "tests").exists()
 

@@ -19,6 +19,10 @@ step_setup() {
     ln -sf /tmp/bw/usr/bin/bwrap /usr/local/bin/bwrap
   fi
   $PY -m pip install -q --no-index --no-deps --target /tmp/site .dev-carry/*.whl 2>&1 | tail -1
+  # The grading service's wheels (FastAPI, uvicorn, huey, httpx and what they need), for the service runs.
+  if [ -d .dev-carry/serve ]; then
+    $PY -m pip install -q --no-index --no-deps --target /tmp/site .dev-carry/serve/*.whl 2>&1 | tail -1
+  fi
   { nvidia-smi -L; bwrap --version; $PY -V; nvcc --version | tail -1;
     $PY -c 'from grader.run import sandbox; print("sandbox mode:", sandbox.mode())'; } 2>&1 | tee -a "$OUT/trust.txt"
 }
@@ -44,8 +48,15 @@ for t in r["tests"]:
         pct.append(f'{t["number"].split(".")[0]}={100 * v["fraction_of_baseline"]:.1f}%')
     elif "tflops" in v:
         pct.append(f'{t["number"].split(".")[0]}={v["tflops"]:.0f}TFLOP/s')
-auto = sum(t["max_score"] for t in r["tests"] if "graded by hand" not in (t.get("output") or ""))
-lost = [t["number"] for t in r["tests"] if t["score"] < t["max_score"] and "graded by hand" not in (t.get("output") or "")]
+# Hand-graded tests carry no score or max_score (grader/outputs/results.py): they are outside the automatic total.
+auto = sum(t.get("max_score", 0) for t in r["tests"])
+lost = [t["number"] for t in r["tests"] if "max_score" in t and t["score"] < t["max_score"]]
+import subprocess
+if (out / "grading.json").exists():
+    table = subprocess.run([sys.executable, "tools/phase_times.py", str(out / "grading.json")],
+                           capture_output=True, text=True).stdout
+    import os
+    Path(os.environ.get("OUT", "/tmp/gpu-out"), f"phases-{name}.md").write_text(table)
 print(f"{name:10} rc={rc} {secs:6.1f} s  score {r['score']:g} of {auto:g} automatic  lost: {' '.join(lost) or '-'}  " + " ".join(pct))
 PY
 }
@@ -69,6 +80,48 @@ step_gputests() {
   timeout ${PYTEST_TIMEOUT:-500} $PY -m pytest -q -m gpu -p no:cacheprovider --basetemp="$W/pt2" tests 2>&1 \
     | tee "$W/logs/gputests.txt" | tail -25
   tail -3 "$W/logs/gputests.txt" >> "$OUT/trust.txt"
+}
+step_facts() {
+  log "tool facts: ncu's chips and metric lists, CuPy start-up"
+  mkdir -p "$OUT/ncu-metrics"
+  ncu --version | tail -1 > "$OUT/ncu-metrics/VERSION.txt"
+  ncu --list-chips > "$OUT/ncu-metrics/chips.txt" 2>&1
+  for chip in $(tr ', ' '\n\n' < "$OUT/ncu-metrics/chips.txt" | grep -E '^[a-z]+[0-9]+[a-z]*$'); do
+    timeout 60 ncu --query-metrics --chip "$chip" > "$OUT/ncu-metrics/$chip.txt" 2>&1
+  done
+  ls -la "$OUT/ncu-metrics" | tee -a "$OUT/trust.txt"
+  { for k in 1 2; do /usr/bin/time -f "import cupy: %e s" $PY -c 'import cupy'; done
+    /usr/bin/time -f "import cupy + context + 1 kernel: %e s" $PY -c 'import cupy; cupy.zeros(4).sum().item()'
+    /usr/bin/time -f "import numpy: %e s" $PY -c 'import numpy'
+    /usr/bin/time -f "python -m grader.children probe-like start: %e s" $PY -c 'import grader.children.protocol'
+  } 2>&1 | tee -a "$OUT/trust.txt"
+}
+# speed (issue 15): SPEED_GRADES (5) timed full grades of solutions/ and one of the starter, one phase
+# table with a column each ($OUT/phases-speed.md). The first grade starts from an empty per-machine
+# CuPy cache and makes the warm cache (grader/run/warm.py; its "cupy_cache.warm" phase), the others
+# reuse it. Then: did any child compile a CuPy kernel itself (tools/cupy_cache_report.py; if so, a
+# diagnostic grade that keeps CuPy's sources names them), and the speed GPU tests. BEFORE=old/grading.json
+# adds an older grading as the first column.
+step_speed() {
+  log "speed: ${SPEED_GRADES:-5} timed grades of solutions (the first makes the warm CuPy cache) and the starter"
+  export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
+  rm -rf "$GRADER_CUPY_CACHE"
+  local files=() k
+  for k in $(seq 1 "${SPEED_GRADES:-5}"); do grade_once "speed$k" solutions; files+=("$W/speed$k/grading.json"); done
+  grade_once speed-starter starter
+  $PY tools/phase_times.py ${BEFORE:-} "${files[@]}" "$W/speed-starter/grading.json" > "$OUT/phases-speed.md"
+  cat "$OUT/phases-speed.md" >> "$OUT/trust.txt"
+  log "children's own CuPy compiles (0 expected)"
+  local compiled=0
+  for g in speed2 speed-starter; do $PY tools/cupy_cache_report.py "$W/$g" | tee -a "$OUT/trust.txt" || compiled=1; done
+  if [ "$compiled" = 1 ]; then
+    grade_once speed-diag solutions GRADER_CUPY_CACHE="$W/cupy-diag-cache" CUPY_CACHE_SAVE_CUDA_SOURCE=1
+    GRADER_CUPY_CACHE="$W/cupy-diag-cache" $PY tools/cupy_cache_report.py "$W/speed-diag" | tee -a "$OUT/trust.txt"
+  fi
+  log "speed GPU tests"
+  timeout ${PYTEST_TIMEOUT:-500} $PY -m pytest -q -m gpu -p no:cacheprovider --basetemp="$W/pt-speed" \
+    tests/test_speed_gpu.py 2>&1 | tee "$W/logs/speed-tests.txt" | tail -15
+  tail -3 "$W/logs/speed-tests.txt" >> "$OUT/trust.txt"
 }
 for s in "$@"; do "step_$s"; done
 log bundle

@@ -8,7 +8,7 @@ DEST/submission_metadata.yml in Gradescope's format (Ruby-symbol keys: ``:submit
 submission. The submissions cycle through KINDS:
 
   solutions      solutions/gemm + solutions/occupancy (full marks on a GPU)
-  starter        starter/ (compiles, scores zero)
+  starter        starter/ (compiles; scores zero, statically and on a GPU)
   compile_error  tests/submissions/compile_error + starter/occupancy
   wrong_name     tests/submissions/wrong_name + starter/occupancy
   nested         solutions/ wrapped in one extra folder (as many zips are)

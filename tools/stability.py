@@ -35,7 +35,7 @@ def main() -> int:
         results = json.loads((d / "results.json").read_text())
         runs.append({"rc": proc.returncode, "seconds": round(time.time() - t0, 1), "score": results["score"],
                      "stages": {sid: st.get("timing") for sid, st in detail["stages"].items()},
-                     "items": {t["number"]: (t["extra_data"]["status"], t["score"], t["max_score"])
+                     "items": {t["number"]: (t["extra_data"]["status"], t.get("score"), t.get("max_score"))
                                for t in results["tests"]}})
         print(f"run {i + 1}: rc {proc.returncode}, score {results['score']}, {runs[-1]['seconds']} s", flush=True)
     stages = list(runs[0]["stages"])

@@ -37,8 +37,8 @@ from grader.run import sandbox
 from grader.run.fence import Fence
 from grader.run.sandbox import STUDENT_USER_VAR, student_user
 
-__all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Fence", "Scratch", "compile_student", "hand_over",
-           "prepare_scratch", "run_guarded", "student_user"]
+__all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Fence", "Scratch", "compile_student",
+           "compile_workers", "hand_over", "prepare_scratch", "run_guarded", "student_user"]
 
 DEPENDENCY_TIMEOUT_S = 60.0  # preprocessing only; a source that takes longer is reading something it should not
 # Names a build folder may hold: what a header is called. Anything else (spaces, newlines, shell or
@@ -49,6 +49,18 @@ _WITHHELD = "[output withheld: the compile read a file outside the submission]"
 # `# include ...` comments; if one is #included anyway, the dependency listing still checks it.
 _SOURCE_SUFFIXES = frozenset({".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".c", ".cc", ".cpp", ".cxx", ".inc",
                               ".inl", ".ipp", ".tcc", ".tpp"})
+
+def compile_workers() -> int:
+    """How many guarded compiles may run at once: one per CPU this process may use. Each compile is a
+    chain of processes (nvcc's dependency listing, then nvcc, whose cicc, ptxas and host compiler run
+    one after another), so one per core keeps every core busy without oversubscribing them; every
+    compile keeps its own fence, limits and scratch folder, so running them side by side changes
+    nothing of what each one sees."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # a container's CPU set, not the host's count
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
 
 def run_guarded(cmd: Sequence[str], *, cwd: Path, timeout_s: float, output_limit: int,
                 user: str | None = None, env: Mapping[str, str] | None = None,

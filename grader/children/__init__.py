@@ -2,7 +2,8 @@
 
 Modes (one module each): ``probe`` (describe the GPU), ``stage`` (run one stage's kernel;
 student code), ``check`` (float64 references; trusted), ``profile`` (launch each kernel once
-under ncu or compute-sanitizer), ``occupancy`` (the grader's occupancy measurements).
+under ncu or compute-sanitizer), ``occupancy`` (the grader's occupancy measurements), ``warm``
+(compile CuPy's own kernels once, into the cache every other child's starts as a copy of; trusted).
 :mod:`grader.children.protocol` is the protocol; :mod:`grader.children.launch` starts a child
 from the grading process (it is not a runtime file: children never import it).
 """
@@ -21,6 +22,7 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/check.py",
     "children/profile.py",
     "children/occupancy.py",
+    "children/warm.py",
     "run/__init__.py",
     "run/inputs.py",
     "run/numerics.py",

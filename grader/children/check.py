@@ -8,6 +8,9 @@ otherwise) and compares every output the runner saved, using the one test in
 """
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -74,18 +77,43 @@ def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, xp) 
             "description": f"all {count} timed launches computed the right result for their own fresh inputs"}
 
 
-def check(spec: dict) -> dict:
+class _Times:
+    """The checker's own account of its time (seconds per part, summed over the stages), for the
+    grading's phase table; each part ends with the device's work done, so it is charged to itself."""
+
+    def __init__(self, xp, into: dict[str, float]):
+        self.xp, self.into = xp, into
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.xp is not np:
+                self.xp.cuda.Device().synchronize()
+            self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - t0, 3)
+
+
+def check(spec: dict, times: dict[str, float] | None = None) -> dict:
+    """Every stage's verdicts; ``times`` (if given) gets the seconds of each part: ``start`` (CuPy's
+    import and the CUDA context), ``load`` (the saved outputs), ``references`` (float64 products),
+    ``compare`` and ``fingerprints``."""
+    t0 = time.perf_counter()
     xp = _array_module()
+    timer = _Times(xp, times if times is not None else {})
+    timer.into["start"] = round(time.perf_counter() - t0, 3)
     refs: dict[tuple[int, int, str], object] = {}
 
     def reference(n: int, seed: int, inputs: str):
         key = (n, seed, inputs)
         if key not in refs:
-            a, b = make_inputs_xp(xp, n, seed, inputs)
-            a64 = a.astype(xp.float64)
-            b64 = b.astype(xp.float64)
-            refs.clear()  # one reference at a time keeps device memory small
-            refs[key] = a64 @ b64
+            with timer.part("references"):
+                a, b = make_inputs_xp(xp, n, seed, inputs)
+                a64 = a.astype(xp.float64)
+                b64 = b.astype(xp.float64)
+                refs.clear()  # one reference at a time keeps device memory small
+                refs[key] = a64 @ b64
         return refs[key]
 
     verdicts: dict[str, dict] = {}
@@ -94,19 +122,26 @@ def check(spec: dict) -> dict:
         results = []
         for case in stage["cases"]:
             n = case["n"]
-            c, problem = _load_output(out_dir / case["file"], n, xp)
+            with timer.part("load"):
+                c, problem = _load_output(out_dir / case["file"], n, xp)
             if problem:
                 results.append({"n": n, "kind": case["kind"], "passed": False, "problem": problem})
                 continue
-            cmp = compare(c, reference(n, case["seed"], stage["inputs"]), stage["rtol"], xp)
+            ref = reference(n, case["seed"], stage["inputs"])
+            with timer.part("compare"):
+                cmp = compare(c, ref, stage["rtol"], xp)
             results.append({"n": n, "kind": case["kind"], "problem": None,
                             "description": cmp.describe(), **asdict(cmp)})
             if case.get("fingerprints"):
-                results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], xp))
+                with timer.part("fingerprints"):
+                    results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], xp))
         verdicts[stage["id"]] = {"cases": results, "backend": xp.__name__}
     return verdicts
 
 
 def run(spec: dict, result: Path) -> int:
-    write_result(result, check(spec))
+    """RESULT.json: ``{"verdicts": {stage id: ...}, "times": {part: seconds}}``."""
+    times: dict[str, float] = {}
+    verdicts = check(spec, times)
+    write_result(result, {"verdicts": verdicts, "times": times})
     return 0

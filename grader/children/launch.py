@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -68,15 +69,27 @@ def read_result(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def seed_cache(seed: Path, cache: Path) -> None:
+    """Start the child's CuPy cache ``cache`` as a copy of the trusted warm cache ``seed`` (a flat
+    folder of regular files, checked against its manifest by grader/run/warm.py): every file is
+    copied, never linked, so what this child writes into its cache no other child ever loads."""
+    cache.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(seed):
+        if entry.is_file(follow_symlinks=False):
+            shutil.copyfile(entry.path, cache / entry.name, follow_symlinks=False)
+
+
 def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output_limit: int, *,
            fence: Fence | None = None, wrap: Sequence[str] = (), name: str | None = None,
-           cache_dir: Path | None = None, runtime: Path | None = None) -> ChildResult:
+           cache_dir: Path | None = None, runtime: Path | None = None,
+           cache_seed: Path | None = None) -> ChildResult:
     """Run the child ``mode`` on ``spec`` in ``work``; never raises for what the child does.
 
     ``wrap``: a tool that runs the child (``ncu ...``, ``compute-sanitizer ...``). ``name``: the
     files' stem (default the mode): ``WORK/<name>_spec.json`` and ``WORK/<name>_result.json``.
-    ``cache_dir``: CuPy's kernel cache (default ``WORK/cupy-cache``). ``runtime``: the folder
-    holding the runtime files (default the checkout).
+    ``cache_dir``: CuPy's kernel cache (default ``WORK/cupy-cache``); ``cache_seed``: a trusted
+    warm cache it starts as a copy of (:func:`seed_cache`). ``runtime``: the folder holding the
+    runtime files (default the checkout).
     """
     work = Path(work).resolve()  # the child runs there; every path handed over is absolute
     work.mkdir(parents=True, exist_ok=True)
@@ -88,6 +101,9 @@ def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output
     if fence is not None:  # fenced, the child sees the runtime files (read-only) and nothing else of the grader
         runtime = runtime or shared_runtime()
         fence = replace(fence, readonly=(*fence.readonly, runtime))
-    env = child_env(cache_dir or work / "cupy-cache", runtime)
+    cache = cache_dir or work / "cupy-cache"
+    if cache_seed is not None:
+        seed_cache(cache_seed, cache)  # before the fence hands the scratch (and this copy) to the student user
+    env = child_env(cache, runtime)
     proc = run_guarded(cmd, cwd=work, timeout_s=timeout_s, output_limit=output_limit, env=env, fence=fence)
     return ChildResult(proc, read_result(result_path), spec_path, result_path)

@@ -12,6 +12,13 @@ inputs from the seeds in the spec, and:
 It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
 what was done; the output matrices go to the spec's out_dir. It never judges: the
 trusted checker compares the saved outputs with references it computes itself.
+
+Only the student's DEVICE code runs here, never host code: the cubin (``nvcc -cubin``
+output: device ELF only) is loaded by the driver (``cp.RawModule(path=...)``) and its one
+kernel launched with pointers and N; everything on the host is this file's code. A kernel can
+still write anywhere in this process's device memory, CuPy's loaded kernels' data included, so
+this child's CuPy cache folder is its own: a copy of the trusted warm cache
+(grader/run/warm.py, grader/children/launch.py: seed_cache) that no other child loads.
 """
 from __future__ import annotations
 
@@ -181,11 +188,19 @@ class Runner:
 def run(spec: dict, result: Path) -> int:
     runner = None
     try:
-        runner = Runner(spec, result)
-        runner.load()
+        t0 = time.perf_counter()
+        runner = Runner(spec, result)  # imports CuPy
+        times = runner.report["times"] = {}
+        runner.load()  # creates the CUDA context, loads the cubin
+        times["load"] = round(time.perf_counter() - t0, 3)
+        t1 = time.perf_counter()
         runner.correctness()
+        times["correctness"] = round(time.perf_counter() - t1, 3)
         if spec.get("bench"):
+            t2 = time.perf_counter()
             runner.bench()
+            times["bench"] = round(time.perf_counter() - t2, 3)
+        runner.save()
         return 0
     except Exception as exc:  # a student's launch failure is data, written to RESULT.json
         if runner is None:

@@ -4,7 +4,9 @@ Grades the reference solutions and the one-stage-shifted submission (grader/inst
 REPEATS times each, interleaved, and writes ``calibration.md`` and ``calibration.json``:
 for every threshold item (``ncu``, ``fraction_of_baseline``, ``fraction_of_peak``,
 ``speedup_over_stage``) the value measured on the reference kernel and on its predecessor
-(min / median / max over the repeats), the threshold, the margin and a verdict.
+(min / median / max over the repeats), the threshold, the margin and a verdict. It also prints,
+and writes into both files, the measured reference time of each stage's benchmark, from which the
+stage's time limit derives (grader/instructor/stage_limits.py proposes ``stages[].limits.reference_s``).
 
 Margin: ``(reference - threshold) / |threshold|`` for ``>=`` and ``>`` (the worst, i.e.
 smallest, reference value), ``(threshold - reference) / |threshold|`` for ``<=`` and ``<``
@@ -26,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader.instructor.stage_limits import LimitProposal, limit_proposals
+from grader.instructor.stage_limits import render_lines as limit_lines
 from grader.model import Status
 
 if TYPE_CHECKING:  # annotations only: the report logic takes any Grading-shaped object and imports no pipeline
@@ -189,12 +193,16 @@ def render_markdown(rows: list[Row], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(rows: list[Row], meta: dict, out_dir: Path) -> tuple[Path, Path]:
+def write_report(rows: list[Row], meta: dict, out_dir: Path,
+                 limits: list[LimitProposal] | None = None) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, js = out_dir / "calibration.md", out_dir / "calibration.json"
-    md.write_text(render_markdown(rows, meta), encoding="utf-8")
-    js.write_text(json.dumps({"meta": meta, "min_margin": MIN_MARGIN, "rows": [asdict(r) for r in rows]},
-                             indent=1) + "\n", encoding="utf-8")
+    text = render_markdown(rows, meta)
+    if limits:
+        text += "\n## Stage time limits\n\n```\n" + "\n".join(limit_lines(limits)) + "\n```\n"
+    md.write_text(text, encoding="utf-8")
+    js.write_text(json.dumps({"meta": meta, "min_margin": MIN_MARGIN, "rows": [asdict(r) for r in rows],
+                              "stage_limits": [asdict(p) for p in limits or []]}, indent=1) + "\n", encoding="utf-8")
     return md, js
 
 
@@ -227,7 +235,10 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
             env = env or getattr(g, "env", None)
             bucket.append(g)
     rows = calibration_rows(rubric, refs, preds, notes)
-    write_report(rows, _meta(rubric, refs, preds, env), out_dir)
+    limits = limit_proposals(rubric, refs)
+    write_report(rows, _meta(rubric, refs, preds, env), out_dir, limits)
+    for line in limit_lines(limits):
+        progress(line)
     return rows
 
 

@@ -2,7 +2,8 @@
 
 ``python -m grader.instructor.handout --write`` rewrites every generated block of assignment/README.md;
 ``python -m grader.instructor.handout --check`` exits 1 (naming the stale blocks) when the handout differs
-from what the rubric gives. A block is the text between
+from what the rubric gives, and 2 (with the rubric's error) when the rubric is invalid. A block is the
+text between
 
     <!-- BEGIN GENERATED: name -->
     <!-- END GENERATED: name -->
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from grader import REPO_ROOT as ROOT  # noqa: E402
+from grader.spec.errors import ConfigError
 from grader.spec.items import Item
 from grader.spec.rubric import load_rubric
 from grader.spec.types import Rubric, Stage
@@ -234,9 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rubric", default=str(RUBRIC))
     ap.add_argument("--handout", default=str(HANDOUT))
     args = ap.parse_args(argv)
-    rubric = load_rubric(args.rubric)
     path = Path(args.handout)
-    text = path.read_text(encoding="utf-8")
+    try:  # an invalid rubric or an unreadable handout is the caller's input: exit 2, as the grader's CLI does
+        rubric = load_rubric(args.rubric)
+        text = path.read_text(encoding="utf-8")
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {path}: cannot be read ({getattr(exc, 'strerror', None) or exc})", file=sys.stderr)
+        return 2
     new, changed, missing = apply(text, render_blocks(rubric))
     if missing:
         print(f"{path}: no block for {', '.join(missing)}; add <!-- BEGIN GENERATED: name --> / "

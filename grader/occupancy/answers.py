@@ -156,6 +156,7 @@ class Answers:
     values: dict[str, Any] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # the whole file is unusable (bad YAML, not a mapping)
+    unanswered: list[str] = field(default_factory=list)  # fields left empty (among ``problems``)
     notes: list[str] = field(default_factory=list)  # keys the schema does not know
 
     def get(self, path: str) -> Any:
@@ -201,11 +202,14 @@ def parse_answers(text: str, schema: dict[str, Field], filename: str = "answers.
             value, problem = parse_value(path, f, node)
             if problem:
                 out.problems[path] = problem
+                if node is None or node == [] or (isinstance(node, str) and not node.strip()):
+                    out.unanswered.append(path)
             else:
                 out.values[path] = value
             continue
         if path not in out.problems:
             out.problems[path] = f"{path}: no answer (expected {f.expected()})"
+            out.unanswered.append(path)
 
     prefixes = {".".join(p.split(".")[:i]) for p in schema for i in range(1, p.count(".") + 1)}
     unknown: list[str] = []

@@ -2,12 +2,14 @@
 
 Every build is :mod:`grader.build.student`'s guarded compile, with the build's own flags (a
 ``-DREGCAP=N`` can change what the source includes, so each build's includes are checked with
-its flags). The builds share one copy of the program's folder and run in parallel; nothing here
-raises for the student's mistakes.
+its flags). The builds share one copy of the program's folder and run in parallel: on a pool of
+their own (:func:`build_all`), or submitted to the caller's (:func:`start_all`: the pipeline
+starts them beside the stages' compiles). Nothing here raises for the student's mistakes.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import time
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,13 +76,9 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
     return build
 
 
-def build_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
-              timeout_s: float, with_gpu: bool, user: str | None = None,
-              fence: Fence | None = None) -> dict[str, Build]:
-    """Compile the program: a cubin per register cap (always), plus the default cubin and the host
-    program when there is a GPU to run them on. In parallel; never raises. A refused copy (an
-    ``#include`` that reaches outside) fails every build with the refusal."""
-    build_dir = work / "build"
+def _plan(cfg: OccupancyConfig, arch_flags: list[str], build_dir: Path,
+          with_gpu: bool) -> dict[str, tuple[Build, list[str], tuple[str, ...]]]:
+    """Every build of the program: label -> (the Build to fill, its nvcc flags, the kernels it must hold)."""
     prog = cfg.program
     jobs: dict[str, tuple[Build, list[str], tuple[str, ...]]] = {}
     for cap in cfg.ex6.register_caps:
@@ -91,15 +89,72 @@ def build_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str]
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True), (prog.work_kernel,))
         b = Build("exe", None, build_dir / "occ")
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False), ())
-    scratch, problem = prepare_scratch(src, build_dir, cfg.program_file, user)
-    if scratch is None:
-        for b, _flags, _need in jobs.values():
+    return jobs
+
+
+def start_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
+              timeout_s: float, with_gpu: bool, pool: Executor, user: str | None = None,
+              fence: Fence | None = None) -> dict[str, Future[Build]]:
+    """Copy the program's folder for building (now), then submit every build to ``pool`` and return
+    at once: the pipeline starts them beside the stages' compiles (grader/pipeline.py:
+    compile_stages), on one pool bounded by the CPU count. A refused copy (an ``#include`` that
+    reaches outside) fails every build with the refusal; those futures are already done."""
+    jobs = _plan(cfg, arch_flags, work / "build", with_gpu)
+    scratch, problem = prepare_scratch(src, work / "build", cfg.program_file, user)
+    futures: dict[str, Future[Build]] = {}
+    # The host program first: the longest build, so on a busy pool it is not the last to start.
+    for label in sorted(jobs, key=lambda lb: lb != "exe"):
+        b, flags, need = jobs[label]
+        if scratch is None:
             b.problem = f"{cfg.program_file} was not compiled: {problem}"
-        return {label: b for label, (b, _f, _n) in jobs.items()}
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {label: pool.submit(_compile, b, nvcc, scratch, flags, timeout_s, cfg.program_file, need, fence)
-                   for label, (b, flags, need) in jobs.items()}
-    return {label: f.result() for label, f in futures.items()}
+            futures[label] = Future()
+            futures[label].set_result(b)
+        else:
+            futures[label] = pool.submit(_compile, b, nvcc, scratch, flags, timeout_s, cfg.program_file, need, fence)
+    return {label: futures[label] for label in jobs}
+
+
+def build_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
+              timeout_s: float, with_gpu: bool, user: str | None = None,
+              fence: Fence | None = None) -> dict[str, Build]:
+    """Compile the program: a cubin per register cap (always), plus the default cubin and the host
+    program when there is a GPU to run them on. In parallel, on a pool of its own; never raises."""
+    with ThreadPoolExecutor(max_workers=len(cfg.ex6.register_caps) + 2) as pool:
+        futures = start_all(src, cfg, nvcc, arch_flags, work, timeout_s, with_gpu, pool, user, fence)
+        return {label: f.result() for label, f in futures.items()}
+
+
+@dataclass
+class Prebuilt:
+    """The program's builds, made before the occupancy step (beside the stages' compiles)."""
+
+    src: Path  # the program file they were built from
+    builds: dict[str, Build]
+    seconds: float  # from the first submission to the last build's end
+
+
+@dataclass
+class PendingBuilds:
+    src: Path
+    futures: dict[str, Future[Build]]
+    started: float = field(default_factory=time.monotonic)
+    ended: float = 0.0  # when the last build ended (the caller may wait for them much later)
+
+    def __post_init__(self) -> None:
+        for f in self.futures.values():
+            f.add_done_callback(self._done)
+
+    def _done(self, _future: Future[Build]) -> None:
+        self.ended = max(self.ended, time.monotonic())
+
+    def wait(self) -> Prebuilt | None:
+        """The builds; None if the grader failed while making them (the occupancy step then builds
+        again, and a bug that repeats becomes its items' "not evaluated", as before)."""
+        try:
+            builds = {label: f.result() for label, f in self.futures.items()}
+        except Exception:
+            return None
+        return Prebuilt(self.src, builds, max(self.ended, self.started) - self.started)
 
 
 def ptxas_measurements(builds: dict[str, Build], cfg: OccupancyConfig) -> tuple[dict | None, str | None]:

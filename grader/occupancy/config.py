@@ -33,6 +33,8 @@ ITEM_IDS = (
     "ex6.ptxas_match", "ex6.register_pressure", "ex6.occupancy", "ex6.fastest_claim",
     "ex6.explanation",
 )
+# The free-text items: graded by hand (Status.MANUAL, a manual question on Gradescope), never by the grader.
+HAND_GRADED = ("ex2.explanation", "ex3.explanation", "ex4.discussion", "ex5.reasoning", "ex6.explanation")
 
 
 @dataclass(frozen=True)

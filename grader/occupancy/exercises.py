@@ -5,7 +5,11 @@ Ex 2 and Ex 3 compare the answers with the calculator for the GPU the answers
 name (the rubric's reference GPU by default) and, for Ex 2, the student's program
 with the grader's own Occupancy API calls; Ex 4 and Ex 6 (in :mod:`.measured`)
 need the program's output, ptxas reports and timings. Free-text answers become
-``manual`` items. Expected answers are never printed in messages.
+``manual`` items. Expected answers to the handout's questions are never printed in messages.
+A knock-on answer, one computed from the student's own earlier answer (Ex 1's numbers for the
+student's own changed kernel), is shown with the value expected for that answer: it reveals
+nothing the handout asks, unless the earlier answer is the handout's own data (the kernel of
+Ex 1 unchanged), and then it is not shown.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from grader.occupancy.calculator import (
     max_potential_block_size,
 )
 from grader.occupancy.config import OccupancyConfig
-from grader.occupancy.grading import Ctx, Measurements, api_lookup, as_number, program_value
+from grader.occupancy.grading import Ctx, Measurements, api_lookup, as_number, program_value, size_hint
 from grader.occupancy.measured import grade_ex4, grade_ex6, grade_host
 
 # What each dominant stall waits on (ex5.memory_level).
@@ -83,22 +87,34 @@ def grade_ex1(ctx: Ctx) -> list[ItemResult]:
         msg = "ex1.fix: the changed kernel is not a valid launch (1-1024 threads, no negative sizes)"
         return out + [ctx.result("ex1.fix", Status.FAILED, 0.0, msg),
                       ctx.result("ex1.fix_numbers", Status.FAILED, 0.0, msg)]
+    if (threads, regs, smem) == (e.threads_per_block, e.regs_per_thread, e.smem_per_block):
+        # The exercise's own kernel: its numbers are the answers above, so none is shown here.
+        msg = ("ex1.fix: this is the exercise's kernel unchanged (same threads, registers and shared memory); "
+               "change at least one of them")
+        return out + [ctx.result("ex1.fix", Status.FAILED, 0.0, msg), ctx.result("ex1.fix_numbers", Status.FAILED,
+                                                                               0.0, "needs a changed kernel: " + msg)]
     new = _ex1_model(ctx.cfg, threads, regs, smem)
     values = {"occupancy_pct": new.occupancy_pct, "blocks": new.blocks_per_sm}
+    kernel = f"{threads} threads, {regs} registers, {smem / KIB:g} KiB"
+    unit = size_hint("ex1.fix.shared_mem_kib", smem, e.smem_per_sm)
     if new.occupancy_pct + 1e-9 >= e.target_occupancy_pct:
         out.append(ctx.result("ex1.fix", Status.PASSED, 1.0,
-                              f"{threads} threads, {regs} registers, {smem / KIB:g} KiB reach "
-                              f"{new.occupancy_pct:.1f}% by the hand model", **values))
+                              f"{kernel} reach {new.occupancy_pct:.1f}% by the hand model", **values))
     else:
         out.append(ctx.result("ex1.fix", Status.FAILED, 0.0,
-                              f"{threads} threads, {regs} registers, {smem / KIB:g} KiB give "
-                              f"{new.occupancy_pct:.1f}% by the hand model, below "
-                              f"{e.target_occupancy_pct:g}% (recheck every limit after the change)",
+                              f"{kernel} give {new.occupancy_pct:.1f}% by the hand model, below "
+                              f"{e.target_occupancy_pct:g}% (recheck every limit after the change)" + unit,
                               **values))
+    # Knock-on: the numbers for the student's own changed kernel, so the expected ones can be shown.
+    mine = "expected for your changed kernel (ex1.fix), by the hand model:"
     out.append(ctx.parts("ex1.fix_numbers", [
-        ctx.expect_int("ex1.fix.max_blocks", new.blocks_per_sm),
-        ctx.expect_choice("ex1.fix.bottleneck", set(new.limiting)),
-        ctx.expect_num("ex1.fix.occupancy_pct", new.occupancy_pct, pct=True, abs_tol=pct_tol)]))
+        ctx.expect_int("ex1.fix.max_blocks", new.blocks_per_sm, f"{mine} {new.blocks_per_sm} blocks per SM"),
+        ctx.expect_choice("ex1.fix.bottleneck", set(new.limiting),
+                          f"{mine} {', '.join(sorted(new.limiting))}"),
+        ctx.expect_num("ex1.fix.occupancy_pct", new.occupancy_pct, pct=True, abs_tol=pct_tol,
+                       what=f"{mine} {new.occupancy_pct:.1f}%")]))
+    if unit and out[-1].status == Status.FAILED:
+        out[-1].message += unit
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers
-from grader.occupancy.calculator import SMLimits, limits_for
+from grader.occupancy.calculator import KIB, SMLimits, limits_for
 from grader.occupancy.config import OccupancyConfig
 from grader.untrusted.quote import show_value
 from grader.untrusted.yaml_load import MAX_MAGNITUDE
@@ -130,13 +130,17 @@ class Ctx:
         return self.result(item, Status.FAILED, frac, "\n".join(wrong), **values)
 
     def manual(self, item: str, fields: list[str]) -> ItemResult:
-        """A free-text item: ``manual`` (graded later by a person) once it is answered."""
+        """A free-text item: always ``manual``. Course staff grade it (a manual question on Gradescope),
+        so the autograder gives no verdict either way; the message says what was recorded for them,
+        and names any field that is missing or unreadable, with the form expected, so it can be fixed."""
         if self.answers.error:
-            return self.result(item, Status.FAILED, 0.0, self.answers.error)
+            return self.result(item, Status.MANUAL, 0.0, "nothing recorded for course staff: " + self.answers.error)
         missing = [p for f in fields if (p := self.answers.problem(f))]
-        if missing:
-            return self.result(item, Status.FAILED, 0.0, "\n".join(missing))
-        return self.result(item, Status.MANUAL, 0.0, "answered; graded by hand",
+        answered = [f for f in fields if self.answers.get(f) is not None]
+        head = ("your answer was recorded for course staff (" + ", ".join(answered) + ")" if answered
+                else "nothing recorded for course staff")
+        return self.result(item, Status.MANUAL, 0.0, "\n".join([head + ("; fix the field(s) below, or they see no "
+                                                                        "answer there" if missing else "")] + missing),
                            **{f: self.answers.get(f) for f in fields})
 
     def program_section(self, item: str, key: str) -> ProgramSection | ItemResult:
@@ -167,7 +171,7 @@ class Ctx:
         return False, f"{path}: {got} is not right{(' (' + what + ')') if what else ''}"
 
     def expect_num(self, path: str, expected: float, *, pct: bool = False,
-                   abs_tol: float | None = None) -> tuple[bool, str]:
+                   abs_tol: float | None = None, what: str = "") -> tuple[bool, str]:
         got = self.answers.get(path)
         if got is None:
             return False, self.answers.problem(path) or f"{path}: no answer"
@@ -176,9 +180,9 @@ class Ctx:
             abs_tol = tol.abs
         if math.isclose(got, expected, rel_tol=tol.rel, abs_tol=abs_tol):
             return True, ""
-        hint = ""
+        hint = f" ({what})" if what else ""
         if pct and math.isclose(got * 100, expected, rel_tol=tol.rel, abs_tol=abs_tol):
-            hint = " (it looks like a fraction; this field is in percent)"
+            hint += " (it looks like a fraction; this field is in percent)"
         return False, f"{path}: {got:g} is not right{hint}"
 
     def expect_choice(self, path: str, accepted: set | tuple, what: str = "",
@@ -192,6 +196,16 @@ class Ctx:
             return True, ""
         shown = ", ".join(fmt(p) for p in picks)
         return False, f"{path}: {shown} is not right{(' (' + what + ')') if what else ''}"
+
+
+def size_hint(path: str, size_bytes: float, per_sm_bytes: int) -> str:
+    """A hint when a size answered in KiB looks like a number of bytes: more than one SM holds, while
+    that many bytes would fit ("7168 KiB" meant as 7168 B = 7 KiB). "" otherwise."""
+    written = size_bytes / KIB  # the number the student wrote, read as KiB
+    if size_bytes <= per_sm_bytes or written > per_sm_bytes:
+        return ""
+    return (f"\n{path} is in KiB: {written:g} KiB is more shared memory than one SM has ({per_sm_bytes / KIB:g} KiB). "
+            f"If you meant {written:g} bytes, write {written / KIB:g} (KiB) or '{written:g} B'")
 
 
 def as_number(value: Any) -> float | None:

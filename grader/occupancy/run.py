@@ -11,7 +11,9 @@ message, never an exception):
    the program at every register cap (``-maxrregcount=N -DREGCAP=N -Xptxas -v``) for
    ``heavy``'s ptxas report. With a GPU also the default build's cubin (for ``work``)
    and the host program, all compiled in parallel by :mod:`grader.occupancy.build`
-   through the one guarded compile (:mod:`grader.build.student`).
+   through the one guarded compile (:mod:`grader.build.student`). In a grading the
+   pipeline starts these builds beside the stages' compiles (:func:`start_builds`) and
+   hands them over as ``prebuilt``, so the GPU steps never wait for a compiler.
 3. GPU only: run the student's program (:mod:`grader.occupancy.program`: time limit,
    trimmed output, as ``$GRADER_STUDENT_USER`` when that is set and the grader is root)
    and parse its JSON; then the trusted child :mod:`grader.children.occupancy`
@@ -19,8 +21,9 @@ message, never an exception):
    Occupancy API about the compiled ``work``, re-runs both sweeps with equal total
    work and times ``heavy`` at every cap.
 4. :func:`grader.occupancy.exercises.grade_occupancy` turns all of it into items;
-   a PNG of both sweeps goes to the work folder and the Ex 4 conclusion items
-   name it.
+   a PNG of both sweeps goes to the results folder (``plots_dir``, next to results.json, so
+   it travels with the results; the work folder is removed) and the Ex 4 conclusion items
+   name it by its file name, never by a path on the grading machine.
 
 Everything measured is written to ``WORK/occupancy_measurements.json``
 (``tools/occupancy_gpu_check.py`` prints from it).
@@ -31,16 +34,18 @@ import json
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
 from grader.build.locate import MAX_SOURCE_BYTES, Problem, locate
 from grader.build.student import Fence, student_user
+from grader.clock import Clock
 from grader.model import Cause, Gap, ItemResult, Status, to_jsonable
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
-from grader.occupancy.build import Build, build_all, ptxas_measurements, trim
+from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
-from grader.occupancy.config import OccupancyConfig
+from grader.occupancy.config import HAND_GRADED, OccupancyConfig
 from grader.occupancy.exercises import grade_occupancy
 from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
 from grader.occupancy.plots import plot_sweeps, sweep_series
@@ -49,8 +54,9 @@ from grader.spec.types import Rubric
 from grader.untrusted.yaml_load import Limits as YamlLimits
 
 # Re-exported: what tests and tools/occupancy_gpu_check.py reach through this module.
-__all__ = ["CHILD_TIMEOUT_S", "MEASUREMENTS_FILE", "PROGRAM_OUTPUT_LIMIT", "PROGRAM_TIMEOUT_S", "apply_child_report",
-           "child_spec", "grade_occupancy_submission", "load_answers", "parse_program_output", "run_program"]
+__all__ = ["CHILD_TIMEOUT_S", "MEASUREMENTS_FILE", "PROGRAM_OUTPUT_LIMIT", "PROGRAM_TIMEOUT_S", "PendingBuilds",
+           "Prebuilt", "apply_child_report", "child_spec", "grade_occupancy_submission", "load_answers",
+           "parse_program_output", "run_program", "start_builds"]
 
 Progress = Callable[[str], None]
 
@@ -110,27 +116,70 @@ def _no_section() -> list[ItemResult]:
 def _internal_error(cfg: OccupancyConfig, tb: str) -> list[ItemResult]:
     msg = ("not evaluated: the grader failed while grading the occupancy exercises (not a judgement "
            "of your work; course staff have the details)")
-    return [ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=Status.NOT_EVALUATED, score=0.0,
+    # A hand-graded item stays course staff's, whatever happened to the automatic ones.
+    return [ItemResult(stage=STAGE, item=spec.id, title=spec.title,
+                       status=Status.MANUAL if spec.id in HAND_GRADED else Status.NOT_EVALUATED, score=0.0,
                        max_score=spec.points, message=msg, visibility=spec.visibility,
                        number=spec.number, values={"traceback": tb[-4000:]})
             for spec in cfg.items.values()]
 
 
+def _program_source(root: Path, cfg: OccupancyConfig) -> tuple[Path | None, str | None, str]:
+    """(the program file, its text, "") or (None, None, why it cannot be used)."""
+    found = locate(root, cfg.program_file, nearby=True)
+    if found.path is None:
+        return None, None, found.message
+    text, problem = _read_text(found.path, MAX_SOURCE_BYTES)
+    return (found.path, text, "") if text is not None else (None, None, problem)
+
+
+def _compile_timeout(rubric) -> float:
+    return min(COMPILE_TIMEOUT_S, float(getattr(getattr(rubric, "timeouts", None), "compile_s", COMPILE_TIMEOUT_S)))
+
+
+def start_builds(root: Path, rubric: Rubric, env, work: Path, pool: Executor, *,
+                 fence: Fence | None = None) -> PendingBuilds | None:
+    """Start the program's builds on ``pool`` (grader/pipeline.py: compile_stages, so they run beside
+    the stages' compiles instead of after the GPU steps): the same builds, flags, limits and fence as
+    :func:`grade_occupancy_submission` would make. None when it would build nothing (no section, no
+    usable program file, no nvcc); it then says why itself, as before."""
+    cfg = rubric.occupancy
+    nvcc = getattr(env, "nvcc", None)
+    if cfg is None or nvcc is None or getattr(nvcc, "path", None) is None:
+        return None
+    try:
+        src, _text, _problem = _program_source(Path(root), cfg)
+        if src is None:
+            return None
+        Path(work).mkdir(parents=True, exist_ok=True)
+        futures = start_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), Path(work),
+                            _compile_timeout(rubric), bool(getattr(env, "has_gpu", False)), pool,
+                            user=student_user(), fence=fence)
+    except Exception:  # the grader's own bug: the occupancy step builds, and says so, as before
+        return None
+    return PendingBuilds(src, futures)
+
+
 def grade_occupancy_submission(root: Path, rubric: Rubric, env, work: Path,
                                progress: Progress = lambda _msg: None, *,
-                               fence: Fence | None = None) -> list[ItemResult]:
-    """Every occupancy item for the submission at ``root``; never raises."""
+                               fence: Fence | None = None, clock: Clock | None = None,
+                               plots_dir: Path | None = None, prebuilt: Prebuilt | None = None) -> list[ItemResult]:
+    """Every occupancy item for the submission at ``root``; never raises. ``clock`` gets the build's,
+    the program's and the measurements' times as detail phases. The sweeps' plot goes to
+    ``plots_dir`` (the results folder; ``work`` when not given). ``prebuilt``: the builds
+    :func:`start_builds` made (else they are made here)."""
     cfg = rubric.occupancy  # validated when the rubric was loaded
     if cfg is None:  # the pipeline calls this only when there is a section; said, not raised
         return _no_section()
     try:
-        return _grade(cfg, Path(root), rubric, env, Path(work), progress, fence)
+        return _grade(cfg, Path(root), rubric, env, Path(work), progress, fence, clock or Clock(),
+                      Path(plots_dir) if plots_dir is not None else Path(work), prebuilt)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         return _internal_error(cfg, traceback.format_exc())
 
 
 def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: Progress,
-           fence: Fence | None) -> list[ItemResult]:
+           fence: Fence | None, clock: Clock, plots_dir: Path, prebuilt: Prebuilt | None = None) -> list[ItemResult]:
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     log: dict[str, Any] = {"submission": str(root), "steps": {}}
@@ -141,12 +190,7 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
     has_gpu = bool(getattr(env, "has_gpu", False))
     meas = Measurements(device_available=has_gpu,
                         no_device=Gap(Cause.NO_GPU, NO_DEVICE) if has_gpu else _no_device(env))
-    found = locate(root, cfg.program_file, nearby=True)
-    src, src_problem = found.path, found.message
-    if src is not None:
-        meas.program_source, read_problem = _read_text(src, MAX_SOURCE_BYTES)
-        if meas.program_source is None:
-            src, src_problem = None, read_problem
+    src, meas.program_source, src_problem = _program_source(root, cfg)
     log["program_file"] = str(src) if src else None
 
     nvcc = getattr(env, "nvcc", None)
@@ -164,13 +208,16 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
             meas.no_device = Gap(Cause.GRADER, meas.no_compiler_reason)
     else:
         assert nvcc is not None  # has_nvcc
-        progress("occupancy: compiling occ.cu")
-        timeout = min(COMPILE_TIMEOUT_S, float(getattr(getattr(rubric, "timeouts", None), "compile_s",
-                                                       COMPILE_TIMEOUT_S)))
-        tb = time.monotonic()
-        builds = build_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), work, timeout,
-                           with_gpu=has_gpu, user=student_user(), fence=fence)
-        log["steps"]["compile_s"] = round(time.monotonic() - tb, 2)
+        if prebuilt is not None and prebuilt.src == src:  # built beside the stages' compiles
+            builds, build_s = prebuilt.builds, prebuilt.seconds
+        else:
+            progress("occupancy: compiling occ.cu")
+            tb = time.monotonic()
+            builds = build_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), work,
+                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence)
+            build_s = time.monotonic() - tb
+            clock.add("build", build_s, "occupancy")
+        log["steps"]["compile_s"] = round(build_s, 2)
         log["builds"] = {k: {"ok": b.ok, "problem": b.problem, "command": b.proc.command if b.proc else None,
                              "wall_s": b.proc.wall_s if b.proc else None,
                              "kernels": {n: vars(r) for n, r in b.kernels.items()}}
@@ -184,6 +231,7 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
             tr = time.monotonic()
             meas.program, meas.program_problem, proc = run_program(exe.output, work, fence=fence)
             log["steps"]["program_s"] = round(time.monotonic() - tr, 2)
+            clock.add("program", time.monotonic() - tr, "occupancy")
             log["program"] = meas.program
             log["program_problem"] = meas.program_problem
             if proc is not None:
@@ -195,6 +243,7 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
             tc = time.monotonic()
             report, cproc = run_child(cfg, builds, work, CHILD_TIMEOUT_S, fence=fence)
             log["steps"]["gpu_child_s"] = round(time.monotonic() - tc, 2)
+            clock.add("measure", time.monotonic() - tc, "occupancy")
             log["gpu_report"] = report
             log["gpu_child"] = {"brief": cproc.brief(), "stderr": trim(cproc.stderr, 2000)}
             apply_child_report(meas, report, cproc)
@@ -204,7 +253,7 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
                 meas.gpu_problems[part] = problem
 
     results = grade_occupancy(cfg, answers, meas)
-    results = _attach_plot(results, cfg, meas, work, log)
+    results = _attach_plot(results, cfg, meas, plots_dir, log)
     log["seconds"] = round(time.monotonic() - t0, 2)
     log["measurements"] = {"api": meas.api, "sweep_times": meas.sweep_times,
                            "heavy_times_ms": meas.heavy_times_ms, "ptxas": meas.ptxas,
@@ -217,9 +266,10 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
     return results
 
 
-def _attach_plot(results: list[ItemResult], cfg: OccupancyConfig, meas: Measurements, work: Path,
+def _attach_plot(results: list[ItemResult], cfg: OccupancyConfig, meas: Measurements, plots_dir: Path,
                  log: dict) -> list[ItemResult]:
-    """Draw the sweeps and name the PNG in the Ex 4 conclusion items' messages."""
+    """Draw the sweeps into ``plots_dir`` and name the PNG in the Ex 4 conclusion items' messages by its
+    file name: a path on the grading machine means nothing to a student."""
     if not meas.device_available or (meas.api is None and meas.sweep_times is None):
         return results
     e4 = cfg.ex4
@@ -228,13 +278,17 @@ def _attach_plot(results: list[ItemResult], cfg: OccupancyConfig, meas: Measurem
                           [(b, e4.block_smem) for b in e4.block_points])
     log["plot_series"] = series
     name = (meas.api or {}).get("device", {}).get("name", "")
-    path, note = plot_sweeps(work / PLOT_FILE, series, title=f"Occupancy vs run time ({name})".replace(" ()", ""))
-    log["plot"] = str(path) if path else note
-    line = f"Plot of occupancy and run time for both sweeps: {path}" if path else f"({note})"
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    path, note = plot_sweeps(plots_dir / PLOT_FILE, series,
+                             title=f"Occupancy vs run time ({name})".replace(" ()", ""))
+    log["plot"] = PLOT_FILE if path else note
+    line = (f"Plot of occupancy and run time for both sweeps: `{PLOT_FILE}` in the results folder, next to "
+            "results.json (Gradescope does not show files; when the course's GPU service graded this "
+            "submission, its job page shows it)") if path else f"({note})"
     for r in results:
         if r.item in ("ex4.smem_conclusion", "ex4.block_conclusion"):
             r.message = (r.message + "\n" + line) if r.message else line
             if path:
-                r.values["plot"] = str(path)
+                r.values["plot"] = PLOT_FILE
     return results
 

@@ -12,6 +12,15 @@ Format: https://gradescope-autograders.readthedocs.io/en/latest/specs/ -- top le
 ``name``, ``number``, ``score``, ``max_score``, ``status`` (``passed`` / ``failed``),
 ``output``, ``output_format``, ``tags``, ``visibility``, ``extra_data`` (the grader's own: ``status``,
 ``stage``, ``item``, ``values``, ``needs_gpu``).
+
+Hand-graded items (:attr:`Status.MANUAL`: the occupancy explanations, the report's reasoning) are
+not the autograder's to score. On Gradescope their points belong to manually graded questions of
+the assignment's outline (docs/deployment.md, "The hand-graded part"), and Gradescope adds every
+test's ``max_score`` into the autograder's total. So such a test has no ``score``, ``max_score`` or
+``status``: it is shown neutrally, neither passed nor failed, says that the answer was recorded
+for course staff, and its points go in ``extra_data.hand_graded_points``. Counting them here would
+put the same points in the total twice (once here at 0, once in the manual question) and show a
+correct, complete submission in red.
 """
 from __future__ import annotations
 
@@ -30,12 +39,14 @@ TEST_STATUSES = ("passed", "failed")  # all Gradescope knows
 LEADERBOARD_ORDERS = ("asc", "desc")
 ITEM_STATUSES = tuple(s.value for s in Status)
 
-# Said when an item's message is empty. Neither is worded as the student's failure.
+# Said when an item's message is empty. None is worded as the student's failure.
 _DEFAULT_MESSAGES = {
     Status.NOT_EVALUATED: "Not evaluated: the grader could not check this item (0 points for now). "
     "This is not a judgement of your code.",
-    Status.MANUAL: "Graded by course staff later; 0 automatic points.",
+    Status.REVIEW: "Held for review by course staff; 0 points until they have looked at it.",
 }
+HAND_GRADED_NOTE = ("**Graded by hand.** Course staff grade this answer after the deadline; its points are "
+                    "not part of the autograder's score.")
 
 ERROR_MESSAGE = (
     "**Autograder error — contact course staff.**\n\n"
@@ -80,29 +91,35 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
         raise ValueError(f"{where}: status {item.status!r} is not one of {', '.join(ITEM_STATUSES)}") from None
     visibility = _check_visibility(item.visibility, where)
     max_score = round(_finite(item.max_score, f"{where}: max_score"), 4)
-    if status in (Status.NOT_EVALUATED, Status.MANUAL):
+    if status in (Status.NOT_EVALUATED, Status.MANUAL, Status.REVIEW):
         score = 0.0  # never automatic points, whatever the record says
     else:
         score = round(_finite(item.score, f"{where}: score"), 4)
-    message = item.message or _DEFAULT_MESSAGES.get(status, "")
-    return {
+    extra: dict[str, Any] = {
+        "status": status.value,
+        "stage": item.stage,
+        "item": item.item,
+        "values": _finite_or_none(to_jsonable(item.values)),
+        "needs_gpu": bool(item.needs_gpu),  # the no-GPU policy (grader/deploy/gradescope/policy.py) reads it
+    }
+    test: dict[str, Any] = {
         "name": item.title or f"{item.stage}/{item.item}",
         "number": str(item.number) if item.number else str(index + 1),
         "score": score,
         "max_score": max_score,
         "status": "passed" if status is Status.PASSED else "failed",
-        "output": message,
+        "output": item.message or _DEFAULT_MESSAGES.get(status, ""),
         "output_format": "md",
         "visibility": visibility,
         "tags": [item.stage] if item.stage else [],
-        "extra_data": {
-            "status": status.value,
-            "stage": item.stage,
-            "item": item.item,
-            "values": _finite_or_none(to_jsonable(item.values)),
-            "needs_gpu": bool(item.needs_gpu),  # the no-GPU policy (grader/deploy/gradescope/policy.py) reads it
-        },
+        "extra_data": extra,
     }
+    if status is Status.MANUAL:  # neutral and outside the autograder's total: see the module's docstring
+        for key in ("score", "max_score", "status"):
+            del test[key]
+        test["output"] = HAND_GRADED_NOTE + ("\n\n" + item.message if item.message else "")
+        extra["hand_graded_points"] = max_score
+    return test
 
 
 def _check_leaderboard(leaderboard: list[dict]) -> list[dict]:
@@ -138,7 +155,7 @@ def build_results(
     """
     tests = [build_test(item, i) for i, item in enumerate(items)]
     results: dict[str, Any] = {
-        "score": round(sum(t["score"] for t in tests), 4),
+        "score": round(sum(t.get("score", 0.0) for t in tests), 4),
         "execution_time": _seconds(execution_time),
         "output": output,
         "output_format": "md",
@@ -148,8 +165,13 @@ def build_results(
     }
     if leaderboard is not None:
         results["leaderboard"] = _check_leaderboard(leaderboard)
-    if extra is not None:
-        results["extra_data"] = _finite_or_none(to_jsonable(dict(extra)))
+    top = dict(extra) if extra is not None else {}
+    hand = [t for t in tests if "hand_graded_points" in t["extra_data"]]
+    if hand:  # what the manually graded questions hold, for the TA's tools (the batch's CSV, the service)
+        top["hand_graded_items"] = [t["number"] for t in hand]
+        top["hand_graded_points"] = round(sum(t["extra_data"]["hand_graded_points"] for t in hand), 4)
+    if extra is not None or hand:
+        results["extra_data"] = _finite_or_none(to_jsonable(top))
     return results
 
 

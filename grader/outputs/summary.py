@@ -15,6 +15,10 @@ from grader.run.sandbox import Confinement
 if TYPE_CHECKING:
     from grader.outputs.profile_page import ProfileReport
 
+# Plots are files next to results.json. Gradescope shows no files, so the text says where they are.
+PLOTS_WHERE = ("Plots (files in the results folder, next to results.json; Gradescope does not show files: when the "
+               "course's GPU service graded this submission, its job page shows them): ")
+
 COLUMNS = ["stage", "correct", "ms", "GFLOP/s", "% peak", "% baseline", "vs first", "regs", "spills", "points"]
 
 
@@ -77,20 +81,39 @@ def environment_lines(grading: Grading) -> list[str]:
     return lines + list(grading.notes)
 
 
+def hand_graded(items: list[ItemResult]) -> list[ItemResult]:
+    """The hand-graded items: their points are course staff's, outside the autograder's total."""
+    return [i for i in items if i.status == Status.MANUAL]
+
+
+def automatic_max(items: list[ItemResult]) -> float:
+    """The autograder's total: every item's points but the hand-graded ones (results.json's sum of max_score)."""
+    return sum(i.max_score for i in items if i.status != Status.MANUAL)
+
+
 def summary_markdown(grading: Grading, profile: ProfileReport | None = None) -> str:
     """The top-level output shown on Gradescope and written to summary.md.
 
     ``profile`` is the ProfileReport (plots and per-stage diagnoses), when one was written.
+    The score is out of the automatic points, as on Gradescope; the hand-graded items are listed
+    apart, under "Graded by hand".
     """
-    parts = [f"**Score: {grading.score:g} / {grading.max_score:g}**", ""]
+    hand = hand_graded(grading.items)
+    parts = [f"**Score: {grading.score:g} / {automatic_max(grading.items):g} automatic points**"
+             + (f" (and {sum(i.max_score for i in hand):g} points graded by hand, below)" if hand else ""), ""]
     parts += [f"- {line}" for line in environment_lines(grading)]
     parts += ["", markdown_table(ladder_rows(grading))]
     for stage, label in (("occupancy", "Occupancy exercises"), ("report", "Report")):
         part = [i for i in grading.items if i.stage == stage]
         if part:
-            manual = sum(i.max_score for i in part if i.status == Status.MANUAL)
-            parts.append(f"{label}: {sum(i.score for i in part):g} / {sum(i.max_score for i in part):g} points"
-                         + (f" ({manual:g} of them graded by hand later)" if manual else "") + "\n")
+            by_hand = sum(i.max_score for i in hand_graded(part))
+            parts.append(f"{label}: {sum(i.score for i in part):g} / {automatic_max(part):g} automatic points"
+                         + (f", and {by_hand:g} points graded by hand" if by_hand else "") + "\n")
+    if hand:
+        parts += ["**Graded by hand** (course staff grade these after the deadline; their points are not "
+                  "in the score above):", ""]
+        parts += [f"- {i.number} {i.title}: {i.max_score:g} point{'' if i.max_score == 1 else 's'}" for i in hand]
+        parts.append("")
     parts.append("`% peak` is against the stage's own ceiling (FP32 CUDA cores for stages 1-4b, FP16 "
                  "Tensor Cores for WMMA); `% baseline` is against cuBLAS on the same inputs, timed "
                  "interleaved. Speeds are shown only for kernels that passed every correctness check.")
@@ -102,15 +125,31 @@ def summary_markdown(grading: Grading, profile: ProfileReport | None = None) -> 
                 parts += [f"**{o.stage.number} {o.stage.title}**: " + diagnoses[sid].markdown(), ""]
     images = {k: v for k, v in (profile.images if profile else {}).items() if v}
     if images:
-        parts += ["", "Plots in the output folder: " + ", ".join(f"`{Path(v).name}`" for v in images.values())]
+        parts += ["", PLOTS_WHERE + ", ".join(f"`{Path(v).name}`" for v in images.values())]
+    if timed := time_line(grading):
+        parts += ["", timed]
     return "\n".join(parts)
+
+
+def time_line(grading: Grading) -> str:
+    """One line on where the grading's time went: each step of half a second or more (the whole list,
+    with each stage's compile and run, is grading.json's "phases"; tools/phase_times.py prints it)."""
+    # The outputs' own phase is timed after this text is written: left out, so the summary comes out the
+    # same when rebuilt from grading.json.
+    steps = [p for p in grading.phases if not p.detail and p.seconds >= 0.5 and p.name != "outputs"]
+    if not steps:
+        return ""
+    return (f"Grading time: {grading.seconds:.1f} s (" + ", ".join(f"{p.name} {p.seconds:.1f} s" for p in steps)
+            + "; every phase: grading.json)")
 
 
 def render_terminal(grading: Grading, console) -> None:
     """Rich table for a TA's terminal."""
     from rich.table import Table
 
-    table = Table(title=f"{grading.submission}: {grading.score:g} / {grading.max_score:g} points")
+    hand = sum(i.max_score for i in hand_graded(grading.items))
+    table = Table(title=f"{grading.submission}: {grading.score:g} / {automatic_max(grading.items):g} automatic points"
+                  + (f" (+ {hand:g} graded by hand)" if hand else ""))
     for col in COLUMNS:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for row in ladder_rows(grading):
@@ -119,7 +158,8 @@ def render_terminal(grading: Grading, console) -> None:
     console.print(table)
     for line in environment_lines(grading):
         console.print(f"  {line}", highlight=False)
-    marks = {Status.PASSED: "[green]pass[/]", Status.FAILED: "[red]FAIL[/]", Status.NOT_EVALUATED: "[yellow]n/e[/]"}
+    marks = {Status.PASSED: "[green]pass[/]", Status.FAILED: "[red]FAIL[/]", Status.NOT_EVALUATED: "[yellow]n/e[/]",
+             Status.MANUAL: "[cyan]by hand[/]", Status.REVIEW: "[yellow]review[/]"}
     for item in grading.items:
         if item.status != Status.PASSED:
             first = item.message.splitlines()[0] if item.message else ""

@@ -3,7 +3,7 @@
 Called by grader/pipeline.py (its ``profile`` step) after correctness is known and before scoring::
 
     run = profile_stages(outcomes, rubric, has_gpu=env.has_gpu, gpu_reason=env.device_reason,
-                         work_dir=work_root / "ncu", seed=seeds["bench"])
+                         work_dir=work_root / "ncu", seed=seeds["bench"], device=env.device)
 
 It fills ``StageOutcome.ncu`` / ``ncu_gap`` / ``profile_n`` for every stage. A gap's cause is
 ``Cause.STUDENT`` when the student's stage gave nothing to profile (did not compile, is not
@@ -21,6 +21,7 @@ from grader.grading import StageOutcome
 from grader.model import Cause, Gap
 from grader.profile.ncu import NcuRun, collect, metrics_needed
 from grader.run.fence import Fence
+from grader.spec.metric_names import chip_for_cc, chips_with, missing_on
 from grader.spec.types import Rubric
 
 
@@ -52,10 +53,25 @@ def stage_spec(o: StageOutcome) -> dict:
             "launch": {"block": list(launch.block), "tile": list(launch.tile), "smem": launch.smem}}
 
 
+def missing_metric_message(metric: str, row: dict | None) -> str:
+    """Why an ncu item's metric has no value for a kernel: the chip's ncu lacks it (``row["CC"]`` is
+    the compute capability ncu reported for the kernel's GPU), or ncu did not report it."""
+    chip = chip_for_cc((row or {}).get("CC"))
+    others = sorted(chips_with(metric) - {chip})
+    if chip and others and chip not in chips_with(metric):
+        return (f"not evaluated: ncu on {chip} has no metric {metric} (it exists on {', '.join(others)}); "
+                "not your kernel's fault")
+    return f"not evaluated: ncu did not report {metric} for this kernel on this GPU (not your kernel's fault)"
+
+
 def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, gpu_reason: str,
-                   work_dir: Path, seed: int, ncu_tool=None, fence: Fence | None = None) -> NcuRun | None:
+                   work_dir: Path, seed: int, ncu_tool=None, fence: Fence | None = None,
+                   device: dict | None = None) -> NcuRun | None:
     """Profile every correct stage kernel in one ncu run; set each outcome's ncu fields.
 
+    ``device``: the probe's record; when its chip is one whose metric list the grader ships, the
+    metrics that chip's ncu lacks are left out of the run up front (as ncu's own refusal would
+    leave them out, without the failed first run) and their items say so.
     Returns the run (for grading.json: its command, notes and output), or None when nothing ran.
     """
     prof = rubric.profile
@@ -76,8 +92,14 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
     if not todo:
         return None
     tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
-    run = collect([stage_spec(o) for o in todo], n, seed, metrics_needed(rubric), tool, prof.clock_control,
-                  prof.timeout_s, Path(work_dir), fence=fence)
+    wanted = metrics_needed(rubric)
+    chip = chip_for_cc((device or {}).get("cc"))
+    absent = missing_on(wanted, chip)
+    run = collect([stage_spec(o) for o in todo], n, seed, [m for m in wanted if m not in absent], tool,
+                  prof.clock_control, prof.timeout_s, Path(work_dir), fence=fence)
+    if absent:
+        run.dropped_metrics[:0] = absent
+        run.notes.insert(0, f"ncu on {chip} has no metric " + ", ".join(absent) + "; not collected")
     for o in todo:
         o.ncu, o.ncu_gap = run.for_stage(o.stage.id)
     return run

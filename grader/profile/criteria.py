@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, ItemResult, Status
+from grader.profile.collect import missing_metric_message
 from grader.profile.ncu import NOT_PROFILED_PREFIX
 from grader.spec.expr import METRIC_RE, ExprError, MissingMetric, evaluate_expr, fmt, passes
 from grader.spec.items import Item
@@ -56,8 +57,7 @@ def evaluate_ncu_item(item: Item, outcome: StageOutcome) -> ItemResult:
     try:
         value, threshold = measure(item, o.ncu, n)
     except MissingMetric as exc:
-        return _result(o, item, Status.NOT_EVALUATED, f"not evaluated: ncu did not report {exc.args[0]} for this "
-                       "kernel on this GPU (not your kernel's fault)")
+        return _result(o, item, Status.NOT_EVALUATED, missing_metric_message(exc.args[0], o.ncu))
     except ExprError as exc:
         return _result(o, item, Status.NOT_EVALUATED, f"not evaluated: the rubric's expression is invalid (a course-staff "
                        f"problem): {exc}")

@@ -8,6 +8,7 @@ grader.run.limits' rlimits and watchdog stand in.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import signal
 import time
@@ -123,12 +124,11 @@ def cgroup_support() -> CgroupSupport:
 class RunCgroup:
     """One step's cgroup: created with its limits, joined by the child, read, killed, removed."""
 
-    _count = 0
+    _ids = itertools.count(1)  # next() is one step under the GIL: steps run side by side never share a name
 
     def __init__(self, support: CgroupSupport, memory_bytes: int, processes: int):
         assert support.parent is not None
-        RunCgroup._count += 1
-        self.path = support.parent / f"{_CGROUP_PREFIX}-{os.getpid()}-{RunCgroup._count}"
+        self.path = support.parent / f"{_CGROUP_PREFIX}-{os.getpid()}-{next(RunCgroup._ids)}"
         self.path.mkdir()
         if support.memory:
             (self.path / "memory.max").write_text(str(int(memory_bytes)))

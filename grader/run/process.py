@@ -10,10 +10,16 @@ holding its pipes, prints invalid UTF-8), is a :class:`~grader.model.ProcRecord`
   everything left in that session is killed with SIGKILL (the process group, plus any member that
   moved to another group of the same session, found through ``/proc``). The exited child is not
   reaped until then, so its pid (the group id) cannot be reused by an unrelated process.
-* stdout and stderr are read by two threads that keep the first and last ``output_limit // 2``
-  bytes of each stream and count the rest. The threads poll with a short timeout, so a descendant
-  that escaped the session (``setsid``) and still holds a pipe cannot make the caller wait past a
-  short grace period.
+* The total-output cap (``output_cap``) is enforced as the output arrives: the reader thread that
+  sees the total pass it wakes the waiting loop at once (a pipe in the same ``select`` as the
+  child's exit), which kills the session. A kernel flooding printf is stopped within moments of its
+  first bytes past the cap, not when its time limit ends; a child that went past the cap and exited
+  by itself in between is recorded as stopped by the cap too, so the verdict never depends on
+  which came first.
+* stdout and stderr are read by two threads (grader.run.capture) that keep the first and last
+  ``output_limit // 2`` bytes of each stream and count the rest. The threads poll with a short
+  timeout, so a descendant that escaped the session (``setsid``) and still holds a pipe cannot make
+  the caller wait past a short grace period.
 
 A descendant that calls ``setsid`` itself escapes the session kill; the sandbox's bwrap fence (a
 PID namespace) or its cgroup is what ends those.
@@ -30,15 +36,13 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TypedDict
 
 from grader.model import Limit, ProcRecord
+from grader.run.capture import Capture, OutputCap, read_stream, write_stdin
 
 # After the child has exited and its session was killed, how long the reader
 # threads may keep draining what is left in the pipes before they are stopped.
 DRAIN_GRACE_S = 1.0
 # After SIGKILL on timeout, how long to wait for the child to be reapable.
 KILL_WAIT_S = 5.0
-# How often the I/O threads look at their stop flag.
-_POLL_S = 0.05
-_CHUNK = 64 * 1024
 
 
 class PopenExtra(TypedDict, total=False):
@@ -59,83 +63,6 @@ FAST_WATCH_S = 0.01
 FAST_WATCH_FOR_S = 1.0
 
 
-class _Capture:
-    """Keep the first and last ``half`` bytes of a stream and count all of it."""
-
-    def __init__(self, limit: int):
-        self.half = max(0, int(limit)) // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data and self.half > 0:
-            self.tail += data
-            excess = len(self.tail) - self.half
-            if excess > 0:
-                del self.tail[:excess]
-
-    def text(self) -> str:
-        trimmed = self.total - len(self.head) - len(self.tail)
-        head = _decode(bytes(self.head))
-        if trimmed <= 0:
-            return head + _decode(bytes(self.tail))
-        return head + f"\n… [{trimmed:,} bytes trimmed] …\n" + _decode(bytes(self.tail))
-
-
-def _decode(data: bytes) -> str:
-    return data.replace(b"\x00", b"").decode("utf-8", errors="replace")
-
-
-def _reader(fd: int, cap: _Capture, stop: threading.Event) -> None:
-    """Read ``fd`` until EOF or until ``stop`` is set."""
-    try:
-        os.set_blocking(fd, False)
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while not stop.is_set():
-                if not sel.select(_POLL_S):
-                    continue
-                try:
-                    data = os.read(fd, _CHUNK)
-                except BlockingIOError:
-                    continue
-                if not data:
-                    return  # EOF: every writer closed the pipe
-                cap.feed(data)
-    except OSError:
-        return
-
-
-def _writer(fd: int, data: bytes, stop: threading.Event) -> None:
-    """Write ``data`` to ``fd`` (the child's stdin), then close it."""
-    view = memoryview(data)
-    try:
-        os.set_blocking(fd, False)
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_WRITE)
-            while view and not stop.is_set():
-                if not sel.select(_POLL_S):
-                    continue
-                try:
-                    n = os.write(fd, view[:_CHUNK])
-                except BlockingIOError:
-                    continue
-                view = view[n:]
-    except OSError:  # BrokenPipeError: the child does not read its stdin
-        pass
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
 class _ExitWaiter:
     """Wait for child ``pid`` to exit without reaping it (the zombie keeps the pid, and so the
     process-group id, reserved until :meth:`Popen.wait` reaps it)."""
@@ -150,16 +77,20 @@ class _ExitWaiter:
             except OSError:
                 self.pidfd = None
 
-    def wait(self, timeout: float) -> bool:
-        """True if the child exited within ``timeout`` seconds."""
+    def wait(self, timeout: float, wake: OutputCap | None = None) -> bool:
+        """True if the child exited within ``timeout`` seconds; False also when ``wake`` fired first."""
         deadline = time.monotonic() + max(0.0, timeout)
         if self.pidfd is not None:
             with selectors.DefaultSelector() as sel:
                 sel.register(self.pidfd, selectors.EVENT_READ)
-                return bool(sel.select(max(0.0, timeout)))
+                if wake is not None and wake.wake_r >= 0:
+                    sel.register(wake.wake_r, selectors.EVENT_READ)
+                return any(key.fd == self.pidfd for key, _ in sel.select(max(0.0, timeout)))
         # Fallback without pidfd (old kernels, non-Linux): poll.
         delay = 0.001
         while True:
+            if wake is not None and wake.passed.is_set():
+                return False
             try:
                 info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
@@ -256,17 +187,16 @@ def run_process(
                           stderr=f"could not start {name}: {exc}", timeout_s=float(timeout_s))
 
     stop = threading.Event()
-    out_cap, err_cap = _Capture(output_limit), _Capture(output_limit)
+    out_cap, err_cap = Capture(output_limit), Capture(output_limit)
+    total_cap = OutputCap(output_cap, (out_cap, err_cap))
     assert proc.stdout is not None and proc.stderr is not None
-    threads = [
-        threading.Thread(target=_reader, args=(proc.stdout.fileno(), out_cap, stop), daemon=True),
-        threading.Thread(target=_reader, args=(proc.stderr.fileno(), err_cap, stop), daemon=True),
-    ]
+    threads = [threading.Thread(target=read_stream, args=(pipe.fileno(), cap, stop, total_cap.check), daemon=True)
+               for pipe, cap in ((proc.stdout, out_cap), (proc.stderr, err_cap))]
     if stdin_data is not None:
         assert proc.stdin is not None
         stdin_fd = os.dup(proc.stdin.fileno())  # the writer owns (and closes) this copy
         proc.stdin.close()
-        threads.append(threading.Thread(target=_writer, args=(stdin_fd, bytes(stdin_data), stop), daemon=True))
+        threads.append(threading.Thread(target=write_stdin, args=(stdin_fd, bytes(stdin_data), stop), daemon=True))
     for t in threads:
         t.start()
 
@@ -277,8 +207,6 @@ def run_process(
 
     limit: Limit | None = None
     waiter = _ExitWaiter(proc.pid)
-    # Without a watch or an output cap one wait covers the whole time limit, as before.
-    watching = watch is not None or output_cap is not None
     try:
         while True:
             now = time.monotonic()
@@ -286,10 +214,12 @@ def run_process(
             if left <= 0:
                 limit = Limit.TIME
                 break
-            tick = float("inf") if not watching else FAST_WATCH_S if now - start < FAST_WATCH_FOR_S else watch_every_s
-            if waiter.wait(min(left, tick)):
+            # Without a watch one wait covers the whole time limit: the output cap needs no tick (a
+            # reader wakes the wait the moment the cap is passed).
+            tick = float("inf") if watch is None else FAST_WATCH_S if now - start < FAST_WATCH_FOR_S else watch_every_s
+            if waiter.wait(min(left, tick), total_cap):
                 break
-            if output_cap is not None and out_cap.total + err_cap.total > output_cap:
+            if total_cap.passed.is_set():
                 limit = Limit.OUTPUT
                 break
             if watch is not None:
@@ -316,6 +246,8 @@ def run_process(
         drain_deadline = time.monotonic() + DRAIN_GRACE_S
         for t in threads:
             t.join(max(0.0, drain_deadline - time.monotonic()))
+        if limit is None and total_cap.passed.is_set():
+            limit = Limit.OUTPUT  # past the cap, then exited before the kill: the same verdict either way
     except BaseException:  # KeyboardInterrupt etc. in the grader: leave nothing running
         kill_all()
         try:
@@ -329,6 +261,7 @@ def run_process(
         stop.set()
         for t in threads:
             t.join(1.0)
+        total_cap.close()
         for f in (proc.stdout, proc.stderr):
             try:
                 f.close()

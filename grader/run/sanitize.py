@@ -5,10 +5,12 @@ passed the numeric check at N = 256 on an H200, while racecheck reported the haz
 with source lines (FACTS.md). So every stage that uses shared memory is run once under
 racecheck at a small size, and a stage that fails or crashes is run once under memcheck
 so its feedback can name the first bad access. The parser is pure; the runs are children
-with time limits, one per stage, run side by side.
+with time limits, one per stage, all run side by side (grader/run/stages.py: sanitize runs
+racecheck's and memcheck's at once too).
 """
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,7 +75,7 @@ class SanitizerRun:
 
 
 def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
-             fence: Fence | None = None) -> SanitizerRun:
+             fence: Fence | None = None, cache_seed: Path | None = None) -> SanitizerRun:
     """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck)."""
     result = SanitizerRun(tool, stage_spec["id"])
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
@@ -81,7 +83,7 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
         return result
     wrap = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
     proc = launch("profile", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000, wrap=wrap,
-                  name=tool, fence=fence).proc
+                  name=tool, fence=fence, cache_seed=cache_seed).proc
     result.proc = proc
     text = proc.stdout + "\n" + proc.stderr
     (work / f"{tool}.txt").write_text(text)
@@ -93,10 +95,19 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
     return result
 
 
+def parallel_runs(count: int) -> int:
+    """How many sanitizer children run at once: all of them, up to one per CPU (at least 4)."""
+    return max(1, min(count, max(4, os.cpu_count() or 1)))
+
+
 def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, timeout_s: float, *,
-             fence: Fence | None = None) -> dict[str, SanitizerRun]:
-    """One sanitizer child per stage, side by side (each is small: one launch at size n)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(4, len(specs)))) as pool:
-        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence),
-                        specs)
+             fence: Fence | None = None, cache_seed: Path | None = None) -> dict[str, SanitizerRun]:
+    """One sanitizer child per stage, all side by side: each is one launch at size n, a correctness
+    tool whose answer does not depend on what else the GPU runs (nothing is timed here), so the
+    step takes as long as its slowest stage, not the sum (:func:`parallel_runs`: each is a
+    compute-sanitizer and a Python process). ``cache_seed``: the warm CuPy cache
+    (grader/run/warm.py) each child's own cache starts as a copy of."""
+    with ThreadPoolExecutor(max_workers=parallel_runs(len(specs)), thread_name_prefix=tool) as pool:
+        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence,
+                                           cache_seed=cache_seed), specs)
         return {r.stage: r for r in runs}

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grader.build import toolchain
 from grader.children.launch import launch
 from grader.grading import Job, StageOutcome
-from grader.model import ProcRecord, Verdict
+from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.collect import stage_spec
+from grader.run import warm
 from grader.run.fence import GIB, Fence
 from grader.run.sanitize import race_message, run_many
 from grader.run.timing import summarize
+from grader.spec.limits import StageLimit, stage_limit
 from grader.spec.types import Rubric
 
 RUN_OUTPUT_KEPT = 4000  # characters of a run's output kept for feedback and grading.json
@@ -46,8 +50,10 @@ def _runner_spec(o: StageOutcome, work: Path, job: Job) -> dict:
     return spec
 
 
-def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric) -> tuple[Verdict, str] | None:
-    """How a run failed to finish (and why, in words), or None when it finished."""
+def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
+             limit: StageLimit | None = None) -> tuple[Verdict, str] | None:
+    """How a run failed to finish (and why, in words), or None when it finished. ``limit``: the
+    time limit in force, named in a timeout's message."""
     done = len((report or {}).get("correctness", []))
     sizes = rubric.correctness_sizes
     where = (f"during the correctness run at N={sizes[done]}" if done < len(sizes)
@@ -55,8 +61,13 @@ def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric) -> tuple[Ver
     printed = proc.stdout_bytes + proc.stderr_bytes
     noisy = (f"; it printed {printed:,} bytes (shown trimmed): printf in a kernel's hot path slows it "
              "enormously" if printed > rubric.output_limit_bytes else "")
+    if proc.limit is Limit.OUTPUT:  # the fence stopped it the moment its output passed the limit
+        return Verdict.OUTPUT_LIMIT, (f"stopped {where}: it printed {printed:,} bytes (shown trimmed), more than "
+                                      f"the {rubric.output_limit_bytes:,}-byte output limit: printf in a kernel's "
+                                      "hot path slows it enormously (print from one thread, or only while debugging)")
     if proc.timed_out:
-        return Verdict.TIMED_OUT, (f"timed out after {proc.timeout_s:g} s {where}: the kernel did not finish "
+        named = f" (this stage's time limit: {limit.why})" if limit is not None and limit.why else ""
+        return Verdict.TIMED_OUT, (f"timed out after {proc.timeout_s:g} s{named} {where}: the kernel did not finish "
                                    f"(look for a loop that never ends or a barrier some threads never reach){noisy}")
     if report and report.get("error"):
         return Verdict.CRASHED, f"the kernel failed {where}: {report['error']}"
@@ -89,10 +100,13 @@ def run_stages(job: Job) -> Job:
     job.seeds = {n: secrets.randbelow(2**31) for n in rubric.correctness_sizes}
     job.seeds["bench"] = secrets.randbelow(2**31)
     job.seeds["integrity"] = secrets.randbelow(2**31)
+    if any(o.compile is not None and o.compile.ok for o in job.outcomes.values()):
+        _prepare_cupy_cache(job)
+    runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     for o in job.outcomes.values():
         if o.compile is None or not o.compile.ok:
             continue
-        used = time.monotonic() - job.started
+        used = time.monotonic() - runs_started
         if used > rubric.timeouts.submission_s:
             o.verdict = Verdict.NOT_RUN
             o.correctness_message = (f"not run: the submission's time budget ({rubric.timeouts.submission_s:g} s "
@@ -101,17 +115,49 @@ def run_stages(job: Job) -> Job:
         job.progress(f"running {o.stage.id}")
         work = job.work / o.stage.id
         # Fenced: the stage folder is all it may write, CuPy's cache included (never the checker's).
-        child = launch("stage", _runner_spec(o, work, job), work, rubric.timeouts.stage_run_s,
-                       rubric.output_limit_bytes, cache_dir=work / "cupy-cache", fence=Fence(scratch=work, gpu=True))
+        with job.clock.detail("run", o.stage.id):
+            # The limits (grader/spec/limits.py): time from the stage's reference; output: stopped past the limit.
+            o.run_limit = stage_limit(o.stage, rubric)
+            child = launch("stage", _runner_spec(o, work, job), work, o.run_limit.seconds, rubric.output_limit_bytes,
+                           cache_dir=work / "cupy-cache", cache_seed=job.cupy_cache,
+                           fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
         proc, report = child.proc, child.result
+        _record_child_times(job, o.stage.id, proc, report)
         o.run_output = (proc.stdout + proc.stderr).strip()[-RUN_OUTPUT_KEPT:]
         o.bench = (report or {}).get("bench") or {}
-        ended = _run_end(proc, report, rubric)
+        ended = _run_end(proc, report, rubric, o.run_limit)
         if ended:
             o.verdict, o.correctness_message = ended
         else:
             job.checks.append(_check_request(o, report or {}, work, job))
     return job
+
+
+def _prepare_cupy_cache(job: Job) -> None:
+    """The trusted warm CuPy cache (grader/run/warm.py) every child's own cache starts as a copy of."""
+    with job.clock.detail("cupy_cache"):
+        cache, why = warm.prepare(job.rubric, job.env.device or {}, job.work, job.rubric.timeouts.checker_s)
+    if cache is None:
+        job.notes.append(f"CuPy's kernels could not be compiled ahead ({why}); each child compiled its own")
+        return
+    job.cupy_cache = cache.folder
+    if cache.warm_s is not None:
+        job.clock.add("cupy_cache.warm", cache.warm_s)
+
+
+def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | None, prefix: str = "run") -> None:
+    """A child's own account of its time (the stage child's, the checker's), as detail phases
+    ``<prefix>.<part>``; what it does not account for is the process's start: the interpreter,
+    NumPy, the fence (``<prefix>.start``, added to the child's own ``start`` if it has one)."""
+    times = (report or {}).get("times")
+    if not isinstance(times, dict):
+        return
+    known = {k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    for name, secs in known.items():
+        if name != "start":
+            job.clock.add(f"{prefix}.{name}", secs, stage)
+    if proc.wall_s is not None:
+        job.clock.add(f"{prefix}.start", proc.wall_s - sum(known.values()) + known.get("start", 0.0), stage)
 
 
 def _correctness(o: StageOutcome, verdict: dict | None) -> None:
@@ -138,9 +184,11 @@ def check_results(job: Job) -> Job:
     if not job.checks:
         return job
     job.progress("checking results against float64 references")
+    _start_racecheck(job)  # beside the checker: both are correctness tools, neither is timed
     child = launch("check", {"stages": job.checks}, job.work, job.rubric.timeouts.checker_s, 20_000,
-                   cache_dir=job.work / "cupy-cache")
-    proc, verdicts = child.proc, child.result or {}
+                   cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache)
+    proc, verdicts = child.proc, (child.result or {}).get("verdicts") or {}
+    _record_child_times(job, "", proc, child.result, prefix="check")
     if not proc.ok:
         job.notes.append(f"the reference checker failed ({proc.brief()}): {proc.stderr.strip()[-500:]}")
     for chk in job.checks:
@@ -166,38 +214,83 @@ def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
     return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB)
 
 
+def _racechecked(job: Job, pending: Collection[str] = ()) -> list[StageOutcome]:
+    """The stages racecheck looks at: shared memory, and a verdict in RACECHECKED. ``pending``: the
+    stages the checker is judging; its every verdict (correct, wrong, no verdict) is one of them."""
+    return [o for o in job.outcomes.values()
+            if (o.stage.id in pending or o.verdict in RACECHECKED) and _uses_shared_memory(o)]
+
+
+def _start_racecheck(job: Job) -> None:
+    """Start racecheck now, on the stages it will look at once the checker has answered (known
+    already: the checker cannot take a stage off the list), for :func:`sanitize` to collect."""
+    if not (job.env.has_gpu and job.rubric.sanitizer.racecheck):
+        return
+    shared = _racechecked(job, {c["id"] for c in job.checks})
+    if shared:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="racecheck")
+        job.early_racecheck = ([o.stage.id for o in shared],
+                               pool.submit(_sanitizer_runs, job, "racecheck", shared, toolchain.find_compute_sanitizer()))
+        pool.shutdown(wait=False)  # the run goes on; sanitize() waits for its result
+
+
+def _sanitizer_runs(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict, float]:
+    san, work = job.rubric.sanitizer, job.work / tool_name
+    t0 = time.monotonic()
+    runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
+                    fence=tool_fence(work, outcomes), cache_seed=job.cupy_cache)
+    return runs, time.monotonic() - t0
+
+
 def sanitize(job: Job) -> Job:
-    """racecheck on shared-memory stages (a hazard fails them); memcheck on failed ones."""
+    """racecheck on shared-memory stages (a hazard fails them); memcheck on failed ones.
+
+    They are correctness tools, not timings, so all their runs go at once: one child per stage and
+    tool, side by side. memcheck's stages are chosen before racecheck answers: racecheck can only turn
+    a verdict into RACE, so its answer can only take stages off memcheck's list, never add one; a
+    stage it finds racy keeps the race as its explanation and its memcheck run goes unused, so the
+    messages are those of memcheck run after racecheck. racecheck itself was started beside the
+    checker (:func:`check_results`), on the same stages as here: it is collected, not run again."""
     san = job.rubric.sanitizer
     if not job.env.has_gpu:
         return job
     tool = toolchain.find_compute_sanitizer()
     # Wrong kernels too: a race is the likeliest explanation of a shared-memory stage's wrong numbers.
-    shared = [o for o in job.outcomes.values() if o.verdict in RACECHECKED and _uses_shared_memory(o)]
-    if san.racecheck and shared:
+    shared = _racechecked(job) if san.racecheck else []
+    early, job.early_racecheck = job.early_racecheck, None
+    failing = [o for o in job.outcomes.values() if o.verdict in MEMCHECKED] if san.memcheck_on_failure else []
+    if shared:
         job.progress("checking shared-memory races (compute-sanitizer racecheck)")
-        runs = run_many("racecheck", tool, [stage_spec(o) for o in shared], san.n, job.work / "racecheck",
-                        san.timeout_s, fence=tool_fence(job.work / "racecheck", shared))
-        for o in shared:
-            r = runs[o.stage.id]
-            if r.findings:
-                before = "" if o.verdict is Verdict.CORRECT else "\n" + o.correctness_message
-                o.verdict, o.timing = Verdict.RACE, None
-                o.correctness_message = race_message(o.stage.kernel, r.findings) + before
-            elif o.verdict is Verdict.CORRECT:
-                o.correctness_message += ("; racecheck: no shared-memory hazard" if not r.reason
-                                          else f"; racecheck {r.reason}")
-    failed = [o for o in job.outcomes.values() if o.verdict in MEMCHECKED]
-    if san.memcheck_on_failure and failed:
+    if failing:
         job.progress("looking for the first bad memory access (compute-sanitizer memcheck)")
-        runs = run_many("memcheck", tool, [stage_spec(o) for o in failed], san.n, job.work / "memcheck",
-                        san.timeout_s, fence=tool_fence(job.work / "memcheck", failed))
-        for o in failed:
-            r = runs[o.stage.id]
-            if r.findings:
-                f = r.findings[0]
-                o.correctness_message += (f"\nmemcheck's first finding: {f.brief()}"
-                                          + (f"; {'; '.join(f.details[1:3])}" if len(f.details) > 1 else ""))
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sanitize") as pool:
+        if early is not None and early[0] == [o.stage.id for o in shared]:
+            racing = early[1]  # started beside the checker, on these very stages
+        else:
+            if early is not None:
+                early[1].result()  # not these stages after all: let it finish (same folders), then run anew
+            racing = pool.submit(_sanitizer_runs, job, "racecheck", shared, tool) if shared else None
+        checking = pool.submit(_sanitizer_runs, job, "memcheck", failing, tool) if failing else None
+        races, race_s = racing.result() if racing else ({}, None)
+        memchecks, mem_s = checking.result() if checking else ({}, None)
+    for name, seconds in (("racecheck", race_s), ("memcheck", mem_s)):
+        if seconds is not None:
+            job.clock.add(name, seconds)
+    for o in shared:
+        r = races[o.stage.id]
+        if r.findings:
+            before = "" if o.verdict is Verdict.CORRECT else "\n" + o.correctness_message
+            o.verdict, o.timing = Verdict.RACE, None
+            o.correctness_message = race_message(o.stage.kernel, r.findings) + before
+        elif o.verdict is Verdict.CORRECT:
+            o.correctness_message += ("; racecheck: no shared-memory hazard" if not r.reason
+                                      else f"; racecheck {r.reason}")
+    for o in failing:
+        r = memchecks[o.stage.id]
+        if o.verdict in MEMCHECKED and r.findings:  # not a stage racecheck has just explained
+            f = r.findings[0]
+            o.correctness_message += (f"\nmemcheck's first finding: {f.brief()}"
+                                      + (f"; {'; '.join(f.details[1:3])}" if len(f.details) > 1 else ""))
     return job
 
 

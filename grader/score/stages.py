@@ -4,6 +4,12 @@ Each item kind has one evaluator. An item the grader could not look at (no GPU,
 no cuobjdump) is ``not_evaluated``: 0 points and a message saying why, never
 worded as the student's failure. A stage that failed correctness is never timed
 in the feedback: its speed items fail with "not timed".
+
+The static items (``compiles``, ``no_spills``, ``sass``) read only what the build gives
+(ptxas, the cubin, the SASS), never the GPU run: a verdict reached without a GPU is the
+one a GPU run reaches, so a point earned statically is never taken back. They describe a
+kernel, so they count only for a kernel that is evidently an attempt (:func:`attempt`):
+the starter's empty kernels compile, but score nothing.
 """
 from __future__ import annotations
 
@@ -28,6 +34,41 @@ def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
         r.message += (f". {'Partial credit: ' + format(r.score, 'g') + ' points. ' if r.score else ''}"
                       "summary.md ('What Nsight Compute says') names this kernel's bottleneck and the next step")
     return r
+
+
+# SASS opcodes that write global memory: stores (STG, and ST through a generic pointer),
+# reductions and atomics, and the Hopper TMA / bulk copies from shared memory. Shared (STS)
+# and local (STL) stores do not reach C.
+GLOBAL_WRITES = frozenset({"STG", "ST", "RED", "REDG", "ATOM", "ATOMG", "UTMASTG", "UTMAREDG", "UBLKCP",
+                           "UBLKRED"})
+
+
+def required_ops(stage: Stage) -> list[str]:
+    """The opcodes the stage's own ``sass`` items require (FFMA for FP32 stages, HMMA for WMMA)."""
+    return list(dict.fromkeys(op for it in stage.items if it.kind == "sass" for op in it.params.get("require", [])))
+
+
+def attempt(o: StageOutcome, *, arithmetic: bool = False) -> tuple[bool | None, str]:
+    """Is the compiled kernel evidently an attempt at the stage? (True, "") when its SASS writes
+    global memory (it can write C) and, with ``arithmetic``, executes the instructions the
+    stage's sass items require; (False, what is missing) when not; (None, why not known) without
+    its SASS. Read from the cubin alone, so the answer is the same with or without a GPU; the
+    starter's empty kernels (EXIT only) are never an attempt, whatever their source says."""
+    kernel = o.stage.kernel
+    if o.sass is None or not o.sass.available:
+        return None, f"whether {kernel} writes C is read from its SASS, and there is none: " + (
+            o.sass.reason if o.sass else "no SASS")
+    ops = o.sass.opcodes.get(kernel)
+    if ops is None:
+        return None, f"whether {kernel} writes C is read from its SASS, and cuobjdump printed none for {kernel}"
+    if not any(ops.get(op) for op in GLOBAL_WRITES):
+        return False, (f"the SASS of {kernel} has no store to global memory, so it never writes C (is the body "
+                       "still the starter's TODO?)")
+    missing = [op for op in required_ops(o.stage) if not ops.get(op)] if arithmetic else []
+    if missing:
+        return False, (f"the SASS of {kernel} has no {', '.join(missing)} instruction, so it does not yet compute "
+                       "this stage's product")
+    return True, ""
 
 
 def _threshold(value: float, item: Item) -> tuple[Status, float]:
@@ -63,6 +104,12 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
             msg = (f"compiled; {k.registers} registers, {k.shared_bytes} B static shared memory, "
                    f"launch {launch.block[0]}x{launch.block[1]} threads, tile {launch.tile[0]}x"
                    f"{launch.tile[1]} ({c.launch_source})")
+            tried, why = attempt(o)
+            if tried is None:
+                return _result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
+            if not tried:
+                return _result(st, item, Status.FAILED, 0, f"{msg}. No credit yet: {why}; this item counts once "
+                               f"{st.kernel} writes C", registers=k.registers)
             return _result(st, item, Status.PASSED, 1, msg, registers=k.registers)
         if c is None:
             return _result(st, item, Status.FAILED, 0, "not compiled")
@@ -72,12 +119,17 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
                        "why, and every other item of the stage waits on it")
 
     if kind == "no_spills":
-        if o.correct is False:
-            return _result(st, item, Status.FAILED, 0, "no credit: the kernel is not correct, so its register use "
-                           f"does not count ({k.registers} registers, {k.spill_stores} B spill stores); fix the "
-                           "correct item first")
         msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
                f"loads, {k.stack_frame} B stack frame (ptxas -v)")
+        # Static, like the compile item: an empty or stub kernel spills nothing, so its register use
+        # counts only once the SASS shows the stage's own work. Correctness is never read here, so a
+        # GPU run cannot take these points back.
+        tried, why = attempt(o, arithmetic=True)
+        if tried is None:
+            return _result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
+        if not tried:
+            return _result(st, item, Status.FAILED, 0, f"{msg}. No credit yet: {why}, and a kernel that does "
+                           "not do the work spills nothing", registers=k.registers)
         if k.spills:
             return _result(st, item, Status.FAILED, 0, msg + ": expected 0 B of spills. Registers spill to local "
                            "memory (slow, global-memory traffic). __launch_bounds__(threads, minBlocks) caps "
@@ -129,7 +181,7 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     assert t is not None  # _timing_gap said it is timed
     if t.fraction_of_baseline > st.plausible_max:
         base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
-        return _result(st, item, Status.MANUAL, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
+        return _result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
                        f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                        f"{st.plausible_max:g}x; course staff will look at this kernel",
                        fraction_of_baseline=t.fraction_of_baseline)

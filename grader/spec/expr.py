@@ -7,8 +7,9 @@
 
 It is evaluated without ``eval``: metric names are replaced by placeholders, the text is
 parsed with :mod:`ast`, and only numbers, names, ``+ - * / **`` and parentheses are accepted.
-Pure: the rubric validates with :func:`check_expression`; grader/profile/criteria.py and
-grader/writeup/ evaluate with :func:`evaluate_expr`.
+Pure: the rubric validates with :func:`check_expression` (the syntax, and every metric name against
+the names ncu reports, grader/spec/metric_names.py); grader/profile/criteria.py and grader/writeup/
+evaluate with :func:`evaluate_expr`.
 """
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ import operator
 import re
 from collections.abc import Callable, Mapping
 
+from grader.spec.metric_names import problem
+
 # A metric name: "<unit>__<counter>[.<rollup>[.<submetric>]]", e.g.
-# sm__sass_thread_inst_executed_op_ffma_pred_on.sum or launch__registers_per_thread.
-METRIC_RE = re.compile(r"\b[a-z][a-z0-9]*__[a-z0-9_]+(?:\.[a-z0-9_]+)*\b")
+# sm__sass_thread_inst_executed_op_ffma_pred_on.sum or launch__registers_per_thread. A few counters
+# end in a size (..._multicast_size_32B), so the counter may hold capitals.
+METRIC_RE = re.compile(r"\b[a-z][a-z0-9]*__[A-Za-z0-9_]+(?:\.[a-z0-9_]+)*\b")
 
 _BINOPS: dict[type, Callable[[float, float], float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -75,12 +79,13 @@ def compile_expr(text: str) -> tuple[ast.Expression, dict[str, str]]:
 
 
 def check_expression(text: str) -> str:
-    """'' when ``text`` is a valid expression, else why not (for rubric validation)."""
+    """'' when ``text`` is a valid expression over metric names ncu knows, else why not (for rubric
+    validation: a misspelt metric stops the rubric's check, not a GPU grading)."""
     try:
-        compile_expr(text)
+        _, names = compile_expr(text)
     except ExprError as exc:
         return str(exc)
-    return ""
+    return next((p for p in map(problem, dict.fromkeys(names.values())) if p), "")
 
 
 def evaluate_expr(text: str | float | int, metrics: Mapping[str, object], n: int) -> float:

@@ -7,6 +7,7 @@ naming the key path and what was expected; the CLI prints it and exits with code
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,10 @@ from grader.spec.types import (
     PeakOverride,
     Profile,
     Rubric,
+    RunLimits,
     Sanitizer,
     Stage,
+    StageLimits,
     Timeouts,
 )
 from grader.writeup.config import load_report_config
@@ -64,6 +67,9 @@ def _stage(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float) ->
     rtol = float(tol.positive("rtol"))
     tol.done()
     stage_bench = _bench(r.sub("bench", {}), bench)
+    lim = r.sub("limits", {})
+    limits = StageLimits(reference_s=_optional_positive(lim, "reference_s"), run_s=_optional_positive(lim, "run_s"))
+    lim.done()
     summary = r.get("summary", str, "")
     items = tuple(stage_item(it, f"{r.where}.items[{k}]") for k, it in enumerate(r.get("items", list)))
     r.done()
@@ -75,7 +81,15 @@ def _stage(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float) ->
             raise RubricError(f"{r.where}.launch.tile", f"{list(launch.tile)} does not divide N = {n}",
                               "tile sizes that divide every correctness and benchmark size")
     return Stage(sid, number, title, file, kernel, inputs, baseline, peak, launch, rtol,
-                 stage_bench, items, summary, plausible)
+                 stage_bench, items, summary, plausible, limits)
+
+
+def _optional_positive(r: Reader, key: str) -> float | None:
+    """A positive number at ``key``, or None when the key is absent."""
+    value = r.get(key, (int, float), None)
+    if value is not None and value <= 0:
+        raise RubricError(r.path(key), f"is {value!r}", "a positive number of seconds")
+    return None if value is None else float(value)
 
 
 def _settings(s: Reader) -> dict[str, Any]:
@@ -88,25 +102,30 @@ def _settings(s: Reader) -> dict[str, Any]:
         raise RubricError(s.path("correctness_sizes"), f"has {len(sizes)} size",
                           "at least two sizes (one size can hide indexing bugs)")
     tr = s.sub("timeouts", {})
-    timeouts = Timeouts(**{f.name: float(tr.positive(f.name, default=f.default))
-                           for f in dataclasses.fields(Timeouts)})
+    times: dict[str, Any] = {f.name: _optional_positive(tr, f.name) if f.default is None
+                             else float(tr.positive(f.name, default=f.default)) for f in dataclasses.fields(Timeouts)}
+    timeouts = Timeouts(**times)
     tr.done()
+    lr = s.sub("stage_limits", {})
+    stage_limits = RunLimits(**{f.name: float(lr.positive(f.name, default=f.default))
+                                for f in dataclasses.fields(RunLimits)})
+    lr.done()
     out_limit = s.positive("output_limit_bytes", int, 20000)
     bench = _bench(s.sub("bench", {}), Bench())
     plausible = float(s.positive("plausible_max_fraction_of_baseline", default=1.2))
     pr = s.sub("profile", {})
     profile = Profile(enabled=pr.get("enabled", bool, True), n=pr.positive("n", int, 2048),
                       clock_control=pr.choice("clock_control", ("none", "base"), "none"),
-                      timeout_s=float(pr.positive("timeout_s", default=300)))
+                      timeout_s=float(pr.positive("timeout_s", default=Profile.timeout_s)))
     pr.done()
     sr = s.sub("sanitizer", {})
     sanitizer = Sanitizer(racecheck=sr.get("racecheck", bool, True),
                           memcheck_on_failure=sr.get("memcheck_on_failure", bool, True),
-                          n=sr.positive("n", int, 256), timeout_s=float(sr.positive("timeout_s", default=120)))
+                          n=sr.positive("n", int, 256), timeout_s=float(sr.positive("timeout_s", default=Sanitizer.timeout_s)))
     sr.done()
     s.done()
     return dict(arch_without_device=arch, correctness_sizes=sizes, timeouts=timeouts, output_limit_bytes=out_limit,
-                profile=profile, sanitizer=sanitizer, bench=bench, plausible=plausible)
+                profile=profile, sanitizer=sanitizer, stage_limits=stage_limits, bench=bench, plausible=plausible)
 
 
 def _peaks(p: Reader) -> tuple[tuple[PeakOverride, ...], dict[str, dict[str, float]]]:
@@ -185,4 +204,4 @@ def load_rubric(path: str | Path) -> Rubric:
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise RubricError(f"{path.name}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
-    return parse_rubric(raw, path.name)
+    return dataclasses.replace(parse_rubric(raw, path.name), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())

@@ -39,6 +39,24 @@ class Bench:
 
 
 @dataclass(frozen=True)
+class StageLimits:
+    """A stage's own time-limit keys (``stages[].limits``); grader/spec/limits.py turns them into the limit."""
+    # The reference kernel's timed benchmark, measured (the ``run.bench`` phase of grading.json on the
+    # reference GPU); None: not measured, the stage gets ``stage_limits.unmeasured_s``.
+    reference_s: float | None = None
+    run_s: float | None = None  # set by hand: the stage child's limit, whatever the derivation says
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """How a stage child's time limit derives from its reference (``settings.stage_limits``)."""
+    multiple: float = 5.0  # a correct kernel this many times slower than the reference is never stopped
+    allowance_s: float = 5.0  # the part that does not scale: process start, CuPy, the CUDA context, the small sizes
+    floor_s: float = 10.0  # no derived limit is shorter
+    unmeasured_s: float = 240.0  # a stage without a measured reference_s
+
+
+@dataclass(frozen=True)
 class Stage:
     id: str
     number: str
@@ -56,6 +74,7 @@ class Stage:
     # A result this many times faster than the cuBLAS baseline is implausible: its speed items
     # go to a person for review instead of scoring (settings.plausible_max_fraction_of_baseline).
     plausible_max: float = 1.2
+    limits: StageLimits = StageLimits()  # stages[].limits: the measured reference time, a hand-set limit
 
     @property
     def launch_symbol(self) -> str:
@@ -72,7 +91,7 @@ class Profile:
     enabled: bool = True
     n: int = 2048
     clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
-    timeout_s: float = 300.0
+    timeout_s: float = 60.0  # the whole ncu run (the reference kernels: 7.9 s on an H200)
 
 
 @dataclass(frozen=True)
@@ -81,16 +100,18 @@ class Sanitizer:
     racecheck: bool = True
     memcheck_on_failure: bool = True
     n: int = 256
-    timeout_s: float = 120.0
+    timeout_s: float = 30.0  # one stage's run under the tool (racecheck of four reference stages: 6.2 s)
 
 
 @dataclass(frozen=True)
 class Timeouts:
     probe_s: float = 60.0
     compile_s: float = 120.0
-    stage_run_s: float = 240.0
+    # Set by hand: every stage child's limit (a stage's limits.run_s wins over it). None: each stage's
+    # limit derives from its reference (settings.stage_limits, grader/spec/limits.py).
+    stage_run_s: float | None = None
     checker_s: float = 300.0
-    submission_s: float = 1500.0  # all stages' runs together; later stages are skipped past it
+    submission_s: float = 300.0  # the stages' runs together; stages still waiting past it are not run
 
 
 @dataclass(frozen=True)
@@ -113,8 +134,12 @@ class Rubric:
     source: str = "rubric.yaml"
     profile: Profile = Profile()
     sanitizer: Sanitizer = Sanitizer()
+    stage_limits: RunLimits = RunLimits()
     occupancy: OccupancyConfig | None = None  # the occupancy exercises, when the rubric has them
     report: ReportConfig | None = None  # the written report, when the rubric has one
+    # sha256 of the rubric file's bytes ("" when built from a dict): recorded in every grading, so a
+    # batch re-grades what an older rubric graded.
+    sha256: str = ""
 
     def stage(self, stage_id: str) -> Stage:
         for s in self.stages:

@@ -12,12 +12,16 @@ where ``name`` is an Nsight Compute metric name exactly as the grader collects i
 spaces or hyphens may replace the underscores), ``=`` may also be ``≈``, and ``value`` is a
 number, optionally with thousands separators, an exponent (``8.59e9``, ``8.59 x 10^9``), a scale
 word or letter (``8.59 G``, ``8.59 billion``) and a unit (``%``, ``ms``/``us``/``ns``, ``MB``/``GiB``).
-Any other code span is ordinary code and is ignored; HTML comments are removed first. A value
+Any other code span is ordinary code and is ignored; HTML comments are removed first. Two slips
+are not ignored but become citations with a problem, so the feedback names them with what was
+expected: a name one typo away from a derived name (``sectors_per_reqest = 2.5``), and a known
+name with a colon instead of ``=`` (``fma_pipe_pct: 45``). A value
 beyond :data:`MAX_VALUE` (``1e999``) is a problem of its one citation or cell, like text.
 Student text in a problem message is quoted as inline code (:func:`grader.untrusted.quote.quote_code`).
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import re
@@ -45,6 +49,8 @@ MAX_SPAN = 300  # characters of a code span read as a citation; longer ones are 
 MAX_QUANTITY = 100  # characters of a value read as a number
 MAX_VALUE = 1e18  # no metric, time or table cell is larger; keeps every product finite (N^3 < 1e54)
 MAX_EXPONENT = 300  # |exponent| a value may write (10.0 ** 309 raises)
+MAX_NAME = 80  # characters of a name compared with the derived names for a typo
+TYPO_CUTOFF = 0.85  # difflib ratio above which an unknown name is a misspelt derived name
 
 TIME_NS = {"ns": 1.0, "us": 1e3, "µs": 1e3, "μs": 1e3, "ms": 1e6, "s": 1e9, "sec": 1e9}
 BYTES = {"b": 1.0, "byte": 1.0, "bytes": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2.0**10,
@@ -192,7 +198,7 @@ def read_citation(span: str, line: int, derived: Mapping[str, object],
         return None
     at = min((k for k in (text.find("="), text.find("≈")) if k >= 0), default=-1)
     if at < 0:
-        return None
+        return _colon_citation(span, line, derived)
     left, value_text = text[:at].strip(), text[at + 1:].strip()
     if left.endswith("~"):  # "~=" means "="
         left = left[:-1].rstrip()
@@ -207,6 +213,9 @@ def read_citation(span: str, line: int, derived: Mapping[str, object],
         return Citation(span, line, left, False, problem=f"{quote_code(left)} looks like an Nsight Compute metric "
                         "name but is not one (expected unit__counter.rollup, e.g. "
                         "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active)")
+    elif value_text and (close := _derived_typo(left, derived)):
+        return Citation(span, line, left, False, problem=f"{quote_code(left)} is not a name the grader knows: did you "
+                        f"mean `{close}`? (the derived names are listed in assignment/README.md, 'The report')")
     else:
         return (stage_text + ": " if stage_text else "") + left if value_text else None
     if stage_text:
@@ -221,6 +230,37 @@ def read_citation(span: str, line: int, derived: Mapping[str, object],
     if q is None:
         cit.problem = f"the value of `{cit.name}` cannot be read: {why} (write a number, e.g. `{cit.name} = 2.5`)"
     cit.quantity = q
+    return cit
+
+
+def _derived_typo(name: str, derived: Mapping[str, object]) -> str | None:
+    """The derived name ``name`` is a misspelling of, if it is one (difflib's ratio, on short names only)."""
+    if len(name) > MAX_NAME:
+        return None
+    close = difflib.get_close_matches(normalize_name(name), list(derived), 1, TYPO_CUTOFF)
+    return close[0] if close else None
+
+
+def _colon_citation(span: str, line: int, derived: Mapping[str, object]) -> Citation | None:
+    """A known metric or derived name written `name: value` (a number after the colon): a citation
+    with the problem said; any other span without `=` is ordinary code (None)."""
+    text = span.strip()
+    left, colon, value_text = text.rpartition(":")
+    if not colon:
+        return None
+    name = left.rpartition(":")[2].strip()  # after a stage prefix, if any
+    q, _ = parse_quantity(value_text)
+    if q is None:
+        return None
+    if METRIC_RE.fullmatch(name):
+        cit = Citation(span, line, name, False)
+    elif normalize_name(name) in derived:
+        cit = Citation(span, line, normalize_name(name), True)
+    else:
+        return None
+    value = value_text.strip()
+    cit.problem = (f"{quote_code(text)} has a colon where a citation needs `=`: write `{name} = {value}` (a colon "
+                   f"only follows a stage name, as in `tiled: {name} = {value}`)")
     return cit
 
 

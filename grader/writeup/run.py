@@ -18,6 +18,7 @@ from grader.spec.items import Item
 from grader.spec.types import Rubric
 from grader.untrusted.quote import quote_code
 from grader.writeup.config import STAGE, ReportConfig, Transition, metric_unit
+from grader.writeup.hints import known_metrics, some, spelling, value_hint
 from grader.writeup.parse import (
     Citation,
     Paragraph,
@@ -39,6 +40,11 @@ def _result(spec: Item, status: Status, fraction: float, message: str, *, needs_
     return ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=status, score=score,
                       max_score=spec.points, message=message, visibility=spec.visibility, number=spec.number,
                       values=values, needs_gpu=needs_gpu)
+
+
+def _status_unless_hand_graded(spec: Item, status: Status) -> Status:
+    """``status``, except for the hand-graded reasoning item, which is course staff's whatever happened."""
+    return Status.MANUAL if spec.kind == "reasoning" else status
 
 
 def find_report(root: Path, rel: str) -> tuple[Path | None, str]:
@@ -70,6 +76,8 @@ def stage_names(rubric: Rubric, cfg: ReportConfig) -> dict[str, tuple[str, ...]]
     return out
 
 
+
+
 def _measured(cit: Citation, cfg: ReportConfig, o) -> tuple[float | None, str]:
     """(value the grader measured for this citation on outcome ``o``, '') or (None, why it cannot be had)."""
     if cit.derived:
@@ -97,25 +105,8 @@ def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, st
     return q.value, ""
 
 
-def _hint(cited: float, measured: float, resolution: float, others: dict[str, float]) -> str:
-    """A guess at what went wrong with a value that does not match (cited to ``resolution``)."""
-    for sid, v in others.items():
-        if v and abs(cited - v) <= 0.05 * abs(v) + resolution:
-            return f" That is what your {sid} kernel measured: did you quote the other kernel?"
-    if not measured or not cited:
-        return ""
-    ratio = max(cited / measured, measured / cited)
-    for factor, why in ((8, "counts grow with N^3, so cite the value at the grader's profile size."),
-                        (4, "counts grow with N^2, so cite the value at the grader's profile size."),
-                        (100, "is a percentage written as a fraction, or the other way round?"),
-                        (1e3, "is there a unit or scale slip?"), (1e6, "is there a unit or scale slip?")):
-        if abs(ratio - factor) <= 0.08 * factor:
-            return f" It is off by about {factor:g}x: {why}"
-    return ""
 
 
-def _some(lines: list[str], limit: int = 12) -> list[str]:
-    return lines[:limit] + ([f"... and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
 def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
@@ -163,12 +154,12 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         bad.append(f"line {cit.line}: {quote_code(cit.text)} does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
                    "the grader "
                    f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}; allowed difference "
-                   f"{100 * cfg.rel_tol:g}%).{_hint(cited, measured, q.resolution, others)}")
+                   f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, q.resolution, others)}")
     values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
-    tail = ("\nNot checked:\n" + "\n".join(_some(unchecked))) if unchecked else ""
+    tail = ("\nNot checked:\n" + "\n".join(some(unchecked))) if unchecked else ""
     if bad or unreadable:
-        parts = (["Values your own kernels do not produce:", *_some(bad)] if bad else []) + (
-            ["Values the grader cannot read:", *_some(unreadable)] if unreadable else [])
+        parts = (["Values your own kernels do not produce:", *some(bad)] if bad else []) + (
+            ["Values the grader cannot read:", *some(unreadable)] if unreadable else [])
         return Status.FAILED, 0.0, ("\n".join(parts) + tail + "\nNext: copy each value from grading.json "
                              "(stages.<id>.ncu) of a grader run on your current kernels, at the grader's profile "
                              "size, and write it as `name = number`."), values, False
@@ -176,7 +167,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
                            for gap, sids in skipped.items())
     if ok:
         tail += f"\nNot compared, no metrics for {no_metrics}" if skipped else ""
-        return (Status.PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(_some(ok)) + tail,
+        return (Status.PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(some(ok)) + tail,
                 values, False)
     if skipped:
         if all(g.cause is Cause.STUDENT for g in skipped):  # the student's stage gave nothing to profile
@@ -194,12 +185,12 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
 
 
 def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
-                 heading_hint: str) -> tuple[Status, float, str]:
+                 heading_hint: str, known_metrics: frozenset[str] = frozenset()) -> tuple[Status, float, str]:
     if par is None:
         return Status.FAILED, 0.0, (f"no section for {t.label}: expected a heading such as `## {t.label}` "
                              f"(found headings: {heading_hint or 'none'})")
     usable = [c for c in par.citations if not c.problem and c.quantity is not None]
-    problems = _some([f"line {c.line}: {c.problem}" for c in par.citations if c.problem])
+    problems = some([f"line {c.line}: {c.problem}" for c in par.citations if c.problem])
     msgs = []
     if par.words == 0 and not par.citations:
         return Status.FAILED, 0.0, (f"the section {quote_code(par.heading)} is empty: write a paragraph of at least {cfg.min_words} "
@@ -212,13 +203,22 @@ def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
         msgs.append("it cites no Nsight Compute metric with a value; write e.g. "
                     "`l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio = 2.5` or "
                     "`shared_loads_per_warp_ffma = 0.31` (a metric name or derived name, `=`, a number)")
-    if par.ignored and not usable:
-        msgs.append("these `x = y` spans name no metric the grader knows: "
-                    + ", ".join(quote_code(x) for x in par.ignored[:5]))
+    # Every span the grader cannot use is named, whether or not the paragraph has usable citations
+    # (a misspelt name next to valid ones would otherwise vanish without a word).
+    notes = ([f"Not read, these citations cannot be used ({len(problems)}):", *problems] if problems else [])
+    if par.ignored:
+        notes.append("Not citations, these `x = y` spans name no Nsight Compute metric and no derived name: "
+                     + ", ".join(quote_code(x) for x in par.ignored[:5])
+                     + (f" and {len(par.ignored) - 5} more" if len(par.ignored) > 5 else "")
+                     + " (a metric as the grader collects it, `unit__counter.rollup`, or a derived name from "
+                     "assignment/README.md, 'The report')")
+    notes += spelling(usable, known_metrics)
     if msgs:
-        return Status.FAILED, 0.0, "\n".join(msgs + problems)
+        return Status.FAILED, 0.0, "\n".join(msgs + notes)
     cited = ", ".join(dict.fromkeys(c.name for c in usable))
-    return Status.PASSED, 1.0, f"{par.words} words; cites {cited}" + ("\n" + "\n".join(problems) if problems else "")
+    return Status.PASSED, 1.0, f"{par.words} words; cites {cited}" + ("\n" + "\n".join(notes) if notes else "")
+
+
 
 
 def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
@@ -227,7 +227,7 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, out
     if text is None:
         msg = (f"{problem}. Expected: {cfg.file} at the top of the submission, next to gemm/. Next: start from "
                "starter/report.md; assignment/README.md, section 'The report', says what goes in it")
-        return [_result(spec, Status.FAILED, 0.0, msg) for spec in items.values()]
+        return [_result(spec, _status_unless_hand_graded(spec, Status.FAILED), 0.0, msg) for spec in items.values()]
     text = strip_comments(text)
     names = stage_names(rubric, cfg)
     secs = sections(text)
@@ -238,10 +238,11 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, out
         if tid and tid not in found:
             found[tid] = paragraph(sec, cfg.derived, names)
     heading_hint = "; ".join(quote_code(s.heading, 60) for s in secs[:8])
+    known = known_metrics(rubric, cfg)
     out: list[ItemResult] = []
     for t in cfg.transitions:
         par = found.get(t.id)
-        status, frac, msg = _check_cites(par, t, cfg, heading_hint)
+        status, frac, msg = _check_cites(par, t, cfg, heading_hint, known)
         out.append(_result(items[f"{t.id}.cites"], status, frac, msg))
         vspec = items[f"{t.id}.values"]
         if par is None:
@@ -270,13 +271,20 @@ def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, out
             out.append(_result(items[f"table.{spec.id}"], Status.FAILED, good / need, head + problems))
     status, frac, msg, needs_gpu = check_times(checks, outcomes, cfg.time_rel)
     out.append(_result(items["table.times"], status, frac, msg, needs_gpu=needs_gpu))
-    written = [t.label for t in cfg.transitions if t.id in found and found[t.id].words >= cfg.min_words]
-    if written:
-        out.append(_result(items["reasoning"], Status.MANUAL, 0.0, "graded by hand: the paragraphs on " + ", ".join(written)))
-    else:
-        out.append(_result(items["reasoning"], Status.FAILED, 0.0, "no transition paragraph is written, so there is no "
-                           "reasoning to grade"))
+    out.append(_reasoning(items["reasoning"], cfg, found))
     return out
+
+
+def _reasoning(spec: Item, cfg: ReportConfig, found: dict[str, Paragraph]) -> ItemResult:
+    """The hand-graded reasoning item: always ``manual`` (course staff's question on Gradescope, never
+    the autograder's verdict); the message says which paragraphs course staff will read."""
+    written = [t.label for t in cfg.transitions if t.id in found and found[t.id].words >= cfg.min_words]
+    short = [t.label for t in cfg.transitions if t.id in found and found[t.id].words < cfg.min_words]
+    lines = [("course staff will read your paragraphs on " + ", ".join(written)) if written
+             else "no transition paragraph is written yet, so course staff have no reasoning to read"]
+    if short:
+        lines.append(f"under {cfg.min_words} words, so not counted as written: " + ", ".join(short))
+    return _result(spec, Status.MANUAL, 0.0, "\n".join(lines))
 
 
 def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
@@ -291,6 +299,7 @@ def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[
         return grade(cfg, text, problem, rubric, outcomes)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         tb = traceback.format_exc()
-        return [_result(spec, Status.NOT_EVALUATED, 0.0, "not evaluated: the grader failed while checking the report (not a "
-                        "judgement of your work; course staff have the details)", traceback=tb[-4000:])
+        return [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0, "not evaluated: the grader "
+                        "failed while checking the report (not a judgement of your work; course staff have the details)",
+                        traceback=tb[-4000:])
                 for spec in cfg.items()]

@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 
 from grader.deploy.batch.export import BatchError
-from grader.deploy.batch.plan import parse_shard, require_sandbox
+from grader.deploy.batch.plan import PER_GPU, parse_shard, require_sandbox
 from grader.deploy.batch.pool import DEFAULT_RUBRIC, DEFAULT_TIMEOUT_S, Options
 from grader.deploy.batch.run import grade_export
 from grader.deploy.batch.table import merge
@@ -20,10 +20,18 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 2, 3, 130
 def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("export", help="Gradescope 'Download Submissions' export: the zip or its folder")
     p.add_argument("--out", default="batch-out", help="output folder (default: %(default)s)")
-    p.add_argument("--workers", type=int, help="parallel gradings (default: one per visible GPU; 1 without)")
-    p.add_argument("--force", action="store_true", help="re-grade submissions that already have results")
+    p.add_argument("--workers", type=int,
+                   help="parallel gradings (default: --per-gpu per visible GPU, dealt to the GPUs in turn; 1 without)")
+    p.add_argument("--per-gpu", type=int, default=PER_GPU,
+                   help="gradings sharing one GPU: one uses it while the others compile; never two on it at once "
+                   "(default: %(default)s)")
+    p.add_argument("--times-from", action="append", default=[], metavar="DIR",
+                   help="an earlier batch's output folder: the submissions that took longest there start first "
+                   "(this --out's own earlier times are always used); repeatable")
+    p.add_argument("--force", action="store_true",
+                   help="re-grade every submission that already has results (stale ones are re-graded anyway)")
     p.add_argument("--retry-failed", action="store_true",
-                   help="re-grade only the submissions whose grading failed or timed out")
+                   help="also re-grade the submissions whose grading failed or timed out")
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if GPUs are visible")
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's)")
     p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
@@ -56,6 +64,11 @@ def _options(args: argparse.Namespace) -> Options:
 
     if args.workers is not None and args.workers < 1:
         raise BatchError(f"--workers {args.workers}: at least 1")
+    if args.per_gpu < 1:
+        raise BatchError(f"--per-gpu {args.per_gpu}: at least 1")
+    for folder in args.times_from:
+        if not Path(folder).is_dir():
+            raise BatchError(f"--times-from {folder}: not a folder (expected an earlier batch's --out)")
     if args.timeout <= 0:
         raise BatchError(f"--timeout {args.timeout:g}: a positive number of seconds")
     rubric = load_rubric(args.rubric)  # a bad rubric stops here, not in every child
@@ -80,7 +93,8 @@ def run_grade(args: argparse.Namespace) -> int:
         trust_note = require_sandbox(args.trusted_submissions)
         grade_export(Path(args.export), Path(args.out), workers=args.workers, force=args.force,
                      retry_failed=args.retry_failed, opts=opts, shard=shard, quiet=args.quiet,
-                     notes=[trust_note] if trust_note else None)
+                     notes=[trust_note] if trust_note else None, per_gpu=args.per_gpu,
+                     times_from=[Path(d) for d in args.times_from])
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 from grader.deploy.batch.export import BatchError, Submission
 from grader.run import sandbox
@@ -50,12 +51,44 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
     return [str(i) for i in range(len(listed))]
 
 
-def plan_workers(gpus: list[str], requested: int | None) -> list[str | None]:
-    """One slot per worker: the GPU it is pinned to (None: static grading, no GPU)."""
+# Gradings sharing one GPU by default. Its lock (``grade --gpu-lock``) lets one of them use the GPU at a
+# time; the other compiles and runs its static checks meanwhile, so the GPU waits less between gradings.
+PER_GPU = 2
+
+
+def plan_workers(gpus: list[str], requested: int | None, per_gpu: int = PER_GPU) -> list[str | None]:
+    """One slot per worker: the GPU it is pinned to (None: static grading, no GPU). By default
+    ``per_gpu`` workers per GPU; ``requested`` workers are dealt to the GPUs in turn."""
     if not gpus:
         return [None] * max(1, requested or 1)
-    n = requested or len(gpus)
+    n = requested or per_gpu * len(gpus)
     return [gpus[k % len(gpus)] for k in range(max(1, n))]
+
+
+def known_times(folders: list[Path]) -> dict[str, float]:
+    """{submission folder: seconds its grading took alone} from earlier batches' output folders
+    (their ``submissions/<folder>/batch_status.json``: wall time less the time spent waiting for the
+    GPU); a later folder's value wins."""
+    from grader.deploy.batch.table import STATUS_FILE, read_json
+
+    times: dict[str, float] = {}
+    for out in folders:
+        for status in sorted(Path(out).glob(f"submissions/*/{STATUS_FILE}")):
+            rec = read_json(status)
+            wall = rec.get("wall_s") if isinstance(rec, dict) else None
+            if isinstance(wall, (int, float)):
+                wait = rec.get("gpu_wait_s")
+                times[status.parent.name] = max(0.0, wall - (wait if isinstance(wait, (int, float)) else 0.0))
+    return times
+
+
+def longest_first(subs: list[Submission], times: dict[str, float]) -> list[Submission]:
+    """Submissions whose earlier grading took longest first, so the batch does not end on one long
+    grading while the other GPUs idle (the longest-processing-time rule). Those without a known time
+    go first (they may be long); ties keep the folder order."""
+    if not times:
+        return list(subs)
+    return sorted(subs, key=lambda s: -times.get(s.folder, float("inf")))
 
 
 def sandbox_weakness() -> str:

@@ -3,6 +3,12 @@
 Every submission is graded by its own child under a time limit, so one that crashes or hangs the
 grader costs only its own row. Each grading writes into ``<folder>.partial/`` and is renamed when
 done, so an interrupted batch leaves nothing that looks finished.
+
+Workers pinned to one GPU (two by default, grader/deploy/batch/plan.py) pass their children that
+GPU's lock file (``grade --gpu-lock OUT/locks/gpu-<id>.lock``): a child holds it for the probe and the
+GPU steps (grader/pipeline.py, ``gpu_turn``), so while one child is timed on the GPU the other compiles
+and runs its static checks, and two children never time kernels on one GPU at once. Each record says
+how long its child held the GPU and waited for it (``gpu_held_s``, ``gpu_wait_s``: grading.json's phases).
 """
 from __future__ import annotations
 
@@ -10,17 +16,19 @@ import datetime as dt
 import json
 import os
 import queue
+import re
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
 from grader.deploy.batch.export import Submission
-from grader.deploy.batch.table import FAILED_STATUSES, STATUS_FILE, RowStatus, read_json
+from grader.deploy.batch.stale import GradedBy
+from grader.deploy.batch.table import STATUS_FILE, RowStatus, read_json
 from grader.outputs.results import error_results, write_results
 from grader.run import sandbox
 
@@ -35,6 +43,9 @@ class Options:
     stages: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     keep_outputs: bool = False
+    lock_dir: Path | None = None  # where the GPUs' lock files are (None: no lock)
+    gpu_lock: Path | None = None  # the lock file of the GPU this child is pinned to (set per child)
+    graded_by: GradedBy | None = None  # what this batch grades with, written into batch_status.json
 
 
 ChildCommand = Callable[[Submission, Path, Options], list[str]]
@@ -48,6 +59,8 @@ def child_command(sub: Submission, out: Path, opts: Options) -> list[str]:
         cmd += ["--stages", opts.stages]
     if opts.keep_outputs:
         cmd.append("--keep-outputs")
+    if opts.gpu_lock is not None:
+        cmd += ["--gpu-lock", str(opts.gpu_lock)]
     return cmd + ["--", str(sub.path)]  # after '--': a folder name is never read as an option
 
 
@@ -61,10 +74,30 @@ def _child_env(gpu: str | None) -> dict[str, str]:
     return env
 
 
+def lock_file(lock_dir: Path, gpu: str) -> Path:
+    """The lock file of one GPU (its CUDA_VISIBLE_DEVICES value, made safe as a file name)."""
+    return lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', gpu)}.lock"
+
+
+def gpu_phases(grading_json: Path) -> tuple[float, float]:
+    """(seconds the grading held the GPU's lock, seconds it waited for it), from its phases."""
+    data = read_json(grading_json)
+    phases = data.get("phases") if isinstance(data, dict) else None
+    held = wait = 0.0
+    for p in phases if isinstance(phases, list) else []:
+        if isinstance(p, dict) and isinstance(p.get("seconds"), (int, float)):
+            held += p["seconds"] if p.get("name") == "gpu_held" else 0.0
+            wait += p["seconds"] if p.get("name") == "gpu_wait" else 0.0
+    return round(held, 3), round(wait, 3)
+
+
 def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
               make_cmd: ChildCommand = child_command) -> dict:
     """Grade ``sub`` into ``subs_dir/<folder>/``; return its status record (never raises for the
     submission's or the child's failure)."""
+    if gpu is not None and opts.use_gpu and opts.lock_dir is not None:
+        opts.lock_dir.mkdir(parents=True, exist_ok=True)
+        opts = replace(opts, gpu_lock=lock_file(opts.lock_dir, gpu))
     final = subs_dir / sub.folder
     partial = subs_dir / (sub.folder + ".partial")
     if partial.exists():
@@ -92,24 +125,18 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
                 f"batch: the grader ended with {proc.brief()} and wrote no results.json\n\n"
                 + (proc.stderr or proc.stdout)[-4000:], wall))
     results = read_json(results_path) or {}
+    held, waited = gpu_phases(partial / "grading.json")
     record = {"folder": sub.folder, "status": status, "returncode": proc.returncode,
               "wall_s": round(wall, 2), "gpu": gpu, "score": results.get("score"),
+              "gpu_held_s": held, "gpu_wait_s": waited,
               "finished": dt.datetime.now().isoformat(timespec="seconds")}
+    if opts.graded_by is not None:  # what graded it, for a later batch's staleness check (stale.py)
+        record["graded_by"] = replace(opts.graded_by, gpu=gpu is not None and opts.use_gpu).to_json()
     (partial / STATUS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     if final.exists():
         shutil.rmtree(final)
     partial.rename(final)
     return record
-
-
-def is_done(sub: Submission, subs_dir: Path, retry_failed: bool) -> bool:
-    final = subs_dir / sub.folder
-    if not (final / "results.json").is_file():
-        return False
-    if retry_failed:
-        status = (read_json(final / STATUS_FILE) or {}).get("status")
-        return status not in FAILED_STATUSES
-    return True
 
 
 def run_pool(todo: list[Submission], slots: list[str | None], subs_dir: Path, opts: Options,

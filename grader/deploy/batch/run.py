@@ -1,18 +1,25 @@
-"""One batch run: the export's submissions (export), the plan (plan), the children (pool), then
-grades.csv and batch.json (table). Library entry point: :func:`grade_export`."""
+"""One batch run: the export's submissions (export), what to grade (stale) in which order on which
+GPUs (plan), the children (pool), then grades.csv (table) and batch.json. Library entry point:
+:func:`grade_export`.
+
+batch.json reports each GPU's busy share over the run: the seconds its gradings held its lock (the
+probe and the GPU steps: grading.json's ``gpu_held`` phases) over the batch's wall time; with two
+gradings per GPU, one compiles while the other holds the GPU, so the share nears 1."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.deploy.batch.export import load_export
-from grader.deploy.batch.plan import plan_workers, select_shard, visible_gpus
-from grader.deploy.batch.pool import ChildCommand, Options, child_command, is_done, run_pool
-from grader.deploy.batch.table import RowStatus, csv_rows, write_csv
+from grader.deploy.batch.plan import PER_GPU, known_times, longest_first, plan_workers, select_shard, visible_gpus
+from grader.deploy.batch.pool import ChildCommand, Options, child_command, run_pool
+from grader.deploy.batch.stale import GradedBy, Why, describe, kept_gpu_gradings, plan_todo, stage_list
+from grader.deploy.batch.table import RowStatus, automatic_points, csv_rows, write_csv
 
 
 @dataclass
@@ -27,6 +34,8 @@ class BatchSummary:
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     csv: Path | None = None
+    regraded: dict[str, int] = field(default_factory=dict)  # {why: how many} of the submissions graded again
+    gpu_busy: dict[str, float] = field(default_factory=dict)  # {GPU: share of the wall time its lock was held}
 
 
 def _console(quiet: bool):
@@ -38,12 +47,27 @@ def _console(quiet: bool):
     return console
 
 
+def busy_shares(records: list[dict], gpus: list[str], wall_s: float) -> dict[str, float]:
+    """{GPU: seconds its gradings held its lock / the batch's wall time}."""
+    held = {g: 0.0 for g in gpus}
+    for r in records:
+        if r.get("gpu") in held and isinstance(r.get("gpu_held_s"), (int, float)):
+            held[r["gpu"]] += r["gpu_held_s"]
+    return {g: round(h / wall_s, 3) if wall_s > 0 else 0.0 for g, h in held.items()}
+
+
+def _busy_text(busy: dict[str, float]) -> str:
+    return ", ".join(f"GPU {g} {100 * share:.0f}%" for g, share in busy.items())
+
+
 def grade_export(export: Path, out: Path, *, workers: int | None = None, force: bool = False,
                  retry_failed: bool = False, opts: Options | None = None,
                  shard: tuple[int, int] | None = None, quiet: bool = False,
                  make_cmd: ChildCommand = child_command, gpus: list[str] | None = None,
-                 log: Callable[[str], None] | None = None, notes: list[str] | None = None) -> BatchSummary:
+                 log: Callable[[str], None] | None = None, notes: list[str] | None = None,
+                 per_gpu: int = PER_GPU, times_from: list[Path] | None = None) -> BatchSummary:
     """Grade every submission of ``export`` into ``out``; a submission's failure is its row's status.
+    ``times_from``: earlier batches' output folders whose times order this one (longest first).
 
     Raises BatchError for bad input of the whole batch (no export); KeyboardInterrupt after the
     running children finished and grades.csv was written."""
@@ -55,6 +79,9 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+
+    from grader import code_version
+    from grader.spec.rubric import load_rubric
 
     opts = opts or Options()
     out = Path(out).resolve()
@@ -69,19 +96,34 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     if opts.use_gpu and not gpus:
         notes.append("no GPU visible: static grading (GPU items 'not evaluated')")
         opts = dataclasses.replace(opts, use_gpu=False)
-    slots = plan_workers(gpus, workers)
-    if gpus and len(slots) > len(gpus):
-        notes.append(f"{len(slots)} workers share {len(gpus)} GPUs: their timings disturb each other")
+    slots = plan_workers(gpus, workers, per_gpu)
+    rubric = load_rubric(opts.rubric)
+    now = GradedBy(rubric.sha256, code_version(), opts.use_gpu, stage_list(opts.stages))
+    opts = dataclasses.replace(opts, lock_dir=out / "locks" if gpus else None, graded_by=now)
     summary = BatchSummary(out=out, total=len(subs), workers=slots, notes=notes)
-    todo = [s for s in subs if s.path is not None and (force or not is_done(s, subs_dir, retry_failed))]
+    plan = plan_todo(subs, subs_dir, now, force=force, retry_failed=retry_failed)
+    why = {sub.folder: reason for sub, reason in plan.grade}
+    kept_gpu = kept_gpu_gradings([subs_dir / s.folder for s in plan.kept], now)
+    if kept_gpu:
+        notes.append(f"{kept_gpu} GPU grading(s) kept: this batch has no GPU, and grading them again would only "
+                     "turn their GPU items into 'not evaluated' (--force grades them again)")
+    times = known_times([out] + list(times_from or []))
+    todo = longest_first([sub for sub, _ in plan.grade], times)
+    ordered = any(s.folder in times for s in todo) and len(todo) > 1
     summary.missing = [s.folder for s in subs if s.path is None]
-    summary.skipped = len([s for s in subs if s.path is not None]) - len(todo)
+    summary.skipped = len(plan.kept)
 
     console = _console(quiet)
     say = log or (lambda msg: console.print(msg, highlight=False))
     where = f"{len(gpus)} GPU(s) {', '.join(gpus)}" if gpus else "no GPU (static grading)"
+    new = sum(1 for w in why.values() if w is Why.NEW)
+    again = describe(plan.regraded())
     say(f"batch: {len(subs)} submissions in {root}" + (f" (shard {shard[0]}/{shard[1]})" if shard else "")
-        + f"; {len(todo)} to grade, {summary.skipped} already graded; {len(slots)} worker(s), {where}")
+        + f"; {len(todo)} to grade ({new} new" + (f", {again}" if again else "") + f"), {summary.skipped} "
+        f"already graded and current; {len(slots)} worker(s), {where}"
+        + (f", {len(slots) // len(gpus)} per GPU sharing its lock" if gpus and len(slots) > len(gpus) else ""))
+    if ordered:
+        say(f"batch: longest first, by {sum(1 for s in todo if s.folder in times)} earlier grading time(s)")
     for note in notes:
         say(f"batch: note: {note}")
 
@@ -93,11 +135,14 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
 
         def on_done(rec: dict) -> None:
             progress.advance(bar)
-            gpu = f"GPU {rec.get('gpu')}" if rec.get("gpu") is not None else "CPU"
+            reason = why.get(rec["folder"], Why.NEW)
+            rec["why"] = str(reason)
+            gpu = f"GPU {rec.get('gpu')} held {rec.get('gpu_held_s', 0):.1f} s" if rec.get("gpu") is not None else "CPU"
             score = rec.get("score")
             progress.console.print(f"  {rec['folder']}: {rec['status']}"
                                    + (f", {score:g} points" if isinstance(score, (int, float)) else "")
-                                   + f" ({rec.get('wall_s', 0):.1f} s, {gpu})", highlight=False)
+                                   + f" ({rec.get('wall_s', 0):.1f} s, {gpu})"
+                                   + (f"; re-graded: {reason}" if reason is not Why.NEW else ""), highlight=False)
 
         records, interrupted = run_pool(todo, slots, subs_dir, opts, make_cmd, on_done)
     if interrupted:
@@ -106,19 +151,25 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     summary.wall_s = time.monotonic() - t0
     summary.graded = sum(1 for r in records if r["status"] == RowStatus.GRADED)
     summary.failed = sorted(r["folder"] for r in records if r["status"] != RowStatus.GRADED)
-    columns, rows = csv_rows(subs, subs_dir)
+    summary.gpu_busy = busy_shares(records, gpus, summary.wall_s) if records else {}
+    regraded = Counter(why[r["folder"]] for r in records if why.get(r["folder"], Why.NEW) is not Why.NEW)
+    summary.regraded = {str(k): n for k, n in regraded.items()}
+    columns, rows = csv_rows(subs, subs_dir, automatic_points(rubric, now.stages))
     summary.csv = out / "grades.csv"
     write_csv(summary.csv, columns, rows)
     (out / "batch.json").write_text(json.dumps({
         "export": str(root), "shard": list(shard) if shard else None, "submissions": len(subs),
         "graded_now": len(records), "skipped": summary.skipped, "failed": summary.failed,
         "missing_folders": summary.missing, "workers": len(slots), "gpus": gpus,
-        "use_gpu": opts.use_gpu, "wall_s": round(summary.wall_s, 2),
+        "use_gpu": opts.use_gpu, "wall_s": round(summary.wall_s, 2), "per_gpu": per_gpu,
+        "gpu_busy": summary.gpu_busy, "graded_by": now.to_json(), "regraded": summary.regraded,
+        "kept_gpu_gradings": kept_gpu, "longest_first": ordered,
         "interrupted": interrupted, "notes": notes, "records": sorted(records, key=lambda r: r["folder"]),
     }, indent=1, default=str) + "\n")
     say(f"batch: {len(records)} graded in {summary.wall_s:.1f} s ({summary.graded} ok, "
-        f"{len(summary.failed)} failed: {', '.join(summary.failed) or 'none'}); {summary.skipped} skipped; "
-        f"grades in {summary.csv}")
+        f"{len(summary.failed)} failed: {', '.join(summary.failed) or 'none'})"
+        + (f"; {describe(regraded)}" if regraded else "") + f"; {summary.skipped} skipped"
+        + (f"; busy: {_busy_text(summary.gpu_busy)}" if summary.gpu_busy else "") + f"; grades in {summary.csv}")
     if interrupted:
         raise KeyboardInterrupt
     return summary

@@ -1,9 +1,22 @@
 """grades.csv: one row per submission, written safely for spreadsheets; and the merge of shards.
 
 Columns: submission id, folder, names, emails, SIDs (``; `` between group members), created_at,
-status, total, max_total, note, one column per rubric item (``stage.item``), then the leaderboard
-values. An item the grader could not look at (no GPU) is ``n/e``, one graded by hand later
-``manual``: neither is a 0 the student earned.
+status, total, max_total, not_evaluated, note, one column per rubric item (``stage.item``), then the
+leaderboard values.
+
+"Not evaluated" is never written as a 0 the student earned:
+
+- a submission the grader did not evaluate (status ``refused``, ``grader_error``, ``usage_error``,
+  ``timed_out``, ``missing_folder``, ``bad_entry``, ``not_graded``) has an empty ``total`` and empty
+  item cells;
+- in a graded row, an item the grader could not look at (a GPU item without a GPU) is ``n/e``, and
+  ``not_evaluated`` sums those items' points (0 when every automatic item was judged, so ``total`` is
+  final); an item graded by hand is ``manual``, one held for a person's review ``review`` (and named
+  in the note).
+
+``max_total`` is what the current rubric gives automatically for the parts graded (``--stages``),
+the same in every row, whatever rubric graded a kept row: hand-graded points are left out, as in
+results.json's total.
 
 Every cell goes through :func:`safe_cell` (OWASP's rule against CSV formula injection), so a
 student named ``=HYPERLINK(...)`` is text in Excel, LibreOffice and Google Sheets.
@@ -11,6 +24,7 @@ student named ``=HYPERLINK(...)`` is text in Excel, LibreOffice and Google Sheet
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -21,12 +35,14 @@ from typing import Any
 
 from grader.build.intake import INTAKE_FILE
 from grader.deploy.batch.export import Submission
+from grader.spec.types import Rubric
 
 STATUS_FILE = "batch_status.json"
 META_COLUMNS = ["submission_id", "folder", "names", "emails", "sids", "created_at", "status",
-                "total", "max_total", "note"]
+                "total", "max_total", "not_evaluated", "note"]
 NOT_EVALUATED_CELL = "n/e"
 MANUAL_CELL = "manual"
+REVIEW_CELL = "review"
 _NOTE_ITEMS = 5  # entries named in a row's note
 
 
@@ -97,7 +113,26 @@ def _item_cell(test: dict) -> Any:
         return NOT_EVALUATED_CELL
     if status == "manual":
         return MANUAL_CELL
+    if status == "review":
+        return REVIEW_CELL
     return test.get("score")
+
+
+def automatic_points(rubric: Rubric, parts: Iterable[str] | None = None) -> float:
+    """The points the grader gives automatically for ``parts`` of ``rubric`` (all when None):
+    results.json's possible total, without the hand-graded items (grader/score/hand.py)."""
+    from grader.score.hand import hand_graded_items
+
+    wanted = None if parts is None else set(parts)
+    total = sum(st.max_points for st in rubric.stages if wanted is None or st.id in wanted)
+    for key in ("occupancy", "report"):
+        section = getattr(rubric, key)
+        if section is None or (wanted is not None and key not in wanted):
+            continue
+        alone = dataclasses.replace(rubric, report=None) if key == "occupancy" else \
+            dataclasses.replace(rubric, occupancy=None)
+        total += section.max_points - sum(i.points for i in hand_graded_items(alone))
+    return round(total, 4)
 
 
 
@@ -129,8 +164,10 @@ def _note(parts: list[str]) -> str:
     return "; ".join(shown)
 
 
-def csv_rows(subs: Iterable[Submission], subs_dir: Path) -> tuple[list[str], list[dict]]:
-    """(columns, rows) for these submissions from their graded folders."""
+def csv_rows(subs: Iterable[Submission], subs_dir: Path,
+             max_total: float | None = None) -> tuple[list[str], list[dict]]:
+    """(columns, rows) for these submissions from their graded folders. ``max_total``: the current
+    rubric's automatic points (:func:`automatic_points`); None takes each results.json's own."""
     item_cols: list[str] = []
     board_cols: list[str] = []
     rows = []
@@ -141,7 +178,7 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path) -> tuple[list[str], lis
             "names": "; ".join(p["name"] for p in people),
             "emails": "; ".join(p["email"] for p in people),
             "sids": "; ".join(p["sid"] for p in people),
-            "created_at": sub.created_at(),
+            "created_at": sub.created_at(), "max_total": max_total,
         }
         rows.append(row)
         if sub.path is None:
@@ -157,17 +194,22 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path) -> tuple[list[str], lis
         status = (read_json(folder_dir / STATUS_FILE) or {}).get("status") or RowStatus.GRADED
         refused, left_out = _intake_note(folder_dir)
         row["status"] = RowStatus.REFUSED if refused and status == RowStatus.GRADED else status
-        row["note"] = _note(sub.problems + left_out)
         tests = [t for t in results.get("tests", []) if isinstance(t, dict)]
+        if max_total is None:
+            row["max_total"] = round(sum(float(t.get("max_score") or 0) for t in tests), 4)
+        if row["status"] != RowStatus.GRADED:  # not evaluated: no total, no item cells (never a 0)
+            row["note"] = _note(sub.problems + left_out)
+            continue
         row["total"] = results.get("score")
-        row["max_total"] = round(sum(float(t.get("max_score") or 0) for t in tests), 4)
-        for t in tests:
-            if "autograder_error" in (t.get("tags") or []):
-                continue
-            key = _item_key(t)
+        cells = {_item_key(t): (_item_cell(t), t) for t in tests if "autograder_error" not in (t.get("tags") or [])}
+        row["not_evaluated"] = round(sum(float(t.get("max_score") or 0) for c, t in cells.values()
+                                         if c == NOT_EVALUATED_CELL), 4)
+        review = [key for key, (c, _) in cells.items() if c == REVIEW_CELL]
+        row["note"] = _note(sub.problems + left_out + ([f"held for review: {', '.join(review)}"] if review else []))
+        for key, (cell, _) in cells.items():
             if key not in item_cols:
                 item_cols.append(key)
-            row[key] = _item_cell(t)
+            row[key] = cell
         for entry in _leaderboard(folder_dir, results):
             key = f"leaderboard: {entry.get('name')}"
             if key not in board_cols:
@@ -199,6 +241,10 @@ def merge(inputs: list[Path], out: Path) -> tuple[int, list[str]]:
                 if key in rows and rows[key] != row:
                     warnings.append(f"{key}: in more than one input; the row from {path} is kept")
                 rows[key] = row
+    maxima = sorted({str(r["max_total"]) for r in rows.values() if r.get("max_total")})
+    if len(maxima) > 1:
+        warnings.append(f"max_total differs between rows ({', '.join(maxima)}): were the inputs graded "
+                        "against different rubrics or stages?")
     # Items before leaderboard columns, whatever order the shards met them in.
     meta = [c for c in META_COLUMNS if c in columns]
     rest = [c for c in columns if c not in META_COLUMNS]

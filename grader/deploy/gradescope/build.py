@@ -2,6 +2,7 @@
 
     python -m grader.deploy.gradescope build [--out autograder.zip] [--no-gpu-policy pending|hide|keep]
                                       [--time-limit SECONDS]
+                                      [--service-url URL --service-secret-file F --assignment NAME]
     python -m grader.deploy.gradescope unpack autograder.zip DEST
 
 The zip holds, at its root, ``setup.sh`` and ``run_autograder`` (Gradescope's two required
@@ -9,6 +10,10 @@ files, from ``grader/deploy/gradescope/``), ``gradescope.env`` (the package's se
 ``autograder-manifest.json`` (what was packed, from which commit), plus ``grader/``,
 ``rubric.yaml``, ``pyproject.toml`` and ``starter/``. Never ``solutions/`` or ``tests/``: the
 build refuses a member under them and any packed file whose bytes equal a file in ``solutions/``.
+
+With a service URL (the GPU grading service, grader/serve/), ``gradescope.env`` names the URL
+and the assignment, and ``service.secret`` (mode 0600; run_autograder keeps it from the student
+user; the manifest never hashes it) holds the assignment's HMAC secret for grader/serve/bridge.py.
 
 The zip is reproducible (sorted members, fixed timestamps) and keeps Unix modes (scripts 0755),
 which ``unzip`` honours; :func:`unpack` does the same for Python's zipfile, which does not.
@@ -19,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -43,6 +49,7 @@ EXECUTABLE = {"setup.sh", "run_autograder", "grader/deploy/install.sh", "grader/
 CONFIG_NAME = "gradescope.env"
 MANIFEST_NAME = "autograder-manifest.json"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
+SECRET_NAME = "service.secret"  # the GPU service's per-assignment secret (grader/serve/bridge.py reads it)
 POLICIES = ("pending", "hide", "keep")
 
 
@@ -54,10 +61,10 @@ def _skipped(rel: PurePosixPath) -> bool:
     return any(part in SKIP_NAMES or part.endswith(SKIP_SUFFIXES) for part in rel.parts)
 
 
-def package_files(root: Path = REPO_ROOT) -> dict[str, Path]:
+def package_files(root: Path = REPO_ROOT, include: tuple[str, ...] = INCLUDE) -> dict[str, Path]:
     """{zip member name: source file} for the repository content (root files not included)."""
     files: dict[str, Path] = {}
-    for entry in INCLUDE:
+    for entry in include:
         src = root / entry
         if src.is_file():
             files[entry] = src
@@ -96,30 +103,51 @@ def _git_commit(root: Path) -> str | None:
     return proc.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
-def config_text(no_gpu_policy: str | None, time_limit_s: int | None) -> str:
+def config_text(no_gpu_policy: str | None, time_limit_s: int | None, service_url: str | None = None,
+                assignment: str | None = None) -> str:
     lines = ["# Settings of this autograder package, read by run_autograder.",
              "# The environment overrides them (docker run -e GRADER_NO_GPU_POLICY=hide ...)."]
     if no_gpu_policy:
         lines.append(f"GRADER_NO_GPU_POLICY={no_gpu_policy}")
     if time_limit_s:
         lines.append(f"GRADER_TIME_LIMIT_S={int(time_limit_s)}")
+    if service_url:
+        lines += [f"GRADER_SERVICE_URL={service_url}", f"GRADER_SERVICE_ASSIGNMENT={assignment}"]
     return "\n".join(lines) + "\n"
 
 
 def _mode(name: str) -> int:
+    if name == SECRET_NAME:
+        return 0o600
     return 0o755 if name in EXECUTABLE else 0o644
 
 
-def build(out: Path, root: Path = REPO_ROOT, *, no_gpu_policy: str = "pending",
-          time_limit_s: int | None = None) -> list[str]:
-    """Write the zip to ``out``; return its member names."""
-    if no_gpu_policy not in POLICIES:
-        raise BuildError(f"--no-gpu-policy {no_gpu_policy!r} is not one of {', '.join(POLICIES)}")
-    members: dict[str, bytes] = {name: src.read_bytes() for name, src in ROOT_FILES.items()}
-    members[CONFIG_NAME] = config_text(no_gpu_policy, time_limit_s).encode()
-    for name, src in package_files(root).items():
-        members[name] = src.read_bytes()
+def service_settings(url: str | None, secret_file: str | None, assignment: str | None) -> bytes | None:
+    """The secret for ``--service-url`` (None without a URL); BuildError saying which option is wrong."""
+    if not url:
+        if secret_file or assignment:
+            raise BuildError("--service-secret-file and --assignment go with --service-url")
+        return None
+    if not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+        raise BuildError(f"--service-url {url!r}: expected http(s)://HOST[:PORT], e.g. https://gpu.example.edu")
+    if not assignment or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", assignment):
+        raise BuildError(f"--assignment {assignment!r}: expected a name of letters, digits, '.', '_', '-' "
+                         "(the one given to `python -m grader serve secret --assignment`)")
+    if not secret_file:
+        raise BuildError("--service-url needs --service-secret-file (from `python -m grader serve secret`)")
+    try:
+        secret = Path(secret_file).read_text(encoding="utf-8").strip().encode("utf-8")  # as signing.read_secret
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BuildError(f"--service-secret-file {secret_file}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    if len(secret) < 16 or b"\n" in secret:
+        raise BuildError(f"--service-secret-file {secret_file}: expected one line of at least 16 characters "
+                         "(the secret `python -m grader serve secret` printed)")
+    return secret
 
+
+def refuse_leaks(members: dict[str, bytes], root: Path) -> None:
+    """BuildError when a member is under FORBIDDEN or its bytes equal a file of ``root``/solutions/
+    (every zip handed out: this one, and the student kit, grader/deploy/kit/build.py)."""
     bad = [n for n in members if PurePosixPath(n).parts[0] in FORBIDDEN]
     if bad:
         raise BuildError(f"refusing to pack {bad[0]}: {', '.join(FORBIDDEN)} never go into the zip")
@@ -128,15 +156,9 @@ def build(out: Path, root: Path = REPO_ROOT, *, no_gpu_policy: str = "pending",
     if leaked:
         raise BuildError(f"refusing to pack {leaked[0][0]}: it is a copy of {leaked[0][1]}")
 
-    manifest = {
-        "name": "gemm-ladder autograder",
-        "commit": _git_commit(root),
-        "no_gpu_policy": no_gpu_policy,
-        "files": {n: _sha256(b) for n, b in sorted(members.items())},
-    }
-    members[MANIFEST_NAME] = (json.dumps(manifest, indent=1) + "\n").encode()
 
-    out = Path(out)
+def write_zip(out: Path, members: dict[str, bytes]) -> None:
+    """A reproducible zip (sorted members, fixed timestamps, Unix modes), written whole or not at all."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -147,6 +169,35 @@ def build(out: Path, root: Path = REPO_ROOT, *, no_gpu_policy: str = "pending",
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, members[name])
     os.replace(tmp, out)
+
+
+def build(out: Path, root: Path = REPO_ROOT, *, no_gpu_policy: str = "pending",
+          time_limit_s: int | None = None, service_url: str | None = None,
+          service_secret: bytes | None = None, assignment: str | None = None) -> list[str]:
+    """Write the zip to ``out``; return its member names."""
+    if no_gpu_policy not in POLICIES:
+        raise BuildError(f"--no-gpu-policy {no_gpu_policy!r} is not one of {', '.join(POLICIES)}")
+    if service_url and not (service_secret and assignment):
+        raise BuildError("a service URL needs the assignment's secret and name")
+    members: dict[str, bytes] = {name: src.read_bytes() for name, src in ROOT_FILES.items()}
+    members[CONFIG_NAME] = config_text(no_gpu_policy, time_limit_s, service_url, assignment).encode()
+    if service_url and service_secret:
+        members[SECRET_NAME] = service_secret + b"\n"
+    for name, src in package_files(root).items():
+        members[name] = src.read_bytes()
+
+    refuse_leaks(members, root)
+
+    manifest = {
+        "name": "gemm-ladder autograder",
+        "commit": _git_commit(root),
+        "no_gpu_policy": no_gpu_policy,
+        # The secret's hash is left out: the manifest is readable by the student user.
+        "files": {n: "secret, not hashed" if n == SECRET_NAME else _sha256(b) for n, b in sorted(members.items())},
+    }
+    members[MANIFEST_NAME] = (json.dumps(manifest, indent=1) + "\n").encode()
+
+    write_zip(Path(out), members)
     return sorted(members)
 
 
@@ -184,6 +235,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--time-limit", type=int, metavar="SECONDS",
                    help="the grader's time limit inside run_autograder (default 540 s without a GPU); "
                         "raise it with Gradescope's own timeout")
+    b.add_argument("--service-url", metavar="URL",
+                   help="the GPU grading service (python -m grader serve): pending GPU items are graded there")
+    b.add_argument("--service-secret-file", metavar="F",
+                   help="the assignment's secret, from `python -m grader serve secret` (packed mode 0600)")
+    b.add_argument("--assignment", metavar="NAME", help="the assignment's name on the service")
     b.add_argument("--unpack", metavar="DIR", help="also unpack the zip into DIR (the Dockerfile does)")
     u = sub.add_parser("unpack", help="unpack a zip keeping its file modes")
     u.add_argument("zip")
@@ -198,10 +254,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     try:
         if args.gradescope_cmd == "build":
-            names = build(Path(args.out), no_gpu_policy=args.no_gpu_policy, time_limit_s=args.time_limit)
+            secret = service_settings(args.service_url, args.service_secret_file, args.assignment)
+            names = build(Path(args.out), no_gpu_policy=args.no_gpu_policy, time_limit_s=args.time_limit,
+                          service_url=args.service_url, service_secret=secret, assignment=args.assignment)
             size = Path(args.out).stat().st_size
+            service = f"; GPU service {args.service_url}, assignment {args.assignment}" if args.service_url else ""
             print(f"wrote {args.out}: {len(names)} files, {size / 1024:.0f} KiB "
-                  f"(no-GPU policy {args.no_gpu_policy})")
+                  f"(no-GPU policy {args.no_gpu_policy}{service})")
             if args.unpack:
                 unpack(Path(args.out), Path(args.unpack))
                 print(f"unpacked into {args.unpack}")

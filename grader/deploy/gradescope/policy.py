@@ -41,9 +41,11 @@ PENDING_PREFIX = "(pending GPU grading) "
 HIDDEN_VISIBILITY = "after_published"
 
 PENDING_MESSAGE = (
-    "**Pending GPU grading.** This item needs an NVIDIA GPU, and this autograder ran without one. "
-    "Course staff grade it on a GPU machine; until then it counts 0 points. This is not a "
-    "judgement of your code."
+    "**Pending GPU grading.** This item needs an NVIDIA GPU, and Gradescope's autograder has none. It is "
+    "graded on a GPU: by the course's GPU grading service when the course runs one (usually within this "
+    "same autograder run, about a minute; the note on top says if it is still queued, and a Regrade then "
+    "picks it up), otherwise by course staff. Until then it counts 0 points. This is not a judgement of "
+    "your code."
 )
 
 
@@ -130,8 +132,10 @@ def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy:
              else "hidden until grades are published")
     note = (f"> **{len(pending)} items ({points:g} points) are pending GPU grading** ({shown}). "
             "This autograder has no GPU, so it graded what needs none: compilation, registers and "
-            "spills, SASS and the occupancy answers that need no measurement. Correctness, speed, "
-            "Nsight Compute and measured items are graded by course staff on a GPU machine.\n"
+            "spills, SASS, the occupancy answers that need no measurement and the report's form. Correctness, "
+            "speed, Nsight Compute and measured items are graded on a GPU: by the course's GPU grading "
+            "service when the course runs one, otherwise by course staff. Items graded by hand are "
+            "not part of this score at all: course staff grade them after the deadline.\n"
             f">\n> (Why no GPU: {reason}.)\n\n")
     results["output"] = note + str(results.get("output", ""))
     results["score"] = round(sum(float(t.get("score") or 0) for t in results.get("tests", [])), 4)

@@ -8,6 +8,8 @@
 2. After a grading (exit 0), results.json is post-processed: the no-GPU policy
    (:mod:`.policy`) and, when the grader did not add one, the leaderboard (:mod:`grader.outputs.leaderboard`,
    from grading.json). If post-processing fails, the grader's own results.json stays.
+3. When the package names a GPU grading service, the items left pending GPU grading come from it
+   (:mod:`grader.serve.bridge`); if that fails, step 2's results.json stays.
 """
 from __future__ import annotations
 
@@ -83,5 +85,12 @@ def run(submission: Path, results_dir: Path, source_dir: Path, env=None) -> int:
                       f"pending GPU items {extra.get('pending_gpu_items', 0)})", flush=True)
         except Exception:  # keep the grader's results.json, which is valid
             print("post-processing failed; results.json left as the grader wrote it:\n"
+                  + traceback.format_exc(), file=sys.stderr, flush=True)
+        try:  # the GPU items from the course's grading service, when the package names one (grader/serve/bridge.py)
+            from grader.serve.bridge import bridge_if_configured
+
+            bridge_if_configured(results_dir, submission, source_dir, env)
+        except Exception:  # the static results.json stays, which is valid
+            print("GPU service step failed; results.json left as the static grading wrote it:\n"
                   + traceback.format_exc(), file=sys.stderr, flush=True)
     return code

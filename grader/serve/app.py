@@ -1,0 +1,268 @@
+"""The HTTP API (FastAPI on uvicorn) and the web pages of grader/serve/static/.
+
+    POST /api/v1/jobs                      a zip; Bearer token (self-check) or HMAC headers (Gradescope);
+                                           ?force=1 grades again. 202 new, 200 the same content's job.
+    GET  /api/v1/jobs/{id}                 state, position, estimate_s, times, score, files (error if failed)
+    GET  /api/v1/jobs/{id}/files/{name}    one file of the job's results folder
+    GET  /api/v1/queue                     workers, queued kinds and times, running, done_last_hour, mean_grade_s
+    GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
+    GET  /healthz                          {"ok", "queue", "workers"}
+    GET  /, /jobs/{id}                     static/index.html, static/job.html (their JS calls the API)
+
+Every error answers ``{"error": "<sentence>"}``. A job's id is its read capability (unguessable);
+no listing shows ids or students' names. Submissions are serialised by one lock, so a token's
+dedup lookup, limits and new job are one decision (two uploads at once cannot both pass a limit).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import re
+import secrets
+import threading
+import time
+import zipfile
+from collections import OrderedDict
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from grader.serve import limits, results, signing, views
+from grader.serve.auth import AuthError, Secrets, Tokens
+from grader.serve.queue import JobQueue
+from grader.serve.settings import Settings
+from grader.serve.store import Job, JobStore, Kind, State, open_store
+from grader.serve.supervisor import Supervisor
+from grader.serve.worker import reap
+
+log = logging.getLogger("grader.serve")
+STATIC = Path(__file__).resolve().parent / "static"
+JOB_ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+MEDIA = {".json": "application/json", ".md": "text/markdown; charset=utf-8", ".png": "image/png",
+         ".html": "text/html; charset=utf-8", ".svg": "image/svg+xml", ".csv": "text/csv; charset=utf-8",
+         ".txt": "text/plain; charset=utf-8"}
+# A results page may quote a student's text: it runs in a sandbox (an opaque origin, no scripts).
+SANDBOX = {"Content-Security-Policy": "sandbox; default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'",
+           "X-Content-Type-Options": "nosniff"}
+
+
+def error(status: int, message: str, retry_after: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class Service:
+    def __init__(self, settings: Settings, store: JobStore | None = None, queue: JobQueue | None = None):
+        self.settings = settings
+        self.store = store or open_store(settings)
+        self.queue = queue or JobQueue(settings)
+        self.tokens, self.secrets = Tokens(settings.data), Secrets(settings.data)
+        self.key = settings.grading_key()
+        self.lock = threading.Lock()
+        self._blobs: OrderedDict[str, bytes] = OrderedDict()
+
+    # --- submit -------------------------------------------------------------------------------
+    async def authenticate(self, request: Request) -> tuple[Kind, str, str, bytes]:
+        """(kind, owner, label, body) of an authorised upload; Refusal otherwise."""
+        cap = self.settings.limits.archive_bytes
+        auth = request.headers.get("authorization")
+        assignment = request.headers.get(signing.ASSIGNMENT_HEADER)
+        if auth is not None:
+            scheme, _, token = auth.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise limits.Refusal(401, "the Authorization header must be 'Bearer <your token>'")
+            try:
+                rec = self.tokens.authenticate(token)
+            except AuthError as exc:
+                raise limits.Refusal(401, str(exc)) from None
+            body = await limits.read_capped(request.headers.get("content-length"), request.stream(), cap)
+            return Kind.SELFCHECK, rec.owner, rec.pseudonym, body
+        if assignment is None:
+            if request.headers.get(signing.SIGNATURE_HEADER):
+                raise limits.Refusal(401, f"a signed request must name its assignment ({signing.ASSIGNMENT_HEADER})")
+            raise limits.Refusal(401, "no credentials: send 'Authorization: Bearer <your token>' "
+                                      "(students) or the Gradescope package's signature headers")
+        try:
+            secret = self.secrets.get(assignment.strip())
+        except AuthError as exc:
+            raise limits.Refusal(401, str(exc)) from None
+        body = await limits.read_capped(request.headers.get("content-length"), request.stream(), cap)
+        why = signing.verify(secret, request.method, request.url.path, body, request.headers,
+                             skew_s=self.settings.signature_skew_s)
+        if why is not None:
+            raise limits.Refusal(401, f"signature refused: {why}")
+        return Kind.GRADESCOPE, f"gradescope:{assignment.strip()}", assignment.strip(), body
+
+    def submit(self, kind: Kind, owner: str, label: str, body: bytes, force: bool, submission_id: str) -> JSONResponse:
+        if not body:
+            raise limits.Refusal(400, "the request has no body: send the submission as a zip archive")
+        try:
+            with zipfile.ZipFile(io.BytesIO(body)) as zf:
+                if not zf.namelist():
+                    raise limits.Refusal(400, "the zip archive is empty")
+        except (zipfile.BadZipFile, ValueError, OSError) as exc:
+            raise limits.Refusal(400, f"the body is not a zip archive ({exc}); "
+                                      "send the submission folder zipped (python -m grader submit does)") from None
+        sha, now = hashlib.sha256(body).hexdigest(), time.time()
+        with self.lock:
+            same = None if force else self.store.find_same(owner, sha, self.key)
+            if same is not None:
+                return self._answer(same, 200, deduplicated=True)
+            if kind is Kind.SELFCHECK:
+                snap = views.snapshot(self.store, self.settings, now)
+                mine = self.store.owner_jobs(owner, now - 3600)
+                active = [snap.estimate(j) or snap.mean_s for j in mine if j.state in (State.QUEUED, State.RUNNING)]
+                limits.check_token(mine, self.settings.limits, now, min(active) if active else snap.mean_s)
+            job = Job(id=secrets.token_urlsafe(16), kind=kind, owner=owner, label=label, archive_sha=sha,
+                      key=self.key, created=now, force=force, submission_id=submission_id[:200])
+            source = None if force else self.store.find_done(sha, self.key)
+            blob = self.store.results(source.id) if source is not None else None
+            if source is not None and blob is not None:  # someone else's identical archive: copy, never regrade
+                job.state, job.started, job.finished, job.copied_from = State.DONE, now, now, source.id
+                job.score, job.max_score, job.files = source.score, source.max_score, list(source.files)
+                job.leaderboard, job.grade_s = list(source.leaderboard), 0.0
+                self.store.add(job, body, results=blob)
+                log.info("job %s done: %s, results of %s copied", job.id[:8], kind.value, source.id[:8])
+                return self._answer(job, 200, deduplicated=True)
+            self.store.add(job, body)
+        try:
+            self.queue.dispatch(job)
+        except Exception as exc:  # the queue's server is away: the store holds the job; a reaper dispatches it
+            log.warning("job %s: dispatch failed (%s); it will be dispatched again", job.id[:8], exc)
+        snap = views.snapshot(self.store, self.settings)
+        log.info("job %s queued: %s, position %s, %d bytes%s", job.id[:8], kind.value, snap.position(job), len(body),
+                 " (forced)" if force else "")
+        return self._answer(job, 202, deduplicated=False, snap=snap)
+
+    def _answer(self, job: Job, status: int, deduplicated: bool, snap: views.Snapshot | None = None) -> JSONResponse:
+        snap = snap or views.snapshot(self.store, self.settings)
+        return JSONResponse({"id": job.id, "state": job.state.value, "position": snap.position(job),
+                             "estimate_s": snap.estimate(job), "deduplicated": deduplicated,
+                             "url": f"{self.settings.base_url}/jobs/{job.id}"}, status_code=status)
+
+    # --- reads --------------------------------------------------------------------------------
+    def job(self, job_id: str) -> Job | None:
+        return self.store.get(job_id) if JOB_ID.match(job_id) else None
+
+    def file(self, job: Job, name: str) -> bytes | None:
+        blob = self._blobs.get(job.id)
+        if blob is None:
+            blob = self.store.results(job.id)
+            if blob is None:
+                return None
+            self._blobs[job.id] = blob
+            while len(self._blobs) > 16:
+                self._blobs.popitem(last=False)
+        return results.member(blob, name)
+
+    def reaper(self, stop: threading.Event) -> None:
+        while not stop.wait(self.settings.lease_s / 4):
+            try:
+                reap(self.store, self.queue, self.settings)
+            except Exception as exc:  # the store's server is away: the next round tries again
+                log.warning("reaper: %s: %s", type(exc).__name__, exc)
+
+
+def create_app(settings: Settings, service: Service | None = None, workers: Supervisor | None = None) -> FastAPI:
+    """The app; ``workers`` start with it and stop in its shutdown (uvicorn re-raises SIGTERM after the
+    shutdown, so nothing after ``Server.run`` would run)."""
+    svc = service or Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        stop = threading.Event()
+        thread = threading.Thread(target=svc.reaper, args=(stop,), name="reaper", daemon=True)
+        thread.start()
+        if workers is not None:
+            workers.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if workers is not None:
+                await run_in_threadpool(workers.stop)
+            log.info("service stopped")
+
+    app = FastAPI(title="GEMM-ladder grading service", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.service = svc
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        text = {404: f"nothing at {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
+        return error(exc.status_code, text.get(exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(request: Request, exc: RequestValidationError):
+        return error(400, f"bad request: {exc.errors()[0].get('msg', 'invalid')}")
+
+    @app.exception_handler(limits.Refusal)
+    async def refused(request: Request, exc: limits.Refusal):
+        return error(exc.status, exc.message, exc.retry_after)
+
+    @app.post("/api/v1/jobs")
+    async def post_job(request: Request):
+        kind, owner, label, body = await svc.authenticate(request)
+        force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
+        sub_id = request.headers.get(signing.SUBMISSION_ID_HEADER, "") if kind is Kind.GRADESCOPE else ""
+        return await run_in_threadpool(svc.submit, kind, owner, label, body, force, sub_id)
+
+    @app.get("/api/v1/jobs/{job_id}")
+    def get_job(job_id: str):
+        job = svc.job(job_id)
+        if job is None:
+            return error(404, "no job with this id (ids are case-sensitive; check the link)")
+        return views.job_view(job, views.snapshot(svc.store, svc.settings))
+
+    @app.get("/api/v1/jobs/{job_id}/files/{name}")
+    def get_file(job_id: str, name: str):
+        job = svc.job(job_id)
+        if job is None:
+            return error(404, "no job with this id (ids are case-sensitive; check the link)")
+        if name not in job.files:
+            have = ", ".join(job.files) or "none yet"
+            return error(404, f"this job has no file {name[:80]!r} (its files: {have})")
+        data = svc.file(job, name)
+        if data is None:
+            return error(404, f"{name} is missing from the job's stored results")
+        return Response(data, media_type=MEDIA.get(Path(name).suffix, "application/octet-stream"), headers=SANDBOX)
+
+    @app.get("/api/v1/queue")
+    def get_queue():
+        return views.queue_view(views.snapshot(svc.store, svc.settings), svc.store)
+
+    @app.get("/api/v1/leaderboard")
+    def get_leaderboard():
+        return views.leaderboard_view(svc.store)
+
+    @app.get("/healthz")
+    def healthz():
+        try:
+            snap = views.snapshot(svc.store, svc.settings)
+        except Exception as exc:
+            return JSONResponse({"ok": False, "queue": svc.queue.kind, "error": f"{type(exc).__name__}: {exc}"},
+                                status_code=503)
+        return {"ok": True, "queue": svc.queue.kind, "workers": snap.live_workers}
+
+    def page(name: str):
+        path = STATIC / name
+        if not path.is_file():
+            return error(404, f"the web page {name} is not installed (grader/serve/static/)")
+        return FileResponse(path, media_type="text/html")
+
+    @app.api_route("/", methods=["GET", "HEAD"])
+    def index():
+        return page("index.html")
+
+    @app.api_route("/jobs/{job_id}", methods=["GET", "HEAD"])
+    def job_page(job_id: str):
+        return page("job.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
+    return app

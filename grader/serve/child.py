@@ -1,0 +1,102 @@
+"""The grading child of a worker: ``python -m grader grade`` that dies with its worker.
+
+A worker that is killed (SIGKILL, OOM) must leave no grading behind: it would hold the GPU while
+the job's next attempt grades on it. The child is started through this module's ``main``, which
+asks the kernel to SIGKILL it when its parent dies (``prctl(PR_SET_PDEATHSIG)``, through ctypes)
+and then execs the grader (the setting survives exec). A wrapper rather than ``preexec_fn``, which
+is unsafe in a process with threads (the worker's heartbeat). The child leads its own process group,
+so a time limit or a shutdown kills the whole group; the sandboxed processes it starts run in bwrap
+with ``--die-with-parent`` (grader/run/fence.py), so they end with it.
+
+    python -m grader.serve.child PARENT_PID -- COMMAND...
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+LOG_TAIL = 4000
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when its parent dies; exit now if the parent is already gone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m grader.serve.child PARENT_PID -- COMMAND...", file=sys.stderr)
+        return 2
+    die_with_parent(int(args[0]))
+    os.execvp(args[2], args[2:])
+    return 127  # pragma: no cover - execvp does not return
+
+
+@dataclass
+class ChildOutcome:
+    returncode: int | None
+    wall_s: float
+    timed_out: bool = False
+    stopped: bool = False  # ended by ``should_stop`` (a lost lease or the worker's shutdown)
+    log_tail: str = ""
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run(command: list[str], *, log: Path, timeout_s: float, env: Mapping[str, str],
+        should_stop: Callable[[], bool], cwd: str | None = None, poll_s: float = 0.5) -> ChildOutcome:
+    """Run ``command`` to its end, its time limit, or until ``should_stop()``; its output goes to ``log``."""
+    start = time.monotonic()
+    wrapped = [sys.executable, "-m", "grader.serve.child", str(os.getpid()), "--", *command]
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.Popen(wrapped, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=dict(env), cwd=cwd, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            return ChildOutcome(None, 0.0, log_tail=f"could not start the grader: {exc}")
+        timed_out = stopped = False
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=poll_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.monotonic() - start > timeout_s:
+                    timed_out = True
+                elif should_stop():
+                    stopped = True
+                else:
+                    continue
+                _kill_group(proc.pid)
+                proc.wait()
+                break
+        finally:
+            if proc.poll() is None:  # an exception in this loop: never leave the grading behind
+                _kill_group(proc.pid)
+                proc.wait()
+    _kill_group(proc.pid)  # whatever of its group outlived it
+    tail = log.read_bytes()[-LOG_TAIL:].decode("utf-8", "replace") if log.exists() else ""
+    return ChildOutcome(proc.returncode, time.monotonic() - start, timed_out, stopped, tail)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Limits on what one student token may ask of the GPUs: archive size, submissions per hour, jobs at once.
+
+Each refusal is a :class:`Refusal`: the HTTP status, a sentence that says what the limit is and when
+to try again, and for 429 the ``Retry-After`` seconds. The archive's size is checked against
+Content-Length before any byte is read, and the read itself stops at the limit (a chunked upload
+has no Content-Length).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import AsyncIterator
+
+from grader.serve.settings import Limits
+from grader.serve.store import Job, State
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, message: str, retry_after: int | None = None):
+        super().__init__(message)
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
+def _mib(n: float) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB"
+
+
+def too_large(limit: int, size: int | None = None) -> Refusal:
+    got = f" ({_mib(size)})" if size is not None else ""
+    return Refusal(413, f"the archive is too large{got}: at most {_mib(limit)}; leave out build outputs, "
+                        "data files and profiler reports")
+
+
+async def read_capped(content_length: str | None, stream: AsyncIterator[bytes], limit: int) -> bytes:
+    if content_length is not None:
+        if not content_length.strip().isdigit():
+            raise Refusal(400, f"Content-Length {content_length[:40]!r} is not a number of bytes")
+        if int(content_length) > limit:
+            raise too_large(limit, int(content_length))
+    chunks, total = [], 0
+    async for chunk in stream:
+        total += len(chunk)
+        if total > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _in(seconds: float) -> str:
+    s = max(int(math.ceil(seconds)), 1)
+    return f"{s} s" if s < 120 else f"{round(s / 60)} min"
+
+
+def check_token(jobs: list[Job], limits: Limits, now: float, wait_s: float) -> None:
+    """Refuse (429) when ``jobs`` (the token's jobs: the last hour's and all active ones) use up a
+    limit; ``wait_s`` is the expected time until an active job finishes."""
+    active = [j for j in jobs if j.state in (State.QUEUED, State.RUNNING)]
+    if len(active) >= limits.concurrent_jobs:
+        n = len(active)
+        raise Refusal(429, f"you already have {n} job{'s' if n != 1 else ''} queued or running, and at most "
+                           f"{limits.concurrent_jobs} at a time are allowed; try again when it has finished "
+                           f"(in about {_in(wait_s)})", retry_after=max(int(math.ceil(wait_s)), 1))
+    window = sorted(j.created for j in jobs if j.created > now - 3600)
+    if len(window) >= limits.submissions_per_hour:
+        # The oldest submission that must leave the hour's window before another fits.
+        free_at = window[len(window) - limits.submissions_per_hour] + 3600
+        at = dt.datetime.fromtimestamp(free_at, dt.timezone.utc).strftime("%H:%M:%S UTC")
+        per = limits.submissions_per_hour
+        raise Refusal(429, f"at most {per} submission{'s' if per != 1 else ''} per hour; "
+                           f"the next one is accepted in {_in(free_at - now)} (at {at})",
+                      retry_after=max(int(math.ceil(free_at - now)), 1))

@@ -1,0 +1,95 @@
+"""A job's results folder as one .tar.gz blob (how it travels through the store), and back.
+
+Only the folder's top-level files whose names are plain (no separators, a known suffix) are
+packed: results.json, summary.md, grading.json, the plots and the profile pages. The blob is read
+back one member at a time for ``GET /api/v1/jobs/{id}/files/{name}``.
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.serve.child import ChildOutcome
+from grader.serve.store import State
+
+FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}\.(json|md|png|html|svg|csv|txt)$")
+FIRST = ("results.json", "summary.md", "grading.json")
+FILE_LIMIT = 32 * 1024 * 1024
+TOTAL_LIMIT = 96 * 1024 * 1024
+
+
+@dataclass
+class Packed:
+    state: State
+    blob: bytes | None
+    error: str = ""
+    score: float | None = None
+    max_score: float | None = None
+    files: list[str] = field(default_factory=list)
+    leaderboard: list[dict] = field(default_factory=list)
+
+
+def _names(out: Path) -> list[str]:
+    if not out.is_dir():
+        return []
+    names = [p.name for p in out.iterdir()
+             if FILE_NAME.match(p.name) and p.is_file() and not p.is_symlink() and p.stat().st_size <= FILE_LIMIT]
+    return sorted(names, key=lambda n: (FIRST.index(n) if n in FIRST else len(FIRST), n))
+
+
+def pack(out: Path, names: list[str]) -> tuple[bytes, list[str]]:
+    buf, kept, total = io.BytesIO(), [], 0
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in names:
+            size = (out / name).stat().st_size
+            if total + size > TOTAL_LIMIT:
+                continue
+            tar.add(out / name, arcname=name, recursive=False)
+            kept.append(name)
+            total += size
+    return buf.getvalue(), kept
+
+
+def member(blob: bytes, name: str) -> bytes | None:
+    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+        try:
+            info = tar.getmember(name)
+        except KeyError:
+            return None
+        f = tar.extractfile(info) if info.isfile() else None
+        return f.read() if f is not None else None
+
+
+def _summary(results: dict) -> tuple[float | None, float | None, list[dict]]:
+    score = results.get("score")
+    tests = results.get("tests")
+    tests = tests if isinstance(tests, list) else []
+    max_score = sum(float(t.get("max_score") or 0) for t in tests if isinstance(t, dict))
+    board = results.get("leaderboard")
+    board = [e for e in board if isinstance(e, dict)] if isinstance(board, list) else []
+    return (float(score) if isinstance(score, (int, float)) else None), max_score, board
+
+
+def collect(out: Path, outcome: ChildOutcome, timeout_s: float) -> Packed:
+    """The job's outcome from the grading child's folder and exit."""
+    names = _names(out)
+    blob, names = pack(out, names) if names else (None, [])
+    try:
+        parsed = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        parsed = None
+    score, max_score, board = _summary(parsed) if isinstance(parsed, dict) else (None, None, [])
+    packed = Packed(State.FAILED, blob, score=score, max_score=max_score, files=names)
+    if outcome.timed_out:
+        packed.error = f"the grading took longer than {timeout_s:g} s and was stopped"
+    elif outcome.returncode == 0 and parsed is not None:
+        packed.state, packed.leaderboard = State.DONE, board
+    else:
+        last = [line for line in outcome.log_tail.splitlines() if line.strip()][-1:] or ["(no output)"]
+        why = f"exit code {outcome.returncode}" if outcome.returncode is not None else "it could not start"
+        packed.error = f"the grader ended with {why}: {last[0][:300]}"
+    return packed

@@ -1,0 +1,113 @@
+"""The service's worker processes: one per GPU (CUDA_VISIBLE_DEVICES pinned), all children of
+``python -m grader serve``, restarted when one dies, stopped (their jobs re-queued) when it stops.
+
+Each worker is ``python -m grader serve worker`` with the service's resolved settings as flags, so
+a worker grades exactly as the service keys its jobs. It is started through grader/serve/child.py,
+so it dies with the service even when the service is killed outright. The kernel sends that signal
+when the *thread* that started the child ends, so one thread starts, restarts and stops them all.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from grader import IMPORT_ROOT
+from grader.serve.settings import Settings
+from grader.serve.worker import default_name
+
+log = logging.getLogger("grader.serve")
+STOP_GRACE_S = 20.0  # a worker stops its grading and re-queues the job in well under this
+MAX_BACKOFF_S = 60.0
+
+
+def worker_command(settings: Settings, name: str, gpu: str | None) -> list[str]:
+    s = settings
+    cmd = [sys.executable, "-m", "grader", "serve", "worker", "--data", str(s.data), "--queue", s.queue,
+           "--name", name, "--rubric", str(s.rubric), "--grade-timeout-s", str(s.grade_timeout_s),
+           "--lease-s", str(s.lease_s), "--max-attempts", str(s.max_attempts)]
+    cmd += ["--no-gpu"] if gpu is None else ["--gpu", gpu]
+    cmd += ["--stages", ",".join(s.stages)] if s.stages else []
+    return cmd
+
+
+@dataclass
+class Slot:
+    name: str
+    gpu: str | None
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    backoff_s: float = 1.0
+    restart_at: float = 0.0
+
+
+class Supervisor:
+    def __init__(self, settings: Settings, gpus: list[str | None]):
+        self.settings = settings
+        self.slots = [Slot(default_name(g, i), g) for i, g in enumerate(gpus)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
+
+    def _spawn(self, slot: Slot) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The same grader as this process's, wherever the service was started from.
+        env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        if slot.gpu is not None:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the same numbering as nvidia-smi
+            env["CUDA_VISIBLE_DEVICES"] = slot.gpu
+        cmd = [sys.executable, "-m", "grader.serve.child", str(os.getpid()), "--",
+               *worker_command(self.settings, slot.name, slot.gpu)]
+        slot.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+        slot.started = time.monotonic()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _watch(self) -> None:
+        for slot in self.slots:
+            self._spawn(slot)
+        try:
+            self._supervise()
+        finally:
+            self._terminate()
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(1.0):
+            now = time.monotonic()
+            for slot in self.slots:
+                if slot.proc is None:
+                    if now >= slot.restart_at:
+                        self._spawn(slot)
+                    continue
+                code = slot.proc.poll()
+                if code is None:
+                    if now - slot.started > 60:
+                        slot.backoff_s = 1.0  # it ran a while: the next failure restarts it promptly
+                    continue
+                slot.proc = None
+                slot.restart_at = now + slot.backoff_s
+                log.warning("worker %s exited with code %s; restarting it in %.0f s", slot.name, code,
+                            slot.backoff_s)
+                slot.backoff_s = min(slot.backoff_s * 2, MAX_BACKOFF_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _terminate(self) -> None:
+        procs = [s.proc for s in self.slots if s.proc is not None and s.proc.poll() is None]
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            try:
+                p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()

@@ -1,0 +1,213 @@
+"""One worker: takes job ids from the queue, claims each in the store, grades it in a child process.
+
+One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins one worker per GPU),
+or statically with --no-gpu. While grading, a heartbeat thread renews the job's lease every
+``lease_s / 4``; a worker that loses its lease (it stalled, another took the job) stops its grading
+and stores nothing. On SIGTERM the grading is stopped and the job goes back to the queue.
+
+At start and every ``lease_s / 4`` the worker also :func:`reap`\\ s: running jobs whose lease expired,
+or whose holder was this worker's predecessor under the same name and is dead, go back to the queue,
+and queued jobs the queue lost (a worker killed between taking and claiming) are dispatched again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from grader import IMPORT_ROOT
+from grader.serve import child, results
+from grader.serve.queue import JobQueue
+from grader.serve.settings import Settings
+from grader.serve.store import Job, JobStore, State, WorkerInfo
+
+log = logging.getLogger("grader.serve")
+REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap(store: JobStore, queue: JobQueue, settings: Settings, own_name: str | None = None) -> None:
+    """Re-queue lost jobs and re-dispatch queued ones the queue does not hold (see the module docstring)."""
+    def dead(job: Job) -> bool:  # only this worker's name can be judged here: same host, same slot
+        return own_name is not None and job.worker == own_name and not pid_alive(job.lease_pid)
+
+    for job in store.requeue_expired(settings.max_attempts, dead=dead):
+        if job.state is State.QUEUED:
+            log.info("job %s requeued: worker %s lost it (attempt %d)", job.id[:8], job.worker, job.attempts)
+            queue.dispatch(job)
+        else:
+            log.info("job %s failed: %s", job.id[:8], job.error)
+    pending = queue.pending_ids()
+    now = time.time()
+    for job in store.jobs_in(State.QUEUED):
+        if job.id not in pending and now - job.created > REDISPATCH_GRACE_S:
+            log.info("job %s dispatched again (the queue did not hold it)", job.id[:8])
+            queue.dispatch(job)
+
+
+def default_name(gpu: str | None, index: int = 0) -> str:
+    return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
+
+
+class Worker:
+    def __init__(self, settings: Settings, store: JobStore, queue: JobQueue, name: str, gpu: str | None):
+        self.settings, self.store, self.queue, self.name, self.gpu = settings, store, queue, name, gpu
+        self.pid = os.getpid()
+        self.key = settings.grading_key()
+        self.stopping = threading.Event()
+        self.work = settings.data / "work" / name
+        self._job_started: float | None = None
+
+    def register(self, state: str) -> None:
+        self.store.put_worker(WorkerInfo(self.name, self.gpu, state, time.time(), self._job_started, self.pid,
+                                         socket.gethostname()))
+
+    def run(self) -> None:
+        """Take jobs until SIGTERM or SIGINT."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stopping.set())
+        log.info("worker %s started (%s)", self.name, f"GPU {self.gpu}" if self.gpu is not None else "static")
+        next_reap = 0.0
+        try:
+            while not self.stopping.is_set():
+                if time.monotonic() >= next_reap:
+                    self._safely(lambda: reap(self.store, self.queue, self.settings, self.name))
+                    self._safely(lambda: self.register("idle"))
+                    next_reap = time.monotonic() + self.settings.lease_s / 4
+                took = False
+                try:
+                    took = self.queue.take(self.handle)
+                except Exception as exc:  # the queue's server went away: wait and try again
+                    log.warning("worker %s: queue error: %s", self.name, exc)
+                    self.stopping.wait(2.0)
+                if not took and not self.queue.blocking:
+                    self.stopping.wait(0.5)
+        finally:
+            self._safely(lambda: self.store.drop_worker(self.name))
+            log.info("worker %s stopped", self.name)
+
+    def _safely(self, fn) -> None:
+        try:
+            fn()
+        except Exception as exc:  # the store's server went away: the next round tries again
+            log.warning("worker %s: %s: %s", self.name, type(exc).__name__, exc)
+
+    def handle(self, job_id: str) -> None:
+        """One dispatched job id. A store error leaves the job to the reaper: still queued (dispatched
+        again), or running under a lease that runs out (queued again)."""
+        try:
+            self._handle(job_id)
+        except Exception as exc:
+            log.warning("job %s: worker %s: %s: %s", job_id[:8], self.name, type(exc).__name__, exc)
+
+    def _handle(self, job_id: str) -> None:
+        job = self.store.claim(job_id, self.name, self.pid, self.settings.lease_s)
+        if job is None:
+            return  # running elsewhere or finished: a duplicate dispatch
+        self._job_started = time.time()
+        self._safely(lambda: self.register("grading"))
+        log.info("job %s started on %s (%s, attempt %d)", job.id[:8], self.name, job.kind.value, job.attempts)
+        try:
+            self._grade(job)
+        finally:
+            self._job_started = None
+            self._safely(lambda: self.register("idle"))
+
+    def _finish(self, job: Job, **outcome) -> None:
+        done = self.store.finish(job.id, self.name, self.pid, **outcome)
+        if done is None:
+            log.warning("job %s: worker %s no longer holds it; its outcome was dropped", job.id[:8], self.name)
+        elif done.state is State.DONE:
+            log.info("job %s done in %.1f s: %s of %s%s", job.id[:8], done.grade_s or 0.0, done.score,
+                     done.max_score, f" (results of {done.copied_from[:8]})" if done.copied_from else "")
+        else:
+            log.info("job %s failed after %.1f s: %s", job.id[:8], done.grade_s or 0.0, done.error)
+
+    def _grade(self, job: Job) -> None:
+        if job.key != self.key:
+            self._finish(job, results=None, state=State.FAILED, graded=False, error=(
+                f"worker {self.name} grades with a different rubric, mode or stages than the service that "
+                "queued this job; every host must run the same settings"))
+            return
+        source = None if job.force else self.store.find_done(job.archive_sha, job.key)
+        if source is not None and source.id != job.id:
+            blob = self.store.results(source.id)
+            if blob is not None:
+                self._finish(job, results=blob, state=State.DONE, graded=False, score=source.score,
+                             max_score=source.max_score, files=source.files, leaderboard=source.leaderboard,
+                             grade_s=0.0, copied_from=source.id)
+                return
+        archive = self.store.archive(job.id)
+        if archive is None:
+            self._finish(job, results=None, state=State.FAILED, graded=False,
+                         error="the job's archive is missing from the store")
+            return
+        folder = self.work / f"{job.id}-{job.attempts}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        try:
+            self._grade_in(job, archive, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _grade_in(self, job: Job, archive: bytes, folder: Path) -> None:
+        (folder / "submission.zip").write_bytes(archive)
+        out = folder / "out"
+        s = self.settings
+        cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(s.rubric)]
+        cmd += ["--no-gpu"] if s.no_gpu else []
+        cmd += ["--stages", ",".join(s.stages)] if s.stages else []
+        cmd += ["--", str(folder / "submission.zip")]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+
+        lost = threading.Event()
+        beating = threading.Event()
+
+        def beat() -> None:
+            while not beating.wait(s.lease_s / 4):
+                try:
+                    if not self.store.heartbeat(job.id, self.name, self.pid, s.lease_s):
+                        lost.set()
+                        return
+                    self.register("grading")
+                except Exception as exc:  # keep trying until the lease really runs out
+                    log.warning("job %s: heartbeat failed: %s", job.id[:8], exc)
+
+        thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+        thread.start()
+        try:
+            outcome = child.run(cmd, log=folder / "log.txt", timeout_s=s.grade_timeout_s, env=env,
+                                should_stop=lambda: lost.is_set() or self.stopping.is_set())
+        finally:
+            beating.set()
+            thread.join()
+        if lost.is_set():
+            log.warning("job %s: worker %s lost its lease and stopped grading", job.id[:8], self.name)
+            return
+        if outcome.stopped:  # shutting down: someone else grades it, and it was not an attempt
+            if self.store.requeue(job.id, self.name, pid=self.pid, count_attempt=False) is not None:
+                self.queue.dispatch(job)
+                log.info("job %s requeued: worker %s is stopping", job.id[:8], self.name)
+            return
+        packed = results.collect(out, outcome, s.grade_timeout_s)
+        self._finish(job, results=packed.blob, state=packed.state, graded=True, error=packed.error,
+                     score=packed.score, max_score=packed.max_score, files=packed.files,
+                     leaderboard=packed.leaderboard, grade_s=round(outcome.wall_s, 2))

@@ -1,0 +1,222 @@
+"""The GPU test suite's gradings: each made once per session and read by every test that needs it.
+
+``pytest -m gpu`` used to grade one submission per test, one after another (7 minutes on an H200).
+Here every grading the collected GPU tests need starts at once when the first of them asks
+(tests/conftest.py: ``gpu_jobs``); their compiles and static checks run side by side on the CPU,
+while one GPU lock file (``python -m grader grade --gpu-lock``, grader/pipeline.py: gpu_turn) keeps
+their GPU steps one at a time, so no timing, profile or occupancy measurement shares the GPU.
+
+* ``solutions``, ``starter``: full gradings of solutions/ and starter/ (every stage, the occupancy
+  exercises, the report), read by tests/test_gpu_grading.py, test_gpu_ncu.py (the reference kernels'
+  Nsight Compute metrics) and test_occupancy_run.py (the occupancy items).
+* ``hostile``: ONE grading of every GPU case of tests/submissions/EXPECTED.yaml. Its rubric is
+  rubric.yaml with one stage per (case, stage) pair: the stage's definition as it is (kernel,
+  launch, limits, bench, items), its file the case's file, its id ``<case>__<stage>`` and its
+  number ``<case>/<number>``. Each stage runs in its own child with its own limits, so the verdicts
+  are the ones a grading of the case alone gives; a hang costs its own stage's limit and no other
+  stage's (the budget counts runs, and is far above the sum of the limits).
+* ``shifted``: one Nsight Compute run over the one-stage-shifted submission (test_gpu_ncu.py).
+* ``attacks``: the attack cases that need a GPU (test_attacks.py), one after the other (a daemon
+  of one would look like a leftover of the other), fenced as tests/attack_helpers.py fences them.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SUBS = ROOT / "tests" / "submissions"
+EXPECTED = yaml.safe_load((SUBS / "EXPECTED.yaml").read_text())
+HOSTILE_CASES = [c for c, e in EXPECTED.items() if e.get("gpu")]
+ATTACK_CASES = [c for c, e in EXPECTED.items() if e.get("attack_gpu")]
+HOST_CODE_MARKER = Path("/tmp/gemm-grader-host-code-ran")  # what tests/submissions/host_static_initializer writes
+
+
+@dataclass
+class Graded:
+    """One ``python -m grader grade`` run and what it wrote."""
+
+    out: Path
+    rc: int
+    stderr: str
+    wall_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def results(self) -> dict:
+        return json.loads((self.out / "results.json").read_text())
+
+    @property
+    def tests(self) -> dict[str, dict]:
+        return {t["number"]: t for t in self.results["tests"]}
+
+    @property
+    def detail(self) -> dict:
+        """grading.json, as written."""
+        return json.loads((self.out / "grading.json").read_text())
+
+    def phase(self, name: str, stage: str = "") -> float | None:
+        return next((p["seconds"] for p in self.detail.get("phases", [])
+                     if p["name"] == name and p.get("stage", "") == stage), None)
+
+
+def grade(sub: Path, out: Path, lock: Path, *extra: str) -> Graded:
+    """``python -m grader grade SUB --out OUT --quiet --gpu-lock LOCK EXTRA...``."""
+    cmd = [sys.executable, "-m", "grader", "grade", str(sub), "--out", str(out), "--quiet", "--gpu-lock", str(lock),
+           *extra]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return Graded(out, proc.returncode, proc.stderr[-3000:], time.monotonic() - t0)
+
+
+# ---- the hostile cases in one grading -------------------------------------------------------------
+def composite_id(case: str, stage: str) -> str:
+    return f"{case}__{stage}"
+
+
+def composite(dest: Path) -> tuple[Path, Path]:
+    """The submission holding every GPU case's folder, and the rubric with a stage per (case, stage)."""
+    raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
+    by_id = {s["id"]: s for s in raw["stages"]}
+    sub, stages = dest / "submission", []
+    for case in HOSTILE_CASES:
+        shutil.copytree(SUBS / case, sub / case)
+        for sid in EXPECTED[case]["stages"]:
+            st = copy.deepcopy(by_id[sid])
+            assert not any("stage" in it for it in st["items"]), "an item refers to another stage: remap it here"
+            st.update(id=composite_id(case, sid), number=f"{case}/{st['number']}", file=f"{case}/{st['file']}")
+            stages.append(st)
+    raw["stages"] = stages
+    for section in ("occupancy", "report"):  # they name the real stages; no case needs them
+        raw.pop(section, None)
+    rubric = dest / "rubric.yaml"
+    rubric.write_text(yaml.safe_dump(raw, sort_keys=False, width=1000))
+    return sub, rubric
+
+
+def case_tests(g: Graded, case: str) -> dict[str, dict]:
+    """The case's items by their number in a grading of the case alone ("1.correct")."""
+    prefix = f"{case}/"
+    return {n[len(prefix):]: t for n, t in g.tests.items() if n.startswith(prefix)}
+
+
+def _hostile(work: Path, lock: Path) -> Graded:
+    sub, rubric = composite(work)
+    HOST_CODE_MARKER.unlink(missing_ok=True)
+    g = grade(sub, work / "out", lock, "--rubric", str(rubric))
+    g.extra["host_code_ran"] = HOST_CODE_MARKER.exists()
+    return g
+
+
+# ---- the others -------------------------------------------------------------------------------------
+def _shifted(work: Path, lock: Path):
+    """Compile the one-stage-shifted submission's stages (side by side), then profile them under the lock."""
+    import dataclasses
+
+    from grader.build import toolchain
+    from grader.build.compile import compile_stage
+    from grader.clock import Clock
+    from grader.grading import StageOutcome
+    from grader.instructor.shifted import write_shifted
+    from grader.model import Verdict
+    from grader.pipeline import gpu_turn
+    from grader.profile.collect import profile_stages
+    from grader.spec.rubric import load_rubric
+
+    rubric = load_rubric(ROOT / "rubric.yaml")
+    rubric = dataclasses.replace(rubric, profile=dataclasses.replace(rubric.profile, timeout_s=300))
+    sub = work / "shifted"
+    write_shifted(ROOT / "solutions", rubric, sub)
+    ncu, nvcc = toolchain.find_ncu(), toolchain.find_nvcc()
+    if ncu.path is None:
+        return None, ncu.reason
+    n = rubric.profile.n
+
+    def build(st):
+        return compile_stage(st, sub, work / st.id, nvcc, ["-arch=sm_90a"], rubric, [*rubric.correctness_sizes,
+                                                                                    st.bench.n, n])
+
+    with ThreadPoolExecutor(max_workers=len(rubric.stages)) as pool:
+        compiled = dict(zip([s.id for s in rubric.stages], pool.map(build, rubric.stages)))
+    outcomes = {st.id: StageOutcome(stage=st, compile=compiled[st.id], verdict=Verdict.CORRECT) for st in rubric.stages}
+    bad = {sid: c.problem for sid, c in compiled.items() if not c.ok}
+    if bad:
+        return outcomes, f"did not compile: {bad}"
+    with gpu_turn(lock, Clock(), True):
+        run = profile_stages(outcomes, rubric, has_gpu=True, gpu_reason="", work_dir=work / "ncu", seed=1234,
+                             ncu_tool=ncu)
+    return outcomes, run
+
+
+def _attacks(work: Path, lock: Path) -> dict[str, tuple[Any, bool]]:
+    """Each GPU attack case, fenced (tests/attack_helpers.py), holding the GPU lock for its grading; then
+    whether results.json stayed as the grader left it while the case's daemons would look for it."""
+    from grader.clock import Clock
+    from grader.pipeline import gpu_turn
+    from tests.attack_helpers import case_processes, end_processes
+    from tests.attack_helpers import grade as fenced_grade
+
+    rubric = attack_rubric(work / "rubric_attacks.yaml")
+    done: dict[str, tuple[Any, bool]] = {}
+    for case in ATTACK_CASES:
+        end_processes(case_processes([]))  # a daemon an earlier, failed run left
+        with gpu_turn(lock, Clock(), True):
+            g = fenced_grade(SUBS / case, work / case, EXPECTED[case]["stages"], rubric=rubric, gpu=True, limit_s=900)
+        path = g.out / "results.json"
+        first = path.read_bytes() if path.is_file() else b""
+        time.sleep(3)  # the daemons look for results.json twice a second
+        done[case] = (g, (path.read_bytes() if path.is_file() else b"") == first)
+    return done
+
+
+def attack_rubric(dest: Path) -> Path:
+    """rubric.yaml with a shorter compile limit, so a preprocessor bomb stopped by time costs 45 s, not 120
+    (the stages' own limits derive from their references: at most 15.8 s)."""
+    text = (ROOT / "rubric.yaml").read_text()
+    assert "compile_s: 120" in text, "rubric.yaml no longer has compile_s: 120"
+    dest.write_text(text.replace("compile_s: 120", "compile_s: 45"))
+    return dest
+
+
+BUILDERS: dict[str, Callable[[Path, Path], Any]] = {
+    "solutions": lambda w, lock: grade(ROOT / "solutions", w / "out", lock),
+    "starter": lambda w, lock: grade(ROOT / "starter", w / "out", lock, "--keep-work"),
+    "hostile": _hostile,
+    "shifted": _shifted,
+    "attacks": _attacks,
+}
+
+
+class GpuJobs:
+    """The named gradings, all started together in threads; :meth:`result` waits for one."""
+
+    def __init__(self, base: Path, names: list[str]):
+        self.base, self.lock = base, base / "gpu.lock"
+        self.pool = ThreadPoolExecutor(max_workers=max(1, len(BUILDERS)), thread_name_prefix="gpu-job")
+        self.futures: dict[str, Future] = {}
+        for name in [n for n in BUILDERS if n in names]:  # all at once: the lock orders their GPU steps
+            self._submit(name)
+
+    def _submit(self, name: str):
+        if name not in self.futures:
+            work = self.base / name
+            work.mkdir(parents=True, exist_ok=True)
+            self.futures[name] = self.pool.submit(BUILDERS[name], work, self.lock)
+        return self.futures[name]
+
+    def result(self, name: str):
+        return self._submit(name).result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)

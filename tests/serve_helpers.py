@@ -1,0 +1,194 @@
+"""Real processes for the grading service's tests: ``python -m grader serve`` and redis-server.
+
+:class:`ServiceProcess` starts the service exactly as an instructor would (uvicorn and its worker
+processes inside), on a free port, and stops it with SIGTERM. Gradings are static (``--no-gpu``)
+and, to keep the tests short, of one stage (``--stages naive``).
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = "naive"  # one stage: a static grading of it takes a few seconds
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def zip_folder(folder: Path, extra: dict[str, str] | None = None) -> bytes:
+    """The folder as a zip (fixed timestamps: the same folder gives the same bytes), plus ``extra`` files."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            info = zipfile.ZipInfo(str(path.relative_to(folder)), date_time=(2024, 1, 1, 0, 0, 0))
+            zf.writestr(info, path.read_bytes())
+        for name, text in (extra or {}).items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), text)
+    return buf.getvalue()
+
+
+def issue_tokens(data: Path, labels: list[str], expires_days: float | None = 30,
+                 now: float | None = None) -> dict[str, str]:
+    from grader.serve.auth import Tokens
+
+    issued, _ = Tokens(data).issue(labels, expires_days, now=now)
+    return {label: token for label, _, token in issued}
+
+
+def make_secret(data: Path, assignment: str) -> bytes:
+    from grader.serve.auth import Secrets
+    from grader.serve.signing import secret_from_text
+
+    text = Secrets(data).create(assignment, rotate=True)
+    assert text is not None
+    return secret_from_text(text)
+
+
+def cmdlines() -> dict[int, str]:
+    """Every process's command line (NUL-separated arguments joined by spaces)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                raw = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if raw:
+                out[int(entry)] = raw.replace(b"\0", b" ").decode("utf-8", "replace")
+    return out
+
+
+def pids_matching(*needles: str) -> list[int]:
+    return [pid for pid, cmd in cmdlines().items() if all(n in cmd for n in needles)]
+
+
+class ServiceProcess:
+    def __init__(self, data: Path, *args: str, stages: str = STAGES, gpu: bool = False):
+        """``args``: more ``serve`` flags; ``gpu``: grade on the GPU (give ``--gpus``) instead of ``--no-gpu``."""
+        self.data, self.args, self.stages, self.gpu = data, list(args), stages, gpu
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.log_path = data.parent / f"{data.name}-serve-{self.port}.log"
+
+    def start(self, timeout_s: float = 60.0) -> ServiceProcess:
+        cmd = [sys.executable, "-m", "grader", "serve", *([] if self.gpu else ["--no-gpu"]), "--data", str(self.data),
+               "--host", "127.0.0.1",
+               "--port", str(self.port), *(["--stages", self.stages] if self.stages else []), *self.args]
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the service exited with {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"the service did not answer /healthz in {timeout_s:g} s:\n{self.log_text()}")
+
+    def wait_workers(self, n: int, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if httpx.get(self.url + "/healthz", timeout=5).json().get("workers", 0) >= n:
+                return
+            time.sleep(0.2)
+        pytest.fail(f"{n} worker(s) did not register in {timeout_s:g} s:\n{self.log_text()}")
+
+    def stop(self, timeout_s: float = 40.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            pytest.fail(f"the service did not stop on SIGTERM in {timeout_s:g} s:\n{self.log_text()}")
+        finally:
+            self.log.close()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:] if self.log_path.exists() else ""
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+    def __enter__(self) -> ServiceProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_job(client: httpx.Client, job_id: str, states=("done", "failed"), timeout_s: float = 90.0,
+             service: ServiceProcess | None = None) -> dict:
+    deadline = time.monotonic() + timeout_s
+    view: dict = {}
+    while time.monotonic() < deadline:
+        view = client.get(f"/api/v1/jobs/{job_id}").json()
+        if view.get("state") in states:
+            return view
+        time.sleep(0.2)
+    pytest.fail(f"job {job_id} did not reach {states} in {timeout_s:g} s: {view}\n"
+                + (service.log_text() if service else ""))
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "Content-Type": "application/zip"}
+
+
+def signed(secret: bytes, assignment: str, body: bytes, path: str = "/api/v1/jobs", **kw) -> dict[str, str]:
+    from grader.serve.signing import ASSIGNMENT_HEADER, sign
+
+    return {ASSIGNMENT_HEADER: assignment, "Content-Type": "application/zip", **sign(secret, "POST", path, body, **kw)}
+
+
+@contextmanager
+def redis_server(folder: Path):
+    """A private redis-server on a free port (skips the test where redis-server is not installed)."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server); CI installs it")
+    port = free_port()
+    folder.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        import redis
+
+        r = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("redis-server did not start")
+                time.sleep(0.1)
+        r.close()
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,171 @@
+"""The student kit (grader/deploy/kit/): a zip without solutions/ or tests/, and `python -m grader check`,
+which says in seconds, without a GPU and without scores, whether a submission is well-formed.
+The check runs from the unpacked kit, with the kit's own grader, in a subprocess."""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from grader.build import toolchain
+from grader.deploy.gradescope.build import BuildError
+from grader.deploy.kit.build import build_kit
+from grader.deploy.kit.checks import key_lines
+
+ROOT = Path(__file__).resolve().parent.parent
+HAS_NVCC = toolchain.find_nvcc().path is not None
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory) -> Path:
+    """The kit zip, built by the command line as an instructor would."""
+    out = tmp_path_factory.mktemp("kit") / "student-kit.zip"
+    proc = subprocess.run([sys.executable, "-m", "grader", "kit", "build", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "no solutions/, no tests/" in proc.stdout
+    return out
+
+
+@pytest.fixture(scope="module")
+def unpacked(kit, tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("unpacked")
+    with zipfile.ZipFile(kit) as zf:
+        zf.extractall(dest)
+    return dest
+
+
+def check(kit_dir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_DEBUG")}
+    return subprocess.run([sys.executable, "-m", "grader", "check", *args], cwd=kit_dir, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_kit_holds_what_students_need_and_nothing_of_the_answers(kit):
+    with zipfile.ZipFile(kit) as zf:
+        names = zf.namelist()
+        data = {n: zf.read(n) for n in names}
+    for needed in ("README.md", "assignment/README.md", "starter/gemm/naive.cu", "starter/report.md",
+                   "grader/__init__.py", "grader/deploy/kit/check.py", "rubric.yaml", "pyproject.toml", "setup.py"):
+        assert needed in names, needed
+    assert not [n for n in names if n.split("/")[0] in ("solutions", "tests", ".git")]
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    solutions = {_sha(p.read_bytes()) for p in (ROOT / "solutions").rglob("*") if p.is_file() and p.stat().st_size}
+    assert not [n for n, b in data.items() if b and _sha(b) in solutions]
+    assert data["rubric.yaml"] == (ROOT / "rubric.yaml").read_bytes()
+    assert b"python -m grader check" in data["README.md"]
+
+
+def test_the_kit_is_reproducible(kit, tmp_path):
+    again = tmp_path / "again.zip"
+    build_kit(again)
+    assert again.read_bytes() == kit.read_bytes()
+
+
+def test_a_starter_file_equal_to_a_solution_is_refused(tmp_path):
+    root = tmp_path / "repo"
+    for rel, text in {"assignment/README.md": "handout", "starter/gemm/naive.cu": "// the answer\n",
+                      "solutions/gemm/naive.cu": "// the answer\n", "grader/__init__.py": "",
+                      "rubric.yaml": "version: 1\n", "pyproject.toml": "", "setup.py": ""}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    with pytest.raises(BuildError, match="refusing to pack starter/gemm/naive.cu: it is a copy of solutions/gemm/naive.cu"):
+        build_kit(tmp_path / "kit.zip", root)
+    assert not (tmp_path / "kit.zip").exists()
+
+
+def test_check_runs_on_the_starter_with_the_kits_own_grader(unpacked):
+    probe = subprocess.run([sys.executable, "-c", "import grader; print(grader.PACKAGE_DIR)"], cwd=unpacked,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                           capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == str((unpacked / "grader").resolve())
+    proc = check(unpacked, "starter/")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # well-formed files, but nothing answered yet
+    assert "Traceback" not in proc.stderr
+    out = proc.stdout
+    assert "ok    gemm/naive.cu" in out and "ok    report.md" in out
+    assert "FIX   occupancy answers" in out and "fields have no answer yet: gpu.name" in out
+    assert "FIX   report naive -> coalesced" in out and "0 words (at least 40 expected)" in out
+    if HAS_NVCC:
+        assert "ok    kernel 1 naive" in out and "`mmNaive` compiles; launch: block 32x32, tile 32x32" in out
+    else:
+        assert "not compiled: no CUDA compiler found" in out
+
+
+def test_check_passes_on_the_solutions(unpacked):
+    shutil.copytree(ROOT / "solutions", unpacked / "reference")
+    proc = check(unpacked, "reference")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FIX" not in proc.stdout and "all well-formed" in proc.stdout
+    assert "line 65: `launch__registers_per_thread = 128`: ok" in proc.stdout  # ncu reports it of every launch
+
+
+def test_check_flags_what_needs_fixing(unpacked):
+    sub = unpacked / "broken"
+    shutil.copytree(ROOT / "solutions", sub)
+    naive = sub / "gemm" / "naive.cu"
+    naive.write_text(naive.read_text().replace("void mmNaive(", "void mmNaiv("))
+    (sub / "gemm" / "tiled.cu").unlink()
+    answers = sub / "occupancy" / "answers.yaml"
+    answers.write_text(answers.read_text().replace("  warps_per_block: 1 ", "  warps_per_block: about one "))
+    report = sub / "report.md"
+    text = report.read_text().replace("`sectors_per_request = 2.5`", "`sectors_per_reqest = 2.5`")
+    report.write_text(text.replace("mio_throttle_per_warp_active.pct = 53.9", "mio_throtle_per_warp_active.pct = 53.9"))
+    proc = check(unpacked, "broken")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "FIX   gemm/tiled.cu" in out and "gemm/tiled.cu is not in the submission" in out
+    assert "skip  kernel 3 tiled" in out
+    if HAS_NVCC:
+        assert "FIX   kernel 1 naive" in out and "expected `mmNaive` in gemm/naive.cu; found: mmNaiv" in out
+    else:
+        assert "gemm/naive.cu never names `mmNaive`" in out
+    assert "line 12: ex1.warps_per_block: expected an integer, got `about one`" in out
+    assert "line 19: `sectors_per_reqest = 2.5`: `sectors_per_reqest` is not a name the grader knows: did you mean " \
+           "`sectors_per_request`?" in out
+    assert ("line 38: `smsp__warp_issue_stalled_mio_throtle_per_warp_active.pct = 53.9`: no Nsight Compute metric "
+            "has this name; closest: smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct") in out
+    assert out.count("FIX ") == 5  # tiled.cu, the naive kernel, the answers, two report sections
+    assert "5 to fix" in out
+
+
+def test_a_zip_is_checked_and_hostile_input_never_gives_a_traceback(unpacked, tmp_path):
+    archive = shutil.make_archive(str(tmp_path / "sub"), "zip", ROOT / "solutions")
+    proc = check(unpacked, archive, "--no-compile")
+    assert proc.returncode == 0 and "not compiled (--no-compile)" in proc.stdout, proc.stdout + proc.stderr
+    junk = tmp_path / "junk.zip"
+    junk.write_bytes(b"PK\x03\x04 not really a zip" * 10)
+    proc = check(unpacked, str(junk), "--no-compile")
+    assert proc.returncode == 1 and "FIX   submission" in proc.stdout and "Traceback" not in proc.stderr
+    proc = check(unpacked, str(tmp_path / "nothing-here"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    proc = check(unpacked, archive, "--rubric", str(junk))
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_key_lines():
+    text = "gpu:\n  name: H200\nex1:\n  fix:\n    max_blocks: 3\n  # comment\n  occupancy_pct: 50\n"
+    assert key_lines(text) == {"gpu": 1, "gpu.name": 2, "ex1": 3, "ex1.fix": 4, "ex1.fix.max_blocks": 5,
+                               "ex1.occupancy_pct": 7}
+
+
+def test_what_the_intake_leaves_out_is_said_once(unpacked, tmp_path):
+    sub = tmp_path / "linky"
+    shutil.copytree(ROOT / "solutions", sub)
+    (sub / "gemm" / "naive.cu").unlink()
+    (sub / "gemm" / "naive.cu").symlink_to(ROOT / "solutions" / "gemm" / "naive.cu")
+    (sub / "gemm" / "common.cuh").symlink_to("/etc/hostname")
+    proc = check(unpacked, str(sub), "--no-compile")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "FIX   submission" in out and "gemm/common.cuh is a symbolic link" in out
+    naive = [line for line in out.splitlines() if "naive.cu is a symbolic link" in line]
+    assert len(naive) == 1 and naive[0].startswith("FIX   gemm/naive.cu") and "starter/" not in naive[0]

@@ -1,0 +1,26 @@
+"""The service on a GPU machine: one worker per GPU listed, pinned with CUDA_VISIBLE_DEVICES, grading
+with the GPU (correctness measured, not "not evaluated"). Skipped without a GPU."""
+from __future__ import annotations
+
+import pytest
+
+from tests.serve_helpers import ROOT, ServiceProcess, bearer, issue_tokens, wait_job, zip_folder
+
+pytestmark = pytest.mark.gpu
+
+
+def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
+    data = tmp_path / "data"
+    token = issue_tokens(data, ["g@x.edu"])["g@x.edu"]
+    with ServiceProcess(data, "--gpus", "0", gpu=True) as svc, svc.client() as c:
+        svc.wait_workers(1)
+        [worker] = c.get("/api/v1/queue").json()["workers"]
+        assert worker["gpu"] == "0" and worker["name"].endswith("-gpu0")
+        sub = c.post("/api/v1/jobs", content=zip_folder(ROOT / "solutions"), headers=bearer(token))
+        assert sub.status_code == 202, sub.text
+        view = wait_job(c, sub.json()["id"], timeout_s=900, service=svc)
+        assert view["state"] == "done", (view, svc.log_text())
+        results = c.get(f"/api/v1/jobs/{view['id']}/files/results.json").json()
+        correct = [t for t in results["tests"] if t["name"].startswith("correct at every size")]
+        assert correct and all(t["score"] == t["max_score"] for t in correct), correct
+        assert "not evaluated" not in " ".join(t.get("output", "") for t in correct)

@@ -1,0 +1,133 @@
+"""The grading service's web pages (grader/serve/static/) in a real browser: Debian's Chromium driven by
+Playwright, against the real service (tests/serve_helpers.py) grading a real submission.
+
+- the job page follows a job from queued to done by itself, then shows the score, the per-stage
+  table with % of cuBLAS (equal to the job's grading.json), and the ladder and roofline plots load;
+- a student's text (a compile error quoting ``<script>`` and an ``<img onerror>``) shows as text;
+- the queue page's class leaderboard lists the graded job's 2D blocktiling speed under its pseudonym;
+- the queue page lists a queued job with its position (a service without workers keeps it queued).
+
+CI has no GPU: the service's gradings are static plus the GPU's measurements
+(tests/serve_gpu_measurements.py), so the plots and the leaderboard exist.
+Needs ``chromium`` (Debian package; .ci/run installs it) and the playwright wheel (never a downloaded browser).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.serve.client import Client, make_archive
+from tests.serve_gpu_measurements import measured_service
+from tests.serve_helpers import ServiceProcess, issue_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+STAGES = "naive,coalesced,blocktiling_2d"
+PAYLOAD = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency (pip install -e .[test])")
+pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+                                reason=f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """The service (one static worker with the GPU's measurements) and a student's token."""
+    tmp = tmp_path_factory.mktemp("page")
+    token = issue_tokens(tmp / "data", ["student@example.edu"])["student@example.edu"]
+    with measured_service(tmp, STAGES) as svc:
+        yield svc, token
+
+
+def _submission(tmp: Path) -> Path:
+    """The 2D and naive references, and a coalesced stage whose compile error quotes hostile HTML."""
+    sub = tmp / "sub"
+    (sub / "gemm").mkdir(parents=True)
+    for name in ("naive.cu", "blocktiling_2d.cu"):
+        shutil.copy(ROOT / "solutions" / "gemm" / name, sub / "gemm" / name)
+    (sub / "gemm" / "coalesced.cu").write_text(f"#error {PAYLOAD}\n")
+    return sub
+
+
+def test_job_page_follows_the_job_and_shows_results(service, browser, tmp_path):
+    svc, token = service
+    with Client(svc.url, token=token) as client:
+        job = client.submit(make_archive(_submission(tmp_path)).data)
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{svc.url}/jobs/{job.id}")
+        assert page.text_content("#job-id") == job.id
+        # no reload: the page refreshes itself until the job is done
+        page.wait_for_function("document.getElementById('state').textContent === 'done'", timeout=120_000)
+        page.wait_for_selector("#results:not([hidden])")
+        grading = json.loads(client.file(job.id, "grading.json"))
+        final = client.job(job.id)
+
+    assert page.text_content("#score") == f"{final.score:g} / {final.max_score:g} points"
+    rows = page.eval_on_selector_all("#stages tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == ["1 naive", "2 coalesced", "4b blocktiling_2d"]
+    by_stage = {r[0].split()[1]: r for r in rows}
+    timing = grading["stages"]["blocktiling_2d"]["timing"]
+    assert by_stage["blocktiling_2d"][1] == "yes"
+    assert by_stage["blocktiling_2d"][5] == f"{100 * timing['fraction_of_baseline']:.1f}"  # % of cuBLAS
+    assert by_stage["blocktiling_2d"][3] == f"{timing['tflops']:.2f}"
+    assert by_stage["coalesced"][1] == "no build" and by_stage["coalesced"][5] == "-"
+
+    # both plots are served and decoded by the browser
+    page.wait_for_function("[...document.querySelectorAll('#plots img')].every(i => i.complete)")
+    sizes = page.eval_on_selector_all("#plots img", "imgs => imgs.map(i => [i.getAttribute('src'), i.naturalWidth])")
+    assert [src.rsplit("/", 1)[1] for src, _ in sizes] == ["ladder.png", "roofline.png"]
+    assert all(width > 0 for _, width in sizes), sizes
+    assert page.get_attribute("#summary-link a", "href").endswith("/files/summary.md")
+
+    # the student's text is text: quoted whole, nothing of it ran or became an element
+    assert PAYLOAD in page.text_content("#items")
+    assert page.evaluate("window.__pwned") is None
+    assert page.eval_on_selector_all("img[src='x'], #items script", "nodes => nodes.length") == 0
+    assert errors == []
+
+    # the queue page's class leaderboard: this job, under its pseudonym (never the email)
+    page.goto(svc.url + "/")
+    page.wait_for_selector("#leaderboard table", timeout=30_000)
+    head = page.eval_on_selector_all("#leaderboard th", "cells => cells.map(c => c.textContent)")
+    title = "2D register blocktiling"
+    assert head[:2] == ["#", "name"] and f"{title} TFLOP/s" in head and f"{title} % of cuBLAS" in head
+    row = page.eval_on_selector_all("#leaderboard tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert len(row) == 1 and "@" not in row[0][1]
+    assert row[0][head.index(f"{title} TFLOP/s")] == f"{round(timing['tflops'], 2):.2f}"
+    assert row[0][head.index(f"{title} % of cuBLAS")] == f"{round(100 * timing['fraction_of_baseline'], 1):.1f}"
+    assert page.eval_on_selector_all("#workers tbody tr", "rows => rows.length") == 1
+    page.close()
+
+
+def test_queue_page_lists_a_queued_job(browser, tmp_path):
+    # A service without workers keeps its job queued; it shares nothing with the grading one.
+    data = tmp_path / "data"
+    token = issue_tokens(data, ["other@example.edu"])["other@example.edu"]
+    with ServiceProcess(data, "--no-workers", stages=STAGES) as idle, Client(idle.url, token=token) as client:
+        job = client.submit(make_archive(ROOT / "starter").data)
+        assert job.state == "queued" and job.position == 1
+        page = browser.new_page()
+        page.goto(idle.url + "/")
+        page.wait_for_selector("#queue table")
+        rows = page.eval_on_selector_all("#queue tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+        assert rows[0][:2] == ["1", "selfcheck"]
+        assert job.id not in page.content()  # the queue never shows ids
+        assert "1 queued" in page.text_content("#totals")
+        page.close()
+

@@ -1,0 +1,211 @@
+"""The grading service end to end, as real processes: ``python -m grader serve --no-gpu`` (uvicorn, the
+SQLite job store and queue, its worker processes) on a free port, spoken to over HTTP.
+
+Gradings are static and of one stage (``--stages naive``) to keep the file short.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from grader.serve.store import State
+from grader.serve.store_sqlite import SqliteStore
+from tests.serve_helpers import (
+    ROOT,
+    STAGES,
+    ServiceProcess,
+    bearer,
+    issue_tokens,
+    make_secret,
+    pids_matching,
+    signed,
+    wait_job,
+    zip_folder,
+)
+
+JOBS = "/api/v1/jobs"
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory):
+    data = tmp_path_factory.mktemp("serve") / "data"
+    service = ServiceProcess(data, "--workers", "1", "--per-hour", "3", "--concurrent", "1", "--archive-mib", "1")
+    service.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu", "c@x.edu", "k@x.edu", "gone@x.edu"])
+    service.secret = make_secret(data, "hw1")
+    with service:
+        service.wait_workers(1)
+        yield service
+
+
+def starter(tag: str) -> bytes:
+    """The starter with one file that makes its archive unique (no dedup between tests)."""
+    return zip_folder(ROOT / "starter", {"NOTES.txt": tag})
+
+
+def store_of(svc: ServiceProcess) -> SqliteStore:
+    return SqliteStore(svc.data / "jobs.sqlite")
+
+
+def test_a_selfcheck_is_graded_like_the_grader_then_deduplicated_or_forced(svc, tmp_path):
+    body = zip_folder(ROOT / "solutions")
+    direct = subprocess.Popen([sys.executable, "-m", "grader", "grade", "--no-gpu", "--stages", STAGES, "--quiet",
+                               "--out", str(tmp_path / "direct"), "--", str(ROOT / "solutions")], cwd=ROOT)
+    with svc.client() as c:
+        r = c.post(JOBS, content=body, headers=bearer(svc.tokens["a@x.edu"]))
+        assert r.status_code == 202, r.text
+        sub = r.json()
+        assert sub["state"] == "queued" and sub["deduplicated"] is False and isinstance(sub["position"], int)
+        assert sub["url"] == f"{svc.url}/jobs/{sub['id']}" and sub["estimate_s"] > 0
+        view = wait_job(c, sub["id"], service=svc)
+        assert view["state"] == "done" and view["kind"] == "selfcheck", view
+        assert view["files"][:3] == ["results.json", "summary.md", "grading.json"]
+        assert view["created"].endswith("Z") and view["finished"] >= view["started"] >= view["created"]
+        results = c.get(f"{JOBS}/{sub['id']}/files/results.json").json()
+        assert results["score"] == view["score"] and all("max_score" in t for t in results["tests"])
+        assert view["max_score"] == sum(t["max_score"] for t in results["tests"])
+        summary = c.get(f"{JOBS}/{sub['id']}/files/summary.md")
+        assert summary.status_code == 200 and "naive" in summary.text
+        assert c.get(f"{JOBS}/{sub['id']}/files/..%2Fjobs.sqlite").status_code == 404
+        assert direct.wait(timeout=120) == 0
+        assert json.loads((tmp_path / "direct" / "results.json").read_text())["score"] == results["score"]
+
+        again = c.post(JOBS, content=body, headers=bearer(svc.tokens["a@x.edu"]))
+        assert again.status_code == 200 and again.json()["id"] == sub["id"] and again.json()["deduplicated"]
+        # Someone else's identical archive: a job of their own, its results copied, not graded again.
+        other = c.post(JOBS, content=body, headers=bearer(svc.tokens["b@x.edu"]))
+        assert other.status_code == 200 and other.json()["deduplicated"] and other.json()["id"] != sub["id"]
+        assert other.json()["state"] == "done"
+        assert c.get(f"{JOBS}/{other.json()['id']}/files/results.json").json()["score"] == results["score"]
+
+        forced = c.post(JOBS + "?force=1", content=body, headers=bearer(svc.tokens["a@x.edu"]))
+        assert forced.status_code == 202 and forced.json()["id"] != sub["id"]
+        assert wait_job(c, forced.json()["id"], service=svc)["score"] == results["score"]
+    store = store_of(svc)
+    assert [store.get(i).gradings for i in (sub["id"], other.json()["id"], forced.json()["id"])] == [1, 0, 1]
+
+
+def test_refusals_say_why(svc, tmp_path):
+    body = starter("refusals")
+    expired = issue_tokens(svc.data, ["old@x.edu"], expires_days=1, now=time.time() - 3 * 86400)["old@x.edu"]
+    revoke = subprocess.run([sys.executable, "-m", "grader", "serve", "tokens", "revoke", "--data", str(svc.data),
+                             "gone@x.edu"], cwd=ROOT, capture_output=True, text=True)
+    assert revoke.returncode == 0, revoke.stderr
+    cases = [
+        ({}, "no credentials"),
+        (bearer("glt_not-a-token"), "unknown token"),
+        (bearer(expired), "this token expired on"),
+        (bearer(svc.tokens["gone@x.edu"]), "this token was revoked on"),
+        ({"Authorization": "Basic abc"}, "must be 'Bearer <your token>'"),
+        (signed(b"wrong secret", "hw1", body), "signature refused: signature does not match"),
+        (signed(svc.secret, "hw1", body, timestamp=int(time.time()) - 900), "signature refused: timestamp 9"),
+        (signed(svc.secret, "hw1", b"other body"), "signature does not match"),
+        (signed(svc.secret, "hw9", body), "no secret for assignment 'hw9'"),
+    ]
+    with svc.client() as c:
+        for headers, words in cases:
+            r = c.post(JOBS, content=body, headers=headers)
+            assert r.status_code == 401 and words in r.json()["error"], (headers, r.text)
+        token = svc.tokens["c@x.edu"]
+        r = c.post(JOBS, content=b"not a zip", headers=bearer(token))
+        assert r.status_code == 400 and "not a zip archive" in r.json()["error"]
+        big = os.urandom(1_300_000)  # over the 1 MiB limit (refused before it is read as a zip)
+        r = c.post(JOBS, content=big, headers=bearer(token))
+        assert r.status_code == 413 and "at most 1.0 MiB" in r.json()["error"], r.text
+        assert c.get(f"{JOBS}/AAAAAAAAAAAAAAAAAAAAAA").status_code == 404
+        assert "error" in c.get("/api/v1/nothing").json()
+    # Content-Length alone decides: the service answers 413 without waiting for a byte of the body.
+    with socket.create_connection(("127.0.0.1", svc.port), timeout=10) as s:
+        s.sendall(f"POST {JOBS} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {svc.tokens['c@x.edu']}\r\n"
+                  "Content-Type: application/zip\r\nContent-Length: 500000000\r\n\r\n".encode())
+        assert s.recv(4096).startswith(b"HTTP/1.1 413")
+
+
+def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the_job_finishes_once(svc):
+    token = svc.tokens["k@x.edu"]
+    with svc.client() as c:
+        sub = c.post(JOBS, content=starter("killed"), headers=bearer(token))
+        assert sub.status_code == 202, sub.text
+        second = c.post(JOBS, content=starter("second"), headers=bearer(token))
+        assert second.status_code == 429 and "at most 1 at a time" in second.json()["error"], second.text
+        assert int(second.headers["Retry-After"]) >= 1
+        job_id = sub.json()["id"]
+        attempt1 = f"{job_id}-1"
+        deadline = time.monotonic() + 60
+        while not pids_matching(attempt1, "grader grade") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grading = pids_matching(attempt1, "grader grade")
+        [worker] = pids_matching("grader serve worker", str(svc.data))
+        assert grading, "the grading never started"
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while pids_matching(attempt1) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids_matching(attempt1) == [], "the killed worker left its grading running"
+        view = wait_job(c, job_id, service=svc)
+    assert view["state"] == "done", (view, svc.log_text())
+    job = store_of(svc).get(job_id)
+    assert (job.state, job.attempts, job.gradings) == (State.DONE, 2, 1)
+    assert "restarting it" in svc.log_text() and f"job {job_id[:8]} requeued" in svc.log_text()
+
+
+def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_path):
+    data = tmp_path / "data"
+    token = issue_tokens(data, ["p@x.edu"])["p@x.edu"]
+    secret = make_secret(data, "hw1")
+    with ServiceProcess(data, "--no-workers", "--per-hour", "1", "--concurrent", "3") as s1, s1.client() as c:
+        a = c.post(JOBS, content=starter("a"), headers=bearer(token)).json()
+        assert a["position"] == 1 and a["state"] == "queued"
+        again = c.post(JOBS, content=starter("b"), headers=bearer(token))
+        assert again.status_code == 429 and "at most 1 submission per hour" in again.json()["error"]
+        assert 3500 <= int(again.headers["Retry-After"]) <= 3600
+        body = starter("g")
+        g = c.post(JOBS, content=body, headers={**signed(secret, "hw1", body), "X-Grader-Submission-Id": "777"})
+        assert g.status_code == 202 and g.json()["position"] == 1, g.text
+        assert c.get(f"{JOBS}/{a['id']}").json()["position"] == 2
+        queue = c.get("/api/v1/queue").json()
+        assert [q["kind"] for q in queue["queued"]] == ["gradescope", "selfcheck"]
+        assert "id" not in json.dumps(queue["queued"]) and queue["workers"] == []
+    g = g.json()
+    with ServiceProcess(data, "--workers", "1") as s2, s2.client() as c:
+        for job in (a, g):
+            assert wait_job(c, job["id"], service=s2)["state"] == "done"
+    store = SqliteStore(data / "jobs.sqlite")
+    ga, aa = (store.get(j["id"]) for j in (g, a))
+    assert ga.started < aa.started  # the Gradescope job, queued last, was graded first
+    assert ga.submission_id == "777" and ga.kind.value == "gradescope"
+    # Restarted once more, with a 1 s limit per grading: the old results are still served, and a new
+    # job that outlives the limit fails with a sentence, its grading stopped.
+    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "1") as s3, s3.client() as c:
+        assert c.get(f"{JOBS}/{g['id']}").json()["state"] == "done"
+        assert c.get(f"{JOBS}/{g['id']}/files/results.json").json()["score"] == ga.score
+        assert c.get("/api/v1/queue").json()["mean_grade_s"] == round(
+            sum(j.grade_s for j in (ga, aa)) / 2, 1)  # estimates come from the recent gradings
+        body = starter("slow")
+        slow = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
+        failed = wait_job(c, slow["id"], service=s3)
+        assert failed["state"] == "failed" and failed["error"] == "the grading took longer than 1 s and was stopped"
+        assert pids_matching(slow["id"]) == []
+        assert httpx.get(s3.url + "/healthz").json() == {"ok": True, "queue": "sqlite", "workers": 1}
+
+
+def test_bad_settings_stop_the_service_with_a_sentence(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "serve.yaml").write_text("limits:\n  per_hour: 3\n")
+    r = subprocess.run([sys.executable, "-m", "grader", "serve", "--data", str(data), "--no-gpu"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "serve.yaml: limits.per_hour: unknown limit" in r.stderr, r.stderr
+    (data / "serve.yaml").write_text("port: 1\n")
+    if not shutil.which("nvidia-smi"):
+        r = subprocess.run([sys.executable, "-m", "grader", "serve", "--data", str(data)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "no GPU found" in r.stderr and "--no-gpu" in r.stderr, r.stderr

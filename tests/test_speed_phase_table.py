@@ -1,0 +1,50 @@
+"""tools/phase_times.py with several gradings: one column each, a detail under the step it was in.
+
+Before and after issue 15's changes the occupancy build moved from the occupancy step into the
+compile step, and new details appeared (the warm CuPy cache, the checker's parts): each must be
+listed under its own step, with "-" where a column does not have it.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from grader.clock import Phase
+from tests.test_grading_json import synthetic_grading
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write(folder: Path, phases: list[Phase], seconds: float) -> Path:
+    g = synthetic_grading()
+    g.phases, g.seconds = phases, seconds
+    folder.mkdir()
+    g.write(folder / "grading.json")
+    return folder / "grading.json"
+
+
+def test_before_and_after_columns_keep_each_detail_under_its_step(tmp_path):
+    before = _write(tmp_path / "before", [
+        Phase("compile", 1.0, "naive", True), Phase("compile_stages", 1.2),
+        Phase("run", 3.0, "naive", True), Phase("run_stages", 3.1),
+        Phase("build", 3.0, "occupancy", True), Phase("grade_occupancy", 6.5),
+        Phase("outputs", 1.0)], 11.8)
+    after = _write(tmp_path / "after", [
+        Phase("compile", 1.1, "naive", True), Phase("build", 3.0, "occupancy", True), Phase("compile_stages", 3.1),
+        Phase("cupy_cache", 0.02, "", True), Phase("run", 1.5, "naive", True), Phase("run_stages", 1.6),
+        Phase("check.start", 0.8, "", True), Phase("check_results", 1.0),
+        Phase("grade_occupancy", 3.5), Phase("outputs", 1.0)], 10.2)
+    table = subprocess.run([sys.executable, "tools/phase_times.py", str(before), str(after)], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert table[0] == "| phase | before (s) | after (s) |"
+    rows = [line.split(" | ")[0].lstrip("| ").replace("&nbsp;", " ") for line in table[2:]]
+    assert rows == ["compile_stages", "  compile [naive]", "  build [occupancy]",
+                    "run_stages", "  cupy_cache", "  run [naive]",
+                    "check_results", "  check.start",
+                    "grade_occupancy", "  build [occupancy]",
+                    "outputs", "**total**"]
+    cells = {i: line.split(" | ")[1:] for i, line in enumerate(table[2:])}
+    assert cells[2] == ["-", "3.00 |"]  # the build, in the compile step: only after
+    assert cells[9] == ["3.00", "- |"]  # the build, in the occupancy step: only before
+    assert cells[7][0] == "-"  # the checker had no step before

@@ -43,6 +43,16 @@ def zip_folder(folder: Path, extra: dict[str, str] | None = None) -> bytes:
     return buf.getvalue()
 
 
+def future_zip() -> bytes:
+    """A zip of a version Python's zipfile does not read (it raises NotImplementedError, not BadZipFile)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        info = zipfile.ZipInfo("gemm/naive.cu", date_time=(2024, 1, 1, 0, 0, 0))
+        info.extract_version = 150  # "zip 15.0"
+        zf.writestr(info, "__global__ void k() {}\n")
+    return buf.getvalue()
+
+
 def issue_tokens(data: Path, labels: list[str], expires_days: float | None = 30,
                  now: float | None = None) -> dict[str, str]:
     from grader.serve.auth import Tokens
@@ -163,6 +173,56 @@ def signed(secret: bytes, assignment: str, body: bytes, path: str = "/api/v1/job
     return {ASSIGNMENT_HEADER: assignment, "Content-Type": "application/zip", **sign(secret, "POST", path, body, **kw)}
 
 
+SLOW_SERVICE = """
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Slow(BaseHTTPRequestHandler):
+    def answer(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.answer({"id": "slowjob0123456789abcdef", "state": "queued", "deduplicated": False})
+
+    def do_GET(self):
+        time.sleep(float(sys.argv[2]))
+        self.answer({"tests": []} if "/files/" in self.path else {"state": "done", "files": ["results.json"]})
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Slow).serve_forever()
+"""
+
+
+@contextmanager
+def slow_service(delay_s: float):
+    """A stand-in grading service (a real HTTP server process) that takes a job at once and answers
+    every GET after ``delay_s`` (an overloaded service); yields its URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SERVICE, str(port), str(delay_s)])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("the stand-in service did not start")
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 @contextmanager
 def redis_server(folder: Path):
     """A private redis-server on a free port (skips the test where redis-server is not installed)."""
@@ -192,3 +252,11 @@ def redis_server(folder: Path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def tiny_zip(tag: str) -> bytes:
+    """A valid one-file archive, different for each tag (jobs that must not be deduplicated)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("NOTES.txt", date_time=(2024, 1, 1, 0, 0, 0)), tag)
+    return buf.getvalue()

@@ -1,10 +1,12 @@
 """The Gradescope bridge's pure parts: the merge of the service's verdicts into a static run's
-results.json, the sentences when nothing is merged, its settings, and the package build's service
-options (the secret packed 0600, never in gradescope.env or the manifest). The end-to-end path
-against a running service is tests/test_serve_bridge.py."""
+results.json, the sentences when nothing is merged, its settings, its deadline against a slow
+stand-in service, and the package build's service options (the secret packed 0600, never in
+gradescope.env or the manifest). The end-to-end path against a running service is
+tests/test_serve_bridge.py."""
 from __future__ import annotations
 
 import json
+import time
 import zipfile
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy
 from grader.serve import bridge
 from grader.serve.bridge import BridgeConfig, Outcome
+from tests.serve_helpers import slow_service
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,6 +136,28 @@ def test_bridge_without_a_service_url_changes_nothing(tmp_path):
     outcome = bridge.bridge_if_configured(tmp_path, tmp_path, tmp_path / "source", env={})
     assert outcome.state == "skipped"
     assert json.loads((tmp_path / "results.json").read_text()) == res
+
+
+def test_a_slow_service_never_keeps_the_bridge_past_the_run_deadline(tmp_path):
+    """Each request ends STOP_S before run_autograder's deadline, however slowly the service answers:
+    past it the grader is killed and the sentence saying what became of the GPU items is lost."""
+    source, sub = tmp_path / "source", tmp_path / "submission"
+    source.mkdir()
+    (source / bridge.SECRET_FILE).write_text("a-long-enough-secret-value\n")
+    sub.mkdir()
+    (sub / "report.md").write_text("# report\n")
+    (tmp_path / "results.json").write_text(json.dumps(_static()))
+    with slow_service(delay_s=29) as url:  # under the client's 30 s read timeout: each answer comes
+        deadline = time.time() + bridge.STOP_S + 4
+        env = {"GRADER_SERVICE_URL": url, "GRADER_SERVICE_ASSIGNMENT": "gemm", "GRADER_AUTOGRADER_DIR": str(tmp_path),
+               bridge.DEADLINE_KEY: str(deadline)}
+        outcome = bridge.bridge_if_configured(tmp_path, sub, source, env=env)
+        ended = time.time()
+    assert ended < deadline - bridge.STOP_S + 2, f"the bridge ended {ended - deadline:.0f} s after the deadline"
+    assert outcome.state == "unreachable", outcome
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["extra_data"]["gpu_service"]["job"] == "slowjob0123456789abcdef"
+    assert written["output"].startswith("> **GPU grading could not start**")
 
 
 # --------------------------------------------------------------------------------------------

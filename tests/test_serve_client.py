@@ -17,7 +17,7 @@ import pytest
 
 from grader.serve import submit as submit_cmd
 from grader.serve.client import Client, Problem, ServiceError, make_archive
-from tests.serve_helpers import ServiceProcess, free_port, issue_tokens
+from tests.serve_helpers import ServiceProcess, free_port, future_zip, issue_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,6 +68,9 @@ def test_archive_is_deterministic_and_leaves_out_links_and_builds(tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(ValueError, match="neither a folder nor a zip"):
         make_archive(tmp_path / "notes.txt")
+    (tmp_path / "future.zip").write_bytes(future_zip())
+    with pytest.raises(ValueError, match="neither a folder nor a zip"):
+        make_archive(tmp_path / "future.zip")
     with pytest.raises(ValueError, match="does not exist"):
         make_archive(tmp_path / "nothing")
 
@@ -167,6 +170,9 @@ def test_client_errors_are_typed(service):
         with pytest.raises(ServiceError) as exc:
             client.submit(b"this is not a zip")
         assert exc.value.problem is Problem.BAD_REQUEST and exc.value.message
+        with pytest.raises(ServiceError) as exc:  # a zip Python cannot read: a 400 that says so, not a 500
+            client.submit(future_zip())
+        assert exc.value.status == 400 and "not a zip archive (zip file version 15.0)" in exc.value.message
         with pytest.raises(ServiceError) as exc:
             client.file("x" * 22, "../secrets")
         assert exc.value.problem is Problem.BAD_ANSWER  # never asked for

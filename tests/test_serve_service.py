@@ -197,6 +197,30 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
         assert httpx.get(s3.url + "/healthz").json() == {"ok": True, "queue": "sqlite", "workers": 1}
 
 
+def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):
+    """The query string is signed: one signed upload replayed with ?force=1 (within the clock skew)
+    would otherwise be as many gradings as the replayer likes, each ahead of every self-check."""
+    from grader.serve.client import Client
+
+    data = tmp_path / "data"
+    secret = make_secret(data, "hw1")
+    body = starter("replay")
+    with ServiceProcess(data, "--no-workers") as s, s.client() as c:
+        headers = signed(secret, "hw1", body)
+        first = c.post(JOBS, content=body, headers=headers)
+        assert first.status_code == 202, first.text
+        replay = c.post(JOBS, content=body, headers=headers)  # the same request: the same job
+        assert replay.status_code == 200 and replay.json()["id"] == first.json()["id"]
+        for _ in range(3):
+            r = c.post(JOBS + "?force=1", content=body, headers=headers)
+            assert r.status_code == 401 and "signature does not match" in r.json()["error"], r.text
+        assert len(c.get("/api/v1/queue").json()["queued"]) == 1
+        with Client(s.url, assignment="hw1", secret=secret) as gradescope:  # a signed ?force=1 is taken
+            forced = gradescope.submit(body, force=True)
+        assert forced.state == "queued" and forced.id != first.json()["id"] and not forced.deduplicated
+        assert len(c.get("/api/v1/queue").json()["queued"]) == 2
+
+
 def test_bad_settings_stop_the_service_with_a_sentence(tmp_path):
     data = tmp_path / "data"
     data.mkdir()

@@ -1,16 +1,21 @@
 """HMAC signing of Gradescope's requests, tokens and secrets on disk, and the views' arithmetic."""
 from __future__ import annotations
 
+import csv
 import os
 import stat
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from grader.serve.auth import AuthError, Secrets, Tokens, read_roster
-from grader.serve.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, read_secret, sign, verify
+from grader.serve.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, read_secret, sign, target, verify
 
 PATH = "/api/v1/jobs"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_signature_binds_secret_method_path_body_and_time():
@@ -20,7 +25,7 @@ def test_a_signature_binds_secret_method_path_body_and_time():
     lower = {k.lower(): v for k, v in h.items()}  # header names are case-insensitive
     assert verify(b"k", "POST", PATH, b"zip", lower, now=1_000_010) is None
     for args in ((b"j", "POST", PATH, b"zip"), (b"k", "GET", PATH, b"zip"), (b"k", "POST", "/api/v1/jobz", b"zip"),
-                 (b"k", "POST", PATH, b"zap")):
+                 (b"k", "POST", PATH, b"zap"), (b"k", "POST", target(PATH, "force=1"), b"zip")):
         assert "signature does not match" in verify(*args, h, now=1_000_010)
     assert verify(b"k", "POST", PATH, b"zip", h, now=1_000_812) == \
         "timestamp 812 s old; at most 300 s allowed (is the sender's clock right?)"
@@ -95,3 +100,37 @@ def test_estimates_and_leaderboard():
         {"name": "calm-otter-01", "WMMA": {"tflops": 30, "pct_of_baseline": 60}},
         {"name": "keen-lynx-02", "WMMA": {"tflops": 20, "pct_of_baseline": 40}}]}
     assert Settings().limits.archive_bytes == 20 * 1024 * 1024
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", "serve", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_written_tokens_and_secrets_are_private_even_over_an_old_file(tmp_path):
+    """``--out`` over an existing world-readable file (last term's tokens.csv) must not leave it readable."""
+    roster, tokens_csv, secret = tmp_path / "roster.csv", tmp_path / "tokens.csv", tmp_path / "hw1.secret"
+    roster.write_text("email\na@x.edu\n")
+    for old in (tokens_csv, secret):
+        old.write_text("last term's\n")
+        old.chmod(0o644)
+    r = _cli("tokens", "issue", "--data", str(tmp_path / "data"), str(roster), "--out", str(tokens_csv))
+    assert r.returncode == 0, r.stderr
+    r = _cli("secret", "--data", str(tmp_path / "data"), "--assignment", "hw1", "--out", str(secret))
+    assert r.returncode == 0, r.stderr
+    assert "glt_" in tokens_csv.read_text() and "last term" not in secret.read_text()
+    for path in (tokens_csv, secret):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+
+
+def test_pseudonyms_are_unique(tmp_path):
+    """The leaderboard's names and ``tokens revoke NAME`` need one student per pseudonym (a class of 1000
+    would share some of 40,000 names by chance)."""
+    roster = tmp_path / "roster.csv"
+    roster.write_text("sid\n" + "".join(f"s{i:04d}\n" for i in range(1000)))
+    out = tmp_path / "tokens.csv"
+    r = _cli("tokens", "issue", "--data", str(tmp_path / "data"), str(roster), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 1000 and len({row["pseudonym"] for row in rows}) == 1000
+    assert len({row["token"] for row in rows}) == 1000

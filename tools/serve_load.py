@@ -54,6 +54,21 @@ def percentile(values: list[float], q: float) -> float:
     return round(s[min(int(round(q * (len(s) - 1))), len(s) - 1)], 1)
 
 
+def stop_spawned(proc: subprocess.Popen | None, tmp: tempfile.TemporaryDirectory | None) -> None:
+    """Stop a service this tool started (SIGTERM: its workers requeue, then exit) and remove its folder."""
+    if proc is not None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    if tmp is not None:
+        tmp.cleanup()
+
+
+def add_baseline(result: dict, baseline: Path) -> None:
+    """``wall_ratio``: this run's wall time over an earlier run's (the same --n), the scaling goal's measure."""
+    base = json.loads(baseline.read_text())
+    result.update(baseline_wall_s=base["wall_s"], wall_ratio=round(result["wall_s"] / base["wall_s"], 3))
+
+
 def spawn(gpus: str, data: Path, assignment: str, extra: list[str]) -> tuple[subprocess.Popen, str, bytes]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -157,15 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error("give --server URL --secret-file F, or --spawn")
         result = run(url, args.assignment, secret, folders, args.n, args.timeout_s)
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
-        if tmp is not None:
-            tmp.cleanup()
+        stop_spawned(proc, tmp)
     if args.baseline:
-        base = json.loads(Path(args.baseline).read_text())
-        result["baseline_wall_s"] = base["wall_s"]
-        result["wall_ratio"] = round(result["wall_s"] / base["wall_s"], 3)
+        add_baseline(result, Path(args.baseline))
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:

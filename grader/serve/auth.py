@@ -123,6 +123,7 @@ class Tokens:
         t = time.time() if now is None else now
         records = self.records()
         live = {r.label: r for r in records if r.live(t)}
+        names = {r.pseudonym for r in records}
         issued, skipped = [], []
         for label in labels:
             if label in live and not reissue:
@@ -130,8 +131,14 @@ class Tokens:
                 continue
             if label in live:
                 live[label].revoked = t
-            token = TOKEN_PREFIX + secrets.token_urlsafe(24)
-            digest = token_hash(token)
+            # A pseudonym names one student (the leaderboard, `tokens revoke NAME`): draw again on a clash
+            # (40,000 names; bounded, so a full space gives a shared name rather than a hang).
+            for _ in range(1000):
+                token = TOKEN_PREFIX + secrets.token_urlsafe(24)
+                digest = token_hash(token)
+                if pseudonym(digest) not in names:
+                    break
+            names.add(pseudonym(digest))
             rec = TokenRecord(digest, label, pseudonym(digest), t,
                               t + expires_days * 86400 if expires_days else None)
             records.append(rec)

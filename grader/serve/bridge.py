@@ -34,6 +34,7 @@ SECRET_FILE = "service.secret"  # in the package's root, mode 0600: readable by 
 URL_KEY, ASSIGNMENT_KEY, WAIT_KEY = "GRADER_SERVICE_URL", "GRADER_SERVICE_ASSIGNMENT", "GRADER_SERVICE_WAIT_S"
 DEADLINE_KEY = "GRADER_RUN_DEADLINE"  # unix seconds at which run_autograder stops the grader
 MARGIN_S = 45.0  # left under the deadline for the downloads, the merge, the write and the kill-after
+STOP_S = 10.0  # no request lasts past the deadline less this (a slow service: the merge and write still fit)
 DEFAULT_WAIT_S = 240.0  # without a deadline (the run command called by hand)
 SERVICE_FOLDER = "gpu-service"  # the service's own files, kept beside results.json for staff
 
@@ -88,15 +89,21 @@ def read_bridge_config(source_dir: Path, env: Mapping[str, str]) -> BridgeConfig
     return BridgeConfig(url, assignment, secret, wait_s)
 
 
+def run_deadline(env: Mapping[str, str]) -> float | None:
+    """When run_autograder stops the grader (unix seconds), if it said."""
+    try:
+        deadline = float(env.get(DEADLINE_KEY) or "nan")
+    except ValueError:
+        return None
+    return deadline if deadline == deadline else None  # NaN: not set
+
+
 def wait_budget(config: BridgeConfig, env: Mapping[str, str], now: float | None = None) -> float:
     """Seconds to wait for the job: up to the run's deadline less MARGIN_S, and at most GRADER_SERVICE_WAIT_S."""
     now = time.time() if now is None else now
     budget = config.wait_s if config.wait_s is not None else DEFAULT_WAIT_S
-    try:
-        deadline = float(env.get(DEADLINE_KEY) or "nan")
-    except ValueError:
-        deadline = float("nan")
-    if deadline == deadline:  # not NaN: run_autograder set it
+    deadline = run_deadline(env)
+    if deadline is not None:
         left = deadline - now - MARGIN_S
         budget = left if config.wait_s is None else min(budget, left)
     return max(0.0, budget)
@@ -123,6 +130,26 @@ def submission_id(autograder_dir: Path) -> str | None:
         return None
     value = data.get("id") if isinstance(data, dict) else None
     return str(value) if isinstance(value, (int, str)) and str(value).isalnum() else None
+
+
+def submitter(autograder_dir: Path, secret: bytes) -> str | None:
+    """Who submitted, as the service may know it: a keyed hash of Gradescope's user ids (all of a
+    group's; their emails when no id is given) from submission_metadata.json, never the ids or
+    emails themselves (grader/serve/signing.py). None when the metadata names nobody."""
+    try:
+        data = json.loads((Path(autograder_dir) / "submission_metadata.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    users = data.get("users") if isinstance(data, dict) else None
+    ids = []
+    for user in users if isinstance(users, list) else []:
+        if isinstance(user, dict):
+            value = user.get("id") if isinstance(user.get("id"), (int, str)) else user.get("email")
+            if isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).strip():
+                ids.append(str(value).strip().lower())
+    from grader.serve.signing import submitter_id
+
+    return submitter_id(secret, ids) if ids else None
 
 
 def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
@@ -204,9 +231,12 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
         return Outcome("refused", f"the submission could not be packed: {exc}")
     autograder = Path(env.get("GRADER_AUTOGRADER_DIR") or "/autograder")
     outcome = Outcome("unreachable")
+    deadline = run_deadline(env)
     try:
-        with Client(config.url, assignment=config.assignment, secret=config.secret, timeout_s=30.0) as client:
-            sub = client.submit(archive.data, submission_id=submission_id(autograder))
+        with Client(config.url, assignment=config.assignment, secret=config.secret, timeout_s=30.0,
+                    deadline=None if deadline is None else deadline - STOP_S) as client:
+            sub = client.submit(archive.data, submission_id=submission_id(autograder),
+                                submitter=submitter(autograder, config.secret))
             outcome = Outcome(sub.state, job=sub.id, url=sub.url, deduplicated=sub.deduplicated)
             budget = wait_budget(config, env)  # after the upload, which took some of the time
             print(f"gpu service: job {sub.id} ({'stored' if sub.deduplicated else 'new'}, {sub.state}); "

@@ -7,6 +7,7 @@
     python -m grader serve tokens revoke --data DIR WHO        (an email/sid, a pseudonym or the token)
     python -m grader serve tokens list --data DIR
     python -m grader serve secret --data DIR --assignment NAME [--rotate] [--out F]
+    python -m grader serve prune --data DIR --older-than-days D [--results-too] [--dry-run]
 
 Settings (serve.yaml keys and their flags) are in grader/serve/settings.py. Exit codes: 0 ok, 2 bad
 settings or usage (the message names the key), 1 the service stopped on an error.
@@ -100,6 +101,7 @@ def worker_command(args: argparse.Namespace) -> int:
 
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # open's mode applies only to a new file: an existing tokens.csv may be 0644
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
 
@@ -166,6 +168,26 @@ def secret_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def prune_command(args: argparse.Namespace) -> int:
+    """Delete old finished jobs' archives (and results with --results-too): grader/serve/retention.py."""
+    from grader.serve.retention import prune, report
+
+    s = _settings(args)
+    if s is None:
+        return EXIT_USAGE
+    if args.older_than_days < 0:
+        print("error: --older-than-days must be 0 or more", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        store, _ = _connect(s)
+    except Exception as exc:
+        print(f"error: cannot open the job store or queue {s.queue!r}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    pruned = prune(store, s.data, args.older_than_days, results_too=args.results_too, dry_run=args.dry_run)
+    print("\n".join(report(pruned, args.dry_run)))
+    return EXIT_OK
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``serve`` subcommand of ``python -m grader`` and its own subcommands."""
     config.add_flags(p, service=True)
@@ -198,3 +220,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sc.add_argument("--rotate", action="store_true", help="replace an existing secret")
     sc.add_argument("--out", help="write the secret to this file (mode 0600) instead of printing it")
     sc.set_defaults(func=secret_command)
+
+    pr = sub.add_parser("prune", help="delete the archives (--results-too: the whole jobs) of jobs finished "
+                                      "more than D days ago; queued and running jobs are never touched")
+    config.add_flags(pr, service=False)
+    pr.add_argument("--older-than-days", type=float, required=True, help="finished more than this many days ago")
+    pr.add_argument("--results-too", action="store_true", default=False,
+                    help="delete their results and records too (the same archive is then graded again)")
+    pr.add_argument("--dry-run", action="store_true", default=False, help="only print what would be deleted")
+    pr.set_defaults(func=prune_command)

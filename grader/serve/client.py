@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from grader.serve.signing import ASSIGNMENT_HEADER, SUBMISSION_ID_HEADER, sign
+from grader.serve.signing import ASSIGNMENT_HEADER, SUBMISSION_ID_HEADER, SUBMITTER_HEADER, sign, target
 
 API = "/api/v1"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -38,6 +38,7 @@ SKIP_FILES = frozenset({".DS_Store", "a.out"})
 SKIP_SUFFIXES = (".o", ".obj", ".cubin", ".fatbin", ".ptx", ".so", ".a", ".exe", ".pyc", ".npy", ".swp")
 # A results file name the service may list: one path component, no dot-files.
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+JOB_ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")  # the service's ids (app.py): token_urlsafe, may begin with _ or -
 MAX_DOWNLOAD_BYTES = 64 * 1024 * 1024
 # Read into memory at most this much (the service refuses far less: 20 MiB by default, saying its limit).
 MAX_INPUT_BYTES = 256 * 1024 * 1024
@@ -129,7 +130,7 @@ def make_archive(path: Path) -> Archive:
         data = path.read_bytes()
         try:
             return Archive(data, len(zipfile.ZipFile(io.BytesIO(data)).namelist()))
-        except zipfile.BadZipFile:
+        except (zipfile.BadZipFile, NotImplementedError):  # NotImplementedError: a zip version Python cannot read
             raise ValueError(f"{path} is neither a folder nor a zip file") from None
     if not path.is_dir():
         raise ValueError(f"{path} does not exist")
@@ -187,12 +188,15 @@ class Client:
 
     def __init__(self, server: str, *, token: str | None = None, assignment: str | None = None,
                  secret: bytes | None = None, timeout_s: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, deadline: float | None = None) -> None:
+        """``deadline`` (unix seconds): no request may last past it, whatever ``timeout_s`` allows (the
+        Gradescope bridge must be done before run_autograder stops it)."""
         if not re.match(r"^https?://[^/\s]+", server or ""):
             raise ValueError(f"--server {server!r}: expected a URL such as https://gpu.example.edu")
         self.server = server.rstrip("/")
         self.base_path = httpx.URL(self.server).path.rstrip("/")  # signed with the path, behind a prefix too
         self.token, self.assignment, self.secret = token, assignment, secret
+        self.timeout_s, self.deadline = timeout_s, deadline
         timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
         self.http = httpx.Client(base_url=self.server, timeout=timeout, transport=transport,
                                  headers={"User-Agent": "gemm-ladder-grader"})
@@ -206,16 +210,27 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _auth(self, method: str, path: str, body: bytes) -> dict[str, str]:
-        if self.secret is not None:
-            return {ASSIGNMENT_HEADER: self.assignment or "", **sign(self.secret, method, path, body)}
+    def _auth(self, method: str, path: str, body: bytes, submitter: str | None = None) -> dict[str, str]:
+        if self.secret is not None:  # the submitter header is signed with the rest
+            return {ASSIGNMENT_HEADER: self.assignment or "", **sign(self.secret, method, path, body,
+                                                                     submitter=submitter)}
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def _request(self, method: str, path: str, body: bytes = b"", params: dict | None = None,
                  headers: dict[str, str] | None = None) -> httpx.Response:
-        all_headers = {**self._auth(method, self.base_path + path, body), **(headers or {})}
+        query = str(httpx.QueryParams(params or {}))  # signed as sent (grader/serve/signing.py)
+        extra = dict(headers or {})
+        submitter = extra.pop(SUBMITTER_HEADER, None)
+        all_headers = {**self._auth(method, target(self.base_path + path, query), body, submitter), **extra}
+        timeout = self.http.timeout
+        if self.deadline is not None:
+            left = self.deadline - time.time()
+            if left <= 0:
+                raise ServiceError(Problem.UNREACHABLE, "no time left for another request before the run's deadline")
+            timeout = httpx.Timeout(min(self.timeout_s, left), connect=min(10.0, self.timeout_s, left))
         try:
-            resp = self.http.request(method, path, content=body or None, params=params, headers=all_headers)
+            resp = self.http.request(method, target(path, query), content=body or None, headers=all_headers,
+                                     timeout=timeout)
         except httpx.TimeoutException as exc:
             raise ServiceError(Problem.UNREACHABLE, f"no answer in time ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
@@ -235,15 +250,19 @@ class Client:
                                resp.status_code)
         return data
 
-    def submit(self, archive: bytes, *, force: bool = False, submission_id: str | None = None) -> Submitted:
+    def submit(self, archive: bytes, *, force: bool = False, submission_id: str | None = None,
+               submitter: str | None = None) -> Submitted:
+        """``submitter``: Gradescope's submitter (signing.submitter_id), for the service's fair share."""
         headers = {"Content-Type": "application/zip"}
         if submission_id:
             headers[SUBMISSION_ID_HEADER] = submission_id
+        if submitter:
+            headers[SUBMITTER_HEADER] = submitter
         resp = self._request("POST", f"{API}/jobs", archive, params={"force": "1"} if force else None,
                              headers=headers)
         data = self._json(resp)
         job_id = data.get("id")
-        if not isinstance(job_id, str) or not FILE_NAME.match(job_id):
+        if not isinstance(job_id, str) or not JOB_ID.match(job_id):
             raise ServiceError(Problem.BAD_ANSWER, f"the service's answer has no usable job id: {str(data)[:200]}")
         url = data.get("url")
         url = url if isinstance(url, str) and url.startswith(("http://", "https://")) else f"{self.server}/jobs/{job_id}"

@@ -2,14 +2,13 @@
 
 Each refusal is a :class:`Refusal`: the HTTP status, a sentence that says what the limit is and when
 to try again, and for 429 the ``Retry-After`` seconds. The archive's size is checked against
-Content-Length before any byte is read, and the read itself stops at the limit (a chunked upload
-has no Content-Length).
+Content-Length before any byte is read (:func:`check_length`), and the read itself stops at the
+limit (a chunked upload has no Content-Length; grader/serve/upload.py).
 """
 from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import AsyncIterator
 
 from grader.serve.settings import Limits
 from grader.serve.store import Job, State
@@ -31,19 +30,13 @@ def too_large(limit: int, size: int | None = None) -> Refusal:
                         "data files and profiler reports")
 
 
-async def read_capped(content_length: str | None, stream: AsyncIterator[bytes], limit: int) -> bytes:
+def check_length(content_length: str | None, limit: int) -> None:
+    """Refuse a declared Content-Length over ``limit`` (or not a number) before any byte is read."""
     if content_length is not None:
         if not content_length.strip().isdigit():
             raise Refusal(400, f"Content-Length {content_length[:40]!r} is not a number of bytes")
         if int(content_length) > limit:
             raise too_large(limit, int(content_length))
-    chunks, total = [], 0
-    async for chunk in stream:
-        total += len(chunk)
-        if total > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _in(seconds: float) -> str:

@@ -16,6 +16,10 @@ Every key is optional; the defaults are in :class:`Settings`::
     max_attempts: 3            # a job interrupted this many times (lost workers) fails instead
     signature_skew_s: 300      # accepted clock difference of a signed (Gradescope) request
     estimate_default_s: 120    # a grading's expected seconds until some job has finished
+    retention_days: 0          # > 0: every hour, delete the archives (and left work folders) of jobs
+                               # finished longer ago than this; results stay (grader/serve/retention.py)
+    gradescope_fair_share: 3   # a Gradescope submitter's jobs beyond this many in the last hour wait
+                               # with the self-checks, behind other students' (0: no such rule)
     limits:                    # per student token; Gradescope (signed) jobs are not limited but by size
       submissions_per_hour: 6  # (--per-hour)
       concurrent_jobs: 1       # queued or running at once (--concurrent)
@@ -74,6 +78,8 @@ class Settings:
     max_attempts: int = 3
     signature_skew_s: int = 300
     estimate_default_s: float = 120.0
+    retention_days: float = 0.0
+    gradescope_fair_share: int = 3
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -148,6 +154,8 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "no_gpu": (bool, "true or false"), "run_workers": (bool, "true or false"), "rubric": (str, "a path"),
     "grade_timeout_s": (float, "seconds"), "lease_s": (float, "seconds"), "max_attempts": (int, "a count"),
     "signature_skew_s": (int, "seconds"), "estimate_default_s": (float, "seconds"),
+    "retention_days": (float, "a number of days (0: keep everything)"),
+    "gradescope_fair_share": (int, "a number of jobs per hour (0: no limit)"),
 }
 _LIMITS: dict[str, tuple[type, str]] = {
     "submissions_per_hour": (int, "a count"), "concurrent_jobs": (int, "a count"), "archive_mib": (float, "MiB"),

@@ -39,7 +39,10 @@ class Kind(str, Enum):
 
 
 # Gradescope jobs go first; within a priority, the oldest job first (the order huey dequeues in too).
+# A Gradescope job over its submitter's fair share (settings.gradescope_fair_share) waits with the
+# self-checks instead: never refused, but behind every other student's Gradescope job.
 PRIORITY = {Kind.GRADESCOPE: 10, Kind.SELFCHECK: 0}
+DEMOTED_PRIORITY = PRIORITY[Kind.SELFCHECK]
 
 
 @dataclass
@@ -68,10 +71,12 @@ class Job:
     files: list[str] = field(default_factory=list)
     leaderboard: list[dict] = field(default_factory=list)
     copied_from: str = ""
+    submitter: str = ""  # Gradescope's submitter, as the bridge's keyed hash (signing.submitter_id)
+    demoted: bool = False  # over its submitter's fair share when queued: waits with the self-checks
 
     @property
     def priority(self) -> int:
-        return PRIORITY[self.kind]
+        return DEMOTED_PRIORITY if self.demoted else PRIORITY[self.kind]
 
     @property
     def order(self) -> float:
@@ -156,6 +161,19 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def finished_since(self, since: float, limit: int = 1000) -> list[Job]:
         """Done or failed jobs finished at or after ``since``, newest first."""
+
+    @abc.abstractmethod
+    def finished_before(self, before: float) -> list[Job]:
+        """Done or failed jobs finished before ``before``, oldest first (what retention may prune)."""
+
+    @abc.abstractmethod
+    def blob_sizes(self, job_id: str) -> tuple[int, int]:
+        """Bytes of the job's stored archive and results (0 where there is none)."""
+
+    @abc.abstractmethod
+    def forget(self, job_id: str, whole: bool) -> bool:
+        """Delete a done or failed job's archive; ``whole``: its results and record too (every index).
+        False (nothing deleted) when the job is not finished."""
 
     @abc.abstractmethod
     def leaderboard_jobs(self) -> list[Job]:

@@ -126,6 +126,37 @@ class RedisStore(JobStore):
     def leaderboard_jobs(self) -> list[Job]:
         return self._load(self.r.smembers(self._k("ranked")))
 
+    def finished_before(self, before: float) -> list[Job]:
+        return self._load(self.r.zrangebyscore(self._k("finished"), "-inf", f"({before}"))
+
+    def blob_sizes(self, job_id: str) -> tuple[int, int]:
+        return self.r.strlen(self._k("archive", job_id)), self.r.strlen(self._k("results", job_id))
+
+    def forget(self, job_id: str, whole: bool) -> bool:
+        key = self._k("job", job_id)
+        with self.r.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    raw = pipe.get(key)
+                    job = Job.from_json(raw) if raw else None
+                    if job is None or job.state not in (State.DONE, State.FAILED):
+                        pipe.reset()
+                        return False
+                    pipe.multi()
+                    pipe.delete(self._k("archive", job_id))
+                    if whole:
+                        pipe.delete(self._k("results", job_id), key)
+                        pipe.zrem(self._k("state", job.state.value), job_id)
+                        pipe.zrem(self._k("owner", job.owner), job_id)
+                        pipe.zrem(self._k("content", job.archive_sha, job.key), job_id)
+                        pipe.zrem(self._k("finished"), job_id)
+                        pipe.srem(self._k("ranked"), job_id)
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue
+
     def put_worker(self, info: WorkerInfo) -> None:
         self.r.hset(self._k("workers"), info.name, info.to_json())
 

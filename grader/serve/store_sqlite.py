@@ -133,6 +133,34 @@ class SqliteStore(JobStore):
     def leaderboard_jobs(self) -> list[Job]:
         return self._jobs("ranked = 1", ())
 
+    def finished_before(self, before: float) -> list[Job]:
+        return self._jobs("finished < ? and state in (?, ?)", (before, State.DONE.value, State.FAILED.value),
+                          order="finished asc")
+
+    def blob_sizes(self, job_id: str) -> tuple[int, int]:
+        c = self._conn()
+        sizes = [c.execute(f"select length(data) from {table} where id = ?", (job_id,)).fetchone()
+                 for table in ("archives", "results")]
+        return (sizes[0][0] if sizes[0] else 0), (sizes[1][0] if sizes[1] else 0)
+
+    def forget(self, job_id: str, whole: bool) -> bool:
+        # The freed pages are reused by later jobs; the file itself shrinks only on a VACUUM.
+        c = self._conn()
+        c.execute("begin immediate")
+        try:
+            row = c.execute("select state from jobs where id = ?", (job_id,)).fetchone()
+            finished = row is not None and row[0] in (State.DONE.value, State.FAILED.value)
+            if finished:
+                c.execute("delete from archives where id = ?", (job_id,))
+                if whole:
+                    c.execute("delete from results where id = ?", (job_id,))
+                    c.execute("delete from jobs where id = ?", (job_id,))
+            c.execute("commit")
+            return finished
+        except BaseException:
+            c.execute("rollback")
+            raise
+
     def put_worker(self, info: WorkerInfo) -> None:
         self._conn().execute("insert or replace into workers (name, record) values (?, ?)",
                              (info.name, info.to_json()))

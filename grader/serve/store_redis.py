@@ -8,11 +8,18 @@ queued one scored in dispatch order), ``owner:<owner>`` and ``content:<sha>:<key
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import redis
+from redis.client import Pipeline
 
 from grader.serve.store import Change, Job, JobStore, Kind, State, WorkerInfo
 
 PREFIX = "grader:"
+R = TypeVar("R")
+# Given the job's stored record: None to change nothing, or the writes to queue in one MULTI.
+Plan = Callable[[bytes | str], "Callable[[Pipeline], R] | None"]
 
 
 class RedisStore(JobStore):
@@ -56,30 +63,43 @@ class RedisStore(JobStore):
         raw = self.r.get(self._k("job", job_id))
         return Job.from_json(raw) if raw else None
 
-    def _update(self, job_id: str, change: Change, results: bytes | None = None) -> Job | None:
+    def _transact(self, job_id: str, plan: Plan[R]) -> R | None:
+        """Read the job's record under WATCH; ``plan(raw)`` returns None to leave it as it is, or the
+        writes to make (queued after MULTI; their answer is returned). If the record changed in the
+        meantime, Redis refuses the MULTI and the record is read and planned again, never overwritten."""
         key = self._k("job", job_id)
         with self.r.pipeline(transaction=True) as pipe:
             while True:
                 try:
                     pipe.watch(key)
                     raw = pipe.get(key)
-                    if not raw:
-                        pipe.reset()
-                        return None
-                    old = Job.from_json(raw)
-                    new = change(Job.from_json(raw))
-                    if new is None:
+                    write = plan(raw) if raw else None
+                    if write is None:
                         pipe.reset()
                         return None
                     pipe.multi()
-                    pipe.set(key, new.to_json())
-                    if results is not None:
-                        pipe.set(self._k("results", job_id), results)
-                    self._index(pipe, old, new)
+                    answer = write(pipe)
                     pipe.execute()
-                    return new
+                    return answer
                 except redis.WatchError:
                     continue  # changed under us: read again and decide again
+
+    def _update(self, job_id: str, change: Change, results: bytes | None = None) -> Job | None:
+        def plan(raw: bytes | str) -> Callable[[Pipeline], Job] | None:
+            old = Job.from_json(raw)
+            new = change(Job.from_json(raw))  # a fresh copy: change may alter its argument
+            if new is None:
+                return None
+
+            def write(pipe: Pipeline) -> Job:
+                pipe.set(self._k("job", job_id), new.to_json())
+                if results is not None:
+                    pipe.set(self._k("results", job_id), results)
+                self._index(pipe, old, new)
+                return new
+            return write
+
+        return self._transact(job_id, plan)
 
     def _bytes(self, key: str) -> bytes | None:
         raw = self.r.get(key)
@@ -133,29 +153,24 @@ class RedisStore(JobStore):
         return self.r.strlen(self._k("archive", job_id)), self.r.strlen(self._k("results", job_id))
 
     def forget(self, job_id: str, whole: bool) -> bool:
-        key = self._k("job", job_id)
-        with self.r.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    pipe.watch(key)
-                    raw = pipe.get(key)
-                    job = Job.from_json(raw) if raw else None
-                    if job is None or job.state not in (State.DONE, State.FAILED):
-                        pipe.reset()
-                        return False
-                    pipe.multi()
-                    pipe.delete(self._k("archive", job_id))
-                    if whole:
-                        pipe.delete(self._k("results", job_id), key)
-                        pipe.zrem(self._k("state", job.state.value), job_id)
-                        pipe.zrem(self._k("owner", job.owner), job_id)
-                        pipe.zrem(self._k("content", job.archive_sha, job.key), job_id)
-                        pipe.zrem(self._k("finished"), job_id)
-                        pipe.srem(self._k("ranked"), job_id)
-                    pipe.execute()
-                    return True
-                except redis.WatchError:
-                    continue
+        def plan(raw: bytes | str) -> Callable[[Pipeline], bool] | None:
+            job = Job.from_json(raw)
+            if job.state not in (State.DONE, State.FAILED):
+                return None
+
+            def write(pipe: Pipeline) -> bool:
+                pipe.delete(self._k("archive", job_id))
+                if whole:
+                    pipe.delete(self._k("results", job_id), self._k("job", job_id))
+                    pipe.zrem(self._k("state", job.state.value), job_id)
+                    pipe.zrem(self._k("owner", job.owner), job_id)
+                    pipe.zrem(self._k("content", job.archive_sha, job.key), job_id)
+                    pipe.zrem(self._k("finished"), job_id)
+                    pipe.srem(self._k("ranked"), job_id)
+                return True
+            return write
+
+        return bool(self._transact(job_id, plan))
 
     def put_worker(self, info: WorkerInfo) -> None:
         self.r.hset(self._k("workers"), info.name, info.to_json())

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -33,7 +34,6 @@ from grader.spec.errors import ConfigError
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 DEFAULT_OUT = "grading-out"
-PLOT_SUFFIXES = (".png",)  # files under OUT/work that feedback messages name, kept after grading
 
 
 def fail(out: Path, message: str, code: int, started: float, stderr: TextIO | None = None) -> int:
@@ -136,41 +136,16 @@ def grade_command(args: argparse.Namespace) -> int:
         return internal_error(out, started)
     finally:
         if not args.keep_work:
-            remove_work_keeping_plots(out)
+            remove_work(out)
 
 
-def remove_work_keeping_plots(out: Path) -> None:
-    """Remove OUT/work (the submission's copy, builds, spec files) except the PNG plots the feedback
-    links to (the occupancy sweeps). Links inside it (students' runs write there) are removed, never
-    followed."""
+def remove_work(out: Path) -> None:
+    """Remove OUT/work (the submission's copy, builds, spec files). Links inside it (students' runs
+    write there) are removed, never followed; nothing the feedback names lives there (plots are drawn
+    into OUT itself)."""
     work = out / "work"
-    if not work.is_dir() or work.is_symlink():
-        return
-    for folder, dirs, files in os.walk(work, topdown=False):
-        for name in files:
-            path = os.path.join(folder, name)
-            if not (name.endswith(PLOT_SUFFIXES) and not os.path.islink(path)):
-                _remove(path)
-        for name in dirs:
-            path = os.path.join(folder, name)
-            if os.path.islink(path):
-                _remove(path)
-            else:
-                try:
-                    os.rmdir(path)  # only when empty: a kept plot keeps its folders
-                except OSError:
-                    pass
-    try:
-        os.rmdir(work)
-    except OSError:
-        pass
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    if work.is_dir() and not work.is_symlink():
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _add_grade_arguments(p: argparse.ArgumentParser) -> None:

@@ -220,3 +220,23 @@ def test_links_to_the_solutions_earn_nothing_and_a_self_link_does_not_crash(tmp_
     link.symlink_to(ROOT / "solutions", target_is_directory=True)
     proc, res = run_cli(link, "--no-gpu", "--stages", "naive", out=tmp_path / "out3")
     assert proc.returncode == 0 and res["score"] == 0 and "Submission refused" in res["output"]
+
+
+def test_removing_the_work_folder_follows_no_link(tmp_path):
+    from grader.cli import remove_work
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.png").write_bytes(b"not the grader's")
+    work = tmp_path / "out" / "work" / "occupancy"
+    work.mkdir(parents=True)
+    (work / "sweep.png").write_bytes(b"a student's file")
+    (work / "link").symlink_to(outside, target_is_directory=True)
+    remove_work(tmp_path / "out")
+    assert not (tmp_path / "out" / "work").exists()
+    assert (outside / "keep.png").read_bytes() == b"not the grader's"
+    # A work folder that is itself a link is left alone (never followed, never deleted through).
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / "work").symlink_to(outside, target_is_directory=True)
+    remove_work(tmp_path / "out2")
+    assert (outside / "keep.png").exists()

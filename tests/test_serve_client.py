@@ -181,3 +181,13 @@ def test_client_errors_are_typed(service):
         with pytest.raises(ServiceError) as exc:
             other.job("abc")
         assert exc.value.problem in (Problem.NOT_FOUND, Problem.BAD_ANSWER)
+
+
+def test_a_previous_runs_plots_never_pass_for_this_jobs(tmp_path):
+    from grader.occupancy.run import PLOT_FILE
+    from grader.serve.submit import _clear_old_results
+
+    for name in ("results.json", "ladder.png", PLOT_FILE, "notes.txt"):
+        (tmp_path / name).write_text("from an earlier run")
+    _clear_old_results(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # the student's own file stays

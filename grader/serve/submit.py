@@ -23,6 +23,7 @@ import os
 import time
 from pathlib import Path
 
+from grader.occupancy.run import PLOT_FILE as OCCUPANCY_PLOT
 from grader.serve.client import Archive, Client, JobState, Problem, ServiceError, human_size, make_archive
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 2, 3, 4, 5, 6
@@ -30,7 +31,7 @@ EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 DEFAULT_TIMEOUT_S = 3600.0
 # What a previous run left in --out that this job may not replace (a stale plot must not pass for this run's).
 RESULT_NAMES = ("results.json", "summary.md", "grading.json", "intake.json", "profile.md", "profile.html", "ladder.png",
-                "roofline.png")
+                "roofline.png", OCCUPANCY_PLOT)
 
 
 def _console():

@@ -99,13 +99,14 @@ class Limit(str, Enum):
     PROCESSES = "processes"
     FILE_SIZE = "file_size"  # wrote one file past the fence's file_bytes (SIGXFSZ)
     SCRATCH = "scratch"  # the step's work folder grew past the fence's scratch_bytes
+    CANCELLED = "cancelled"  # the grader no longer needed it (grader.run.process.Control.cancel)
 
     def __str__(self) -> str:
         return self.value
 
 
 _LIMIT_WORDS = {Limit.OUTPUT: "output", Limit.MEMORY: "memory", Limit.PROCESSES: "process-count",
-                Limit.FILE_SIZE: "file-size", Limit.SCRATCH: "disk-space (work folder)"}
+                Limit.FILE_SIZE: "file-size", Limit.SCRATCH: "disk-space (work folder)", Limit.CANCELLED: "cancel"}
 
 
 @dataclass

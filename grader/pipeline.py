@@ -118,7 +118,8 @@ def profile(job: Job) -> Job:
         job.progress("profiling with Nsight Compute")
     run = profile_stages(job.outcomes, job.rubric, has_gpu=job.env.has_gpu, gpu_reason=job.env.device_reason,
                          work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0), device=job.env.device,
-                         fence=tool_fence(job.work / "ncu", list(job.outcomes.values())))
+                         fence=tool_fence(job.work / "ncu", list(job.outcomes.values())),
+                         early=job.early_profile, schedule=job.schedule)
     if run is not None:
         job.profile = ProfileRun(command=list(run.command), reason=run.reason,
                                  wall_s=run.proc.wall_s if run.proc else None, notes=list(run.notes),
@@ -220,9 +221,13 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         with clock.step(step.__name__):
             job = step(job)
     with gpu_turn(gpu_lock, clock, env.has_gpu):
-        for step in GPU_STEPS:
-            with clock.step(step.__name__):
-                job = step(job)
+        try:
+            for step in GPU_STEPS:
+                with clock.step(step.__name__):
+                    job = step(job)
+        finally:
+            if job.schedule is not None:  # every child it started has ended, whatever happened
+                job.schedule.close()
     grading = job.grading()
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
     return grading

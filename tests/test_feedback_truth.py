@@ -370,6 +370,6 @@ def test_the_handout_says_what_gradescope_shows_and_when():
     assert "the same file Gradescope shows" not in text
     assert "(`visible`: right away)" not in text
     flat = " ".join(text.split())
-    for needed in ("pending GPU grading", "about 10 s of grading", "about 40 s on an H200", "time limit", "graded by hand",
+    for needed in ("pending GPU grading", "about 10 s of grading", "about 25 s on an H200", "time limit", "graded by hand",
                    "after the deadline", "not part of the autograder's score", "python -m grader submit"):
         assert needed in flat, needed

@@ -18,6 +18,7 @@ import pytest
 from grader.build.compile import CompileResult
 from grader.build.ptxas import KernelResources
 from grader.children.launch import ChildResult, seed_cache
+from grader.children.protocol import wait_at_gate
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Verdict
 from grader.run import sandbox, warm
@@ -191,19 +192,21 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
             report = {"loaded": True, "correctness": [{"n": n, "seed": 1, "file": f"c_{n}.npy"} for n in sizes],
                       "bench": {"n": 4096, "seed": 1, "student_ms": [1.0] * 5, "baseline_ms": [0.9] * 5},
                       "times": {"load": 0.4, "correctness": 0.1, "bench": 0.5}}
-        else:
+        else:  # the checker, started with the runs: it waits at its gate for the stages to judge
+            stages = wait_at_gate(work / "check_result.json", "compare")["stages"] if spec.get("gate") \
+                else spec["stages"]
             report = {"verdicts": {c["id"]: {"cases": [{"n": 512, "kind": "check", "passed": True,
-                                                        "max_scaled_err": 1e-7}]} for c in spec["stages"]},
+                                                        "max_scaled_err": 1e-7}]} for c in stages},
                       "times": {"start": 0.5, "references": 0.2, "compare": 0.1}}
         proc = ProcRecord(["python"], 0, wall_s=1.2)
         return ChildResult(proc, report, work / "spec.json", work / "result.json")
 
-    def sanitizer(tool, _sanitizer, specs, *_a, cache_seed=None, **_k):
+    def sanitizer(tool, _sanitizer, spec, *_a, cache_seed=None, **_k):
         seen[tool] = cache_seed
-        return {s["id"]: SanitizerRun(tool, s["id"]) for s in specs}
+        return SanitizerRun(tool, spec["id"])
 
     monkeypatch.setattr(run_stages, "launch", gpu_child)
-    monkeypatch.setattr(run_stages, "run_many", sanitizer)
+    monkeypatch.setattr(run_stages, "run_tool", sanitizer)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED))
     run_stages.run_stages(job)
     run_stages.check_results(job)
@@ -266,21 +269,30 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
     assert sorted(p.name for p in job.clock.phases) == ["memcheck", "racecheck"]
 
 
-def test_racecheck_starts_beside_the_checker_and_is_not_run_again(tmp_path, monkeypatch):
+def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypatch):
+    """racecheck starts beside the stage runs (before the checker answers), once per shared-memory
+    stage; sanitize reads those runs, and memcheck runs on the stage the checker failed."""
     events: list[tuple[str, float]] = []
-    asked: list[list[str]] = []
+    asked: list[str] = []
 
-    def run_many(tool, _sanitizer, specs, *_a, **_kw):
-        asked.append([s["id"] for s in specs])
+    def run_tool(tool, _sanitizer, spec, *_a, **_kw):
+        asked.append(f"{tool}:{spec['id']}")
         events.append((f"{tool} starts", time.monotonic()))
         time.sleep(0.3)
-        found = {"tiled": [Finding("Race reported between Write access at mmTiled+0x10 in tiled.cu:21")]}
-        return {s["id"]: SanitizerRun(tool, s["id"], found.get(s["id"], []) if tool == "racecheck" else [])
-                for s in specs}
+        found = [Finding("Race reported between Write access at mmTiled+0x10 in tiled.cu:21")] \
+            if tool == "racecheck" and spec["id"] == "tiled" else []
+        return SanitizerRun(tool, spec["id"], found)
 
-    def checker(mode, spec, work, *_a, **_kw):
-        assert mode == "check"
-        time.sleep(0.3)
+    def run_many(tool, _sanitizer, specs, *_a, **_kw):
+        return {s["id"]: run_tool(tool, _sanitizer, s) for s in specs}
+
+    def child(mode, spec, work, *_a, **_kw):
+        if mode == "stage":
+            report = {"loaded": True, "correctness": [{"n": 512, "seed": 1, "file": "c_512.npy"}],
+                      "bench": {"n": 4096, "seed": 1, "student_ms": [1.0] * 5, "baseline_ms": [0.9] * 5}}
+            return ChildResult(ProcRecord(["python"], 0, wall_s=0.1), report, work / "s", work / "r")
+        assert mode == "check" and spec.get("gate")
+        wait_at_gate(work / "check_result.json", "compare")
         events.append(("checker ends", time.monotonic()))
         bad = [{"n": 512, "kind": "check", "passed": False, "problem": "wrong numbers"}]
         good = [{"n": 512, "kind": "check", "passed": True, "max_scaled_err": 1e-7}]
@@ -288,17 +300,53 @@ def test_racecheck_starts_beside_the_checker_and_is_not_run_again(tmp_path, monk
         return ChildResult(ProcRecord(["python"], 0, wall_s=0.3), {"verdicts": verdicts, "times": {}},
                            work / "s", work / "r")
 
+    monkeypatch.setattr(run_stages, "run_tool", run_tool)
     monkeypatch.setattr(run_stages, "run_many", run_many)
-    monkeypatch.setattr(run_stages, "launch", checker)
+    monkeypatch.setattr(run_stages, "launch", child)
+    monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED),
-               ("blocktiling_1d", Verdict.NOT_EVALUATED), ("wmma", Verdict.TIMED_OUT))
+               ("blocktiling_1d", Verdict.NOT_EVALUATED))
     job.outcomes["naive"].compile.kernel.shared_bytes = 0  # type: ignore[union-attr]  # no shared memory
-    job.checks = [{"id": sid} for sid in ("naive", "tiled", "blocktiling_1d")]
+    job.outcomes["naive"].compile.launch = dataclasses.replace(job.outcomes["naive"].compile.launch, smem=0)  # type: ignore[union-attr,type-var]
+    run_stages.run_stages(job)
     run_stages.check_results(job)
     run_stages.sanitize(job)
-    assert asked == [["tiled", "blocktiling_1d"], ["tiled"]]  # racecheck once (started early), then memcheck
-    assert [e for e, _ in events][:2] == ["racecheck starts", "checker ends"]
+    job.schedule.close()
+    assert sorted(asked) == ["memcheck:tiled", "racecheck:blocktiling_1d", "racecheck:tiled"]
+    first_checker_end = next(t for e, t in events if e == "checker ends")
+    assert all(t < first_checker_end for e, t in events if e == "racecheck starts")
     tiled = job.outcomes["tiled"]
     assert tiled.verdict is Verdict.RACE and tiled.correctness_message.endswith("\nN=512: wrong numbers")
     assert "racecheck: no shared-memory hazard" in job.outcomes["blocktiling_1d"].correctness_message
-    assert job.outcomes["wmma"].verdict is Verdict.TIMED_OUT and job.early_racecheck is None
+
+
+def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
+    """A stage run that timed out has its early racecheck stopped (the kernel would hang there too)."""
+    from grader.model import Limit
+    from grader.run.process import Control
+
+    stopped: list[bool] = []
+
+    def run_tool(tool, _sanitizer, spec, *_a, control: Control | None = None, **_kw):
+        assert control is not None
+        stopped.append(control.cancel.wait(10))
+        return SanitizerRun(tool, spec["id"], reason="stopped")
+
+    def child(mode, spec, work, *_a, **_kw):
+        if mode == "stage":
+            time.sleep(0.2)
+            proc = ProcRecord(["python"], -9, wall_s=10.0, timed_out=True, timeout_s=10.0, limit=Limit.TIME)
+            return ChildResult(proc, {"loaded": True, "correctness": []}, work / "s", work / "r")
+        return ChildResult(ProcRecord(["python"], 0), {"verdicts": {}}, work / "s", work / "r")
+
+    monkeypatch.setattr(run_stages, "run_tool", run_tool)
+    monkeypatch.setattr(run_stages, "launch", child)
+    monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))
+    job = _job(tmp_path, ("tiled", Verdict.NOT_EVALUATED))
+    t0 = time.monotonic()
+    run_stages.run_stages(job)
+    run_stages.check_results(job)
+    run_stages.sanitize(job)
+    job.schedule.close()
+    assert stopped == [True] and time.monotonic() - t0 < 5
+    assert job.outcomes["tiled"].verdict is Verdict.TIMED_OUT

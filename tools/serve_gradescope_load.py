@@ -18,10 +18,10 @@ and the total its job's score; not deduplicated. One the static grading left not
 With --no-gpu the service grades statically too, so its GPU items arrive "not evaluated".
 
 CPU: at most --static-parallel (cores / 8) static phases at once, as the workers compile on the same cores; a slot
-frees at run.py's "score ..." line (the post begins); the wait counts in time-to-result. Time: ~21 s per grading
-per H200 worker (docs/measurements/2026-11-30-h200-service-speed-truth.md): --n 30 needs ~10.5 min on one worker,
-past a 10-minute device call; --n 20 ~7.5 min with setup on one, ~4 on two. Compare equal --n only (wall_ratio);
---timeout-s (e.g. 520 in a 600 s call) stops and reports what finished by then (all_merged false).
+frees at run.py's "score ..." line (the post begins); the wait counts in time-to-result. Time: ~15 s per grading
+of this mix per H200 worker (docs/measurements/2026-11-30-h200-gates-gradescope-path.md): --n 30 took 444 s on one
+worker and 246 s on two. Compare equal --n only (wall_ratio); --timeout-s (e.g. 540 in a 600 s call) stops and
+reports what finished by then (all_merged false).
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ from grader.build.tool_search import Tool
 from grader.model import ProcRecord
 from grader.run import sandbox
 from grader.run.fence import Fence
+from grader.run.process import Control
 from grader.run.sandbox import STUDENT_USER_VAR, student_user
 
 __all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Fence", "Scratch", "compile_student",
@@ -64,13 +65,14 @@ def compile_workers() -> int:
 
 def run_guarded(cmd: Sequence[str], *, cwd: Path, timeout_s: float, output_limit: int,
                 user: str | None = None, env: Mapping[str, str] | None = None,
-                fence: Fence | None = None) -> ProcRecord:
+                fence: Fence | None = None, control: Control | None = None) -> ProcRecord:
     """Run a process whose behaviour a submission decides (nvcc on a student's source, a student's
     program, a child that loads a student's kernel): the one call of :func:`grader.run.sandbox.run`
     for them, so the limits and the ``fence`` are applied in one place. With a fence, ``user=None``
-    means the student user (the sandbox hands the fence's scratch folder over itself)."""
+    means the student user (the sandbox hands the fence's scratch folder over itself). ``control``:
+    hold its clock or cancel it (grader.run.process.Control)."""
     return sandbox.run(list(cmd), timeout_s=timeout_s, cwd=str(cwd), env=env, output_limit=output_limit,
-                       user=user, fence=fence)
+                       user=user, fence=fence, control=control)
 
 
 class CompileStatus(str, Enum):

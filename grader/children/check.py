@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.children.protocol import write_result
+from grader.children.protocol import GateClosed, wait_at_gate, write_result
 from grader.run.inputs import make_inputs_xp, rep_seed
 from grader.run.numerics import compare
 
@@ -95,14 +95,26 @@ class _Times:
             self.into[name] = round(self.into.get(name, 0.0) + time.perf_counter() - t0, 3)
 
 
-def check(spec: dict, times: dict[str, float] | None = None) -> dict:
-    """Every stage's verdicts; ``times`` (if given) gets the seconds of each part: ``start`` (CuPy's
-    import and the CUDA context), ``load`` (the saved outputs), ``references`` (float64 products),
-    ``compare`` and ``fingerprints``."""
+def _started(times: dict[str, float]):
+    """CuPy (or NumPy) ready, its float64 product and input kernels loaded; the time in ``times["start"]``."""
     t0 = time.perf_counter()
     xp = _array_module()
-    timer = _Times(xp, times if times is not None else {})
-    timer.into["start"] = round(time.perf_counter() - t0, 3)
+    if xp is not np:
+        a, b = make_inputs_xp(xp, 64, 1, "fp32")
+        (a.astype(xp.float64) @ b.astype(xp.float64)).sum()
+        xp.cuda.Device().synchronize()
+    times["start"] = round(time.perf_counter() - t0, 3)
+    return xp
+
+
+def check(spec: dict, times: dict[str, float] | None = None, xp=None) -> dict:
+    """Every stage's verdicts; ``times`` (if given) gets the seconds of each part: ``start`` (CuPy's
+    import and the CUDA context), ``load`` (the saved outputs), ``references`` (float64 products),
+    ``compare`` and ``fingerprints``. ``xp``: the array module, already started."""
+    times = times if times is not None else {}
+    if xp is None:
+        xp = _started(times)
+    timer = _Times(xp, times)
     refs: dict[tuple[int, int, str], object] = {}
 
     def reference(n: int, seed: int, inputs: str):
@@ -140,8 +152,21 @@ def check(spec: dict, times: dict[str, float] | None = None) -> dict:
 
 
 def run(spec: dict, result: Path) -> int:
-    """RESULT.json: ``{"verdicts": {stage id: ...}, "times": {part: seconds}}``."""
+    """RESULT.json: ``{"verdicts": {stage id: ...}, "times": {part: seconds}}``.
+
+    With ``"gate": true`` the checker starts (CuPy, the CUDA context, its kernels) while the stages
+    run, then waits at the gate ``compare`` for the list of stages to judge (grader/run/turns.py)."""
     times: dict[str, float] = {}
-    verdicts = check(spec, times)
+    xp = None
+    if spec.get("gate"):
+        xp = _started(times)
+        t0 = time.perf_counter()
+        try:
+            spec = {**spec, "stages": wait_at_gate(result, "compare").get("stages") or []}
+        except GateClosed:
+            write_result(result, {"verdicts": {}, "times": times, "stopped": True})
+            return 0
+        times["wait"] = round(time.perf_counter() - t0, 3)
+    verdicts = check(spec, times, xp)
     write_result(result, {"verdicts": verdicts, "times": times})
     return 0

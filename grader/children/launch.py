@@ -24,6 +24,7 @@ from grader.build.student import Fence, run_guarded
 from grader.children.protocol import MODES
 from grader.model import ProcRecord
 from grader.run.fence import shared_runtime
+from grader.run.process import Control
 
 MAX_RESULT_BYTES = 64 << 20  # a result is a few KB (a stage run's timings: a few hundred KB at most)
 
@@ -82,14 +83,15 @@ def seed_cache(seed: Path, cache: Path) -> None:
 def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output_limit: int, *,
            fence: Fence | None = None, wrap: Sequence[str] = (), name: str | None = None,
            cache_dir: Path | None = None, runtime: Path | None = None,
-           cache_seed: Path | None = None) -> ChildResult:
+           cache_seed: Path | None = None, control: Control | None = None) -> ChildResult:
     """Run the child ``mode`` on ``spec`` in ``work``; never raises for what the child does.
 
     ``wrap``: a tool that runs the child (``ncu ...``, ``compute-sanitizer ...``). ``name``: the
     files' stem (default the mode): ``WORK/<name>_spec.json`` and ``WORK/<name>_result.json``.
     ``cache_dir``: CuPy's kernel cache (default ``WORK/cupy-cache``); ``cache_seed``: a trusted
     warm cache it starts as a copy of (:func:`seed_cache`). ``runtime``: the folder holding the
-    runtime files (default the checkout).
+    runtime files (default the checkout). ``control``: hold the child's clock while it waits at a
+    gate, or cancel it (grader/run/turns.py).
     """
     work = Path(work).resolve()  # the child runs there; every path handed over is absolute
     work.mkdir(parents=True, exist_ok=True)
@@ -105,5 +107,6 @@ def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output
     if cache_seed is not None:
         seed_cache(cache_seed, cache)  # before the fence hands the scratch (and this copy) to the student user
     env = child_env(cache, runtime)
-    proc = run_guarded(cmd, cwd=work, timeout_s=timeout_s, output_limit=output_limit, env=env, fence=fence)
+    proc = run_guarded(cmd, cwd=work, timeout_s=timeout_s, output_limit=output_limit, env=env, fence=fence,
+                       control=control)
     return ChildResult(proc, read_result(result_path), spec_path, result_path)

@@ -8,35 +8,58 @@ nothing is judged here. RESULT.json: ``{"failures": {stage id: error}}``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from grader.children.protocol import write_result
+from grader.children.protocol import GateClosed, wait_at_gate, write_result
 from grader.run.inputs import make_inputs_xp
 
 
+def _context_lost(exc: BaseException) -> bool:
+    return "CUDA_ERROR" in str(exc) or "cudaError" in str(exc)
+
+
 def run(spec: dict, result: Path) -> int:
+    """With ``"gate": true`` every stage's module and inputs are ready before the gate ``launch``;
+    the grader's go names the stages to launch (``{"stages": [id, ...]}``), in the spec's order."""
     import cupy as cp
 
     n = spec["n"]
-    failures = {}
-    inputs = {}
-    for st in spec["stages"]:
+    failures: dict[str, str] = {}
+    inputs: dict[str, tuple] = {}
+    kernels: dict[str, Any] = {}
+    for st in spec["stages"]:  # load everything first: under a gate, before the turn
         try:
             if st["inputs"] not in inputs:
                 inputs[st["inputs"]] = make_inputs_xp(cp, n, spec["seed"], st["inputs"])
+            kernel = cp.RawModule(path=st["cubin"]).get_function(st["kernel"])
+            if st["launch"]["smem"] > 48 * 1024:
+                kernel.max_dynamic_shared_size_bytes = st["launch"]["smem"]
+            kernels[st["id"]] = kernel
+        except Exception as exc:  # a cubin that does not load fails its own profile only
+            failures[st["id"]] = f"{type(exc).__name__}: {exc}"
+    chosen = [st for st in spec["stages"] if st["id"] in kernels]
+    if spec.get("gate"):
+        cp.cuda.Device().synchronize()
+        try:
+            wanted = set(wait_at_gate(result, "launch").get("stages") or [])
+        except GateClosed:
+            write_result(result, {"failures": {}, "stopped": True})
+            return 0
+        chosen = [st for st in chosen if st["id"] in wanted]
+        failures = {k: v for k, v in failures.items() if k in wanted}
+    for st in chosen:
+        try:
             a, b = inputs[st["inputs"]]
             c = cp.full((n, n), cp.nan, dtype=cp.float32)
-            kernel = cp.RawModule(path=st["cubin"]).get_function(st["kernel"])
             lp = st["launch"]
-            if lp["smem"] > 48 * 1024:
-                kernel.max_dynamic_shared_size_bytes = lp["smem"]
-            kernel((n // lp["tile"][1], n // lp["tile"][0], 1), (lp["block"][0], lp["block"][1], 1),
-                   (a, b, c, np.int32(n)), shared_mem=lp["smem"])
+            kernels[st["id"]]((n // lp["tile"][1], n // lp["tile"][0], 1), (lp["block"][0], lp["block"][1], 1),
+                              (a, b, c, np.int32(n)), shared_mem=lp["smem"])
             cp.cuda.Device().synchronize()
         except Exception as exc:  # a broken kernel stops its own profile only
             failures[st["id"]] = f"{type(exc).__name__}: {exc}"
-            if "CUDA_ERROR" in str(exc) or "cudaError" in str(exc):
+            if _context_lost(exc):
                 break  # the context is gone; later launches would fail too
     write_result(result, {"failures": failures})
     return 0

@@ -30,3 +30,47 @@ def write_result(path: str | os.PathLike[str], data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, default=float))
     os.replace(tmp, path)
+
+
+# ---- gates: a child's turn on the GPU ---------------------------------------------------------------
+# A child that times or profiles something first does its untimed work (start-up, loading, correctness
+# runs) side by side with the grading's other children, then waits at a gate until the grader gives it
+# the GPU alone (grader/run/turns.py). Two files beside RESULT.json carry it: the child creates
+# ``<result>.<gate>.wait`` when it arrives; the grader writes ``<result>.<gate>.go`` (a JSON object,
+# replaced whole) when it may go on. ``{"stop": true}`` in it means: end now, the rest is not needed.
+GATE_POLL_S = 0.005
+GATE_MAX_WAIT_S = 900.0  # the grader's own bound on a hold (grader.run.process.MAX_HOLD_S)
+
+
+class GateClosed(Exception):
+    """The grader went away, or never opened the gate: end without doing the gated part."""
+
+
+def gate_files(result: str | os.PathLike[str], gate: str) -> tuple[Path, Path]:
+    """(the wait file, the go file) of ``gate`` for the child writing ``result``."""
+    result = Path(result)
+    return result.with_name(f"{result.name}.{gate}.wait"), result.with_name(f"{result.name}.{gate}.go")
+
+
+def wait_at_gate(result: str | os.PathLike[str], gate: str) -> dict[str, Any]:
+    """Say this child is at ``gate`` and block until the grader opens it; return what it handed over.
+
+    Raises :class:`GateClosed` when the go file says stop, when the parent process is gone (the
+    child was re-parented), or after :data:`GATE_MAX_WAIT_S`."""
+    import time
+
+    wait_file, go_file = gate_files(result, gate)
+    parent = os.getppid()
+    wait_file.write_text("")
+    deadline = time.monotonic() + GATE_MAX_WAIT_S
+    while not go_file.exists():
+        if os.getppid() != parent or time.monotonic() > deadline:
+            raise GateClosed(f"the gate {gate!r} was never opened")
+        time.sleep(GATE_POLL_S)
+    try:
+        data = json.loads(go_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise GateClosed(f"the gate {gate!r} could not be read: {exc}") from exc
+    if not isinstance(data, dict) or data.get("stop"):
+        raise GateClosed(f"the grader stopped this child at the gate {gate!r}")
+    return data

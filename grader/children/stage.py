@@ -9,7 +9,9 @@ inputs from the seeds in the spec, and:
    timed launch, C re-poisoned before every student launch), then saves the C
    of the last timed launch so the checker can verify what was timed.
 
-It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
+With ``"gate": true`` in the spec it waits at the gate ``correctness`` before step 1 (no other
+stage's kernel runs meanwhile) and at ``bench`` before step 2 (nothing else runs on the GPU),
+grader/run/turns.py. It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
 what was done; the output matrices go to the spec's out_dir. It never judges: the
 trusted checker compares the saved outputs with references it computes itself.
 
@@ -31,7 +33,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
-from grader.children.protocol import write_result  # noqa: E402
+from grader.children.protocol import GateClosed, wait_at_gate, write_result  # noqa: E402
 from grader.run.inputs import make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
@@ -185,6 +187,25 @@ class Runner:
         self.save()
 
 
+def _turn(runner: Runner, gate: str) -> bool:
+    """With ``"gate": true`` in the spec, wait for the grader's go at ``gate`` (grader/run/turns.py):
+    the correctness runs share the GPU with no other stage's kernel, the timing with nothing at all.
+    The wait goes to ``times["wait"]``; False when the grader said stop."""
+    if not runner.spec.get("gate"):
+        return True
+    tw = time.perf_counter()
+    runner.save()
+    try:
+        wait_at_gate(runner.result, gate)
+    except GateClosed as why:
+        runner.report["stopped"] = str(why)
+        runner.save()
+        return False
+    times = runner.report["times"]
+    times["wait"] = round(times.get("wait", 0.0) + time.perf_counter() - tw, 3)
+    return True
+
+
 def run(spec: dict, result: Path) -> int:
     runner = None
     try:
@@ -193,10 +214,14 @@ def run(spec: dict, result: Path) -> int:
         times = runner.report["times"] = {}
         runner.load()  # creates the CUDA context, loads the cubin
         times["load"] = round(time.perf_counter() - t0, 3)
+        if not _turn(runner, "correctness"):
+            return 0
         t1 = time.perf_counter()
         runner.correctness()
         times["correctness"] = round(time.perf_counter() - t1, 3)
         if spec.get("bench"):
+            if not _turn(runner, "bench"):
+                return 0
             t2 = time.perf_counter()
             runner.bench()
             times["bench"] = round(time.perf_counter() - t2, 3)

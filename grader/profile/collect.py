@@ -14,15 +14,24 @@ counters locked, profiling switched off): both score 0 as not evaluated, worded 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.build import toolchain
+from grader.children.launch import ChildResult, launch
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
-from grader.profile.ncu import NcuRun, collect, metrics_needed
+from grader.profile.ncu import OUTPUT_LIMIT, NcuRun, collect, command, metrics_needed
 from grader.run.fence import Fence
+from grader.run.process import Control
+from grader.run.turns import Party, Schedule
 from grader.spec.metric_names import chip_for_cc, chips_with, missing_on
 from grader.spec.types import Rubric
+
+
+def _tile_fits(o: StageOutcome, n: int) -> bool:
+    shape = o.compile.launch if o.compile is not None else None
+    return shape is not None and not (n % shape.tile[0] or n % shape.tile[1])
 
 
 def _why_not(o: StageOutcome, has_gpu: bool, gpu_reason: str, n: int) -> Gap | None:
@@ -35,12 +44,57 @@ def _why_not(o: StageOutcome, has_gpu: bool, gpu_reason: str, n: int) -> Gap | N
         return Gap(Cause.STUDENT, "not profiled: the kernel is not correct")
     if o.correct is None:
         return Gap(Cause.GRADER, "not evaluated: the kernel's correctness was not checked, so it was not profiled")
-    launch = o.compile.launch
-    assert launch is not None  # a compiled stage has its launch shape
-    bm, bn = launch.tile
-    if n % bm or n % bn:
+    if not _tile_fits(o, n):
+        assert o.compile.launch is not None  # a compiled stage has its launch shape
+        bm, bn = o.compile.launch.tile
         return Gap(Cause.GRADER, f"not evaluated: the launch tile {bm} x {bn} does not divide the profile size N={n}")
     return None
+
+
+@dataclass
+class EarlyProfile:
+    """The profile child under ncu, started with the stage runs (:func:`start_profile`): it loads
+    every compiled kernel and its inputs, then waits at its gate ``launch`` for the ones to profile."""
+
+    party: Party
+    stage_ids: list[str]
+    metrics: list[str]
+
+
+def _wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list[str], str | None]:
+    """(the metrics to ask ncu for, those this chip's ncu lacks, the chip)."""
+    wanted = metrics_needed(rubric)
+    chip = chip_for_cc((device or {}).get("cc"))
+    absent = missing_on(wanted, chip)
+    return [m for m in wanted if m not in absent], absent, chip
+
+
+def start_profile(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
+                  schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
+                  ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
+    """Start the ncu run now, on every compiled kernel that could be profiled, waiting at its gate:
+    its start-up (ncu, Python, CuPy, the context, the modules, the inputs) then overlaps the stage
+    runs' untimed work, and :func:`profile_stages` opens the gate for the kernels found correct.
+    ``cache_seed``: the warm CuPy cache (grader/run/warm.py) its own cache starts as a copy of."""
+    prof = rubric.profile
+    if not (prof.enabled and has_gpu):
+        return None
+    tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
+    candidates = [o for o in outcomes.values() if o.compile is not None and o.compile.ok and _tile_fits(o, prof.n)]
+    if tool is None or getattr(tool, "path", None) is None or not candidates:
+        return None
+    metrics, _absent, _chip = _wanted_metrics(rubric, device)
+    specs = [stage_spec(o) for o in candidates]
+    wrap = command(str(tool.path), [s["kernel"] for s in specs], metrics, prof.clock_control)
+    spec = {"n": prof.n, "seed": seed, "stages": specs, "gate": True}
+    work_dir = Path(work_dir).resolve()
+
+    def run(control: Control) -> ChildResult:
+        return launch("profile", spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
+                      cache_seed=cache_seed, control=control)
+
+    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run), start=False)
+    return EarlyProfile(party, [s["id"] for s in specs], metrics)
 
 
 def stage_spec(o: StageOutcome) -> dict:
@@ -66,13 +120,17 @@ def missing_metric_message(metric: str, row: dict | None) -> str:
 
 def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, gpu_reason: str,
                    work_dir: Path, seed: int, ncu_tool=None, fence: Fence | None = None,
-                   device: dict | None = None) -> NcuRun | None:
+                   device: dict | None = None, early: EarlyProfile | None = None,
+                   schedule: Schedule | None = None) -> NcuRun | None:
     """Profile every correct stage kernel in one ncu run; set each outcome's ncu fields.
 
     ``device``: the probe's record; when its chip is one whose metric list the grader ships, the
     metrics that chip's ncu lacks are left out of the run up front (as ncu's own refusal would
     leave them out, without the failed first run) and their items say so.
-    Returns the run (for grading.json: its command, notes and output), or None when nothing ran.
+    ``early``: the run :func:`start_profile` started (on ``schedule``): its gate is opened for the
+    kernels to profile when it holds them all with the same metrics; otherwise it is stopped and
+    ncu is started now. Returns the run (for grading.json: its command, notes and output), or None
+    when nothing ran.
     """
     prof = rubric.profile
     n = prof.n
@@ -80,6 +138,7 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
         o.profile_n = n
         o.ncu = None
     if not prof.enabled:
+        _stop(early, schedule)
         for o in outcomes.values():
             o.ncu_gap = Gap(Cause.GRADER,
                             "not evaluated: profiling is switched off in the rubric (settings.profile.enabled)")
@@ -90,16 +149,32 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
         if o.ncu_gap is None:
             todo.append(o)
     if not todo:
+        _stop(early, schedule)
         return None
     tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
-    wanted = metrics_needed(rubric)
-    chip = chip_for_cc((device or {}).get("cc"))
-    absent = missing_on(wanted, chip)
-    run = collect([stage_spec(o) for o in todo], n, seed, [m for m in wanted if m not in absent], tool,
-                  prof.clock_control, prof.timeout_s, Path(work_dir), fence=fence)
+    metrics, absent, chip = _wanted_metrics(rubric, device)
+    ids = [o.stage.id for o in todo]
+    first = None
+    if early is not None and schedule is not None and set(ids) <= set(early.stage_ids) and early.metrics == metrics:
+        party = early.party
+
+        def first() -> ChildResult:
+            schedule.open(party, {"stages": ids})
+            return schedule.wait(party)
+    else:
+        _stop(early, schedule)
+    run = collect([stage_spec(o) for o in todo], n, seed, metrics, tool,
+                  prof.clock_control, prof.timeout_s, Path(work_dir), fence=fence, first=first)
     if absent:
         run.dropped_metrics[:0] = absent
         run.notes.insert(0, f"ncu on {chip} has no metric " + ", ".join(absent) + "; not collected")
     for o in todo:
         o.ncu, o.ncu_gap = run.for_stage(o.stage.id)
     return run
+
+
+def _stop(early: EarlyProfile | None, schedule: Schedule | None) -> None:
+    """The early ncu run is not needed: end it at its gate and wait until it has gone."""
+    if early is not None and schedule is not None:
+        schedule.stop(early.party)
+        schedule.wait(early.party)

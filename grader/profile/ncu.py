@@ -16,10 +16,11 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.launch import launch
+from grader.children.launch import ChildResult, launch
 from grader.model import Cause, Gap, ProcRecord
 from grader.run.fence import Fence
 from grader.spec.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
@@ -211,11 +212,14 @@ def command(ncu_path: str, kernels: list[str], metrics: list[str], clock_control
 
 
 def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool, clock_control: str,
-            timeout_s: float, work_dir: Path, *, fence: Fence | None = None) -> NcuRun:
+            timeout_s: float, work_dir: Path, *, fence: Fence | None = None,
+            first: Callable[[], ChildResult] | None = None) -> NcuRun:
     """Profile every stage kernel once in one ncu process. Never raises.
 
     ``stages``: the profile_child spec entries ``{id, cubin, kernel, inputs, launch}``.
-    ``ncu_tool``: a toolchain.Tool (``.path`` None when ncu is missing).
+    ``ncu_tool``: a toolchain.Tool (``.path`` None when ncu is missing). ``first``: the first run,
+    already started with these metrics (grader/profile/collect.py: start_profile); ncu is started
+    here only if it refused metrics.
     """
     run = NcuRun(kernels={s["id"]: s["kernel"] for s in stages})
     if not stages:
@@ -226,10 +230,11 @@ def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool,
     work_dir = Path(work_dir).resolve()  # ncu runs in it, so every path handed over is absolute
     spec = {"n": n, "seed": seed, "stages": stages}
     wanted = list(metrics)
-    for _attempt in range(2):
+    for attempt in range(2):
         wrap = command(ncu_tool.path, [s["kernel"] for s in stages], wanted, clock_control)
         try:
-            child = launch("profile", spec, work_dir, timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence)
+            child = (first() if first is not None and attempt == 0 else
+                     launch("profile", spec, work_dir, timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence))
         except OSError as exc:
             run.reason = f"not evaluated: could not write the profile spec ({exc})"
             return run

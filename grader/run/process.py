@@ -33,6 +33,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from grader.model import Limit, ProcRecord
@@ -53,6 +54,46 @@ class PopenExtra(TypedDict, total=False):
     extra_groups: list[int | str]
     preexec_fn: Callable[[], object]
     pass_fds: Collection[int]
+
+
+# A child's clock may be held this long in all (its turn on the GPU never came: a grader bug);
+# past it the time limit runs again.
+MAX_HOLD_S = 900.0
+# How often the wait loop looks at a Control (a cancel, a hold that ended).
+CONTROL_TICK_S = 0.05
+
+
+@dataclass
+class Control:
+    """What the grader may do to a running child besides its limits (grader/run/turns.py).
+
+    * ``hold()`` / ``resume()``: stop and restart the child's clock while it waits for its turn on
+      the GPU (its time limit counts the time it works, not the time it is kept waiting), at most
+      :data:`MAX_HOLD_S` in all.
+    * ``cancel``: set it to stop the child now (``Limit.CANCELLED``): its answer is no longer needed.
+    """
+
+    cancel: threading.Event = field(default_factory=threading.Event)
+    _held: float = 0.0
+    _since: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+
+    def resume(self) -> None:
+        with self._lock:
+            if self._since is not None:
+                self._held += time.monotonic() - self._since
+                self._since = None
+
+    def held_s(self) -> float:
+        """Seconds the clock has been held so far (the current hold included), capped."""
+        with self._lock:
+            now = 0.0 if self._since is None else time.monotonic() - self._since
+            return min(self._held + now, MAX_HOLD_S)
 
 
 # ``watch(pid)`` is called every ``watch_every_s`` while the child runs; a Limit it returns ends it.
@@ -160,13 +201,15 @@ def run_process(
     watch_every_s: float = 0.05,
     output_cap: int | None = None,
     kill_extra: Callable[[], None] | None = None,
+    control: Control | None = None,
 ) -> ProcRecord:
     """Run ``command`` until it exits or a limit ends it; the record says which (``limit``).
 
     ``popen_extra``: more :class:`subprocess.Popen` arguments (``user``, ``preexec_fn``,
     ``pass_fds``). ``output_cap``: total bytes on stdout+stderr after which the child is stopped
     (``Limit.OUTPUT``). ``watch``: see :data:`Watch`. ``kill_extra``: called with the session kill
-    (a cgroup's kill), so that processes outside the session die as promptly.
+    (a cgroup's kill), so that processes outside the session die as promptly. ``control``: a
+    :class:`Control` whose held time extends the time limit and whose cancel stops the child.
     """
     start = time.monotonic()
     try:
@@ -210,13 +253,18 @@ def run_process(
     try:
         while True:
             now = time.monotonic()
-            left = start + timeout_s - now
+            left = start + timeout_s + (control.held_s() if control is not None else 0.0) - now
             if left <= 0:
                 limit = Limit.TIME
+                break
+            if control is not None and control.cancel.is_set():
+                limit = Limit.CANCELLED
                 break
             # Without a watch one wait covers the whole time limit: the output cap needs no tick (a
             # reader wakes the wait the moment the cap is passed).
             tick = float("inf") if watch is None else FAST_WATCH_S if now - start < FAST_WATCH_FOR_S else watch_every_s
+            if control is not None:
+                tick = min(tick, CONTROL_TICK_S)
             if waiter.wait(min(left, tick), total_cap):
                 break
             if total_cap.passed.is_set():

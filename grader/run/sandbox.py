@@ -36,7 +36,7 @@ from grader.model import Limit, ProcRecord
 from grader.run import cgroup as _cgroup
 from grader.run import limits as _limits
 from grader.run.fence import GIB, MIB, Fence, bwrap_args, is_visible, runtime_folder
-from grader.run.process import DRAIN_GRACE_S, KILL_WAIT_S, PopenExtra, run_process
+from grader.run.process import DRAIN_GRACE_S, KILL_WAIT_S, Control, PopenExtra, run_process
 
 __all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
            "mode", "reset_mode", "run", "runtime_folder", "student_user"]
@@ -136,6 +136,7 @@ def run(
     stdin_data: bytes | None = None,
     user: str | None = None,
     fence: Fence | None = None,
+    control: Control | None = None,
 ) -> ProcRecord:
     """Run ``cmd`` with a wall-clock limit (and a fence, if given); return what happened as a record.
 
@@ -147,6 +148,7 @@ def run(
     the default env USER and LOGNAME are that user's); ``"none"``: no switch; ignored when not root.
     Without a fence only an explicit ``user`` switches; with one, ``user=None`` means
     ``$GRADER_STUDENT_USER``. ``fence``: see the module docstring; ``cwd`` defaults to its scratch.
+    ``control``: hold the time limit's clock, or cancel the run (grader.run.process.Control).
 
     Raises only for the caller's mistakes (``timeout_s`` not a positive number, an unknown
     ``user``, a fence whose scratch or read-only paths do not exist, a ``cwd`` the fence hides).
@@ -161,7 +163,7 @@ def run(
         user = student_user()
     if fence is not None:
         return _run_fenced(command, fence, timeout_s=float(timeout_s), cwd=cwd, env=env, output_limit=output_limit,
-                           stdin_data=stdin_data, user=user, confinement=None, bwrap=None)
+                           stdin_data=stdin_data, user=user, confinement=None, bwrap=None, control=control)
     child_env = dict(os.environ) if env is None else dict(env)
     popen: PopenExtra = {}
     if user is not None and os.geteuid() == 0:
@@ -170,7 +172,7 @@ def run(
         if env is None:
             child_env.update(HOME=home, USER=user, LOGNAME=user)
     return run_process(command, timeout_s=float(timeout_s), cwd=cwd, env=child_env, output_limit=output_limit,
-                       stdin_data=stdin_data, popen_extra=popen)
+                       stdin_data=stdin_data, popen_extra=popen, control=control)
 
 
 def _hand_over(scratch: Path, uid: int, gid: int, *, reach_parents: bool) -> None:
@@ -217,7 +219,7 @@ def _not_started(command: list[str], why: str, timeout_s: float) -> ProcRecord:
 
 def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str | os.PathLike[str] | None,
                 env: Mapping[str, str] | None, output_limit: int, stdin_data: bytes | None, user: str | None,
-                confinement: Confinement | None, bwrap: str | None) -> ProcRecord:
+                confinement: Confinement | None, bwrap: str | None, control: Control | None = None) -> ProcRecord:
     if confinement is None:
         m = _mode_for(user if os.geteuid() == 0 else None)
         confinement, bwrap = m.confinement, m.bwrap
@@ -272,7 +274,7 @@ def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str 
     try:
         rec = run_process(argv, timeout_s=timeout_s, cwd=None if in_bwrap else run_cwd, env=child_env,
                           output_limit=output_limit, stdin_data=stdin_data, popen_extra=popen, watch=watch,
-                          output_cap=fence.output_bytes, kill_extra=cg.kill if cg else None)
+                          output_cap=fence.output_bytes, kill_extra=cg.kill if cg else None, control=control)
     finally:
         if in_bwrap:
             os.close(status_w)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grader.children.launch import launch
 from grader.run.fence import Fence
+from grader.run.process import Control
 
 _HEADER = re.compile(r"^========= (?! )(?!ERROR SUMMARY)(?!COMPUTE-SANITIZER)(.+?)\s*$")
 _DETAIL = re.compile(r"^=========\s{2,}(.+?)\s*$")
@@ -75,17 +76,24 @@ class SanitizerRun:
 
 
 def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
-             fence: Fence | None = None, cache_seed: Path | None = None) -> SanitizerRun:
-    """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck)."""
+             fence: Fence | None = None, cache_seed: Path | None = None,
+             control: Control | None = None) -> SanitizerRun:
+    """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck). ``control``: a
+    stop for a run no longer needed (grader/run/turns.py)."""
     result = SanitizerRun(tool, stage_spec["id"])
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
         return result
     wrap = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
-    proc = launch("profile", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000, wrap=wrap,
-                  name=tool, fence=fence, cache_seed=cache_seed).proc
+    # Only the student's kernel is instrumented (not CuPy's input and fill kernels): less work for the tool.
+    only = ["--kernel-name", f"kns={stage_spec['kernel']}"]
+    for attempt in (only, []):
+        proc = launch("profile", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000,
+                      wrap=[*wrap, *attempt], name=tool, fence=fence, cache_seed=cache_seed, control=control).proc
+        text = proc.stdout + "\n" + proc.stderr
+        if not (attempt and _option_refused(text)):
+            break  # an older compute-sanitizer without --kernel-name: run again without it
     result.proc = proc
-    text = proc.stdout + "\n" + proc.stderr
     (work / f"{tool}.txt").write_text(text)
     result.findings = parse_sanitizer(text)
     if proc.timed_out:
@@ -93,6 +101,11 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
     elif "Device not supported" in text or (proc.returncode not in (0, ERROR_EXIT) and not result.findings):
         result.reason = f"not checked: {tool} could not run here ({proc.brief()}: {text.strip()[-200:]})"
     return result
+
+
+def _option_refused(text: str) -> bool:
+    low = text.lower()
+    return "kernel-name" in low and any(w in low for w in ("unrecognized", "unknown option", "invalid option"))
 
 
 def parallel_runs(count: int) -> int:

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grader.build import toolchain
-from grader.children.launch import launch
+from grader.children.launch import ChildResult, launch
 from grader.grading import Job, StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
-from grader.profile.collect import stage_spec
+from grader.profile.collect import stage_spec, start_profile
 from grader.run import warm
 from grader.run.fence import GIB, Fence
-from grader.run.sanitize import race_message, run_many
+from grader.run.process import Control
+from grader.run.sanitize import SanitizerRun, race_message, run_many, run_tool
 from grader.run.timing import summarize
+from grader.run.turns import Party, Schedule, State, parallel_children
 from grader.spec.limits import StageLimit, stage_limit
 from grader.spec.types import Rubric
 
@@ -93,44 +94,102 @@ def _check_request(o: StageOutcome, report: dict, work: Path, job: Job) -> dict:
 
 
 def run_stages(job: Job) -> Job:
-    """Run every compiled stage's kernel (correctness sizes, then the timed benchmark) in a child."""
+    """Run every compiled stage's kernel in a child: the correctness sizes side by side, then each
+    timed benchmark with the GPU alone (grader/run/turns.py). The checker, racecheck and the profiler
+    under ncu start now too, so their start-up is done by the time their steps come."""
     if not job.env.has_gpu:
         return job
     rubric = job.rubric
     job.seeds = {n: secrets.randbelow(2**31) for n in rubric.correctness_sizes}
     job.seeds["bench"] = secrets.randbelow(2**31)
     job.seeds["integrity"] = secrets.randbelow(2**31)
-    if any(o.compile is not None and o.compile.ok for o in job.outcomes.values()):
-        _prepare_cupy_cache(job)
+    compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
+    if not compiled:
+        return job
+    _prepare_cupy_cache(job)
+    sched = job.schedule = Schedule(parallel_children(job.env.device))
+    # racecheck first: it is the longest of the untimed work (compute-sanitizer's start-up), and the
+    # children start (create their CUDA contexts) in the order they are added.
+    _start_racecheck(job, compiled)
+    runs = {o.stage.id: sched.add(_stage_party(o, job), start=False) for o in compiled}
+    job.checker = sched.add(_checker_party(job), start=False)
+    job.early_profile = start_profile(job.outcomes, rubric, has_gpu=True, work_dir=job.work / "ncu",
+                                      seed=job.seeds["bench"], device=job.env.device, schedule=sched,
+                                      cache_seed=job.cupy_cache,
+                                      fence=tool_fence(job.work / "ncu", list(job.outcomes.values())))
+    job.progress(f"running {len(runs)} stage kernel(s): correctness side by side, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
-    for o in job.outcomes.values():
-        if o.compile is None or not o.compile.ok:
-            continue
+    over_budget: dict[str, float] = {}
+
+    def on_change(p: Party) -> None:
+        """A stage run that hung or flooded its output ends its racecheck too (it would do the same)."""
+        o = job.outcomes.get(p.name)
+        if o is None or p.state is not State.DONE or p.name not in job.early_racecheck:
+            return
+        limit = p.result().proc.limit
+        if limit in (Limit.TIME, Limit.OUTPUT):
+            sched.stop(job.early_racecheck[p.name])
+
+    def may_go(p: Party) -> bool:
         used = time.monotonic() - runs_started
         if used > rubric.timeouts.submission_s:
-            o.verdict = Verdict.NOT_RUN
-            o.correctness_message = (f"not run: the submission's time budget ({rubric.timeouts.submission_s:g} s "
-                                     f"for all stages) was used up by the stages before it ({used:.0f} s)")
-            continue
-        job.progress(f"running {o.stage.id}")
-        work = job.work / o.stage.id
-        # Fenced: the stage folder is all it may write, CuPy's cache included (never the checker's).
-        with job.clock.detail("run", o.stage.id):
-            # The limits (grader/spec/limits.py): time from the stage's reference; output: stopped past the limit.
-            o.run_limit = stage_limit(o.stage, rubric)
-            child = launch("stage", _runner_spec(o, work, job), work, o.run_limit.seconds, rubric.output_limit_bytes,
-                           cache_dir=work / "cupy-cache", cache_seed=job.cupy_cache,
-                           fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
-        proc, report = child.proc, child.result
-        _record_child_times(job, o.stage.id, proc, report)
-        o.run_output = (proc.stdout + proc.stderr).strip()[-RUN_OUTPUT_KEPT:]
-        o.bench = (report or {}).get("bench") or {}
-        ended = _run_end(proc, report, rubric, o.run_limit)
-        if ended:
-            o.verdict, o.correctness_message = ended
-        else:
-            job.checks.append(_check_request(o, report or {}, work, job))
+            over_budget[p.name] = used
+            return False
+        job.progress(f"timing {p.name}")
+        return True
+
+    sched.take_turns(list(runs.values()), on_change, may_go)
+    for o in compiled:
+        _finish_run(job, o, runs[o.stage.id], over_budget.get(o.stage.id))
     return job
+
+
+def _stage_party(o: StageOutcome, job: Job) -> Party:
+    """The stage's child: fenced, the stage folder is all it may write, CuPy's cache included
+    (never the checker's); its limits from the stage's reference (grader/spec/limits.py)."""
+    rubric, work = job.rubric, job.work / o.stage.id
+    o.run_limit = stage_limit(o.stage, rubric)
+    spec = {**_runner_spec(o, work, job), "gate": True}
+    limit_s = o.run_limit.seconds
+
+    def run(control: Control) -> ChildResult:
+        return launch("stage", spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
+                      cache_seed=job.cupy_cache, control=control,
+                      fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
+
+    return Party(o.stage.id, ("correctness", "bench"), work / "stage_result.json", run)
+
+
+def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | None) -> None:
+    """Read one stage's run: its verdict when it did not finish, else its request to the checker.
+    Its "run" phase is the time its limit counted (its waits at the gates are "run.wait")."""
+    rubric = job.rubric
+    child: ChildResult = party.result()
+    proc, report, held = child.proc, child.result, party.control.held_s()
+    job.clock.add("run", (proc.wall_s or 0.0) - held, o.stage.id)
+    _record_child_times(job, o.stage.id, proc, report, held_s=held)
+    o.run_output = (proc.stdout + proc.stderr).strip()[-RUN_OUTPUT_KEPT:]
+    o.bench = (report or {}).get("bench") or {}
+    if over_budget is not None:
+        o.verdict = Verdict.NOT_RUN
+        o.correctness_message = (f"not run: the submission's time budget ({rubric.timeouts.submission_s:g} s "
+                                 f"for all stages) was used up by the stages before it ({over_budget:.0f} s)")
+        return
+    ended = _run_end(proc, report, rubric, o.run_limit)
+    if ended:
+        o.verdict, o.correctness_message = ended
+    else:
+        job.checks.append(_check_request(o, report or {}, work=job.work / o.stage.id, job=job))
+
+
+def _checker_party(job: Job) -> Party:
+    """The trusted checker, started with the stages: it waits at its gate ``compare`` for the list
+    of outputs to judge (:func:`check_results` opens it)."""
+    def run(control: Control) -> ChildResult:
+        return launch("check", {"gate": True, "stages": []}, job.work, job.rubric.timeouts.checker_s, 20_000,
+                      cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control)
+
+    return Party("checker", ("compare",), job.work / "check_result.json", run)
 
 
 def _prepare_cupy_cache(job: Job) -> None:
@@ -145,19 +204,25 @@ def _prepare_cupy_cache(job: Job) -> None:
         job.clock.add("cupy_cache.warm", cache.warm_s)
 
 
-def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | None, prefix: str = "run") -> None:
+def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | None, prefix: str = "run",
+                        held_s: float = 0.0) -> None:
     """A child's own account of its time (the stage child's, the checker's), as detail phases
     ``<prefix>.<part>``; what it does not account for is the process's start: the interpreter,
-    NumPy, the fence (``<prefix>.start``, added to the child's own ``start`` if it has one)."""
+    NumPy, the fence (``<prefix>.start``, added to the child's own ``start`` if it has one).
+    ``held_s``: the time it waited at its gates, as the grading process held its clock
+    (grader/run/turns.py): ``<prefix>.wait``, whatever the child managed to report of it."""
     times = (report or {}).get("times")
+    known = {k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+             and k != "wait"} if isinstance(times, dict) else {}
+    if held_s:
+        job.clock.add(f"{prefix}.wait", held_s, stage)
     if not isinstance(times, dict):
         return
-    known = {k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     for name, secs in known.items():
         if name != "start":
             job.clock.add(f"{prefix}.{name}", secs, stage)
     if proc.wall_s is not None:
-        job.clock.add(f"{prefix}.start", proc.wall_s - sum(known.values()) + known.get("start", 0.0), stage)
+        job.clock.add(f"{prefix}.start", proc.wall_s - held_s - sum(known.values()) + known.get("start", 0.0), stage)
 
 
 def _correctness(o: StageOutcome, verdict: dict | None) -> None:
@@ -180,15 +245,23 @@ def _correctness(o: StageOutcome, verdict: dict | None) -> None:
 
 
 def check_results(job: Job) -> Job:
-    """Compare every finished run's outputs with float64 references (one child); time the correct ones."""
+    """Compare every finished run's outputs with float64 references (one child, started with the
+    runs and waiting at its gate); time the correct ones."""
+    checker, sched = job.checker, job.schedule
     if not job.checks:
+        if checker is not None and sched is not None:
+            sched.stop(checker)
         return job
     job.progress("checking results against float64 references")
-    _start_racecheck(job)  # beside the checker: both are correctness tools, neither is timed
-    child = launch("check", {"stages": job.checks}, job.work, job.rubric.timeouts.checker_s, 20_000,
-                   cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache)
+    if checker is not None and sched is not None:
+        sched.open(checker, {"stages": job.checks})
+        child = sched.wait(checker)
+    else:
+        child = launch("check", {"stages": job.checks}, job.work, job.rubric.timeouts.checker_s, 20_000,
+                       cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache)
     proc, verdicts = child.proc, (child.result or {}).get("verdicts") or {}
-    _record_child_times(job, "", proc, child.result, prefix="check")
+    _record_child_times(job, "", proc, child.result, prefix="check",
+                        held_s=checker.control.held_s() if checker is not None and sched is not None else 0.0)
     if not proc.ok:
         job.notes.append(f"the reference checker failed ({proc.brief()}): {proc.stderr.strip()[-500:]}")
     for chk in job.checks:
@@ -214,24 +287,35 @@ def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
     return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB)
 
 
-def _racechecked(job: Job, pending: Collection[str] = ()) -> list[StageOutcome]:
-    """The stages racecheck looks at: shared memory, and a verdict in RACECHECKED. ``pending``: the
-    stages the checker is judging; its every verdict (correct, wrong, no verdict) is one of them."""
-    return [o for o in job.outcomes.values()
-            if (o.stage.id in pending or o.verdict in RACECHECKED) and _uses_shared_memory(o)]
+def _racechecked(job: Job) -> list[StageOutcome]:
+    """The stages racecheck looks at: shared memory, and a verdict in RACECHECKED."""
+    return [o for o in job.outcomes.values() if o.verdict in RACECHECKED and _uses_shared_memory(o)]
 
 
-def _start_racecheck(job: Job) -> None:
-    """Start racecheck now, on the stages it will look at once the checker has answered (known
-    already: the checker cannot take a stage off the list), for :func:`sanitize` to collect."""
-    if not (job.env.has_gpu and job.rubric.sanitizer.racecheck):
+def _start_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
+    """Start racecheck on every compiled shared-memory stage now, beside the stage runs: it is a
+    correctness tool (nothing timed), so it shares the GPU with their untimed parts, and the timed
+    parts wait for it (grader/run/turns.py). A stage whose run hangs or floods its output has its
+    racecheck stopped (run_stages: on_change); :func:`sanitize` reads the others'."""
+    job.early_racecheck = {}
+    san = job.rubric.sanitizer
+    if not san.racecheck or job.schedule is None:
         return
-    shared = _racechecked(job, {c["id"] for c in job.checks})
-    if shared:
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="racecheck")
-        job.early_racecheck = ([o.stage.id for o in shared],
-                               pool.submit(_sanitizer_runs, job, "racecheck", shared, toolchain.find_compute_sanitizer()))
-        pool.shutdown(wait=False)  # the run goes on; sanitize() waits for its result
+    tool = toolchain.find_compute_sanitizer()
+    for o in compiled:
+        if _uses_shared_memory(o):
+            job.early_racecheck[o.stage.id] = job.schedule.add(_sanitizer_party(job, "racecheck", o, tool),
+                                                               start=False)
+
+
+def _sanitizer_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
+    san, work = job.rubric.sanitizer, job.work / tool_name
+
+    def run(control: Control) -> SanitizerRun:
+        return run_tool(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
+                        fence=tool_fence(work, [o]), cache_seed=job.cupy_cache, control=control)
+
+    return Party(f"{tool_name}:{o.stage.id}", (), None, run)
 
 
 def _sanitizer_runs(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict, float]:
@@ -242,36 +326,49 @@ def _sanitizer_runs(job: Job, tool_name: str, outcomes: list[StageOutcome], tool
     return runs, time.monotonic() - t0
 
 
+def _collect_racecheck(job: Job, shared: list[StageOutcome], tool) -> tuple[dict, float | None]:
+    """racecheck's runs of ``shared``: those started with the stage runs, the rest run now. The
+    early runs of other stages (a run that hung: no verdict racecheck explains) are stopped."""
+    early: dict[str, Party] = job.early_racecheck or {}
+    wanted = {o.stage.id for o in shared}
+    sched = job.schedule
+    for sid, party in early.items():
+        if sid not in wanted and sched is not None:
+            sched.stop(party)
+    late = [o for o in shared if o.stage.id not in early]
+    runs, seconds = _sanitizer_runs(job, "racecheck", late, tool) if late else ({}, None)
+    for o in shared:
+        if o.stage.id in early and sched is not None:
+            r = runs[o.stage.id] = sched.wait(early[o.stage.id])
+            wall = getattr(r.proc, "wall_s", None)
+            if wall is not None:
+                seconds = max(seconds or 0.0, wall)
+    return runs, seconds
+
+
 def sanitize(job: Job) -> Job:
     """racecheck on shared-memory stages (a hazard fails them); memcheck on failed ones.
 
     They are correctness tools, not timings, so all their runs go at once: one child per stage and
-    tool, side by side. memcheck's stages are chosen before racecheck answers: racecheck can only turn
-    a verdict into RACE, so its answer can only take stages off memcheck's list, never add one; a
-    stage it finds racy keeps the race as its explanation and its memcheck run goes unused, so the
-    messages are those of memcheck run after racecheck. racecheck itself was started beside the
-    checker (:func:`check_results`), on the same stages as here: it is collected, not run again."""
+    tool, side by side. racecheck was started with the stage runs (:func:`_start_racecheck`); here its
+    answers are read, and memcheck runs on the failed stages meanwhile. memcheck's stages are chosen
+    before racecheck answers: racecheck can only turn a verdict into RACE, so its answer can only take
+    stages off memcheck's list, never add one; a stage it finds racy keeps the race as its explanation
+    and its memcheck run goes unused."""
     san = job.rubric.sanitizer
     if not job.env.has_gpu:
         return job
     tool = toolchain.find_compute_sanitizer()
     # Wrong kernels too: a race is the likeliest explanation of a shared-memory stage's wrong numbers.
     shared = _racechecked(job) if san.racecheck else []
-    early, job.early_racecheck = job.early_racecheck, None
     failing = [o for o in job.outcomes.values() if o.verdict in MEMCHECKED] if san.memcheck_on_failure else []
     if shared:
         job.progress("checking shared-memory races (compute-sanitizer racecheck)")
     if failing:
         job.progress("looking for the first bad memory access (compute-sanitizer memcheck)")
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="sanitize") as pool:
-        if early is not None and early[0] == [o.stage.id for o in shared]:
-            racing = early[1]  # started beside the checker, on these very stages
-        else:
-            if early is not None:
-                early[1].result()  # not these stages after all: let it finish (same folders), then run anew
-            racing = pool.submit(_sanitizer_runs, job, "racecheck", shared, tool) if shared else None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcheck") as pool:
         checking = pool.submit(_sanitizer_runs, job, "memcheck", failing, tool) if failing else None
-        races, race_s = racing.result() if racing else ({}, None)
+        races, race_s = _collect_racecheck(job, shared, tool)
         memchecks, mem_s = checking.result() if checking else ({}, None)
     for name, seconds in (("racecheck", race_s), ("memcheck", mem_s)):
         if seconds is not None:

@@ -1,0 +1,254 @@
+"""One grading's GPU schedule: untimed work side by side, every timed part with the GPU alone.
+
+A grading's GPU children do two kinds of work. Starting Python and CuPy, creating the CUDA
+context, loading a cubin, the correctness runs, the checker's references and the sanitizers time
+nothing, so they may share the GPU. The timed benchmark, the Nsight Compute launches and the
+occupancy sweeps measure, so nothing else may run on the GPU meanwhile. Run one after another, the
+children spent most of a grading waiting on each other's start-up (15 s of a 37 s grading on an H200).
+
+So every child starts at once and does its start-up side by side; then it waits at *gates*
+(grader/children/protocol.py: ``wait_at_gate``), its clock held so a wait never counts against its
+time limit (grader/run/process.py: ``Control``). :meth:`Schedule.take_turns` opens them:
+
+* a *shared* gate (a stage's ``correctness``): one such turn at a time, while other children may
+  still start or run tools. A submission's kernels therefore never share the GPU with each other: a
+  kernel that hangs or floods its output holds the correctness turn until its own limit stops it,
+  and no other stage's verdict depends on it (run side by side, a hanging kernel time-sliced with a
+  printf flood kept the flood from ever finishing on an H200).
+* an *exclusive* gate (a stage's ``bench``): only when no child of this grading is working or has a
+  turn, so the GPU runs nothing but the kernel being timed; one at a time, in the rubric's order.
+
+Children that wait for a later step (the checker for the outputs to judge, the profiler for the
+kernels found correct) are opened by that step with :meth:`Schedule.open`. Nothing here decides a
+verdict.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from grader.children.launch import ChildResult
+from grader.children.protocol import gate_files, write_result
+from grader.run.process import Control
+
+POLL_S = 0.01  # how often the schedule looks at its children's gate files
+
+
+class State(str, Enum):
+    PENDING = "pending"  # not started yet (more children than may run at once)
+    WORKING = "working"  # started, doing untimed work (start-up, a tool) on the GPU
+    WAITING = "waiting"  # at a gate, its clock held
+    TURN = "turn"  # a gate opened: measuring, or doing the work its turn allows
+    DONE = "done"  # exited, whatever the way
+
+
+@dataclass
+class Party:
+    """One child on the schedule. ``run(control)`` starts it and blocks until it ends.
+
+    ``gates``: the gates it passes, in order (none: a child that never waits, such as racecheck).
+    ``passed``: how many it has been let through; while it waits, ``gates[passed]`` is the one."""
+
+    name: str
+    gates: tuple[str, ...]
+    result_path: Path | None  # its RESULT.json (the gate files lie beside it)
+    run: Callable[[Control], ChildResult | Any]
+    control: Control = field(default_factory=Control)
+    future: Future | None = None
+    state: State = State.PENDING
+    passed: int = 0
+    early: dict[str, dict] = field(default_factory=dict)  # gate -> payload, opened before it started
+
+    def files(self, gate: str) -> tuple[Path, Path]:
+        assert self.result_path is not None
+        return gate_files(self.result_path, gate)
+
+    def clear_gates(self) -> None:
+        """Remove gate files an earlier run left in its folder (a stale go would let it through)."""
+        for gate in self.gates:
+            for path in self.files(gate):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.unlink(missing_ok=True)
+
+    @property
+    def gate(self) -> str | None:
+        """The gate it waits at (WAITING) or was last let through (TURN); else None."""
+        if self.state is State.WAITING and self.passed < len(self.gates):
+            return self.gates[self.passed]
+        if self.state is State.TURN and self.passed:
+            return self.gates[self.passed - 1]
+        return None
+
+    def result(self) -> Any:
+        """What ``run`` returned; None for a party stopped before it started."""
+        return None if self.future is None else self.future.result()
+
+
+def parallel_children(device: dict | None) -> int:
+    """How many children may run at once: one per CPU, and about 2 GiB of the GPU's memory each
+    (a CUDA context with CuPy takes about 0.5 GiB; a stage run at N=4096 a few hundred MiB more)."""
+    cpus = os.cpu_count() or 1
+    mem_gib = int((device or {}).get("total_mem", 0)) // (1 << 30)
+    by_memory = max(2, mem_gib // 2) if mem_gib else 4
+    return max(2, min(cpus, by_memory, 32))
+
+
+class Schedule:
+    """The GPU schedule of one grading (see the module docstring)."""
+
+    def __init__(self, max_children: int, shared_gates: tuple[str, ...] = ("correctness",)):
+        self.max_children = max(1, max_children)
+        self.shared_gates = shared_gates
+        self.parties: list[Party] = []
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gpu-child")
+        self._lock = threading.Lock()
+
+    # ---- starting ----------------------------------------------------------------------------------
+    def add(self, party: Party, start: bool = True) -> Party:
+        """Put ``party`` on the schedule; start it now if ``start`` and a slot is free (else at the
+        next poll)."""
+        with self._lock:
+            self.parties.append(party)
+        if start:
+            self._start_pending()
+        return party
+
+    def _live(self) -> int:
+        return sum(p.state in (State.WORKING, State.WAITING, State.TURN) for p in self.parties)
+
+    def _start_pending(self) -> None:
+        with self._lock:
+            for p in self.parties:
+                if p.state is State.PENDING and self._live() < self.max_children:
+                    p.clear_gates()
+                    for gate, payload in p.early.items():
+                        write_result(p.files(gate)[1], payload)
+                    p.state = State.WORKING
+                    p.future = self._pool.submit(p.run, p.control)
+
+    # ---- watching ------------------------------------------------------------------------------------
+    def poll(self) -> list[Party]:
+        """Update every party's state; return those that reached a gate or ended since the last poll."""
+        changed = []
+        for p in self.parties:
+            if p.state in (State.PENDING, State.DONE):
+                continue
+            if p.future is not None and p.future.done():
+                p.control.resume()
+                p.state = State.DONE
+                changed.append(p)
+            elif p.state in (State.WORKING, State.TURN) and p.passed < len(p.gates):
+                gate = p.gates[p.passed]
+                if gate in p.early:  # opened by a step before it arrived: it goes straight through
+                    p.passed += 1
+                    p.state = State.TURN
+                elif p.files(gate)[0].exists():
+                    p.control.hold()  # its wait does not count against its time limit
+                    p.state = State.WAITING
+                    changed.append(p)
+        self._start_pending()
+        return changed
+
+    def gpu_busy(self) -> bool:
+        """True while a party works or has a turn. One not started yet does not count: it starts
+        when a slot frees, and the exclusive turns after that wait for it."""
+        return any(p.state in (State.WORKING, State.TURN) for p in self.parties)
+
+    # ---- opening gates -------------------------------------------------------------------------------
+    def open(self, party: Party, payload: dict | None = None) -> None:
+        """Open the gate ``party`` waits at, or (not there yet) its next gate, handing it ``payload``
+        (a JSON object); one that has not arrived goes straight through when it does."""
+        if party.state is State.DONE or party.passed >= len(party.gates):
+            return
+        gate, data = party.gates[party.passed], payload or {"go": True}
+        if party.state is State.WAITING:
+            write_result(party.files(gate)[1], data)
+            party.control.resume()
+            party.passed += 1
+            party.state = State.TURN
+            return
+        party.early[gate] = data
+        if party.state is not State.PENDING:
+            write_result(party.files(gate)[1], data)
+
+    def stop(self, party: Party) -> None:
+        """End a waiting party without its gated part (the go file says stop), or cancel a running one."""
+        if party.state is State.DONE:
+            return
+        if party.state is State.PENDING:
+            party.state = State.DONE  # never started
+        elif party.state is State.WAITING:
+            self.open(party, {"stop": True})
+        else:
+            party.control.cancel.set()
+
+    def settle(self, until: Callable[[], bool], on_change: Callable[[Party], None] = lambda _p: None) -> None:
+        """Poll until ``until()`` is true, calling ``on_change`` for every party that arrived at a
+        gate or ended."""
+        while True:
+            for p in self.poll():
+                on_change(p)
+            if until():
+                return
+            time.sleep(POLL_S)
+
+    def _next_turn(self, order: list[Party]) -> tuple[Party, bool] | None:
+        """The party whose gate may open now, and whether that gate is exclusive; None: none yet."""
+        turns = [p.gate for p in self.parties if p.state is State.TURN]
+        if not any(g not in self.shared_gates for g in turns):  # nothing measuring now
+            if not any(g in self.shared_gates for g in turns):  # one shared turn at a time
+                shared = next((p for p in order if p.state is State.WAITING and p.gate in self.shared_gates), None)
+                if shared is not None:
+                    return shared, False
+        if not self.gpu_busy():
+            alone = next((p for p in order if p.state is State.WAITING and p.gate not in self.shared_gates), None)
+            if alone is not None:
+                return alone, True
+        return None
+
+    def take_turns(self, parties: list[Party], on_change: Callable[[Party], None] = lambda _p: None,
+                   may_go: Callable[[Party], bool] = lambda _p: True) -> None:
+        """Let ``parties`` through their gates (see the module docstring), in the list's order; return
+        when all have ended. ``may_go(party)`` before an exclusive turn: False stops it at its gate."""
+        order = list(parties)
+        while True:
+            for p in self.poll():
+                on_change(p)
+            if all(p.state is State.DONE for p in order):
+                return
+            nxt = self._next_turn(order)
+            if nxt is not None:
+                party, exclusive = nxt
+                if exclusive and not may_go(party):
+                    self.stop(party)
+                else:
+                    self.open(party)
+                continue
+            time.sleep(POLL_S)
+
+    def wait(self, party: Party) -> Any:
+        """Block until ``party`` ends (updating the schedule meanwhile); its result."""
+        self.settle(lambda: party.state is State.DONE)
+        return party.result()
+
+    # ---- ending --------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every party still on the schedule and wait for all: nothing outlives the grading."""
+        for p in self.parties:
+            if p.state is not State.DONE:
+                self.stop(p)
+        for p in self.parties:
+            if p.future is not None:
+                try:
+                    p.future.result()
+                except Exception:  # noqa: BLE001 - a child's failure is recorded by its own step
+                    pass
+                p.state = State.DONE
+        self._pool.shutdown(wait=True)

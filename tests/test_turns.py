@@ -1,0 +1,192 @@
+"""The GPU schedule (grader/run/turns.py) with real child processes and the real gate protocol.
+
+No GPU is needed: each child is a small Python program that records when it does its untimed part
+and its gated part; the schedule must never let a gated part overlap any other child's work, must
+hold a waiting child's clock, and must leave nothing running.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.children.launch import ChildResult
+from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write_result
+from grader.model import Limit
+from grader.run.process import Control, run_process
+from grader.run.turns import Party, Schedule, State
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A child: untimed work for WORK seconds, then for each gate: the gate, then TURN seconds of work.
+# It writes its intervals (monotonic clock, shared by processes on one machine) to RESULT.json:
+# "work" and, per gate, the interval after it opened ("turn" is the last gate's).
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from grader.children.protocol import GateClosed, wait_at_gate, write_result
+result, work, gates, turn = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+t0 = time.monotonic(); time.sleep(work); t1 = time.monotonic()
+out = {"work": [t0, t1]}
+write_result(result, out)
+for gate in [g for g in gates.split(",") if g != "-"]:
+    try:
+        got = wait_at_gate(result, gate)
+    except GateClosed:
+        out["stopped"] = True
+        write_result(result, out)
+        sys.exit(0)
+    t2 = time.monotonic(); time.sleep(turn); t3 = time.monotonic()
+    out.update({gate: [t2, t3], "turn": [t2, t3], "got": got})
+    write_result(result, out)
+"""
+
+
+def child_party(tmp: Path, name: str, work: float, gate: str | tuple[str, ...] | None, turn: float = 0.0,
+                timeout_s: float = 30.0) -> Party:
+    result = tmp / f"{name}_result.json"
+    script = tmp / "child.py"
+    script.write_text(CHILD)
+    gates = (gate,) if isinstance(gate, str) else tuple(gate or ())
+
+    def run(control: Control) -> ChildResult:
+        proc = run_process([sys.executable, str(script), str(result), str(work), ",".join(gates) or "-", str(turn)],
+                           timeout_s=timeout_s, cwd=tmp, env={"PYTHONPATH": str(ROOT)}, output_limit=4000,
+                           control=control)
+        data = json.loads(result.read_text()) if result.exists() else None
+        return ChildResult(proc, data, result, result)
+
+    return Party(name, gates, result, run)
+
+
+def overlaps(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def three_stages_and_a_tool(tmp_path: Path, gate: str | tuple[str, ...], work: list[float], turn: float,
+                            tool_s: float) -> tuple[list[Party], Party, dict[str, dict]]:
+    """Three gated stage children and an ungated tool, through take_turns; what each recorded."""
+    sched = Schedule(max_children=8)
+    stages = [sched.add(child_party(tmp_path, f"s{i}", work=work[i], gate=gate, turn=turn), start=False)
+              for i in range(3)]
+    tool = sched.add(child_party(tmp_path, "racecheck", work=tool_s, gate=None), start=False)
+    try:
+        sched.take_turns(stages)
+    finally:
+        sched.close()
+    return stages, tool, {p.name: p.result().result for p in [*stages, tool]}
+
+
+def test_turns_are_alone_and_in_order(tmp_path: Path) -> None:
+    stages, racecheck, runs = three_stages_and_a_tool(tmp_path, "bench", [0.3, 0.2, 0.1], 0.3, 1.5)
+    turns = [runs[f"s{i}"]["turn"] for i in range(3)]
+    # In the list's order, one after another...
+    assert turns[0][1] <= turns[1][0] and turns[1][1] <= turns[2][0]
+    # ...and none overlapping any untimed work, racecheck's (the longest) included.
+    for t in turns:
+        for other in runs.values():
+            assert not overlaps(t, other["work"])
+    assert all(p.state is State.DONE and p.result().proc.ok for p in [*stages, racecheck])
+
+
+def test_correctness_turns_one_at_a_time_beside_tools_and_benches_alone(tmp_path: Path) -> None:
+    """Stages pass "correctness" (shared: one stage at a time, while a tool may run) then "bench"
+    (exclusive: nothing else at all)."""
+    _stages, _tool, runs = three_stages_and_a_tool(tmp_path, ("correctness", "bench"), [0.05] * 3, 0.2, 2.0)
+    checks = [runs[f"s{i}"]["correctness"] for i in range(3)]
+    benches = [runs[f"s{i}"]["bench"] for i in range(3)]
+    for i, a in enumerate(checks):  # the stages' kernels never share the GPU with each other
+        assert not any(overlaps(a, b) for b in checks[i + 1:])
+    assert any(overlaps(c, runs["racecheck"]["work"]) for c in checks)  # but do run beside the tool
+    for b in benches:
+        for other in [*checks, *(x for x in benches if x is not b), runs["racecheck"]["work"]]:
+            assert not overlaps(b, other)
+    assert benches[0][1] <= benches[1][0] <= benches[2][0]
+
+
+def test_a_waiting_childs_clock_is_held(tmp_path: Path) -> None:
+    """A child whose limit (2.5 s) is shorter than its wait for the GPU (another child's 3 s turn)
+    still finishes: the wait does not count. A child over its limit in its own work is stopped."""
+    sched = Schedule(max_children=8)
+    long = sched.add(child_party(tmp_path, "long", work=0.0, gate="bench", turn=3.0), start=False)
+    short = sched.add(child_party(tmp_path, "short", work=0.5, gate="bench", turn=0.1, timeout_s=2.5), start=False)
+    hangs = sched.add(child_party(tmp_path, "hangs", work=0.5, gate="bench", turn=60, timeout_s=2.5), start=False)
+    t0 = time.monotonic()
+    try:
+        sched.take_turns([long, short, hangs])
+    finally:
+        sched.close()
+    assert long.result().proc.ok and short.result().proc.ok
+    assert short.result().result["bench"][0] >= long.result().result["bench"][1]  # it did wait for long
+    assert short.result().proc.wall_s > 2.5  # it lived past its 2.5 s limit, waiting
+    h = hangs.result().proc
+    assert h.timed_out and h.limit is Limit.TIME
+    assert 2.0 < h.wall_s - hangs.control.held_s() < 4.5  # stopped on its own clock, not the wall's
+    assert time.monotonic() - t0 < 15
+
+
+def test_a_step_opens_a_gate_with_a_payload_and_stop_ends_a_waiting_child(tmp_path: Path) -> None:
+    sched = Schedule(max_children=4)
+    checker = sched.add(child_party(tmp_path, "checker", work=0.1, gate="compare"))
+    unused = sched.add(child_party(tmp_path, "ncu", work=0.1, gate="launch"))
+    sched.settle(lambda: checker.state is State.WAITING and unused.state is State.WAITING)
+    sched.open(checker, {"stages": ["a", "b"]})
+    assert sched.wait(checker).result["got"] == {"stages": ["a", "b"]}
+    sched.stop(unused)
+    assert sched.wait(unused).result.get("stopped") is True
+    sched.close()
+
+
+def test_one_slot_does_not_deadlock(tmp_path: Path) -> None:
+    sched = Schedule(max_children=1)
+    parties = [sched.add(child_party(tmp_path, f"p{i}", work=0.05, gate="bench", turn=0.05), start=False)
+               for i in range(4)]
+    sched.take_turns(parties)
+    sched.close()
+    assert all(p.result().proc.ok and "turn" in p.result().result for p in parties)
+
+
+def test_close_ends_everything_and_budget_stops_at_the_gate(tmp_path: Path) -> None:
+    sched = Schedule(max_children=8)
+    a = sched.add(child_party(tmp_path, "a", work=0.05, gate="bench", turn=0.05), start=False)
+    b = sched.add(child_party(tmp_path, "b", work=0.05, gate="bench", turn=0.05), start=False)
+    sched.take_turns([a, b], may_go=lambda p: p.name == "a")
+    assert "turn" in a.result().result and b.result().result.get("stopped") is True
+    runaway = sched.add(child_party(tmp_path, "runaway", work=120, gate=None))
+    waiting = sched.add(child_party(tmp_path, "waiting", work=0.0, gate="launch"))
+    sched.settle(lambda: waiting.state is State.WAITING)
+    t0 = time.monotonic()
+    sched.close()
+    assert time.monotonic() - t0 < 5
+    assert runaway.result().proc.limit is Limit.CANCELLED
+    assert waiting.result().result.get("stopped") is True
+
+
+def test_control_hold_and_cancel_on_run_process(tmp_path: Path) -> None:
+    control = Control()
+    control.hold()  # held from the start: a 0.5 s limit does not stop a 1 s sleep
+    rec = run_process([sys.executable, "-c", "import time; time.sleep(1)"], timeout_s=0.5, cwd=tmp_path,
+                      env={}, output_limit=1000, control=control)
+    assert rec.ok and not rec.timed_out
+    control = Control()
+    control.cancel.set()
+    rec = run_process([sys.executable, "-c", "import time; time.sleep(30)"], timeout_s=60, cwd=tmp_path,
+                      env={}, output_limit=1000, control=control)
+    assert rec.limit is Limit.CANCELLED and not rec.ok and rec.wall_s < 5
+
+
+def test_gate_protocol_in_process(tmp_path: Path) -> None:
+    result = tmp_path / "x_result.json"
+    wait_file, go_file = gate_files(result, "bench")
+    write_result(go_file, {"stop": True})
+    with pytest.raises(GateClosed):
+        wait_at_gate(result, "bench")
+    assert wait_file.exists()
+    go_file.write_text("[1, 2]")  # not an object: closed, never a crash
+    with pytest.raises(GateClosed):
+        wait_at_gate(result, "bench")
+    write_result(go_file, {"stages": ["s"]})
+    assert wait_at_gate(result, "bench") == {"stages": ["s"]}

@@ -94,9 +94,10 @@ def _check_request(o: StageOutcome, report: dict, work: Path, job: Job) -> dict:
 
 
 def run_stages(job: Job) -> Job:
-    """Run every compiled stage's kernel in a child: the correctness sizes side by side, then each
-    timed benchmark with the GPU alone (grader/run/turns.py). The checker, racecheck and the profiler
-    under ncu start now too, so their start-up is done by the time their steps come."""
+    """Run every compiled stage's kernel in a child. The children start side by side; each stage's
+    correctness runs take a turn shared with tools but no other stage's kernel, each timed benchmark
+    a turn with the GPU alone (grader/run/turns.py). The checker, racecheck and the profiler under
+    ncu start now too, so their start-up is done by the time their steps come."""
     if not job.env.has_gpu:
         return job
     rubric = job.rubric
@@ -117,7 +118,7 @@ def run_stages(job: Job) -> Job:
                                       seed=job.seeds["bench"], device=job.env.device, schedule=sched,
                                       cache_seed=job.cupy_cache,
                                       fence=tool_fence(job.work / "ncu", list(job.outcomes.values())))
-    job.progress(f"running {len(runs)} stage kernel(s): correctness side by side, then each timed alone")
+    job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     over_budget: dict[str, float] = {}
 

@@ -2,7 +2,7 @@
 
 A grading's GPU children do two kinds of work. Starting Python and CuPy, creating the CUDA
 context, loading a cubin, the correctness runs, the checker's references and the sanitizers time
-nothing, so they may share the GPU. The timed benchmark, the Nsight Compute launches and the
+nothing, so they may share the GPU (with one rule for the correctness runs, below). The timed benchmark, the Nsight Compute launches and the
 occupancy sweeps measure, so nothing else may run on the GPU meanwhile. Run one after another, the
 children spent most of a grading waiting on each other's start-up (15 s of a 37 s grading on an H200).
 

@@ -190,3 +190,37 @@ def test_gate_protocol_in_process(tmp_path: Path) -> None:
         wait_at_gate(result, "bench")
     write_result(go_file, {"stages": ["s"]})
     assert wait_at_gate(result, "bench") == {"stages": ["s"]}
+
+
+def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_path: Path) -> None:
+    """grader.children check with ``"gate": true`` (NumPy here, CuPy on a GPU): it starts, waits at
+    ``compare`` with its clock held, and judges the stages the opening step names: one right, one wrong."""
+    import numpy as np
+
+    from grader.children.launch import launch
+    from grader.run.inputs import make_inputs_xp
+
+    n = 32
+    a, b = make_inputs_xp(np, n, 3, "fp32")
+    right = (a.astype(np.float64) @ b).astype(np.float32)
+    np.save(tmp_path / "right.npy", right)
+    np.save(tmp_path / "wrong.npy", right + 1)
+    work = tmp_path / "work"
+
+    def run(control: Control) -> ChildResult:
+        return launch("check", {"gate": True, "stages": []}, work, 60, 20_000, control=control)
+
+    sched = Schedule(max_children=2)
+    checker = sched.add(Party("checker", ("compare",), work / "check_result.json", run))
+    sched.settle(lambda: checker.state in (State.WAITING, State.DONE))
+    assert checker.state is State.WAITING, checker.result().proc.stderr
+    time.sleep(0.3)  # the grading's other steps
+    stages = [{"id": sid, "inputs": "fp32", "rtol": 1e-4, "out_dir": str(tmp_path),
+               "cases": [{"n": n, "seed": 3, "file": f"{sid}.npy", "kind": "check"}]} for sid in ("right", "wrong")]
+    sched.open(checker, {"stages": stages})
+    got = sched.wait(checker)
+    sched.close()
+    assert got.proc.ok, got.proc.stderr
+    verdicts = got.result["verdicts"]
+    assert verdicts["right"]["cases"][0]["passed"] is True and verdicts["wrong"]["cases"][0]["passed"] is False
+    assert got.result["times"]["wait"] >= 0.3 and checker.control.held_s() >= 0.3

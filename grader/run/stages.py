@@ -333,9 +333,12 @@ def _collect_racecheck(job: Job, shared: list[StageOutcome], tool) -> tuple[dict
     early: dict[str, Party] = job.early_racecheck or {}
     wanted = {o.stage.id for o in shared}
     sched = job.schedule
-    for sid, party in early.items():
-        if sid not in wanted and sched is not None:
+    unwanted = [party for sid, party in early.items() if sid not in wanted]
+    if sched is not None:
+        for party in unwanted:
             sched.stop(party)
+        for party in unwanted:  # gone before any later step times something
+            sched.wait(party)
     late = [o for o in shared if o.stage.id not in early]
     runs, seconds = _sanitizer_runs(job, "racecheck", late, tool) if late else ({}, None)
     for o in shared:

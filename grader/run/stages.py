@@ -252,6 +252,7 @@ def check_results(job: Job) -> Job:
     if not job.checks:
         if checker is not None and sched is not None:
             sched.stop(checker)
+            sched.wait(checker)  # gone before any later step times something
         return job
     job.progress("checking results against float64 references")
     if checker is not None and sched is not None:

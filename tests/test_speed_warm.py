@@ -211,6 +211,7 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     run_stages.run_stages(job)
     run_stages.check_results(job)
     run_stages.sanitize(job)
+    job.schedule.close()
     assert job.cupy_cache == tmp_path / "work" / "cupy-warm" / warm.CACHE and warm_child["calls"] == 1
     assert seen == {"mmNaive": job.cupy_cache, "mmTiled": job.cupy_cache, "check": job.cupy_cache,
                     "racecheck": job.cupy_cache}
@@ -235,7 +236,8 @@ def test_without_a_warm_cache_the_children_compile_their_own_and_a_note_says_why
     monkeypatch.setattr(run_stages, "launch", crashing_child)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED))
     run_stages.run_stages(job)
-    assert seeds == [None] and job.cupy_cache is None
+    job.schedule.close()
+    assert seeds and all(s is None for s in seeds) and job.cupy_cache is None
     assert any("CuPy's kernels could not be compiled ahead" in n for n in job.notes)
     assert job.outcomes["naive"].verdict is Verdict.CRASHED  # the run's own verdict, as before
 

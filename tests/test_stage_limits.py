@@ -198,6 +198,7 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
     env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
     run_stages.run_stages(job)
+    job.schedule.close()
     assert launched == {"naive": (15.8, 20_000, 20_000), "tiled": (10.0, 20_000, 20_000)}
     assert outcomes["naive"].verdict is Verdict.OUTPUT_LIMIT
     assert outcomes["tiled"].verdict is Verdict.TIMED_OUT and "timed out after 10 s" in outcomes["tiled"].correctness_message
@@ -222,6 +223,7 @@ def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes={"naive": o},
               started=time.monotonic() - 10 * RUBRIC.timeouts.submission_s)
     run_stages.run_stages(job)
+    job.schedule.close()
     assert o.verdict is not Verdict.NOT_RUN and len(job.checks) == 1
 
 

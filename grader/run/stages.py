@@ -152,9 +152,10 @@ def _stage_party(o: StageOutcome, job: Job) -> Party:
     o.run_limit = stage_limit(o.stage, rubric)
     spec = {**_runner_spec(o, work, job), "gate": True}
     limit_s = o.run_limit.seconds
+    start = launch  # bound now: the child may start later, from the schedule's thread
 
     def run(control: Control) -> ChildResult:
-        return launch("stage", spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
+        return start("stage", spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
                       cache_seed=job.cupy_cache, control=control,
                       fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
 
@@ -186,8 +187,10 @@ def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | No
 def _checker_party(job: Job) -> Party:
     """The trusted checker, started with the stages: it waits at its gate ``compare`` for the list
     of outputs to judge (:func:`check_results` opens it)."""
+    start = launch  # bound now: the child may start later, from the schedule's thread
+
     def run(control: Control) -> ChildResult:
-        return launch("check", {"gate": True, "stages": []}, job.work, job.rubric.timeouts.checker_s, 20_000,
+        return start("check", {"gate": True, "stages": []}, job.work, job.rubric.timeouts.checker_s, 20_000,
                       cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control)
 
     return Party("checker", ("compare",), job.work / "check_result.json", run)
@@ -312,9 +315,10 @@ def _start_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
 
 def _sanitizer_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
     san, work = job.rubric.sanitizer, job.work / tool_name
+    start = run_tool  # bound now: the run may start later, from the schedule's thread
 
     def run(control: Control) -> SanitizerRun:
-        return run_tool(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
+        return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
                         fence=tool_fence(work, [o]), cache_seed=job.cupy_cache, control=control)
 
     return Party(f"{tool_name}:{o.stage.id}", (), None, run)

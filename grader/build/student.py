@@ -35,7 +35,7 @@ from grader.build.tool_search import Tool
 from grader.model import ProcRecord
 from grader.run import sandbox
 from grader.run.fence import Fence
-from grader.run.process import Control
+from grader.run.process import Control, usable_cpus
 from grader.run.sandbox import STUDENT_USER_VAR, student_user
 
 __all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Fence", "Scratch", "compile_student",
@@ -57,10 +57,7 @@ def compile_workers() -> int:
     one after another), so one per core keeps every core busy without oversubscribing them; every
     compile keeps its own fence, limits and scratch folder, so running them side by side changes
     nothing of what each one sees."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))  # a container's CPU set, not the host's count
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    return usable_cpus()
 
 
 def run_guarded(cmd: Sequence[str], *, cwd: Path, timeout_s: float, output_limit: int,

@@ -56,6 +56,14 @@ class PopenExtra(TypedDict, total=False):
     pass_fds: Collection[int]
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may use: a container's CPU set, not the host's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 # A child's clock may be held this long in all (its turn on the GPU never came: a grader bug);
 # past it the time limit runs again.
 MAX_HOLD_S = 900.0

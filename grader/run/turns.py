@@ -24,7 +24,6 @@ verdict.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from typing import Any
 
 from grader.children.launch import ChildResult
 from grader.children.protocol import gate_files, write_result
-from grader.run.process import Control
+from grader.run.process import Control, usable_cpus
 
 POLL_S = 0.01  # how often the schedule looks at its children's gate files
 
@@ -94,7 +93,7 @@ class Party:
 def parallel_children(device: dict | None) -> int:
     """How many children may run at once: one per CPU, and about 2 GiB of the GPU's memory each
     (a CUDA context with CuPy takes about 0.5 GiB; a stage run at N=4096 a few hundred MiB more)."""
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     mem_gib = int((device or {}).get("total_mem", 0)) // (1 << 30)
     by_memory = max(2, mem_gib // 2) if mem_gib else 4
     return max(2, min(cpus, by_memory, 32))

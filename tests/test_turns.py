@@ -223,4 +223,4 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     assert got.proc.ok, got.proc.stderr
     verdicts = got.result["verdicts"]
     assert verdicts["right"]["cases"][0]["passed"] is True and verdicts["wrong"]["cases"][0]["passed"] is False
-    assert got.result["times"]["wait"] >= 0.3 and checker.control.held_s() >= 0.3
+    assert "wait" not in got.result["times"] and checker.control.held_s() >= 0.3  # the grader times the wait

@@ -190,10 +190,9 @@ class Runner:
 def _turn(runner: Runner, gate: str) -> bool:
     """With ``"gate": true`` in the spec, wait for the grader's go at ``gate`` (grader/run/turns.py):
     the correctness runs share the GPU with no other stage's kernel, the timing with nothing at all.
-    The wait goes to ``times["wait"]``; False when the grader said stop."""
+    The grader times the wait itself (it holds this child's clock meanwhile); False when it said stop."""
     if not runner.spec.get("gate"):
         return True
-    tw = time.perf_counter()
     runner.save()
     try:
         wait_at_gate(runner.result, gate)
@@ -201,8 +200,6 @@ def _turn(runner: Runner, gate: str) -> bool:
         runner.report["stopped"] = str(why)
         runner.save()
         return False
-    times = runner.report["times"]
-    times["wait"] = round(times.get("wait", 0.0) + time.perf_counter() - tw, 3)
     return True
 
 

@@ -124,8 +124,7 @@ def run_stages(job: Job) -> Job:
 
     def on_change(p: Party) -> None:
         """A stage run that hung or flooded its output ends its racecheck too (it would do the same)."""
-        o = job.outcomes.get(p.name)
-        if o is None or p.state is not State.DONE or p.name not in job.early_racecheck:
+        if p.state is not State.DONE or p.name not in job.early_racecheck:
             return
         limit = p.result().proc.limit
         if limit in (Limit.TIME, Limit.OUTPUT):
@@ -214,10 +213,10 @@ def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | N
     ``<prefix>.<part>``; what it does not account for is the process's start: the interpreter,
     NumPy, the fence (``<prefix>.start``, added to the child's own ``start`` if it has one).
     ``held_s``: the time it waited at its gates, as the grading process held its clock
-    (grader/run/turns.py): ``<prefix>.wait``, whatever the child managed to report of it."""
+    (grader/run/turns.py): ``<prefix>.wait``."""
     times = (report or {}).get("times")
-    known = {k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
-             and k != "wait"} if isinstance(times, dict) else {}
+    known = ({k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+             if isinstance(times, dict) else {})
     if held_s:
         job.clock.add(f"{prefix}.wait", held_s, stage)
     if not isinstance(times, dict):

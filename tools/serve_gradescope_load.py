@@ -47,7 +47,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
-from serve_load import DEFAULT_SUBMISSIONS, add_baseline, percentile, spawn, stop_spawned  # noqa: E402
+from serve_load import DEFAULT_SUBMISSIONS, percentile, report, spawn, stop_spawned  # noqa: E402
 
 from grader.deploy.gradescope import build as gbuild  # noqa: E402
 from grader.deploy.gradescope.policy import PENDING_PREFIX  # noqa: E402
@@ -354,12 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         stop_spawned(proc, tmp)
-    if args.baseline:
-        add_baseline(result, Path(args.baseline))
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    report(result, args.baseline, args.out)
     return 0 if result["all_merged"] else 1
 
 

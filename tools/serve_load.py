@@ -69,6 +69,16 @@ def add_baseline(result: dict, baseline: Path) -> None:
     result.update(baseline_wall_s=base["wall_s"], wall_ratio=round(result["wall_s"] / base["wall_s"], 3))
 
 
+def report(result: dict, baseline: str | None, out: str | None) -> None:
+    """The run's JSON on stdout (and in ``out``), with ``wall_ratio`` against ``baseline`` if given."""
+    if baseline:
+        add_baseline(result, Path(baseline))
+    text = json.dumps(result, indent=1)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+
+
 def spawn(gpus: str, data: Path, assignment: str, extra: list[str]) -> tuple[subprocess.Popen, str, bytes]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -173,12 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run(url, args.assignment, secret, folders, args.n, args.timeout_s)
     finally:
         stop_spawned(proc, tmp)
-    if args.baseline:
-        add_baseline(result, Path(args.baseline))
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    report(result, args.baseline, args.out)
     return 0 if result["timed_out"] == 0 else 1
 
 

@@ -24,7 +24,6 @@ verdict.
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -100,21 +99,21 @@ def parallel_children(device: dict | None) -> int:
 
 
 class Schedule:
-    """The GPU schedule of one grading (see the module docstring)."""
+    """The GPU schedule of one grading (see the module docstring). One thread (the grading's) drives it;
+    the pool's threads only run the children, at most ``max_children`` at once (a party counts as live
+    until its run has returned)."""
 
     def __init__(self, max_children: int, shared_gates: tuple[str, ...] = ("correctness",)):
         self.max_children = max(1, max_children)
         self.shared_gates = shared_gates
         self.parties: list[Party] = []
-        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="gpu-child")
-        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=self.max_children, thread_name_prefix="gpu-child")
 
     # ---- starting ----------------------------------------------------------------------------------
     def add(self, party: Party, start: bool = True) -> Party:
         """Put ``party`` on the schedule; start it now if ``start`` and a slot is free (else at the
         next poll)."""
-        with self._lock:
-            self.parties.append(party)
+        self.parties.append(party)
         if start:
             self._start_pending()
         return party
@@ -123,14 +122,13 @@ class Schedule:
         return sum(p.state in (State.WORKING, State.WAITING, State.TURN) for p in self.parties)
 
     def _start_pending(self) -> None:
-        with self._lock:
-            for p in self.parties:
-                if p.state is State.PENDING and self._live() < self.max_children:
-                    p.clear_gates()
-                    for gate, payload in p.early.items():
-                        write_result(p.files(gate)[1], payload)
-                    p.state = State.WORKING
-                    p.future = self._pool.submit(p.run, p.control)
+        for p in self.parties:
+            if p.state is State.PENDING and self._live() < self.max_children:
+                p.clear_gates()
+                for gate, payload in p.early.items():
+                    write_result(p.files(gate)[1], payload)
+                p.state = State.WORKING
+                p.future = self._pool.submit(p.run, p.control)
 
     # ---- watching ------------------------------------------------------------------------------------
     def poll(self) -> list[Party]:

@@ -84,7 +84,8 @@ def test_a_child_runs_from_the_runtime_files_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     env = child_env(tmp_path / "cache", runtime)
     loaded = ("import sys, grader.children.__main__, grader.children.stage, grader.children.check, "
-              "grader.children.profile, grader.children.occupancy, grader.children.probe, grader.children.warm; "
+              "grader.children.profile, grader.children.sanitize, grader.children.occupancy, grader.children.probe, "
+              "grader.children.warm; "
               "print('\\n'.join(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'grader'))")
     out = subprocess.run([sys.executable, "-c", loaded], env=env, capture_output=True, text=True, timeout=60)
     files = out.stdout.split()

@@ -93,8 +93,8 @@ def test_the_warm_child_is_asked_for_every_kind_of_stage_at_the_rubrics_sizes(tm
         assert run["l2_bytes"] == DEVICE["l2_bytes"] and run["kernel"] == warm.KERNEL
         tile = run["launch"]["tile"][0]
         assert all(n % tile == 0 for n in [*RUBRIC.correctness_sizes, run["bench"]["n"]])
-    assert {(d["n"], d["inputs"]) for d in spec["draws"]} == {
-        (n, k) for n in (RUBRIC.sanitizer.n, RUBRIC.profile.n) for k in ("fp32", "fp16")}
+    # the ncu launch's draws only: the sanitizer's launcher uses no CuPy
+    assert {(d["n"], d["inputs"]) for d in spec["draws"]} == {(RUBRIC.profile.n, k) for k in ("fp32", "fp16")}
 
 
 def test_the_machines_cache_is_made_once_then_reused_and_remade_when_changed(tmp_path, monkeypatch, warm_child,
@@ -201,8 +201,8 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
         proc = ProcRecord(["python"], 0, wall_s=1.2)
         return ChildResult(proc, report, work / "spec.json", work / "result.json")
 
-    def sanitizer(tool, _sanitizer, spec, *_a, cache_seed=None, **_k):
-        seen[tool] = cache_seed
+    def sanitizer(tool, _sanitizer, spec, *_a, **kw):
+        seen[tool] = kw.get("cache_seed")  # none: the sanitizer's launcher child uses no CuPy
         return SanitizerRun(tool, spec["id"])
 
     monkeypatch.setattr(run_stages, "launch", gpu_child)
@@ -214,7 +214,7 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     job.schedule.close()
     assert job.cupy_cache == tmp_path / "work" / "cupy-warm" / warm.CACHE and warm_child["calls"] == 1
     assert seen == {"mmNaive": job.cupy_cache, "mmTiled": job.cupy_cache, "check": job.cupy_cache,
-                    "racecheck": job.cupy_cache}
+                    "racecheck": None}
     assert all(o.verdict is Verdict.CORRECT for o in job.outcomes.values())
     names = [(p.name, p.stage) for p in job.clock.phases]
     assert ("cupy_cache", "") in names and ("cupy_cache.warm", "") in names
@@ -246,11 +246,11 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
     spans: dict[str, tuple[float, float]] = {}
     seeds: list = []
 
-    def run_many(tool, _sanitizer, specs, _n, _work, _timeout_s, *, cache_seed=None, **_kw):
+    def run_many(tool, _sanitizer, specs, _n, _work, _timeout_s, **kw):
         t0 = time.monotonic()
         time.sleep(0.4)
         spans[tool] = (t0, time.monotonic())
-        seeds.append(cache_seed)
+        seeds.append(kw.get("cache_seed"))
         if tool == "racecheck":
             found = {"tiled": [Finding("Race reported between Write access at mmTiled+0x10 in tiled.cu:21")]}
         else:  # memcheck finds something in both failed stages
@@ -263,7 +263,7 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
     run_stages.sanitize(job)
     (r0, r1), (m0, m1) = spans["racecheck"], spans["memcheck"]
     assert r0 < m1 and m0 < r1  # side by side
-    assert seeds == [job.cupy_cache, job.cupy_cache]
+    assert seeds == [None, None]  # the sanitizer's launcher child uses no CuPy, so no cache
     tiled, bt1d = job.outcomes["tiled"], job.outcomes["blocktiling_1d"]
     assert tiled.verdict is Verdict.RACE and "memcheck" not in tiled.correctness_message
     assert bt1d.verdict is Verdict.WRONG and "memcheck's first finding: Invalid __global__ write" in \

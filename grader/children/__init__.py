@@ -2,8 +2,10 @@
 
 Modes (one module each): ``probe`` (describe the GPU), ``stage`` (run one stage's kernel;
 student code), ``check`` (float64 references; trusted), ``profile`` (launch each kernel once
-under ncu or compute-sanitizer), ``occupancy`` (the grader's occupancy measurements), ``warm``
-(compile CuPy's own kernels once, into the cache every other child's starts as a copy of; trusted).
+under ncu), ``sanitize`` (launch each kernel once under compute-sanitizer, through the CUDA
+driver alone: :mod:`grader.children.driver`, no CuPy), ``occupancy`` (the grader's occupancy
+measurements), ``warm`` (compile CuPy's own kernels once, into the cache every other child's
+starts as a copy of; trusted).
 :mod:`grader.children.protocol` is the protocol; :mod:`grader.children.launch` starts a child
 from the grading process (it is not a runtime file: children never import it).
 """
@@ -21,6 +23,8 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/stage.py",
     "children/check.py",
     "children/profile.py",
+    "children/sanitize.py",
+    "children/driver.py",
     "children/occupancy.py",
     "children/warm.py",
     "run/__init__.py",

@@ -1,7 +1,7 @@
 """Start one of the grader's children from the grading process, and read back what it wrote.
 
 :func:`launch` is the only way the grader starts a child (the probe, a stage run, the checker,
-the profile launch under ncu or compute-sanitizer, the occupancy measurements): it writes the
+the profile launch under ncu, the sanitizer's launch, the occupancy measurements): it writes the
 spec, runs ``python -m grader.children MODE SPEC.json RESULT.json`` through
 :func:`grader.build.student.run_guarded` (time and output limits, the sandbox fence) and reads
 RESULT.json, whatever the child's exit. :func:`child_env` is the one environment they all get.

@@ -2,8 +2,8 @@
 
 ``ncu ... python -m grader.children profile SPEC.json RESULT.json``: one ncu run per
 submission collects every metric the rubric names, for every stage kernel, from exactly one
-launch each (compute-sanitizer runs it the same way). Inputs are random (never zeros);
-nothing is judged here. RESULT.json: ``{"failures": {stage id: error}}``.
+launch each (compute-sanitizer runs grader/children/sanitize.py instead, without CuPy).
+Inputs are random (never zeros); nothing is judged here. RESULT.json: ``{"failures": {stage id: error}}``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ so that folder ends up holding all of them:
   one-repetition benchmark against the same baseline) for each kind of stage the rubric has,
   on a kernel of the grader's own instead of a student's cubin;
 * the checker's :func:`~grader.children.check.check` on those outputs and fingerprints;
-* the profile child's draws (inputs and a NaN-filled C) at the sanitizer's and the profile's sizes.
+* the profile child's draws (inputs and a NaN-filled C) at the profile's size (the sanitizer's
+  launcher, grader/children/sanitize.py, uses no CuPy).
 
 The grading process (grader/run/warm.py) lists the folder's files with their hashes and starts
 every other child's cache as a copy of them. The grader's kernel writes zeros: finite and wrong,

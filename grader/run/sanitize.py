@@ -7,6 +7,11 @@ racecheck at a small size, and a stage that fails or crashes is run once under m
 so its feedback can name the first bad access. The parser is pure; the runs are children
 with time limits, one per stage, all run side by side (grader/run/stages.py: sanitize runs
 racecheck's and memcheck's at once too).
+
+The child under the tool is ``grader.children sanitize``: it launches the kernel through the CUDA
+driver alone (ctypes, grader/children/driver.py), with no CuPy. compute-sanitizer intercepts
+every module a process loads, and a child importing CuPy loads cuBLAS, cuRAND and NVRTC and runs
+CuPy's own kernels to build its inputs: under racecheck that was most of the run's time.
 """
 from __future__ import annotations
 
@@ -76,30 +81,34 @@ class SanitizerRun:
 
 
 def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
-             fence: Fence | None = None, cache_seed: Path | None = None,
-             control: Control | None = None) -> SanitizerRun:
-    """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck). ``control``: a
-    stop for a run no longer needed (grader/run/turns.py)."""
+             fence: Fence | None = None, control: Control | None = None) -> SanitizerRun:
+    """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck), in the
+    launcher child ``sanitize`` (no CuPy, so no CuPy cache). ``control``: a stop for a run no
+    longer needed (grader/run/turns.py)."""
     result = SanitizerRun(tool, stage_spec["id"])
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
         return result
     wrap = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
-    # Only the student's kernel is instrumented (not CuPy's input and fill kernels): less work for the tool.
+    # Only the student's kernel is instrumented: the child launches no other, but the driver may.
     only = ["--kernel-name", f"kns={stage_spec['kernel']}"]
     for attempt in (only, []):
-        proc = launch("profile", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000,
-                      wrap=[*wrap, *attempt], name=tool, fence=fence, cache_seed=cache_seed, control=control).proc
+        child = launch("sanitize", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000,
+                       wrap=[*wrap, *attempt], name=tool, fence=fence, control=control)
+        proc = child.proc
         text = proc.stdout + "\n" + proc.stderr
         if not (attempt and _option_refused(text)):
             break  # an older compute-sanitizer without --kernel-name: run again without it
     result.proc = proc
     (work / f"{tool}.txt").write_text(text)
     result.findings = parse_sanitizer(text)
+    failed = ((child.result or {}).get("failures") or {}).get(stage_spec["id"])
     if proc.timed_out:
         result.reason = f"not checked: {tool} did not finish within {timeout_s:g} s"
     elif "Device not supported" in text or (proc.returncode not in (0, ERROR_EXIT) and not result.findings):
         result.reason = f"not checked: {tool} could not run here ({proc.brief()}: {text.strip()[-200:]})"
+    elif failed and not result.findings:  # the kernel never ran to the end: nothing was checked
+        result.reason = f"not checked: the kernel's launch under {tool} failed ({str(failed)[:300]})"
     return result
 
 
@@ -114,13 +123,11 @@ def parallel_runs(count: int) -> int:
 
 
 def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, timeout_s: float, *,
-             fence: Fence | None = None, cache_seed: Path | None = None) -> dict[str, SanitizerRun]:
+             fence: Fence | None = None) -> dict[str, SanitizerRun]:
     """One sanitizer child per stage, all side by side: each is one launch at size n, a correctness
     tool whose answer does not depend on what else the GPU runs (nothing is timed here), so the
     step takes as long as its slowest stage, not the sum (:func:`parallel_runs`: each is a
-    compute-sanitizer and a Python process). ``cache_seed``: the warm CuPy cache
-    (grader/run/warm.py) each child's own cache starts as a copy of."""
+    compute-sanitizer and a Python process)."""
     with ThreadPoolExecutor(max_workers=parallel_runs(len(specs)), thread_name_prefix=tool) as pool:
-        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence,
-                                           cache_seed=cache_seed), specs)
+        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence), specs)
         return {r.stage: r for r in runs}

@@ -196,7 +196,8 @@ def _checker_party(job: Job) -> Party:
 
 
 def _prepare_cupy_cache(job: Job) -> None:
-    """The trusted warm CuPy cache (grader/run/warm.py) every child's own cache starts as a copy of."""
+    """The trusted warm CuPy cache (grader/run/warm.py): the cache of every child that uses CuPy (the
+    stage runs, the checker, the ncu launch; not the sanitizer's launcher) starts as a copy of it."""
     with job.clock.detail("cupy_cache"):
         cache, why = warm.prepare(job.rubric, job.env.device or {}, job.work, job.rubric.timeouts.checker_s)
     if cache is None:
@@ -318,7 +319,7 @@ def _sanitizer_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
 
     def run(control: Control) -> SanitizerRun:
         return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
-                        fence=tool_fence(work, [o]), cache_seed=job.cupy_cache, control=control)
+                     fence=tool_fence(work, [o]), control=control)
 
     return Party(f"{tool_name}:{o.stage.id}", (), None, run)
 
@@ -327,7 +328,7 @@ def _sanitizer_runs(job: Job, tool_name: str, outcomes: list[StageOutcome], tool
     san, work = job.rubric.sanitizer, job.work / tool_name
     t0 = time.monotonic()
     runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
-                    fence=tool_fence(work, outcomes), cache_seed=job.cupy_cache)
+                    fence=tool_fence(work, outcomes))
     return runs, time.monotonic() - t0
 
 

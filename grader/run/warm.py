@@ -1,4 +1,4 @@
-"""A trusted warm CuPy kernel cache: every child's own cache starts as a copy of it.
+"""A trusted warm CuPy kernel cache: every CuPy child's own cache starts as a copy of it.
 
 Why: CuPy compiles each of its own elementwise and reduction kernels (the input draws, the NaN
 fills, the checker's comparisons) with NVRTC the first time a process uses it, into
@@ -87,7 +87,7 @@ def warm_key(rubric: Rubric, device: dict) -> str:
 
     inputs = sorted({st.inputs for st in rubric.stages})
     core = {"version": SPEC_VERSION, "code": code_version(), "device": _device_identity(device),
-            "runs": warm_runs(rubric), "draws": [rubric.sanitizer.n, rubric.profile.n], "inputs": inputs}
+            "runs": warm_runs(rubric), "draws": [rubric.profile.n], "inputs": inputs}
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -101,7 +101,7 @@ def warm_spec(rubric: Rubric, device: dict, folder: Path) -> dict:
         spec.update(out_dir=str(folder / f"run{i}"), l2_bytes=int(device.get("l2_bytes") or 0))
         runs.append(spec)
     inputs = sorted({st.inputs for st in rubric.stages})
-    draws = [{"n": n, "inputs": k} for n in dict.fromkeys([rubric.sanitizer.n, rubric.profile.n]) for k in inputs]
+    draws = [{"n": rubric.profile.n, "inputs": k} for k in inputs]  # the ncu launch's (the sanitizer's uses no CuPy)
     return {"runs": runs, "draws": draws}
 
 

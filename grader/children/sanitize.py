@@ -1,0 +1,76 @@
+"""Child process that launches each stage's kernel once, for compute-sanitizer (racecheck, memcheck).
+
+``compute-sanitizer --tool T ... python -m grader.children sanitize SPEC.json RESULT.json``. It
+does for the sanitizer what :mod:`grader.children.profile` does for ncu, one launch per stage,
+but through the CUDA driver alone (:mod:`grader.children.driver`, ctypes): no CuPy, so no
+cuBLAS, cuRAND or NVRTC for the tool to intercept, and no kernel but the student's. Inputs are
+drawn on the host (:func:`grader.run.inputs.make_inputs`, never zeros) and copied over; C is
+filled with NaN. Nothing is judged here: the sanitizer's own report is the answer.
+
+SPEC.json: ``{"n": N, "seed": S, "stages": [{"id", "cubin", "kernel", "inputs", "launch":
+{"block": [x, y], "tile": [BM, BN], "smem": bytes}}, ...]}``. RESULT.json: ``{"failures":
+{stage id: error}}``, a stage's entry naming the driver call and CUresult that failed (no driver
+here included); a failure is data, never a traceback, and the exit status is 0 whenever the
+result was written.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grader.children.driver import Driver, DriverError, KernelArg
+from grader.children.protocol import write_result
+from grader.run.inputs import make_inputs
+
+NAN_BITS = 0x7FC00000  # float32 quiet NaN: an element the kernel never writes stays NaN
+C_ITEMSIZE = 4  # C is float32 in every stage (the fp16 stage accumulates and writes fp32)
+
+
+def gemm_args(a: int, b: int, c: int, n: int) -> list[KernelArg]:
+    """The arguments of the (A, B, C, N) contract: ``kernel(const T* A, const T* B, float* C, int N)``.
+    A stage with another contract gets a packing function of its own beside this one."""
+    return [KernelArg.pointer(a), KernelArg.pointer(b), KernelArg.pointer(c), KernelArg.int32(n)]
+
+
+def run(spec: dict[str, Any], result: Path) -> int:
+    n, seed, stages = int(spec["n"]), int(spec["seed"]), spec["stages"]
+    try:
+        cuda = Driver()
+        cuda.start()
+    except DriverError as exc:  # no driver, no device: no stage can be launched
+        write_result(result, {"failures": {st["id"]: f"the CUDA driver did not start: {exc}" for st in stages}})
+        return 0
+    failures: dict[str, str] = {}
+    inputs: dict[str, tuple[int, int]] = {}  # inputs kind -> device A, B
+    lost = ""  # why the context is unusable, once it is
+    for st in stages:
+        if lost:
+            failures[st["id"]] = f"not launched: {lost}"
+            continue
+        lp = st["launch"]
+        try:
+            function = cuda.load_function(st["cubin"], st["kernel"], lp["smem"])
+            if st["inputs"] not in inputs:
+                inputs[st["inputs"]] = _upload_inputs(cuda, n, seed, st["inputs"])
+            a, b = inputs[st["inputs"]]
+            c = cuda.alloc(n * n * C_ITEMSIZE)
+            cuda.fill32(c, NAN_BITS, n * n)
+            cuda.launch(function, (n // lp["tile"][1], n // lp["tile"][0], 1), (lp["block"][0], lp["block"][1], 1),
+                        lp["smem"], gemm_args(a, b, c, n))
+            cuda.synchronize()
+            cuda.free(c)
+        except DriverError as exc:  # a broken kernel or cubin stops its own launch only
+            failures[st["id"]] = str(exc)
+            if exc.context_lost:  # later launches would fail the same way
+                lost = f"the CUDA context was lost at stage {st['id']} ({exc.name})"
+    write_result(result, {"failures": failures})
+    return 0
+
+
+def _upload_inputs(cuda: Driver, n: int, seed: int, kind: str) -> tuple[int, int]:
+    pointers = []
+    for host in make_inputs(n, seed, kind):
+        ptr = cuda.alloc(host.nbytes)
+        cuda.upload(ptr, host)
+        pointers.append(ptr)
+    return pointers[0], pointers[1]

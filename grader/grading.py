@@ -220,11 +220,13 @@ class Job:
     prebuilt_occupancy: Any = None  # occ.cu's builds, made beside the stages' compiles (occupancy/run.py: Prebuilt)
     cupy_cache: Path | None = None  # the trusted warm CuPy cache each child's own starts as a copy of (run/warm.py)
     # The GPU schedule (run/turns.py: Schedule) and the children it started early for later steps: the
-    # checker, racecheck per stage id, the profiler under ncu (run/stages.py, profile/collect.py).
+    # checker, racecheck per stage id, the profiler under ncu (run/stages.py, profile/collect.py), the
+    # occupancy measurements and program (occupancy/early.py: EarlyOccupancy).
     schedule: Any = None
     checker: Any = None
     early_racecheck: dict[str, Any] = field(default_factory=dict)
     early_profile: Any = None
+    early_occupancy: Any = None
 
     def wants(self, part: str) -> bool:
         return self.parts is None or part in self.parts

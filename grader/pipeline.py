@@ -56,7 +56,9 @@ def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None =
 
 
 def _occupancy_fence(job: Job) -> Fence:
-    return Fence(scratch=job.work / "occupancy", gpu=True)
+    from grader.occupancy.early import occupancy_fence
+
+    return occupancy_fence(job.work / "occupancy")
 
 
 def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, list[tuple[str, float]]]:
@@ -113,9 +115,12 @@ def compile_stages(job: Job) -> Job:
 
 
 def profile(job: Job) -> Job:
-    """One Nsight Compute run over every correct kernel; each stage gets its metrics or a typed gap."""
+    """One Nsight Compute run over every correct kernel; each stage gets its metrics or a typed gap.
+    It measures, so it first waits for what still runs on the GPU (the student's occupancy program)."""
     if any(i.kind == "ncu" for o in job.outcomes.values() for i in o.stage.items):
         job.progress("profiling with Nsight Compute")
+    if job.schedule is not None:  # ncu measures: what still runs (the occupancy program) ends first
+        job.schedule.quiet()
     run = profile_stages(job.outcomes, job.rubric, has_gpu=job.env.has_gpu, gpu_reason=job.env.device_reason,
                          work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0), device=job.env.device,
                          fence=tool_fence(job.work / "ncu", list(job.outcomes.values())),
@@ -133,6 +138,8 @@ def score_stages(job: Job) -> Job:
 
 
 def grade_occupancy(job: Job) -> Job:
+    """The occupancy items. With a GPU schedule its program and measurements ran on it beside the other
+    steps (grader/occupancy/early.py) and are only collected here; without one they run now."""
     if job.rubric.occupancy is not None and job.wants("occupancy"):
         from grader.occupancy.run import grade_occupancy_submission
 
@@ -140,7 +147,7 @@ def grade_occupancy(job: Job) -> Job:
         job.items += grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy",
                                                 job.progress, fence=_occupancy_fence(job), clock=job.clock,
                                                 plots_dir=job.work.parent,  # the results folder
-                                                prebuilt=job.prebuilt_occupancy)
+                                                prebuilt=job.prebuilt_occupancy, early=job.early_occupancy)
     return job
 
 
@@ -165,7 +172,7 @@ GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
     drop_outputs,  # the output matrices, unless --keep-outputs
     profile,  # one Nsight Compute run over the correct kernels
     score_stages,  # rubric items from the outcomes
-    grade_occupancy,  # the occupancy exercises section, when the rubric has one
+    grade_occupancy,  # the occupancy exercises section (its GPU runs started in run_stages), when the rubric has one
     grade_report,  # the written report section, when the rubric has one
 )
 STEPS = CPU_STEPS + GPU_STEPS

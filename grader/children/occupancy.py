@@ -1,25 +1,25 @@
 """Child process: the grader's own GPU measurements for the occupancy exercises.
 
-``python -m grader.children occupancy SPEC.json OUT.json`` (started by
-:mod:`grader.occupancy.child` with a time limit). It loads the submission's ``work``
-kernel from the default build's cubin and ``heavy`` from one cubin per register
-cap, then, in this order, writing ``OUT.json`` after each phase so that a crash
-or a time-out still leaves what was done:
+``python -m grader.children occupancy SPEC.json OUT.json`` (started by :mod:`grader.occupancy.child`
+with a time limit). It loads the submission's ``work`` kernel from the default build's cubin and
+``heavy`` from one cubin per register cap, then, in this order, writing ``OUT.json`` after each phase
+so that a crash or a time-out still leaves what was done:
 
 1. ``api``: the device's properties, ``work``'s attributes, the Occupancy API
-   (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) at every point of the spec
-   and ``cuOccupancyMaxPotentialBlockSize`` at the spec's shared memory. The format
-   is what :func:`grader.occupancy.exercises.simulated_api` returns.
-2. ``sweeps``: ``work`` at every sweep point with the same total work
-   (grid x block x iters), one warm-up launch per point, then ``reps`` rounds that
-   time every point once each (CUDA events); the fastest round per point counts.
-3. ``heavy``: ``heavy`` at every cap the same way.
+   (``cuOccupancyMaxActiveBlocksPerMultiprocessor``) at every point of the spec and
+   ``cuOccupancyMaxPotentialBlockSize`` at the spec's shared memory, in the format of
+   :func:`grader.occupancy.exercises.simulated_api`; then ``heavy``'s modules are loaded. Nothing timed.
+2. With ``"gate": true`` in the spec: the gate ``sweeps`` (phase ``ready``), until the grader gives it
+   the GPU alone (grader/run/turns.py); a stop there ends it (phase ``stopped``).
+3. ``sweeps``: ``work`` at every sweep point with the same total work (grid x block x iters), one
+   warm-up launch per point, then ``reps`` rounds that time every point once each (CUDA events); the
+   fastest round per point counts.
+4. ``heavy``: ``heavy`` at every cap the same way.
 
-Nothing is judged here. Every error is recorded with its phase and whether the
-submission's code caused it (``student``): a kernel missing from the cubin, or a
-launch that fails, is the submission's; CuPy or the device not working is not.
-A failed launch leaves the CUDA context unusable, so the phases after it are
-skipped.
+Nothing is judged here. Every error is recorded with its phase and whether the submission's code
+caused it (``student``): a kernel missing from the cubin, or a launch that fails, is the
+submission's; CuPy or the device not working is not. A failed launch leaves the CUDA context
+unusable, so the phases after it are skipped.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from grader.children.protocol import write_result
+from grader.children.protocol import GateClosed, wait_at_gate, write_result
 
 # CUfunction_attribute (cuda.h)
 ATTR_MAX_DYNAMIC_SHARED = 8
@@ -164,21 +164,21 @@ def time_launches(cp, launches: dict, warmup: int, reps: int, min_reps: int,
     return best, rounds
 
 
-def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int) -> str:
-    """Load ``work``, ask the Occupancy API about it, re-run the sweeps. Returns "ok",
-    "skipped" (``work`` could not be loaded or asked about) or "context lost"."""
+def load_work(cp, driver, runtime, spec: dict, rep: _Report):
+    """Load ``work`` and ask the Occupancy API about it (nothing timed). Returns the kernel, or None
+    when it could not be loaded or asked about (the error is recorded)."""
     rep.phase("load")
     work_name = spec["work_kernel"]
     if not spec.get("cubin"):
         rep.error("load", spec.get("work_problem") or f"`{work_name}` was not built", student=True)
-        return "skipped"
+        return None
     try:
         work = cp.RawModule(path=spec["cubin"]).get_function(work_name)
         _ = work.attributes  # loads the module now, so a missing kernel shows here
     except Exception as exc:
         rep.error("load", f"`{work_name}` could not be loaded from the compiled {spec['source']}: "
                           f"{_describe(exc)}", student=True)
-        return "skipped"
+        return None
 
     rep.phase("api")
     t0 = time.monotonic()
@@ -187,14 +187,18 @@ def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int
     except Exception as exc:
         rep.error("api", f"the Occupancy API calls failed: {_describe(exc)}\n{traceback.format_exc()}",
                   student=False)
-        return "skipped"
+        return None
     rep.data["seconds"]["api"] = round(time.monotonic() - t0, 3)
     rep.data["done"].append("api")
     rep.save()
+    return work
 
+
+def time_sweeps(cp, np, driver, work, spec: dict, rep: _Report, inp, out, n: int) -> str:
+    """Re-run both sweeps with ``work``. Returns "ok", "skipped" or "context lost"."""
     rep.phase("sweeps")
     t0 = time.monotonic()
-    sw = spec["sweeps"]
+    sw, work_name = spec["sweeps"], spec["work_kernel"]
     total, iters = int(sw["total_threads"]), int(sw["iters"])
     launches, keys = {}, {}
     current: dict[str, tuple[int, int] | None] = {"point": None}
@@ -235,6 +239,53 @@ def run_work(cp, np, driver, runtime, spec: dict, rep: _Report, inp, out, n: int
     return "ok"
 
 
+def load_heavy(cp, np, spec: dict, rep: _Report, inp, out, n: int) -> tuple[dict, list[str], dict]:
+    """Load ``heavy`` from every cap's cubin (nothing timed): (cap -> its launch, the errors that
+    :func:`time_heavy` records, where a failing launch was: ``current["point"]``)."""
+    rep.phase("heavy")
+    t0, hv, heavy_name = time.monotonic(), spec["heavy"], spec["heavy_kernel"]
+    block, h_iters, current = int(hv["block"]), int(hv["iters"]), {"point": None}
+    grid, launches, errors = -(-int(hv["total_threads"]) // block), {}, []
+    for cap, path in hv["cubins"].items():
+        try:
+            kern = cp.RawModule(path=path).get_function(heavy_name)
+            attrs = rep.data["heavy_attributes"][cap] = _attributes(kern)
+        except Exception as exc:
+            errors.append(f"`{heavy_name}` (built with -maxrregcount={cap}) could not be loaded: {_describe(exc)}")
+            continue
+        if attrs["max_threads_per_block"] < block:
+            errors.append(f"`{heavy_name}` built with -maxrregcount={cap} cannot be launched with {block} threads "
+                          f"per block: with {attrs['registers']} registers a block holds at most "
+                          f"{attrs['max_threads_per_block']} threads")
+            continue
+
+        def launch(kern=kern, cap=cap):
+            current["point"] = cap
+            kern((grid,), (block,), (inp, out, np.int32(n), np.int32(h_iters)))
+        launches[cap] = launch
+    rep.data["seconds"]["heavy_load"] = round(time.monotonic() - t0, 3)
+    return launches, errors, current
+
+
+def time_heavy(cp, spec: dict, rep: _Report, launches: dict, errors: list[str], current: dict) -> None:
+    """Time heavy at every cap loaded; record the loading's errors first (none after a lost context)."""
+    rep.phase("heavy")
+    t0, hv = time.monotonic(), spec["heavy"]
+    for message in errors:
+        rep.error("heavy", message, student=True)
+    if launches:
+        try:
+            best, rounds = time_launches(cp, launches, int(hv["warmup"]), int(hv["reps"]),
+                                         int(hv["min_reps"]), float(hv["max_seconds"]))
+            rep.data["heavy_times_ms"] = best
+            rep.data["heavy_rounds"] = rounds
+        except Exception as exc:
+            rep.error("heavy", f"`{spec['heavy_kernel']}` built with -maxrregcount={current['point']} failed when "
+                               f"the grader timed it (block {int(hv['block'])}): {_describe(exc)}", student=True)
+    rep.data["seconds"]["heavy"] = round(time.monotonic() - t0, 3)
+    rep.data["done"].append("heavy")
+
+
 def run(spec: dict, result: Path) -> int:
     rep = _Report(result)
     t_start = time.monotonic()
@@ -253,51 +304,25 @@ def run(spec: dict, result: Path) -> int:
         return 0
     rep.data["seconds"]["setup"] = round(time.monotonic() - t_start, 3)
 
-    # -- work: the Occupancy API, then the sweeps -------------------------------------------------
-    if run_work(cp, np, driver, runtime, spec, rep, inp, out, n) == "context lost":
+    # -- everything untimed first: the modules, the Occupancy API ---------------------------------
+    work = load_work(cp, driver, runtime, spec, rep)
+    heavy, heavy_errors, current = load_heavy(cp, np, spec, rep, inp, out, n)
+    if spec.get("gate") and (work is not None or heavy):
+        rep.phase("ready")  # the timed part waits for the GPU alone (grader/run/turns.py)
+        try:
+            wait_at_gate(result, "sweeps")
+        except GateClosed as exc:
+            rep.data["notes"].append(str(exc))
+            rep.phase("stopped")
+            return 0
+
+    # -- timed: the sweeps with work, then heavy at each register cap ------------------------------
+    if work is not None and time_sweeps(cp, np, driver, work, spec, rep, inp, out, n) == "context lost":
         rep.error("heavy", "not timed: the CUDA context was lost when "
                            f"`{spec['work_kernel']}` failed", student=True)
         return 0
-
-    # -- heavy at each register cap --------------------------------------------------------------
-    rep.phase("heavy")
-    t0 = time.monotonic()
-    hv = spec["heavy"]
-    heavy_name, block, h_iters = spec["heavy_kernel"], int(hv["block"]), int(hv["iters"])
-    current = {"point": None}
-    grid = -(-int(hv["total_threads"]) // block)
-    launches = {}
-    for cap, path in hv["cubins"].items():
-        try:
-            kern = cp.RawModule(path=path).get_function(heavy_name)
-            attrs = rep.data["heavy_attributes"][cap] = _attributes(kern)
-        except Exception as exc:
-            rep.error("heavy", f"`{heavy_name}` (built with -maxrregcount={cap}) could not be loaded: "
-                               f"{_describe(exc)}", student=True)
-            continue
-        if attrs["max_threads_per_block"] < block:
-            rep.error("heavy", f"`{heavy_name}` built with -maxrregcount={cap} cannot be launched with "
-                               f"{block} threads per block: with {attrs['registers']} registers a block "
-                               f"holds at most {attrs['max_threads_per_block']} threads", student=True)
-            continue
-
-        def launch(kern=kern, cap=cap):
-            current["point"] = cap
-            kern((grid,), (block,), (inp, out, np.int32(n), np.int32(h_iters)))
-        launches[cap] = launch
-    if launches:
-        try:
-            best, rounds = time_launches(cp, launches, int(hv["warmup"]), int(hv["reps"]),
-                                         int(hv["min_reps"]), float(hv["max_seconds"]))
-            rep.data["heavy_times_ms"] = best
-            rep.data["heavy_rounds"] = rounds
-        except Exception as exc:
-            rep.error("heavy", f"`{heavy_name}` built with -maxrregcount={current['point']} failed when "
-                               f"the grader timed it (block {block}): {_describe(exc)}", student=True)
-    rep.data["seconds"]["heavy"] = round(time.monotonic() - t0, 3)
-    rep.data["done"].append("heavy")
+    time_heavy(cp, spec, rep, heavy, heavy_errors, current)
     rep.data["phase"] = "finished"
     rep.data["seconds"]["total"] = round(time.monotonic() - t_start, 3)
     rep.save()
     return 0
-

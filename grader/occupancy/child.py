@@ -3,7 +3,9 @@
 :func:`child_spec` says what :mod:`grader.children.occupancy` measures (from the rubric and the
 builds), :func:`run_child` runs it through :func:`grader.children.launch.launch`, and
 :func:`apply_child_report` turns its report into :class:`~grader.occupancy.grading.Measurements`,
-saying per part (api, sweeps, heavy) what is missing and whose doing that is.
+saying per part (api, sweeps, heavy) what is missing and whose doing that is. In a grading with a
+GPU schedule the child starts with the stage runs and waits at its gate before timing anything
+(:mod:`grader.occupancy.early`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from grader.occupancy.build import Build, trim
 from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.exercises import api_points
 from grader.occupancy.grading import Measurements
+from grader.run.process import Control
 
 # The grader's own re-run of the Ex 4 sweeps and of heavy: the same work at every point
 # (grid = TOTAL_THREADS / block), like the reference program. Not in the rubric: changing
@@ -55,7 +58,9 @@ def child_spec(cfg: OccupancyConfig, builds: dict[str, Build]) -> dict:
 _PARTS = ("api", "sweeps", "heavy")
 # Which measurement parts an error in a child's phase leaves missing.
 _PHASE_PARTS = {"setup": _PARTS, "load": ("api", "sweeps"), "api": ("api", "sweeps"),
-                "sweeps": ("sweeps",), "heavy": ("heavy",)}
+                "ready": ("sweeps", "heavy"), "sweeps": ("sweeps",), "heavy": ("heavy",)}
+_GRADERS = ("setup", "load", "api", "ready")  # phases of the grader's own code
+_DOING = {"ready": "waiting for its turn on the GPU"}
 
 
 def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord | None) -> None:
@@ -82,9 +87,10 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
         if not report:
             add(_PARTS, Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process failed "
                                           f"({proc.brief()}): {trim(proc.stderr or proc.stdout, 400)}"))
-        elif phase in ("setup", "load", "api"):
+        elif phase in _GRADERS:
             add(_PHASE_PARTS[phase], Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process "
-                                                       f"{proc.brief()} while {phase}: {trim(proc.stderr, 400)}"))
+                                                       f"{proc.brief()} while {_DOING.get(phase, phase)}: "
+                                                       f"{trim(proc.stderr, 400)}"))
         else:
             kernel = "heavy" if phase == "heavy" else "work"
             if proc.timed_out:
@@ -117,7 +123,11 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
 
 
 def run_child(cfg: OccupancyConfig, builds: dict[str, Build], work: Path, timeout_s: float | None = None, *,
-              fence: Fence | None = None) -> tuple[dict | None, ProcRecord]:
-    """Run :mod:`grader.children.occupancy` on the builds; (its report or None, the process)."""
-    child = launch("occupancy", child_spec(cfg, builds), work, timeout_s or CHILD_TIMEOUT_S, 20_000, fence=fence)
+              fence: Fence | None = None, gate: bool = False,
+              control: Control | None = None) -> tuple[dict | None, ProcRecord]:
+    """Run :mod:`grader.children.occupancy` on the builds; (its report or None, the process). ``gate``:
+    it waits at its gate ``sweeps`` before timing anything (grader/occupancy/early.py opens it);
+    ``control``: the schedule's hold on its clock while it waits, and its cancel."""
+    spec = {**child_spec(cfg, builds), "gate": gate}
+    child = launch("occupancy", spec, work, timeout_s or CHILD_TIMEOUT_S, 20_000, fence=fence, control=control)
     return child.result, child.proc

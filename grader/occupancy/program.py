@@ -4,6 +4,10 @@ The program is the student's code: it runs through :func:`grader.build.student.r
 (time limit, trimmed output, the sandbox fence) as the student user. Its stdout must hold one
 JSON object of the documented format (``occupancy-v1``); text before it and C's ``nan``/``inf``
 are tolerated, anything else is a message naming what is wrong.
+
+What it prints is graded for its numbers from the Occupancy API and its launch shapes; the run
+times it prints (``time_ms``) only go to the plot, never into a verdict. So it needs no turn with
+the GPU alone: in a grading it runs once the timed turns are over (grader/occupancy/early.py).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from pathlib import Path
 from grader.build.student import Fence, run_guarded, student_user
 from grader.model import ProcRecord
 from grader.occupancy.build import trim
+from grader.run.process import Control
 
 PROGRAM_TIMEOUT_S = 45.0
 PROGRAM_OUTPUT_LIMIT = 256 * 1024  # bytes kept per stream; the JSON is a few KB
@@ -48,9 +53,10 @@ def parse_program_output(stdout: str) -> tuple[dict | None, str | None]:
     return doc, None
 
 
-def run_program(exe: Path, work: Path, timeout_s: float | None = None, *,
-                fence: Fence | None = None) -> tuple[dict | None, str | None, ProcRecord | None]:
-    """Run the student's program (all sections) as the student user; (document, problem, process record)."""
+def run_program(exe: Path, work: Path, timeout_s: float | None = None, *, fence: Fence | None = None,
+                control: Control | None = None) -> tuple[dict | None, str | None, ProcRecord | None]:
+    """Run the student's program (all sections) as the student user; (document, problem, process record).
+    ``control``: the GPU schedule's cancel (grader/occupancy/early.py runs it on the schedule)."""
     timeout_s = timeout_s or PROGRAM_TIMEOUT_S
     user = student_user()
     if user:
@@ -61,7 +67,7 @@ def run_program(exe: Path, work: Path, timeout_s: float | None = None, *,
                 pass
     try:
         proc = run_guarded([str(exe)], cwd=exe.parent, timeout_s=timeout_s, output_limit=PROGRAM_OUTPUT_LIMIT,
-                           user=user, fence=fence)
+                           user=user, fence=fence, control=control)
     except ValueError as exc:  # an unknown user: the grader's set-up, not the student's
         return None, f"not evaluated: the program could not be started ({exc})", None
     if proc.timed_out:

@@ -19,7 +19,9 @@ message, never an exception):
    and parse its JSON; then the trusted child :mod:`grader.children.occupancy`
    (:mod:`grader.occupancy.child`) asks the
    Occupancy API about the compiled ``work``, re-runs both sweeps with equal total
-   work and times ``heavy`` at every cap.
+   work and times ``heavy`` at every cap. In a grading with a GPU schedule both were
+   started on it beside the stages (:mod:`grader.occupancy.early`, handed over as
+   ``early``), and this step only collects what they found.
 4. :func:`grader.occupancy.exercises.grade_occupancy` turns all of it into items;
    a PNG of both sweeps goes to the results folder (``plots_dir``, next to results.json, so
    it travels with the results; the work folder is removed) and the Ex 4 conclusion items
@@ -46,6 +48,7 @@ from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
 from grader.occupancy.config import HAND_GRADED, OccupancyConfig
+from grader.occupancy.early import ChildRun, EarlyOccupancy, ProgramRun
 from grader.occupancy.exercises import grade_occupancy
 from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
 from grader.occupancy.plots import plot_sweeps, sweep_series
@@ -163,23 +166,26 @@ def start_builds(root: Path, rubric: Rubric, env, work: Path, pool: Executor, *,
 def grade_occupancy_submission(root: Path, rubric: Rubric, env, work: Path,
                                progress: Progress = lambda _msg: None, *,
                                fence: Fence | None = None, clock: Clock | None = None,
-                               plots_dir: Path | None = None, prebuilt: Prebuilt | None = None) -> list[ItemResult]:
+                               plots_dir: Path | None = None, prebuilt: Prebuilt | None = None,
+                               early: EarlyOccupancy | None = None) -> list[ItemResult]:
     """Every occupancy item for the submission at ``root``; never raises. ``clock`` gets the build's,
-    the program's and the measurements' times as detail phases. The sweeps' plot goes to
-    ``plots_dir`` (the results folder; ``work`` when not given). ``prebuilt``: the builds
-    :func:`start_builds` made (else they are made here)."""
+    the program's and the measurements' times as detail phases ("measure.wait": the child's wait at its
+    gate). The sweeps' plot goes to ``plots_dir`` (the results folder; ``work`` when not given).
+    ``prebuilt``: the builds :func:`start_builds` made (else they are made here); ``early``: the runs
+    started on the grading's GPU schedule from those builds (else they run here)."""
     cfg = rubric.occupancy  # validated when the rubric was loaded
     if cfg is None:  # the pipeline calls this only when there is a section; said, not raised
         return _no_section()
     try:
         return _grade(cfg, Path(root), rubric, env, Path(work), progress, fence, clock or Clock(),
-                      Path(plots_dir) if plots_dir is not None else Path(work), prebuilt)
+                      Path(plots_dir) if plots_dir is not None else Path(work), prebuilt, early)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         return _internal_error(cfg, traceback.format_exc())
 
 
-def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: Progress,
-           fence: Fence | None, clock: Clock, plots_dir: Path, prebuilt: Prebuilt | None = None) -> list[ItemResult]:
+def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: Progress, fence: Fence | None,
+           clock: Clock, plots_dir: Path, prebuilt: Prebuilt | None = None,
+           early: EarlyOccupancy | None = None) -> list[ItemResult]:
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     log: dict[str, Any] = {"submission": str(root), "steps": {}}
@@ -226,27 +232,32 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
 
     if meas.device_available and src is not None:
         exe, default = builds.get("exe"), builds.get("default")
+        on_schedule = early if early is not None and early.builds is builds else None  # started with the stages
         if exe is not None and exe.ok:
             progress("occupancy: running the program")
-            tr = time.monotonic()
-            meas.program, meas.program_problem, proc = run_program(exe.output, work, fence=fence)
-            log["steps"]["program_s"] = round(time.monotonic() - tr, 2)
-            clock.add("program", time.monotonic() - tr, "occupancy")
+            ran = (on_schedule.program_run() if on_schedule is not None else None) or \
+                ProgramRun.timed(lambda: run_program(exe.output, work, fence=fence))
+            meas.program, meas.program_problem = ran.doc, ran.problem
+            log["steps"]["program_s"] = round(ran.seconds, 2)
+            clock.add("program", ran.seconds, "occupancy")
             log["program"] = meas.program
             log["program_problem"] = meas.program_problem
-            if proc is not None:
-                log["program_stderr"] = trim(proc.stderr, 4000)
+            if ran.proc is not None:
+                log["program_stderr"] = trim(ran.proc.stderr, 4000)
         else:
             meas.program_problem = exe.problem if exe else "the program was not built"
         if default is not None and (default.ok or meas.ptxas is not None):
             progress("occupancy: the grader's own measurements")
-            tc = time.monotonic()
-            report, cproc = run_child(cfg, builds, work, CHILD_TIMEOUT_S, fence=fence)
-            log["steps"]["gpu_child_s"] = round(time.monotonic() - tc, 2)
-            clock.add("measure", time.monotonic() - tc, "occupancy")
-            log["gpu_report"] = report
-            log["gpu_child"] = {"brief": cproc.brief(), "stderr": trim(cproc.stderr, 2000)}
-            apply_child_report(meas, report, cproc)
+            got = (on_schedule.measured() if on_schedule is not None else None) or \
+                ChildRun.timed(lambda: run_child(cfg, builds, work, CHILD_TIMEOUT_S, fence=fence))
+            log["steps"]["gpu_child_s"] = round(got.seconds, 2)
+            clock.add("measure", got.seconds, "occupancy")
+            if got.held_s:  # its wait at its gate, its clock held (grader/occupancy/early.py)
+                log["steps"]["gpu_child_wait_s"] = round(got.held_s, 2)
+                clock.add("measure.wait", got.held_s, "occupancy")
+            log["gpu_report"] = got.report
+            log["gpu_child"] = {"brief": got.proc.brief(), "stderr": trim(got.proc.stderr, 2000)}
+            apply_child_report(meas, got.report, got.proc)
         else:
             problem = Gap(Cause.STUDENT, default.problem if default else "the program was not built")
             for part in ("api", "sweeps", "heavy"):

@@ -97,7 +97,9 @@ def run_stages(job: Job) -> Job:
     """Run every compiled stage's kernel in a child. The children start side by side; each stage's
     correctness runs take a turn shared with tools but no other stage's kernel, each timed benchmark
     a turn with the GPU alone (grader/run/turns.py). The checker, racecheck and the profiler under
-    ncu start now too, so their start-up is done by the time their steps come."""
+    ncu start now too, so their start-up is done by the time their steps come; so does the occupancy
+    measurement child, whose timed sweeps take the next turn alone after every stage run has ended,
+    and the student's occupancy program runs once the timed turns are over (grader/occupancy/early.py)."""
     if not job.env.has_gpu:
         return job
     rubric = job.rubric
@@ -113,6 +115,9 @@ def run_stages(job: Job) -> Job:
     # children start (create their CUDA contexts) in the order they are added.
     _start_racecheck(job, compiled)
     runs = {o.stage.id: sched.add(_stage_party(o, job), start=False) for o in compiled}
+    # Before the checker and ncu: children start in the order they are added, and those two wait for
+    # later steps, so with few slots they must not hold them while a child of the turns waits for one.
+    occupancy = _start_occupancy(job, list(runs.values()))
     job.checker = sched.add(_checker_party(job), start=False)
     job.early_profile = start_profile(job.outcomes, rubric, has_gpu=True, work_dir=job.work / "ncu",
                                       seed=job.seeds["bench"], device=job.env.device, schedule=sched,
@@ -131,6 +136,9 @@ def run_stages(job: Job) -> Job:
             sched.stop(job.early_racecheck[p.name])
 
     def may_go(p: Party) -> bool:
+        if p.name not in runs:  # the occupancy sweeps: their child's own limit, not the stages' budget
+            job.progress("occupancy: timing the sweeps")
+            return True
         used = time.monotonic() - runs_started
         if used > rubric.timeouts.submission_s:
             over_budget[p.name] = used
@@ -138,10 +146,25 @@ def run_stages(job: Job) -> Job:
         job.progress(f"timing {p.name}")
         return True
 
-    sched.take_turns(list(runs.values()), on_change, may_go)
+    sched.take_turns(list(runs.values()) + occupancy, on_change, may_go)
+    if job.early_occupancy is not None:  # nothing is timed any more until ncu, which waits for it
+        job.early_occupancy.start_program()
     for o in compiled:
         _finish_run(job, o, runs[o.stage.id], over_budget.get(o.stage.id))
     return job
+
+
+def _start_occupancy(job: Job, stage_runs: list[Party]) -> list[Party]:
+    """Put the occupancy work on the schedule (grader/occupancy/early.py), its measurements ``after``
+    the stage runs; the parties that take an exclusive turn, to be taken after the stages' benchmarks."""
+    if job.rubric.occupancy is None or not job.wants("occupancy") or job.prebuilt_occupancy is None:
+        return []
+    from grader.occupancy.early import occupancy_fence, start
+
+    work = job.work / "occupancy"
+    job.early_occupancy = start(job.rubric.occupancy, job.prebuilt_occupancy, work, job.schedule, stage_runs,
+                                fence=occupancy_fence(work))
+    return job.early_occupancy.timed() if job.early_occupancy is not None else []
 
 
 def _stage_party(o: StageOutcome, job: Job) -> Party:

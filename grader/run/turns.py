@@ -15,11 +15,16 @@ time limit (grader/run/process.py: ``Control``). :meth:`Schedule.take_turns` ope
   kernel that hangs or floods its output holds the correctness turn until its own limit stops it,
   and no other stage's verdict depends on it (run side by side, a hanging kernel time-sliced with a
   printf flood kept the flood from ever finishing on an H200).
-* an *exclusive* gate (a stage's ``bench``): only when no child of this grading is working or has a
-  turn, so the GPU runs nothing but the kernel being timed; one at a time, in the rubric's order.
+* an *exclusive* gate (a stage's ``bench``, the occupancy child's ``sweeps``): only when no child of
+  this grading is working or has a turn, so the GPU runs nothing but the kernels being timed; one at a
+  time, in the order of the list handed to :meth:`Schedule.take_turns` (the rubric's), and never before
+  the parties in a party's ``after`` have ended (the occupancy sweeps come after every stage run:
+  grader/occupancy/early.py says why).
 
 Children that wait for a later step (the checker for the outputs to judge, the profiler for the
-kernels found correct) are opened by that step with :meth:`Schedule.open`. Nothing here decides a
+kernels found correct) are opened by that step with :meth:`Schedule.open`; a step about to open a
+gate whose child measures (the profiler's) first waits with :meth:`Schedule.quiet` for what still
+runs (the student's occupancy program, started once the timed turns were over). Nothing here decides a
 verdict.
 """
 from __future__ import annotations
@@ -52,7 +57,8 @@ class Party:
     """One child on the schedule. ``run(control)`` starts it and blocks until it ends.
 
     ``gates``: the gates it passes, in order (none: a child that never waits, such as racecheck).
-    ``passed``: how many it has been let through; while it waits, ``gates[passed]`` is the one."""
+    ``passed``: how many it has been let through; while it waits, ``gates[passed]`` is the one.
+    ``after``: parties that must have ended before any of its gates opens in :meth:`Schedule.take_turns`."""
 
     name: str
     gates: tuple[str, ...]
@@ -63,6 +69,7 @@ class Party:
     state: State = State.PENDING
     passed: int = 0
     early: dict[str, dict] = field(default_factory=dict)  # gate -> payload, opened before it started
+    after: list[Party] = field(default_factory=list)
 
     def files(self, gate: str) -> tuple[Path, Path]:
         assert self.result_path is not None
@@ -199,13 +206,14 @@ class Schedule:
     def _next_turn(self, order: list[Party]) -> tuple[Party, bool] | None:
         """The party whose gate may open now, and whether that gate is exclusive; None: none yet."""
         turns = [p.gate for p in self.parties if p.state is State.TURN]
+        ready = [p for p in order if p.state is State.WAITING and all(q.state is State.DONE for q in p.after)]
         if not any(g not in self.shared_gates for g in turns):  # nothing measuring now
             if not any(g in self.shared_gates for g in turns):  # one shared turn at a time
-                shared = next((p for p in order if p.state is State.WAITING and p.gate in self.shared_gates), None)
+                shared = next((p for p in ready if p.gate in self.shared_gates), None)
                 if shared is not None:
                     return shared, False
         if not self.gpu_busy():
-            alone = next((p for p in order if p.state is State.WAITING and p.gate not in self.shared_gates), None)
+            alone = next((p for p in ready if p.gate not in self.shared_gates), None)
             if alone is not None:
                 return alone, True
         return None
@@ -229,6 +237,11 @@ class Schedule:
                     self.open(party)
                 continue
             time.sleep(POLL_S)
+
+    def quiet(self) -> None:
+        """Block until no party works or has a turn (every one has ended, waits at a gate, or waits for
+        a slot): before a step opens a gate whose child measures."""
+        self.settle(lambda: not self.gpu_busy())
 
     def wait(self, party: Party) -> Any:
         """Block until ``party`` ends (updating the schedule meanwhile); its result."""

@@ -7,7 +7,9 @@ from the JSON in ``$FAKE_CUPY`` (all keys optional):
 - ``fail_launch`` / ``hang``: a kernel name whose launch raises CUDA_ERROR_LAUNCH_FAILED /
   never returns;
 - ``heavy_registers``: registers of ``heavy`` (default: min(cap, 168); cap from the
-  cubin's name ``..._r<cap>.cubin``).
+  cubin's name ``..._r<cap>.cubin``);
+- ``launch_s`` / ``launch_log``: every launch takes that long / appends its kernel's name and
+  its start and end (``time.monotonic()``) as a line to that file (when the GPU was in use).
 
 A kernel exists when its name is in the cubin's bytes. Occupancy comes from the
 grader's calculator (an H200); times from a made-up model where 16 KiB and block 256

@@ -65,6 +65,11 @@ class _Kernel:
             raise CUDADriverError("CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure")
         if shared_mem > self.max_dynamic:
             raise CUDADriverError("CUDA_ERROR_INVALID_VALUE: too much shared memory")
+        t0 = time.monotonic()
+        time.sleep(float(cfg.get("launch_s") or 0))
+        if cfg.get("launch_log"):
+            with open(cfg["launch_log"], "a") as log:
+                log.write(f"{self.name} {t0} {time.monotonic()}\n")
         _STATE["last"] = (self.name, block[0], shared_mem, self.registers)
 
 

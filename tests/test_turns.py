@@ -128,6 +128,27 @@ def test_a_waiting_childs_clock_is_held(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 15
 
 
+def test_a_held_start_up_does_not_count_and_the_turn_still_does(tmp_path: Path) -> None:
+    """A stage child's start-up (here 2 s of untimed work before its first gate) is held with
+    hold_startup, so a 1.5 s limit does not stop it; the limit still counts from its first turn."""
+    sched = Schedule(max_children=8)
+    slow = child_party(tmp_path, "slow_start", work=2.0, gate="bench", turn=0.1, timeout_s=1.5)
+    slow.hold_startup = True
+    hang = child_party(tmp_path, "hang_after_start", work=2.0, gate="bench", turn=60, timeout_s=1.5)
+    hang.hold_startup = True
+    plain = child_party(tmp_path, "plain", work=2.0, gate="bench", turn=0.1, timeout_s=1.5)  # not held
+    for p in (slow, hang, plain):
+        sched.add(p, start=False)
+    try:
+        sched.take_turns([slow, hang, plain])
+    finally:
+        sched.close()
+    assert slow.result().proc.ok and slow.control.held_s() >= 1.9
+    h = hang.result().proc
+    assert h.timed_out and 1.0 < h.wall_s - hang.control.held_s() < 3.5  # its turn had its own limit
+    assert plain.result().proc.timed_out  # without the hold, the start-up counts
+
+
 def test_a_step_opens_a_gate_with_a_payload_and_stop_ends_a_waiting_child(tmp_path: Path) -> None:
     sched = Schedule(max_children=4)
     checker = sched.add(child_party(tmp_path, "checker", work=0.1, gate="compare"))

@@ -22,7 +22,7 @@ from grader.run.fence import GIB, Fence
 from grader.run.process import Control
 from grader.run.sanitize import SanitizerRun, race_message, run_many, run_tool
 from grader.run.timing import summarize
-from grader.run.turns import Party, Schedule, State, parallel_children
+from grader.run.turns import STARTUP_LIMIT_S, Party, Schedule, State, parallel_children
 from grader.spec.limits import StageLimit, stage_limit
 from grader.spec.types import Rubric
 
@@ -66,6 +66,9 @@ def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
         return Verdict.OUTPUT_LIMIT, (f"stopped {where}: it printed {printed:,} bytes (shown trimmed), more than "
                                       f"the {rubric.output_limit_bytes:,}-byte output limit: printf in a kernel's "
                                       "hot path slows it enormously (print from one thread, or only while debugging)")
+    if proc.limit is Limit.CANCELLED and not (report or {}).get("loaded"):
+        return Verdict.NO_VERDICT, (f"not run: the stage's child did not start within {STARTUP_LIMIT_S:g} s (the "
+                                    "grader's own start-up, before your kernel ran; course staff can re-run it)")
     if proc.timed_out:
         named = f" (this stage's time limit: {limit.why})" if limit is not None and limit.why else ""
         return Verdict.TIMED_OUT, (f"timed out after {proc.timeout_s:g} s{named} {where}: the kernel did not finish "
@@ -181,7 +184,7 @@ def _stage_party(o: StageOutcome, job: Job) -> Party:
                       cache_seed=job.cupy_cache, control=control,
                       fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
 
-    return Party(o.stage.id, ("correctness", "bench"), work / "stage_result.json", run)
+    return Party(o.stage.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
 
 
 def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | None) -> None:

@@ -70,6 +70,13 @@ class Party:
     passed: int = 0
     early: dict[str, dict] = field(default_factory=dict)  # gate -> payload, opened before it started
     after: list[Party] = field(default_factory=list)
+    # Hold its clock from its start to its first gate: the start-up (Python, CuPy, the CUDA context,
+    # the module) is the grader's own work, whose length depends on how many children start at once
+    # (8-9 s each with 17 stages of a hostile composite on an H200, 2.7 s with 7), never on the
+    # student's kernel. Its time limit then counts from its first turn; the start-up has its own
+    # bound, STARTUP_LIMIT_S, after which the child is cancelled.
+    hold_startup: bool = False
+    started_at: float | None = None
 
     def files(self, gate: str) -> tuple[Path, Path]:
         assert self.result_path is not None
@@ -105,6 +112,9 @@ def parallel_children(device: dict | None) -> int:
     return max(2, min(cpus, by_memory, 32))
 
 
+STARTUP_LIMIT_S = 120.0  # a held start-up (Party.hold_startup) longer than this is cancelled
+
+
 class Schedule:
     """The GPU schedule of one grading (see the module docstring). One thread (the grading's) drives it;
     the pool's threads only run the children, at most ``max_children`` at once (a party counts as live
@@ -135,6 +145,9 @@ class Schedule:
                 for gate, payload in p.early.items():
                     write_result(p.files(gate)[1], payload)
                 p.state = State.WORKING
+                p.started_at = time.monotonic()
+                if p.hold_startup and p.gates:
+                    p.control.hold()  # released at its first turn (open), or when it ends
                 p.future = self._pool.submit(p.run, p.control)
 
     # ---- watching ------------------------------------------------------------------------------------
@@ -149,8 +162,12 @@ class Schedule:
                 p.state = State.DONE
                 changed.append(p)
             elif p.state in (State.WORKING, State.TURN) and p.passed < len(p.gates):
+                if (p.hold_startup and p.passed == 0 and p.state is State.WORKING and p.started_at is not None
+                        and time.monotonic() - p.started_at > STARTUP_LIMIT_S):
+                    p.control.cancel.set()  # its start-up never reached the first gate
                 gate = p.gates[p.passed]
                 if gate in p.early:  # opened by a step before it arrived: it goes straight through
+                    p.control.resume()  # a held start-up ends at its first turn
                     p.passed += 1
                     p.state = State.TURN
                 elif p.files(gate)[0].exists():

@@ -28,7 +28,6 @@ from pathlib import Path, PurePosixPath
 
 from grader.build.locate import submission_root
 from grader.build.safe_copy import (
-    JUNK_NAMES,
     SUBMISSION_LIMITS,
     CopyState,
     Limits,

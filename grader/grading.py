@@ -26,7 +26,7 @@ from grader.build.intake import Intake
 from grader.build.sass import SassResult
 from grader.build.toolchain import Tool
 from grader.clock import Clock, Phase
-from grader.model import Gap, ItemResult, Verdict, to_jsonable
+from grader.model import Bonus, Gap, ItemResult, Verdict, to_jsonable
 from grader.run.sandbox import Mode
 from grader.run.timing import TimingSummary
 from grader.spec.limits import StageLimit
@@ -78,6 +78,9 @@ class StageOutcome:
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
     run_limit: StageLimit | None = None  # the stage child's time limit in force, and where it came from
+    # Why this machine cannot grade the stage at all (its rubric's requires_arch is not the target:
+    # "not evaluated: needs a Hopper GPU (sm_90a) ..."); every item then says so and scores 0.
+    unsupported: str = ""
 
     @property
     def correct(self) -> bool | None:
@@ -87,6 +90,18 @@ class StageOutcome:
     @property
     def ncu_reason(self) -> str:
         return self.ncu_gap.message if self.ncu_gap else ""
+
+    def launch_spec(self) -> dict:
+        """What a child needs to launch this compiled stage's kernel (the stage, profile and sanitize
+        children alike): the cubin, the kernel, its inputs and operands, the launch shape and, for a
+        tensor-map stage, the declared TMA boxes (grader/children/tma.py)."""
+        c = self.compile
+        assert c is not None and c.cubin is not None and c.launch is not None  # only compiled stages launch
+        boxes = c.boxes
+        return {"cubin": str(Path(c.cubin).resolve()), "kernel": self.stage.kernel, "inputs": self.stage.inputs,
+                "operands": self.stage.operands,
+                "launch": {"block": list(c.launch.block), "tile": list(c.launch.tile), "smem": c.launch.smem},
+                "boxes": None if boxes is None else [boxes.k, boxes.a_rows, boxes.b_rows, boxes.swizzle]}
 
 
 @dataclass
@@ -122,11 +137,19 @@ class Grading:
 
     @property
     def score(self) -> float:
-        return round(sum(i.score for i in self.items), 4)
+        """The points earned; a bonus stage's count too when settings.bonus is "extra"."""
+        return round(sum(i.counted_score for i in self.items), 4)
 
     @property
     def max_score(self) -> float:
-        return sum(i.max_score for i in self.items)
+        """What the score is out of: every item but the bonus stages'."""
+        return sum(i.counted_max for i in self.items)
+
+    @property
+    def bonus(self) -> tuple[float, float]:
+        """(earned, possible) over the bonus stages' items."""
+        bonus = [i for i in self.items if i.bonus is not Bonus.NONE]
+        return round(sum(i.score for i in bonus), 4), sum(i.max_score for i in bonus)
 
     def to_json(self) -> dict[str, Any]:
         """The grading.json dict (JSON-ready)."""
@@ -138,7 +161,8 @@ class Grading:
             "format": FORMAT, "submission": self.submission, "seconds": self.seconds,
             "rubric_sha256": self.rubric_sha256, "grader_version": self.grader_version,
             "gpu_graded": self.gpu_graded, "phases": self.phases,
-            "score": self.score, "max_score": self.max_score, "notes": self.notes,
+            "score": self.score, "max_score": self.max_score,
+            "bonus": {"score": self.bonus[0], "max_score": self.bonus[1]}, "notes": self.notes,
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
             "ncu": self.profile, "stages": stages, "items": self.items,

@@ -40,6 +40,21 @@ class Status(str, Enum):
         return self.value
 
 
+class Bonus(str, Enum):
+    """How an item's points count (a bonus stage's items; settings.bonus in rubric.yaml).
+
+    EXTRA: on top of the total, so full marks plus a bonus pass 100 %. SEPARATE: a total of their
+    own, reported beside the score and never added to it. Either way they are outside max_score.
+    """
+
+    NONE = "none"
+    EXTRA = "extra"
+    SEPARATE = "separate"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Cause(str, Enum):
     """Whose doing it is that something was not looked at; decides the item's status."""
 
@@ -159,6 +174,17 @@ class ItemResult:
     # would grade it. Written to grading.json and results.json (extra_data.needs_gpu), where
     # grader/deploy/gradescope/policy.py reads it; never inferred from the message.
     needs_gpu: bool = False
+    bonus: Bonus = Bonus.NONE  # a bonus stage's item: outside max_score; in the score only when EXTRA
+
+    @property
+    def counted_score(self) -> float:
+        """What this item adds to the submission's score."""
+        return 0.0 if self.bonus is Bonus.SEPARATE else self.score
+
+    @property
+    def counted_max(self) -> float:
+        """What this item adds to the total the score is out of."""
+        return 0.0 if self.bonus is not Bonus.NONE else self.max_score
 
 
 @functools.cache

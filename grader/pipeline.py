@@ -67,6 +67,9 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     work = job.work / st.id
     work.mkdir(parents=True, exist_ok=True)
     o = StageOutcome(stage=st, gpu_reason="" if job.env.has_gpu else (job.env.device_reason or "no CUDA device"))
+    if why := toolchain.unsupported_reason(st.requires_arch, job.env.arch_flags):
+        o.unsupported = why  # e.g. the Hopper stage on an Ada GPU: nothing to compile or run here
+        return o, []
     times: list[tuple[str, float]] = []
     t0 = time.monotonic()
     o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,

@@ -101,7 +101,7 @@ def test_missing_submission_exits_2(tmp_path):
 def test_check_rubric_only(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "grader" / "run_local.py"), "--check-rubric"],
                           cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0 and "valid; 6 stages" in proc.stderr
+    assert proc.returncode == 0 and "valid; 7 stages" in proc.stderr
 
 
 @needs_nvcc

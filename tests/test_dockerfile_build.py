@@ -213,20 +213,25 @@ def test_solutions_in_the_image_lose_no_static_point(solutions_run):
     log, res = solutions_run
     assert "students' code runs as student" in log and "grader exit code 0" in log, _tail(log)
     tests = res["tests"]
-    for number in ("1", "2", "3", "4a", "4b", "5"):
+    for number in ("1", "2", "3", "4a", "4b", "5", "6"):
         assert any(t["number"] == f"{number}.compiles" for t in tests), number
     for t in tests:
         status = t["extra_data"].get("status")
+        extra = t["extra_data"]
         if status in STATIC_STATUSES:
-            # judged without a GPU (compiles, kernel names, SASS, spills, occupancy answers, report form)
-            assert status == Status.PASSED.value and t["score"] == t["max_score"], (t["number"], t["output"])
+            # judged without a GPU (compiles, kernel names, SASS, spills, occupancy answers, report form); a
+            # bonus item's own points are in extra_data (its max_score is 0: outside the total)
+            earned, possible = ((extra["bonus_points"], extra["bonus_max"]) if "bonus" in extra
+                                else (t["score"], t["max_score"]))
+            assert status == Status.PASSED.value and earned == possible, (t["number"], t["output"])
         elif status == Status.NOT_EVALUATED.value:
             # only for want of the GPU: a missing tool (nvcc, cuobjdump wheels) would show here
             assert t["extra_data"].get("needs_gpu") is True, (t["number"], t["output"])
         else:
             assert status == Status.MANUAL.value, (t["number"], status)  # a person's points, not the grader's
     judged = [t for t in tests if t["extra_data"].get("status") in STATIC_STATUSES]
-    assert len(judged) >= 30 and res["score"] == sum(t["max_score"] for t in judged) > 0
+    assert len(judged) >= 30 and res["score"] == sum(t["score"] for t in judged) > 0
+    assert sum(t["max_score"] for t in judged) == sum(t["score"] for t in judged if "bonus" not in t["extra_data"])
 
 
 def test_starter_in_the_image_scores_zero(built: Built, solutions_run):

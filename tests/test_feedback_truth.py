@@ -205,7 +205,9 @@ def test_solutions_lose_no_statically_judged_point(graded):
         extra = t["extra_data"]
         if extra["status"] in ("manual", "not_evaluated") and (extra["status"] == "manual" or extra["needs_gpu"]):
             continue  # a person's, or a GPU's to grade
-        assert t["score"] == t["max_score"], (t["number"], t["output"][:300])
+        earned, possible = ((extra["bonus_points"], extra["bonus_max"]) if "bonus" in extra
+                            else (t["score"], t["max_score"]))
+        assert earned == possible, (t["number"], t["output"][:300])
 
 
 @needs_nvcc
@@ -223,7 +225,8 @@ def test_hand_graded_items_are_neutral_and_outside_the_autograders_total(graded)
         assert not [t["number"] for t in res["tests"] if t.get("status") == "failed"
                     and t["extra_data"]["status"] == "manual"]
         total = sum(t.get("max_score", 0) for t in res["tests"])  # what Gradescope sums as the autograder's
-        assert total == sum(i.points for i in _all_items()) - 20 == 179
+        assert total == RUBRIC.max_points - 20 == 179  # the bonus items have max_score 0 (outside the total)
+        assert sum(i.points for i in _all_items()) == RUBRIC.max_points + RUBRIC.bonus_points
         assert res["extra_data"]["hand_graded_points"] == 20
         assert f"/ {total:g} automatic points" in summary and "**Graded by hand**" in summary
     sol = {t["number"]: t for t in graded["solutions"][0]["tests"]}
@@ -260,6 +263,8 @@ def test_on_a_gpu_no_static_verdict_changes_and_the_starter_scores_zero(graded, 
         assert res["score"] == 0, [(t["number"], t["score"]) for t in res["tests"] if t.get("score")]
     else:  # every automatic point on the GPU
         lost = [(t["number"], t["output"][:200]) for t in res["tests"] if "max_score" in t and t["score"] < t["max_score"]]
+        lost += [(t["number"], t["output"][:200]) for t in res["tests"]  # the bonus too: solutions earn all of it
+                 if "bonus" in t["extra_data"] and t["extra_data"]["bonus_points"] < t["extra_data"]["bonus_max"]]
         assert not lost, lost
     assert str(tmp_path) not in json.dumps(res) + summary
 

@@ -1,6 +1,6 @@
 """The rubric's Nsight Compute items on the captured H200 profile: every item passes its
 reference kernel with >= 10% margin and fails the previous stage's kernel (integrity items,
-op "==", pass both). The GPU calibration (grader/instructor/calibrate.py) checks the same on live runs."""
+op "==" or `integrity: true`, pass both). The GPU calibration (grader/instructor/calibrate.py) checks the same on live runs."""
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,9 @@ from grader.spec.rubric import load_rubric
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_solutions_h200_n2048.csv").read_text())
+# The Hopper stage came later: its reference's row is from the grader's own ncu run of solutions/ with it.
+TABLE["mmHopper"] = parse_raw_csv(
+    (ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_with_hopper_h200_n2048.csv").read_text())["mmHopper"]
 NCU_ITEMS = {st.id: [i for i in st.items if i.kind == "ncu"] for st in RUBRIC.stages}
 N = 2048
 IDS = [s.id for s in RUBRIC.stages]
@@ -47,7 +50,7 @@ def test_reference_passes_with_margin(stage_id, it):
     r = evaluate_ncu_item(it, outcome(stage_id, st.kernel))
     assert r.status == Status.PASSED, r.message
     assert it.params.get("explain") and it.title and it.points > 0
-    if it.params["op"] != "==":
+    if it.params["op"] != "==" and not it.params.get("integrity"):
         value, threshold = measure(it, TABLE[st.kernel], N)
         assert margin(it.params["op"], value, threshold) >= 0.10, (value, threshold)
 
@@ -56,5 +59,5 @@ def test_reference_passes_with_margin(stage_id, it):
 def test_predecessor_fails_transition_items_and_passes_integrity_items(stage_id, it):
     prev = RUBRIC.stages[IDS.index(stage_id) - 1]
     r = evaluate_ncu_item(it, outcome(stage_id, prev.kernel))
-    expected = Status.PASSED if it.params["op"] == "==" else Status.FAILED
+    expected = Status.PASSED if it.params["op"] == "==" or it.params.get("integrity") else Status.FAILED
     assert r.status == expected, r.message

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from grader import REPO_ROOT
+from grader.model import Bonus
 from grader.occupancy.calculator import KIB
 from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
 from grader.spec.errors import RubricError
@@ -102,8 +103,8 @@ def test_the_rubric_parses_its_section_once_into_a_typed_config(raw):
     assert rubric.occupancy == load_occupancy_config(raw)
     assert not hasattr(rubric, "extra")
     assert rubric.part_ids[-2:] == ["occupancy", "report"]
-    assert rubric.max_points == (sum(s.max_points for s in rubric.stages) + rubric.occupancy.max_points
-                                 + rubric.report.max_points)
+    assert rubric.max_points == (sum(s.max_points for s in rubric.stages if s.bonus is Bonus.NONE)
+                                 + rubric.occupancy.max_points + rubric.report.max_points)
 
 
 def test_a_bad_section_stops_the_rubric_with_its_key_path(raw):

@@ -14,9 +14,11 @@ from grader.spec.rubric import load_rubric
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_solutions_h200_n2048.csv").read_text())
+TABLE["mmHopper"] = parse_raw_csv(  # the Hopper stage's reference, captured later on the same GPU
+    (ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_with_hopper_h200_n2048.csv").read_text())["mmHopper"]
 MS = {"naive": 275.7, "coalesced": 21.8, "tiled": 15.34, "blocktiling_1d": 6.17, "blocktiling_2d": 2.855,
-      "wmma": 0.505}
-BASE_MS = {"cublas_sgemm": 2.68, "cublas_gemmex_fp16": 0.187}
+      "wmma": 0.505, "hopper": 0.194}
+BASE_MS = {"cublas_sgemm": 2.68, "cublas_gemmex_fp16": 0.187, "cublas_gemmex_bf16": 0.186}
 PEAKS = Peaks(66.9, 989.0, "test")
 
 
@@ -40,7 +42,8 @@ def test_ladder_inputs_come_from_timings_and_peaks():
     assert [r["label"] for r in rows][:2] == ["1 Naive", "2 Coalesced"]
     assert rows[0]["tflops"] == pytest.approx(0.4985, rel=1e-3) and rows[5]["ceiling"] == "fp16_tensor"
     assert {b["label"]: round(b["tflops"], 1) for b in baselines} == {"cuBLAS SGEMM": 51.3,
-                                                                      "cublasGemmEx (FP16)": 735.0}
+                                                                      "cublasGemmEx (FP16)": 735.0,
+                                                                      "cublasGemmEx (BF16)": 738.9}
     assert peaks == {"FP32 CUDA cores": 66.9, "FP16 Tensor Cores": 989.0}
 
 

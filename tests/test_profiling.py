@@ -48,7 +48,7 @@ def test_correct_stages_are_profiled_in_one_run(tmp_path):
     run = profile_stages(outs, RUBRIC, has_gpu=True, gpu_reason="",
                          work_dir=tmp_path / "ncu", seed=5, ncu_tool=fake_ncu(tmp_path))
     argv = eval((tmp_path / "argv").read_text())
-    assert argv[argv.index("-k") + 1] == "regex:^(mmTiled|mm1DBlocktiling|mm2DBlocktiling|mmWMMA)$"
+    assert argv[argv.index("-k") + 1] == "regex:^(mmTiled|mm1DBlocktiling|mm2DBlocktiling|mmWMMA|mmHopper)$"
     assert run.reason == ""
     assert outs["naive"].ncu is None
     assert outs["naive"].ncu_gap == Gap(Cause.STUDENT, "not profiled: the stage did not compile")

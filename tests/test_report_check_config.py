@@ -4,6 +4,7 @@ import copy
 import pytest
 import yaml
 
+from grader.model import Bonus
 from grader.profile.ncu import metrics_needed
 from grader.spec.errors import RubricError
 from grader.spec.expr import METRIC_RE
@@ -23,8 +24,9 @@ def test_the_rubric_section_loads_and_counts_its_points():
     items = CFG.items()
     assert [i.number for i in items] == [f"R.{n}" for n in range(1, len(items) + 1)]
     assert len({i.id for i in items}) == len(items)
-    assert CFG.max_points == sum(i.points for i in items) == 30
-    assert RUBRIC.max_points == sum(s.max_points for s in RUBRIC.stages) + 60 + 30
+    assert CFG.max_points == sum(i.points for i in items if CFG.bonus_of(i.id) is Bonus.NONE) == 30
+    assert [i.number for i in items if CFG.bonus_of(i.id) is not Bonus.NONE] == ["R.15", "R.16"]  # numbered last
+    assert RUBRIC.max_points == sum(s.max_points for s in RUBRIC.stages if s.bonus is Bonus.NONE) + 60 + 30
     assert [(t.before, t.after) for t in CFG.transitions] == list(zip(IDS, IDS[1:]))
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grader.model import Bonus
 from grader.spec.errors import RubricError
 from grader.spec.rubric import load_rubric, parse_rubric
 
@@ -16,12 +17,17 @@ def raw():
     return yaml.safe_load((ROOT / "rubric.yaml").read_text())
 
 
-def test_shipped_rubric_is_the_six_stage_ladder():
+def test_shipped_rubric_is_the_six_stage_ladder_and_the_hopper_bonus():
     r = load_rubric(ROOT / "rubric.yaml")
-    assert [s.id for s in r.stages] == ["naive", "coalesced", "tiled", "blocktiling_1d", "blocktiling_2d", "wmma"]
+    assert [s.id for s in r.stages] == ["naive", "coalesced", "tiled", "blocktiling_1d", "blocktiling_2d", "wmma",
+                                        "hopper"]
     assert [s.kernel for s in r.stages] == ["mmNaive", "mmCoalesced", "mmTiled", "mm1DBlocktiling",
-                                            "mm2DBlocktiling", "mmWMMA"]
+                                            "mm2DBlocktiling", "mmWMMA", "mmHopper"]
     assert r.stage("wmma").inputs == "fp16" and r.stage("wmma").baseline == "cublas_gemmex_fp16"
+    hopper = r.stage("hopper")
+    assert (hopper.inputs, hopper.operands, hopper.requires_arch) == ("bf16", "tensor_maps", "sm_90a")
+    assert hopper.bonus is Bonus.EXTRA and hopper.max_points == 10 and r.bonus_points == 10 + 3  # + its report paragraph
+    assert r.max_points == sum(s.max_points for s in r.stages[:-1]) + r.occupancy.max_points + r.report.max_points
     assert all(s.bench.n == 4096 for s in r.stages)
     assert r.stage("naive").bench.reps == 5  # per-stage override merged over settings.bench
     assert r.stage("tiled").bench.reps == 20
@@ -127,7 +133,7 @@ def test_every_section_reports_mistakes_the_same_way(raw):
     err = _error(raw, lambda r: r["stages"][2]["launch"].update(block=[16, 0]))
     assert err.where == "rubric.yaml.stages[2].launch.block" and err.expected == "a list of two positive integers"
     err = _error(raw, lambda r: r["stages"][5].update(inputs="fp64"))
-    assert err.where == "rubric.yaml.stages[5].inputs" and err.expected == "one of: fp32, fp16"
+    assert err.where == "rubric.yaml.stages[5].inputs" and err.expected == "one of: fp32, fp16, bf16"
     err = _error(raw, lambda r: r["settings"]["profile"].update(enabled="yes"))
     assert err.where == "rubric.yaml.settings.profile.enabled" and err.expected == "true or false"
     err = _error(raw, lambda r: r["settings"].update(correctness_sizes=[256, True]))
@@ -159,4 +165,4 @@ def test_the_rubric_holds_typed_sections_and_one_item_type(raw):
     del doc["occupancy"], doc["report"]
     bare = parse_rubric(doc)
     assert (bare.occupancy, bare.report) == (None, None) and bare.part_ids == [s.id for s in bare.stages]
-    assert bare.max_points == sum(s.max_points for s in bare.stages) < r.max_points
+    assert bare.max_points == sum(s.max_points for s in bare.stages if s.bonus is Bonus.NONE) < r.max_points

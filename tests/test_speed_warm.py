@@ -45,7 +45,7 @@ def warm_child(monkeypatch):
         cache_dir.mkdir(parents=True, exist_ok=True)
         for name in ("aaa_2.cubin", "bbb_2.cubin"):
             (cache_dir / name).write_bytes(os.urandom(64))
-        assert {r["inputs"] for r in spec["runs"]} == {"fp32", "fp16"}
+        assert {r["inputs"] for r in spec["runs"]} == {"fp32", "fp16", "bf16"}
         ok = state["ok"]
         proc = ProcRecord(["python", "-m", "grader.children", "warm"], 0 if ok else 1, wall_s=1.5,
                           stderr="" if ok else "ImportError: cupy")
@@ -94,7 +94,7 @@ def test_the_warm_child_is_asked_for_every_kind_of_stage_at_the_rubrics_sizes(tm
         tile = run["launch"]["tile"][0]
         assert all(n % tile == 0 for n in [*RUBRIC.correctness_sizes, run["bench"]["n"]])
     # the ncu launch's draws only: the sanitizer's launcher uses no CuPy
-    assert {(d["n"], d["inputs"]) for d in spec["draws"]} == {(RUBRIC.profile.n, k) for k in ("fp32", "fp16")}
+    assert {(d["n"], d["inputs"]) for d in spec["draws"]} == {(RUBRIC.profile.n, k) for k in ("fp32", "fp16", "bf16")}
 
 
 def test_the_machines_cache_is_made_once_then_reused_and_remade_when_changed(tmp_path, monkeypatch, warm_child,

@@ -15,11 +15,21 @@ from grader.build.locate import Problem, locate
 from grader.build.ptxas import KernelResources, entry_names, parse_ptxas
 from grader.build.student import CompileStatus, Fence, compile_student, prepare_scratch
 from grader.build.tool_search import Tool
+from grader.children.tma import Boxes, check_boxes
 from grader.model import Cause, ProcRecord
 from grader.spec.rubric import Launch, Rubric, Stage
 
-# (const T* A, const T* B, float* C, int N): three 8-byte pointers and a 4-byte int.
-CONTRACT_PARAM_SIZES = [8, 8, 8, 4]
+# The kernel's parameters, in bytes, by the stage's operands (grader/spec/types.py: OPERANDS).
+CONTRACT_PARAM_SIZES = {
+    "pointers": [8, 8, 8, 4],  # (const T* A, const T* B, float* C, int N)
+    "tensor_maps": [128, 128, 8, 8, 8, 4],  # two CUtensorMap by value, then (A, Bt, C, N)
+}
+SIGNATURES = {
+    "pointers": "(const {t}* A, const {t}* B, float* C, int N)",
+    "tensor_maps": ("(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB, "
+                    "const {t}* A, const {t}* Bt, float* C, int N)"),
+}
+ELEMENT_TYPES = {"fp32": "float", "fp16": "half", "bf16": "__nv_bfloat16"}
 MAX_THREADS_PER_BLOCK = 1024
 MAX_DYNAMIC_SMEM = 227 * 1024  # Hopper's per-block opt-in limit
 
@@ -36,6 +46,7 @@ class CompileResult:
     found_kernels: list[str] = field(default_factory=list)
     launch: Launch | None = None
     launch_source: str = ""  # "declared in <file>" or "rubric default"
+    boxes: Boxes | None = None  # a tensor-map stage's declared TMA boxes (<kernel>_tma)
     notes: list[str] = field(default_factory=list)
 
 
@@ -106,11 +117,11 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
     except CubinFormatError as exc:
         sizes_found = None
         result.notes.append(f"could not read the parameters of {stage.kernel} ({exc})")
-    if sizes_found is not None and sizes_found != CONTRACT_PARAM_SIZES:
-        ptype = "half" if stage.inputs == "fp16" else "float"
+    expected = CONTRACT_PARAM_SIZES[stage.operands]
+    if sizes_found is not None and sizes_found != expected:
+        signature = SIGNATURES[stage.operands].format(t=ELEMENT_TYPES[stage.inputs])
         result.problem = (f"`{stage.kernel}` has the wrong signature: its parameters take "
-                          f"{sizes_found} bytes; expected (const {ptype}* A, const {ptype}* B, float* C, int N), "
-                          f"i.e. {CONTRACT_PARAM_SIZES}")
+                          f"{sizes_found} bytes; expected {signature}, i.e. {expected}")
         return result
     try:
         values = read_int_array(data, stage.launch_symbol)
@@ -121,6 +132,16 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
     if launch is None:
         result.problem = problem
         return result
+    if stage.operands == "tensor_maps":
+        try:
+            declared = read_int_array(data, stage.tma_symbol)
+        except CubinFormatError as exc:
+            declared = None
+            result.notes.append(f"could not read {stage.tma_symbol} from the cubin ({exc})")
+        result.boxes, problem = check_boxes(declared, stage.tma_symbol, sizes)
+        if result.boxes is None:
+            result.problem = problem
+            return result
     result.launch = launch
     result.launch_source = f"declared in {stage.file}" if values is not None else "rubric default (no launch array)"
     result.ok = True

@@ -210,6 +210,28 @@ def nvcc_arch_flags(cc: tuple[int, int] | None, configured: str | None = None) -
     return [f"-arch={arch}"]
 
 
+ARCH_FAMILIES = {"sm_90a": "Hopper", "sm_90": "Hopper", "sm_89": "Ada", "sm_80": "Ampere", "sm_86": "Ampere"}
+
+
+def target_arch(flags: list[str]) -> str:
+    """The ``sm_...`` that :func:`nvcc_arch_flags`' flags compile for ("" when they name none)."""
+    for flag in flags:
+        if flag.startswith("-arch=sm_"):
+            return flag.split("=", 1)[1]
+    return ""
+
+
+def unsupported_reason(required: str, flags: list[str]) -> str:
+    """Why a stage that needs ``required`` (e.g. ``sm_90a``) cannot be graded with ``flags``; "" when it can."""
+    target = target_arch(flags)
+    if not required or target == required:
+        return ""
+    family = ARCH_FAMILIES.get(required)
+    needs = f"a {family} GPU ({required})" if family else f"a GPU with {required}"
+    return (f"not evaluated: needs {needs}; this machine compiles for {target or 'another target'}, so this "
+            "stage scores 0 here, and is graded on such a GPU")
+
+
 # --------------------------------------------------------------------------- CLI
 
 _FINDERS: dict[str, Callable[[], Tool]] = {

@@ -25,6 +25,7 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/profile.py",
     "children/sanitize.py",
     "children/driver.py",
+    "children/tma.py",
     "children/occupancy.py",
     "children/warm.py",
     "run/__init__.py",

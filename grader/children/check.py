@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.children.protocol import GateClosed, wait_at_gate, write_result
-from grader.run.inputs import make_inputs_xp, rep_seed
+from grader.run.inputs import make_inputs_xp, product_operands, rep_seed
 from grader.run.numerics import compare
 
 
@@ -60,7 +60,8 @@ def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, xp) 
     bad, worst = [], 0.0
     for r in range(count):
         a, b = make_inputs_xp(xp, n, rep_seed(int(fp["integrity_seed"]), r), inputs)
-        expected = a.astype(xp.float64) @ (b.astype(xp.float64) @ v64)
+        a64, b64 = product_operands(xp, a, b, inputs)
+        expected = a64 @ (b64 @ v64)
         expected = expected if xp is np else xp.asnumpy(expected)
         scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
         err = np.abs(got[r] - expected) / scale
@@ -122,8 +123,7 @@ def check(spec: dict, times: dict[str, float] | None = None, xp=None) -> dict:
         if key not in refs:
             with timer.part("references"):
                 a, b = make_inputs_xp(xp, n, seed, inputs)
-                a64 = a.astype(xp.float64)
-                b64 = b.astype(xp.float64)
+                a64, b64 = product_operands(xp, a, b, inputs)
                 refs.clear()  # one reference at a time keeps device memory small
                 refs[key] = a64 @ b64
         return refs[key]

@@ -38,6 +38,8 @@ STICKY = frozenset({
     "CUDA_ERROR_ECC_UNCORRECTABLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED", "CUDA_ERROR_TENSOR_MEMORY_LEAK",
 })
 
+_TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
+_L2_PROMOTION_256B = 3  # CU_TENSOR_MAP_L2_PROMOTION_L2_256B: fetch whole 256-byte lines into L2
 _P = ctypes.c_void_p  # CUcontext, CUmodule, CUfunction, CUstream, host pointers
 _DPTR = ctypes.c_ulonglong  # CUdeviceptr (64-bit)
 _U = ctypes.c_uint
@@ -221,3 +223,28 @@ class Driver:
     def synchronize(self) -> None:
         """Wait for everything launched; a kernel's failure is raised here."""
         self._call("cuCtxSynchronize")
+
+    def tensor_map_2d(self, address: int, rows: int, cols: int, box_cols: int, box_rows: int, swizzle: int,
+                      element_bytes: int, data_type: int) -> bytes:
+        """The 128-byte ``CUtensorMap`` (cuTensorMapEncodeTiled, CUDA 12+) of a row-major ``rows x cols``
+        matrix at device ``address``, copied in ``box_rows x box_cols`` boxes; ``swizzle`` and
+        ``data_type`` are the CUtensorMapSwizzle and CUtensorMapDataType values. Looked up here, not
+        at load: a driver older than CUDA 12 still runs every other stage."""
+        try:
+            encode = self._lib.cuTensorMapEncodeTiled
+        except AttributeError:
+            raise DriverError("dlsym", NOT_LOADED, "this driver has no cuTensorMapEncodeTiled (CUDA 12 or "
+                              "newer is needed for tensor maps)") from None
+        encode.argtypes = [_P, ctypes.c_int, _U, _P, _P, _P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                           ctypes.c_int]
+        encode.restype = ctypes.c_int
+        raw = ctypes.create_string_buffer(_TENSOR_MAP_BYTES + 63)  # a CUtensorMap is 64-byte aligned
+        at = -(-ctypes.addressof(raw) // 64) * 64
+        dims = (ctypes.c_uint64 * 2)(cols, rows)  # innermost dimension first
+        strides = (ctypes.c_uint64 * 1)(cols * element_bytes)  # bytes from one row to the next
+        box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
+        steps = (ctypes.c_uint32 * 2)(1, 1)
+        code = encode(at, data_type, 2, address, dims, strides, box, steps, 0, swizzle, _L2_PROMOTION_256B, 0)
+        if code:
+            raise DriverError("cuTensorMapEncodeTiled", *self._describe(code), code)
+        return ctypes.string_at(at, _TENSOR_MAP_BYTES)

@@ -20,6 +20,7 @@ from typing import Any
 
 from grader.children.driver import Driver, DriverError, KernelArg
 from grader.children.protocol import write_result
+from grader.children.tma import boxes_of, operand_args
 from grader.run.inputs import make_inputs
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: an element the kernel never writes stays NaN
@@ -28,7 +29,7 @@ C_ITEMSIZE = 4  # C is float32 in every stage (the fp16 stage accumulates and wr
 
 def gemm_args(a: int, b: int, c: int, n: int) -> list[KernelArg]:
     """The arguments of the (A, B, C, N) contract: ``kernel(const T* A, const T* B, float* C, int N)``.
-    A stage with another contract gets a packing function of its own beside this one."""
+    The tensor-map contract's packing is :func:`grader.children.tma.operand_args`."""
     return [KernelArg.pointer(a), KernelArg.pointer(b), KernelArg.pointer(c), KernelArg.int32(n)]
 
 
@@ -55,8 +56,12 @@ def run(spec: dict[str, Any], result: Path) -> int:
             a, b = inputs[st["inputs"]]
             c = cuda.alloc(n * n * C_ITEMSIZE)
             cuda.fill32(c, NAN_BITS, n * n)
+            if st.get("operands") == "tensor_maps":  # the Hopper contract (grader/children/tma.py)
+                args = operand_args(cuda, boxes_of(st), a, b, c, n)
+            else:
+                args = gemm_args(a, b, c, n)
             cuda.launch(function, (n // lp["tile"][1], n // lp["tile"][0], 1), (lp["block"][0], lp["block"][1], 1),
-                        lp["smem"], gemm_args(a, b, c, n))
+                        lp["smem"], args)
             cuda.synchronize()
             cuda.free(c)
         except DriverError as exc:  # a broken kernel or cubin stops its own launch only

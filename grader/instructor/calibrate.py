@@ -131,7 +131,7 @@ def calibration_rows(rubric, references: list, predecessors: list,
                 continue
             first = _find(references[0].items, st.id, it.id) if references else None
             op, thr = _op_threshold(it, first)
-            row = Row(st.id, st.number, it.id, it.title, it.kind, op, thr, integrity=(op == "=="),
+            row = Row(st.id, st.number, it.id, it.title, it.kind, op, thr, integrity=(op == "==" or bool(it.params.get("integrity"))),
                       predecessor_source=(notes.get(st.id) or f"stage {rubric.stages[k - 1].number}")
                       if has_pred else "none (first stage)" if k == 0 else notes.get(st.id, ""))
             for g in references:

@@ -18,10 +18,12 @@ import sys
 from pathlib import Path
 
 from grader import REPO_ROOT as ROOT  # noqa: E402
+from grader.build.compile import ELEMENT_TYPES, SIGNATURES
+from grader.model import Bonus
 from grader.spec.errors import ConfigError
 from grader.spec.items import Item
 from grader.spec.rubric import load_rubric
-from grader.spec.types import Rubric, Stage
+from grader.spec.types import BASELINES, Rubric, Stage
 
 HANDOUT = ROOT / "assignment" / "README.md"
 RUBRIC = ROOT / "rubric.yaml"
@@ -29,10 +31,16 @@ BLOCK_RE = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GEN
 
 VISIBILITY_WORDS = {"visible": "visible", "hidden": "hidden", "after_due_date": "after the due date",
                     "after_published": "when grades are published"}
-BASELINE_WORDS = {"cublas_sgemm": "cuBLAS SGEMM", "cublas_gemmex_fp16": "cublasGemmEx (FP16 in, FP32 out)"}
-PEAK_WORDS = {"fp32": "FP32 CUDA-core peak", "fp16_tensor": "FP16 Tensor Core peak"}
-ARGS = {"fp32": "const float* A, const float* B, float* C, int N",
-        "fp16": "const half* A, const half* B, float* C, int N"}
+PEAK_WORDS = {"fp32": "FP32 CUDA-core peak", "fp16_tensor": "FP16/BF16 Tensor Core peak"}
+
+
+def signature(stage: Stage) -> str:
+    """The kernel's parameter list, as grader/build/compile.py checks it."""
+    return SIGNATURES[stage.operands].format(t=ELEMENT_TYPES[stage.inputs])
+
+
+def _points(stage: Stage) -> str:
+    return f"{_pts(stage.max_points)} {'bonus points' if stage.bonus is not Bonus.NONE else 'points'}"
 
 
 def _pts(x: float) -> str:
@@ -51,8 +59,9 @@ def threshold(item: Item, stage: Stage, rubric: Rubric) -> str:
     """What an item needs, in words."""
     p, kind = item.params, item.kind
     if kind == "compiles":
+        tma = (f", and `{stage.tma_symbol}` declares valid TMA boxes" if stage.operands == "tensor_maps" else "")
         return (f"`nvcc` compiles `{stage.file}`, it defines `extern \"C\" {stage.kernel}`, and the launch shape "
-                f"(`{stage.launch_symbol}` or the default) is valid")
+                f"(`{stage.launch_symbol}` or the default) is valid{tma}")
     if kind == "correct":
         return (f"every element within rtol = {stage.rtol:g} at N = {_sizes(rubric)} and again at N = "
                 f"{stage.bench.n} after timing")
@@ -67,7 +76,7 @@ def threshold(item: Item, stage: Stage, rubric: Rubric) -> str:
         return "`ptxas -v`: 0 bytes spill stores and 0 bytes spill loads, and the kernel is correct"
     partial = (f"; partial credit from {100 * p['partial_from']:g}%" if "partial_from" in p else "")
     if kind == "fraction_of_baseline":
-        return (f"at least {100 * p['min']:g}% of {BASELINE_WORDS[stage.baseline]}'s speed (its median time / yours, "
+        return (f"at least {100 * p['min']:g}% of {BASELINES[stage.baseline].words}'s speed (its median time / yours, "
                 f"interleaved runs at N = {stage.bench.n}){partial}")
     if kind == "fraction_of_peak":
         return f"at least {p['min']:g} x the {PEAK_WORDS[p['peak']]} (TFLOP/s at N = {stage.bench.n}){partial}"
@@ -87,7 +96,7 @@ def block_stages(rubric: Rubric) -> str:
              "| rtol |", "|---|---|---|---|---|---|---|"]
     for st in rubric.stages:
         lc = st.launch
-        lines.append(f"| {st.number} | `{st.id}` | `{st.file}` | `{st.kernel}` | `({ARGS[st.inputs]})` | "
+        lines.append(f"| {st.number} | `{st.id}` | `{st.file}` | `{st.kernel}` | `{signature(st)}` | "
                      f"{lc.block[0]} x {lc.block[1]} threads, {lc.tile[0]} x {lc.tile[1]}, {lc.smem} B | "
                      f"{st.rtol:g} |")
     lines += ["", f"Correctness sizes: N = {_sizes(rubric)}, then the benchmark size again after timing. "
@@ -106,7 +115,7 @@ def block_stages(rubric: Rubric) -> str:
 def block_grading(rubric: Rubric) -> str:
     out = []
     for st in rubric.stages:
-        out += [f"**{st.number} {st.title}** (`{st.file}`, `{st.kernel}`, {_pts(st.max_points)} points)", "",
+        out += [f"**{st.number} {st.title}** (`{st.file}`, `{st.kernel}`, {_points(st)})", "",
                 "| item | kind | passes when | points | visibility |", "|---|---|---|---|---|"]
         for it in st.items:
             out.append(f"| {st.number}.{it.id}: {_cell(it.title)} | {it.kind} | {_cell(threshold(it, st, rubric))} | "
@@ -192,11 +201,16 @@ def block_report(rubric: Rubric) -> str:
 def block_totals(rubric: Rubric) -> str:
     lines = ["| part | points |", "|---|---|"]
     for st in rubric.stages:
-        lines.append(f"| {st.number} {st.title} | {_pts(st.max_points)} |")
+        if st.bonus is Bonus.NONE:
+            lines.append(f"| {st.number} {st.title} | {_pts(st.max_points)} |")
     for label, section in (("Occupancy exercises", rubric.occupancy), ("Report", rubric.report)):
         if section is not None:
             lines.append(f"| {label} | {_pts(section.max_points)} |")
     lines.append(f"| **total** | **{_pts(rubric.max_points)}** |")
+    how = {Bonus.EXTRA: "on top of the total", Bonus.SEPARATE: "a separate total, not added to the score"}
+    for st in rubric.stages:
+        if st.bonus is not Bonus.NONE:
+            lines.append(f"| {st.number} {st.title}: bonus, {how[st.bonus]} | {_pts(st.max_points)} |")
     return "\n".join(lines)
 
 

@@ -17,6 +17,10 @@ converted to float as it is staged in shared memory. It is correct under the FP1
 tolerance, fast for a CUDA-core kernel, and has no Tensor Core instruction: exactly
 what the WMMA stage's criteria must reject. ``mismatched="reference"`` keeps the
 stage's own reference file instead (the stage then has no predecessor in the set).
+
+The Hopper stage (BF16, tensor maps) after the FP16 WMMA stage is the same case: its stand-in is
+:data:`BF16_WMMA_PORT`, the WMMA reference's algorithm (HMMA, cp.async) in stage 6's contract,
+which the Hopper stage's SASS, speed and tensor-pipe criteria must reject.
 """
 from __future__ import annotations
 
@@ -80,6 +84,11 @@ extern "C" __global__ void
 """
 
 
+# The WMMA stage's reference algorithm in the Hopper stage's contract (BF16, K-major, tensor maps
+# accepted and unused): correct, on Tensor Cores through HMMA, with no WGMMA and no TMA.
+BF16_WMMA_PORT = Path(__file__).with_name("bf16_wmma_port.cu")
+
+
 def rename_kernel(source: str, old: str, new: str) -> str:
     """Rename kernel ``old`` (and its ``old_launch`` array) to ``new`` as whole identifiers."""
     source = re.sub(rf"\b{re.escape(old)}_launch\b", f"{new}_launch", source)
@@ -91,6 +100,8 @@ def shifted_source(prev_source: str, prev_stage, stage, mismatched: str = "port"
     if prev_stage.inputs != stage.inputs:
         if mismatched == "port" and stage.inputs == "fp16" and prev_stage.inputs == "fp32":
             return FP16_FFMA_PORT.replace("@KERNEL@", stage.kernel)
+        if mismatched == "port" and stage.inputs == "bf16" and prev_stage.inputs == "fp16":
+            return BF16_WMMA_PORT.read_text(encoding="utf-8").replace("@KERNEL@", stage.kernel)
         return None
     header = (f"// Shifted submission (grader/instructor/shifted.py): stage {prev_stage.number}'s reference kernel "
               f"{prev_stage.kernel}, renamed {stage.kernel}.\n")
@@ -119,7 +130,8 @@ def write_shifted(solutions_dir: Path, rubric, dest_dir: Path, mismatched: str =
             continue
         (dest_dir / stage.file).write_text(text, encoding="utf-8")
         if prev.inputs != stage.inputs:
-            what[stage.id] = f"stage {prev.number}'s algorithm ported to {stage.inputs} inputs, on FP32 CUDA cores"
+            engine = "WMMA (HMMA), no WGMMA or TMA" if stage.inputs == "bf16" else "FP32 CUDA cores"
+            what[stage.id] = f"stage {prev.number}'s algorithm ported to {stage.inputs} inputs, on {engine}"
         else:
             what[stage.id] = f"stage {prev.number}'s kernel {prev.kernel}, renamed {stage.kernel}"
     lines = ["# Shifted submission", "", "Written by grader/instructor/shifted.py from "

@@ -1,4 +1,4 @@
-"""Gradescope leaderboard entries: TFLOP/s and % of cuBLAS for the 2D and WMMA stages.
+"""Gradescope leaderboard entries: TFLOP/s and % of cuBLAS for the 2D, WMMA and Hopper stages.
 
 Only a stage whose kernel passed correctness and was timed gets entries (a speed is never
 reported for a wrong result). Gradescope shows the leaderboard when it is switched on in the
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # annotations only: grader.deploy.gradescope imports this at 
 
 # The stages on the leaderboard (rubric stage ids); GRADER_LEADERBOARD_STAGES=a,b overrides.
 # Ids that the grading does not have are skipped.
-LEADERBOARD_STAGES = ("blocktiling_2d", "wmma")
+LEADERBOARD_STAGES = ("blocktiling_2d", "wmma", "hopper")
 
 
 def _positive(value: float) -> float | None:
@@ -47,7 +47,7 @@ def leaderboard_entries(grading: Grading, stages: Iterable[str] | None = None) -
         tflops, fraction = _positive(o.timing.tflops), _positive(o.timing.fraction_of_baseline)
         if tflops is None or fraction is None:
             continue
-        # % of the stage's own cuBLAS baseline (SGEMM for FP32 stages, cublasGemmEx FP16 for WMMA).
+        # % of the stage's own cuBLAS baseline (SGEMM for FP32 stages, cublasGemmEx FP16 for WMMA, BF16 for Hopper).
         title = o.stage.title
         entries.append({"name": f"{title}: TFLOP/s", "value": round(tflops, 2), "order": "desc"})
         entries.append({"name": f"{title}: % of cuBLAS", "value": round(100 * fraction, 1), "order": "desc"})

@@ -15,11 +15,10 @@ from pathlib import Path
 from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
 from grader.profile.diagnosis import Diagnosis, diagnose
-from grader.spec.types import Stage
+from grader.spec.types import BASELINES, Stage
 
 # HBM bandwidth (TB/s) by device-name substring, for the roofline's memory roof. Vendor figures.
 KNOWN_HBM_TBS = {"H200": 4.8, "H100 SXM": 3.35, "H100 PCIe": 2.0, "H100": 3.35}
-BASELINE_LABELS = {"cublas_sgemm": "cuBLAS SGEMM", "cublas_gemmex_fp16": "cublasGemmEx (FP16)"}
 
 
 @dataclass
@@ -44,7 +43,7 @@ def ladder_inputs(grading: Grading) -> tuple[list[dict], list[dict], dict[str, f
         rows.append({"label": stage_label(o.stage), "tflops": t.tflops if t else None, "ceiling": o.stage.peak})
         if t:
             base.setdefault(o.stage.baseline, []).append(t.baseline_tflops)
-    baselines = [{"label": BASELINE_LABELS.get(k, k), "tflops": statistics.median(v)} for k, v in base.items()]
+    baselines = [{"label": (BASELINES[k].label if k in BASELINES else k), "tflops": statistics.median(v)} for k, v in base.items()]
     p = grading.env.peaks
     peaks = {label: v for label, v in (("FP32 CUDA cores", p.fp32), ("FP16 Tensor Cores", p.fp16_tensor)) if v}
     return rows, baselines, peaks

@@ -21,6 +21,11 @@ test's ``max_score`` into the autograder's total. So such a test has no ``score`
 for course staff, and its points go in ``extra_data.hand_graded_points``. Counting them here would
 put the same points in the total twice (once here at 0, once in the manual question) and show a
 correct, complete submission in red.
+
+A bonus stage's items (rubric ``bonus: true``) have ``max_score`` 0, so Gradescope's total stays the
+assignment's own. With ``settings.bonus: extra`` their ``score`` is what they earned, which
+Gradescope shows as extra credit above the total; with ``separate`` it is 0 and the points are
+reported in ``extra_data.bonus_points`` (and summary.md) as a total of their own.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from grader.model import ItemResult, Status, to_jsonable
+from grader.model import Bonus, ItemResult, Status, to_jsonable
 from grader.spec.items import VISIBILITIES
 
 OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")
@@ -114,6 +119,11 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
         "tags": [item.stage] if item.stage else [],
         "extra_data": extra,
     }
+    if item.bonus is not Bonus.NONE:  # outside the total: see the module's docstring
+        extra.update(bonus=item.bonus.value, bonus_points=score, bonus_max=max_score)
+        test["max_score"] = 0.0
+        test["score"] = score if item.bonus is Bonus.EXTRA else 0.0
+        test["name"] = "Bonus: " + test["name"]
     if status is Status.MANUAL:  # neutral and outside the autograder's total: see the module's docstring
         for key in ("score", "max_score", "status"):
             del test[key]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.grading import Grading
-from grader.model import ItemResult, Status
+from grader.model import Bonus, ItemResult, Status
 from grader.run.sandbox import Confinement
 
 if TYPE_CHECKING:
@@ -87,8 +87,19 @@ def hand_graded(items: list[ItemResult]) -> list[ItemResult]:
 
 
 def automatic_max(items: list[ItemResult]) -> float:
-    """The autograder's total: every item's points but the hand-graded ones (results.json's sum of max_score)."""
-    return sum(i.max_score for i in items if i.status != Status.MANUAL)
+    """The autograder's total: every item's points but the hand-graded and bonus ones (results.json's
+    sum of max_score)."""
+    return sum(i.counted_max for i in items if i.status != Status.MANUAL)
+
+
+def bonus_line(grading: Grading) -> str:
+    """How the bonus stages went, and how their points count ("" without bonus items)."""
+    earned, possible = grading.bonus
+    if not possible:
+        return ""
+    modes = {i.bonus for i in grading.items if i.bonus is not Bonus.NONE}
+    how = ("added to the score above" if modes == {Bonus.EXTRA} else "a total of their own, not in the score above")
+    return f"**Bonus: {earned:g} / {possible:g} points** ({how})"
 
 
 def summary_markdown(grading: Grading, profile: ProfileReport | None = None) -> str:
@@ -101,6 +112,8 @@ def summary_markdown(grading: Grading, profile: ProfileReport | None = None) -> 
     hand = hand_graded(grading.items)
     parts = [f"**Score: {grading.score:g} / {automatic_max(grading.items):g} automatic points**"
              + (f" (and {sum(i.max_score for i in hand):g} points graded by hand, below)" if hand else ""), ""]
+    if bonus := bonus_line(grading):
+        parts += [bonus, ""]
     parts += [f"- {line}" for line in environment_lines(grading)]
     parts += ["", markdown_table(ladder_rows(grading))]
     for stage, label in (("occupancy", "Occupancy exercises"), ("report", "Report")):
@@ -114,8 +127,8 @@ def summary_markdown(grading: Grading, profile: ProfileReport | None = None) -> 
                   "in the score above):", ""]
         parts += [f"- {i.number} {i.title}: {i.max_score:g} point{'' if i.max_score == 1 else 's'}" for i in hand]
         parts.append("")
-    parts.append("`% peak` is against the stage's own ceiling (FP32 CUDA cores for stages 1-4b, FP16 "
-                 "Tensor Cores for WMMA); `% baseline` is against cuBLAS on the same inputs, timed "
+    parts.append("`% peak` is against the stage's own ceiling (FP32 CUDA cores for stages 1-4b, FP16/BF16 "
+                 "Tensor Cores for WMMA and Hopper); `% baseline` is against cuBLAS on the same inputs, timed "
                  "interleaved. Speeds are shown only for kernels that passed every correctness check.")
     diagnoses = profile.diagnoses if profile else {}
     if diagnoses:

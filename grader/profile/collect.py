@@ -99,12 +99,7 @@ def start_profile(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu:
 
 def stage_spec(o: StageOutcome) -> dict:
     """One entry of the profile_child spec (of a compiled stage)."""
-    c = o.compile
-    assert c is not None and c.cubin is not None and c.launch is not None  # only compiled stages are profiled
-    launch = c.launch
-    return {"id": o.stage.id, "cubin": str(Path(c.cubin).resolve()), "kernel": o.stage.kernel,
-            "inputs": o.stage.inputs,
-            "launch": {"block": list(launch.block), "tile": list(launch.tile), "smem": launch.smem}}
+    return {"id": o.stage.id, **o.launch_spec()}
 
 
 def missing_metric_message(metric: str, row: dict | None) -> str:

@@ -39,7 +39,7 @@ def _result(o: StageOutcome, item: Item, status: Status, message: str, *, needs_
     return ItemResult(stage=st.id, item=item.id, title=item.title, status=status,
                       score=item.points if status == Status.PASSED else 0.0, max_score=item.points,
                       message=message, visibility=item.visibility, number=f"{st.number}.{item.id}",
-                      values=values, needs_gpu=needs_gpu)
+                      values=values, needs_gpu=needs_gpu, bonus=st.bonus)
 
 
 def evaluate_ncu_item(item: Item, outcome: StageOutcome) -> ItemResult:

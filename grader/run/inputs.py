@@ -32,17 +32,41 @@ def hashed_uniform(xp: Any, shape: tuple[int, ...], seed: int):
     return x.reshape(shape)
 
 
+def to_bf16(xp: Any, x):
+    """BF16 bit patterns (uint16) of float32 ``x``, rounded to nearest even (NumPy and CuPy have no
+    bfloat16 type; the kernels read these bits, the checker widens them with :func:`bf16_values`)."""
+    u = xp.uint32
+    bits = x.view(xp.uint32)
+    return ((bits + u(0x7FFF) + ((bits >> u(16)) & u(1))) >> u(16)).astype(xp.uint16)
+
+
+def bf16_values(xp: Any, bits):
+    """float32 values of BF16 bit patterns (exact: BF16 is float32's upper half)."""
+    return (bits.astype(xp.uint32) << xp.uint32(16)).view(xp.float32)
+
+
 def make_inputs_xp(xp: Any, n: int, seed: int, inputs: str):
-    """A and B (row-major n x n) as ``xp`` arrays: float32, or float16 for the fp16 stage."""
+    """A and B as the stage's kernel receives them, as ``xp`` arrays: row-major n x n float32, or
+    float16 for the fp16 stage; for bf16 (the Hopper stage) A and B *transposed*, both K-major
+    (row-major n x n BF16 bits), the layout Hopper's tensor cores read without a transpose."""
     a = hashed_uniform(xp, (n, n), seed * 2 + 1)
     b = hashed_uniform(xp, (n, n), seed * 2 + 2)
     if inputs == "fp16":
         return a.astype(xp.float16), b.astype(xp.float16)
+    if inputs == "bf16":
+        return to_bf16(xp, a), to_bf16(xp, xp.ascontiguousarray(b.T))
     return a, b
 
 
+def product_operands(xp: Any, a, b, inputs: str):
+    """float64 A and B with C = A @ B, from what :func:`make_inputs_xp` gave the kernel."""
+    if inputs == "bf16":
+        return bf16_values(xp, a).astype(xp.float64), bf16_values(xp, b).astype(xp.float64).T
+    return a.astype(xp.float64), b.astype(xp.float64)
+
+
 def make_inputs(n: int, seed: int, inputs: str) -> tuple[np.ndarray, np.ndarray]:
-    """Host (NumPy) A and B for a stage whose inputs are fp32 or fp16."""
+    """Host (NumPy) A and B of a stage, as its kernel receives them (:func:`make_inputs_xp`)."""
     return make_inputs_xp(np, n, seed, inputs)
 
 

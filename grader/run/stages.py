@@ -36,11 +36,9 @@ MEMCHECKED = (Verdict.WRONG, Verdict.CRASHED, Verdict.NO_VERDICT)
 
 
 def _runner_spec(o: StageOutcome, work: Path, job: Job) -> dict:
-    assert o.compile is not None and o.compile.launch is not None  # only compiled stages run
-    st, launch, seeds = o.stage, o.compile.launch, job.seeds
+    st, seeds = o.stage, job.seeds
     spec = {
-        "cubin": o.compile.cubin, "kernel": st.kernel, "inputs": st.inputs, "baseline": st.baseline,
-        "launch": {"block": list(launch.block), "tile": list(launch.tile), "smem": launch.smem},
+        **o.launch_spec(), "baseline": st.baseline,
         "correctness": [{"n": n, "seed": seeds[n]} for n in job.rubric.correctness_sizes],
         "bench": {"n": st.bench.n, "seed": seeds["bench"], "integrity_seed": seeds["integrity"],
                   "warmup": st.bench.warmup, "reps": st.bench.reps,

@@ -25,7 +25,7 @@ def _result(stage: Stage, item: Item, status: Status, fraction: float, message: 
     score = round(item.points * fraction, 4) if status == Status.PASSED or fraction > 0 else 0.0
     return ItemResult(stage=stage.id, item=item.id, title=item.title, status=status, score=score,
                       max_score=item.points, message=message, visibility=item.visibility,
-                      number=f"{stage.number}.{item.id}", values=values, needs_gpu=needs_gpu)
+                      number=f"{stage.number}.{item.id}", values=values, needs_gpu=needs_gpu, bonus=stage.bonus)
 
 
 def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
@@ -41,6 +41,16 @@ def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
 # and local (STL) stores do not reach C.
 GLOBAL_WRITES = frozenset({"STG", "ST", "RED", "REDG", "ATOM", "ATOMG", "UTMASTG", "UTMAREDG", "UBLKCP",
                            "UBLKRED"})
+
+
+# What to do when a required opcode is missing from the SASS (the first missing one decides).
+MISSING_HINTS = {
+    "HMMA": "call wmma::mma_sync on half fragments inside the k loop",
+    "HGMMA": ("issue wgmma.mma_async (sm_90a) on shared-memory descriptors of the tiles; wmma::mma_sync and mma.sync "
+              "compile to HMMA, the previous stage's path"),
+    "UTMALDG": ("load the tiles with cp.async.bulk.tensor from the tensor maps the grader passes (tmA, tmB); "
+                "cp.async and plain loads do not use the tensor memory accelerator"),
+}
 
 
 def required_ops(stage: Stage) -> list[str]:
@@ -97,6 +107,8 @@ def _timing_gap(o: StageOutcome) -> Gap | None:
 def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], peaks: Peaks) -> ItemResult:
     st, c = o.stage, o.compile
     kind = item.kind
+    if o.unsupported:  # the machine cannot grade this stage at all (grader/build/toolchain.py: unsupported_reason)
+        return _result(st, item, Status.NOT_EVALUATED, 0, o.unsupported)
     # A compiled stage has its ptxas record and launch shape (compile_stage sets ok only then).
     k, launch = (c.kernel, c.launch) if c is not None and c.ok else (None, None)
     if kind == "compiles":
@@ -152,9 +164,8 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
                            "run on FP32 CUDA cores (FFMA only), not Tensor Cores. Look for wmma / mma.h, "
                            "__half arithmetic or TF32 conversions in this file", opcodes=dict(forbidden))
         if missing:
-            hint = ("call wmma::mma_sync on half fragments inside the k loop" if "HMMA" in missing else
-                    "the body is empty (still the TODO?) or the compiler removed the loop because nothing "
-                    "it computes reaches C")
+            hint = MISSING_HINTS.get(missing[0], "the body is empty (still the TODO?) or the compiler removed "
+                                     "the loop because nothing it computes reaches C")
             return _result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
                            f"instruction, which this stage needs: {hint}")
         shown = ", ".join(f"{op} x{ops[op]}" for op in item.params.get("require", []))
@@ -180,14 +191,14 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     t = o.timing
     assert t is not None  # _timing_gap said it is timed
     if t.fraction_of_baseline > st.plausible_max:
-        base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
+        base = st.baseline_label
         return _result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
                        f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                        f"{st.plausible_max:g}x; course staff will look at this kernel",
                        fraction_of_baseline=t.fraction_of_baseline)
     if kind == "fraction_of_baseline":
         status, frac = _threshold(t.fraction_of_baseline, item)
-        base = "cuBLAS SGEMM" if st.baseline == "cublas_sgemm" else "cublasGemmEx (FP16)"
+        base = st.baseline_label
         msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
                f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
                f"runs at N={t.n}); needs at least {100 * item.params['min']:.0f}%")

@@ -35,8 +35,11 @@ KIND_PARAMS: dict[str, dict[str, tuple[Types, bool]]] = {
                          "partial_from": ((int, float), False)},
     # An Nsight Compute criterion: `expr` over metric names (and N, the profile size),
     # compared with `value` (a number or an expression in N). See grader/spec/expr.py.
+    # `integrity: true`: the criterion checks that the work is done honestly, not that the stage moved
+    # on, so the previous stage's kernel may pass it too (the calibration then asks only that the
+    # reference passes). Without it, only an `==` criterion is one.
     "ncu": {"expr": (str, True), "op": (str, True), "value": ((int, float, str), True),
-            "explain": (str, False), "unit": (str, False)},
+            "explain": (str, False), "unit": (str, False), "integrity": (bool, False)},
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from grader.model import Bonus
 from grader.occupancy.config import load_occupancy_config
 from grader.spec.errors import RubricError
 from grader.spec.items import stage_item
@@ -20,7 +21,9 @@ from grader.spec.peaks import PEAKS
 from grader.spec.reader import Reader
 from grader.spec.types import (
     BASELINES,
+    BONUS_MODES,
     INPUTS,
+    OPERANDS,
     Bench,
     Launch,
     PeakOverride,
@@ -49,7 +52,7 @@ def _bench(r: Reader, base: Bench) -> Bench:
     return Bench(**kw)
 
 
-def _stage(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float) -> Stage:
+def _stage(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float, bonus_mode: Bonus) -> Stage:
     sid = r.text("id")
     number = str(r.get("number", (str, int)))
     title = r.get("title", str)
@@ -59,7 +62,18 @@ def _stage(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float) ->
     kernel = r.get("kernel", str)
     if not kernel.isidentifier():
         raise RubricError(r.path("kernel"), f"is {kernel!r}", "a C identifier")
-    inputs, baseline, peak = r.choice("inputs", INPUTS), r.choice("baseline", BASELINES), r.choice("peak", PEAKS)
+    inputs, baseline, peak = r.choice("inputs", INPUTS), r.choice("baseline", tuple(BASELINES)), r.choice("peak", PEAKS)
+    if BASELINES[baseline].inputs != inputs:
+        raise RubricError(r.path("baseline"), f"is {baseline} (it multiplies {BASELINES[baseline].inputs})",
+                          f"a baseline for {inputs} inputs: " + ", ".join(k for k, b in BASELINES.items()
+                                                                          if b.inputs == inputs))
+    operands = r.choice("operands", OPERANDS, "pointers")
+    if operands == "tensor_maps" and inputs != "bf16":
+        raise RubricError(r.path("operands"), f"is tensor_maps with {inputs} inputs", "bf16 inputs (K-major BF16)")
+    requires_arch = r.get("requires_arch", str, "")
+    if requires_arch and not requires_arch.startswith("sm_"):
+        raise RubricError(r.path("requires_arch"), f"is {requires_arch!r}", "an architecture such as sm_90a")
+    bonus = bonus_mode if r.get("bonus", bool, False) else Bonus.NONE
     lr = r.sub("launch")
     launch = Launch(lr.pair("block"), lr.pair("tile"), lr.get("smem", int, 0))
     lr.done()
@@ -81,7 +95,7 @@ def _stage(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float) ->
             raise RubricError(f"{r.where}.launch.tile", f"{list(launch.tile)} does not divide N = {n}",
                               "tile sizes that divide every correctness and benchmark size")
     return Stage(sid, number, title, file, kernel, inputs, baseline, peak, launch, rtol,
-                 stage_bench, items, summary, plausible, limits)
+                 stage_bench, items, summary, plausible, limits, operands, requires_arch, bonus)
 
 
 def _optional_positive(r: Reader, key: str) -> float | None:
@@ -123,9 +137,11 @@ def _settings(s: Reader) -> dict[str, Any]:
                           memcheck_on_failure=sr.get("memcheck_on_failure", bool, True),
                           n=sr.positive("n", int, 256), timeout_s=float(sr.positive("timeout_s", default=Sanitizer.timeout_s)))
     sr.done()
+    bonus = Bonus(s.choice("bonus", BONUS_MODES, Bonus.EXTRA.value))
     s.done()
     return dict(arch_without_device=arch, correctness_sizes=sizes, timeouts=timeouts, output_limit_bytes=out_limit,
-                profile=profile, sanitizer=sanitizer, stage_limits=stage_limits, bench=bench, plausible=plausible)
+                profile=profile, sanitizer=sanitizer, stage_limits=stage_limits, bench=bench, plausible=plausible,
+                bonus=bonus)
 
 
 def _peaks(p: Reader) -> tuple[tuple[PeakOverride, ...], dict[str, dict[str, float]]]:
@@ -145,11 +161,12 @@ def _peaks(p: Reader) -> tuple[tuple[PeakOverride, ...], dict[str, dict[str, flo
     return tuple(overrides), per_sm
 
 
-def _stages(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float) -> tuple[Stage, ...]:
+def _stages(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float,
+            bonus_mode: Bonus) -> tuple[Stage, ...]:
     raw_stages = r.get("stages", list)
     if not raw_stages:
         raise RubricError(r.path("stages"), "is empty", "at least one stage")
-    stages = tuple(_stage(Reader(st, f"{r.where}.stages[{k}]"), bench, sizes, plausible)
+    stages = tuple(_stage(Reader(st, f"{r.where}.stages[{k}]"), bench, sizes, plausible, bonus_mode)
                    for k, st in enumerate(raw_stages))
     ids = [st.id for st in stages]
     for k, st in enumerate(stages):
@@ -171,13 +188,15 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
         raise RubricError(r.path("version"), f"is {version}", "1")
     title = r.get("title", str)
     settings = _settings(r.sub("settings"))
-    bench, plausible = settings.pop("bench"), settings.pop("plausible")
+    bench, plausible, bonus = settings.pop("bench"), settings.pop("plausible"), settings.pop("bonus")
     overrides, per_sm = _peaks(r.sub("peaks"))
-    stages = _stages(r, bench, settings["correctness_sizes"], plausible)
+    stages = _stages(r, bench, settings["correctness_sizes"], plausible, bonus)
     ids = tuple(st.id for st in stages)
     # The other sections are validated now too, so a bad one stops here with its key path.
     occupancy = load_occupancy_config(r.get("occupancy", dict), r.path("occupancy")) if "occupancy" in r.raw else None
-    report = load_report_config(r.get("report", dict), r.path("report"), ids) if "report" in r.raw else None
+    bonus_ids = {st.id: st.bonus for st in stages if st.bonus is not Bonus.NONE}
+    report = (load_report_config(r.get("report", dict), r.path("report"), ids, bonus_ids) if "report" in r.raw
+              else None)
     r.done()
     profile = settings["profile"]
     for st in stages:

@@ -9,14 +9,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grader.model import Bonus
 from grader.spec.items import Item
 
 if TYPE_CHECKING:  # for annotations only: both section modules import grader.spec
     from grader.occupancy.config import OccupancyConfig
     from grader.writeup.config import ReportConfig
 
-INPUTS = ("fp32", "fp16")  # a stage's input precision
-BASELINES = ("cublas_sgemm", "cublas_gemmex_fp16")  # the library call a stage is timed against
+INPUTS = ("fp32", "fp16", "bf16")  # a stage's input precision (bf16: both operands K-major, grader/run/inputs.py)
+# How the kernel gets its operands: plain pointers (A, B, C, N), or the Hopper contract: two TMA
+# descriptors the grader encodes from the kernel's declared boxes, then the pointers (grader/children/tma.py).
+OPERANDS = ("pointers", "tensor_maps")
+BONUS_MODES = (Bonus.EXTRA.value, Bonus.SEPARATE.value)  # settings.bonus: how bonus stages' points count
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The library call a stage is timed against."""
+    label: str  # as feedback names it
+    words: str  # the handout's longer name
+    inputs: str  # the input precision it multiplies (a stage's inputs must match)
+
+
+BASELINES: dict[str, Baseline] = {
+    "cublas_sgemm": Baseline("cuBLAS SGEMM", "cuBLAS SGEMM", "fp32"),
+    "cublas_gemmex_fp16": Baseline("cublasGemmEx (FP16)", "cublasGemmEx (FP16 in, FP32 out)", "fp16"),
+    "cublas_gemmex_bf16": Baseline("cublasGemmEx (BF16)", "cublasGemmEx (BF16 in, FP32 out)", "bf16"),
+}
 # The parts of a rubric besides its stages, by the id --stages selects them with.
 SECTIONS = ("occupancy", "report")
 
@@ -75,14 +94,28 @@ class Stage:
     # go to a person for review instead of scoring (settings.plausible_max_fraction_of_baseline).
     plausible_max: float = 1.2
     limits: StageLimits = StageLimits()  # stages[].limits: the measured reference time, a hand-set limit
+    operands: str = "pointers"  # one of OPERANDS
+    # A GPU architecture the stage needs ("sm_90a": WGMMA and TMA exist on Hopper only); on a GPU of
+    # another one its items are "not evaluated" and score 0. "": any GPU.
+    requires_arch: str = ""
+    bonus: Bonus = Bonus.NONE  # a bonus stage's points count as settings.bonus says, never in max_points
 
     @property
     def launch_symbol(self) -> str:
         return f"{self.kernel}_launch"
 
     @property
+    def tma_symbol(self) -> str:
+        """The array declaring a tensor-map stage's TMA boxes (grader/children/tma.py: check_boxes)."""
+        return f"{self.kernel}_tma"
+
+    @property
     def max_points(self) -> float:
         return sum(i.points for i in self.items)
+
+    @property
+    def baseline_label(self) -> str:
+        return BASELINES[self.baseline].label
 
 
 @dataclass(frozen=True)
@@ -154,5 +187,14 @@ class Rubric:
 
     @property
     def max_points(self) -> float:
+        """The total a submission is graded out of; bonus stages are outside it (:attr:`bonus_points`)."""
         sections = [c.max_points for c in (self.occupancy, self.report) if c is not None]
-        return sum(s.max_points for s in self.stages) + sum(sections)
+        return sum(s.max_points for s in self.stages if s.bonus is Bonus.NONE) + sum(sections)
+
+    @property
+    def bonus_points(self) -> float:
+        """The bonus stages' points, with the report's items about them (a transition to a bonus stage)."""
+        report = 0.0
+        if self.report is not None:
+            report = sum(i.points for i in self.report.items() if self.report.bonus_of(i.id) is not Bonus.NONE)
+        return sum(s.max_points for s in self.stages if s.bonus is not Bonus.NONE) + report

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grader.model import Bonus
 from grader.spec.errors import RubricError
 from grader.spec.expr import METRIC_RE, check_expression
 from grader.spec.items import VISIBILITIES, Item, read_item
@@ -41,6 +43,9 @@ class Transition:
     id: str
     before: str  # stage id
     after: str  # stage id: cited metrics are compared with this stage's kernel unless a citation names another
+    # The bonus stage's own counting (grader/model.py: Bonus) when ``after`` is a bonus stage: its
+    # paragraph's automatic items are outside the report's max_points, like the stage's own items.
+    bonus: Bonus = Bonus.NONE
 
     @property
     def label(self) -> str:
@@ -85,7 +90,9 @@ class ReportConfig:
     def items(self) -> list[Item]:
         """Every graded item, numbered, in report order; ``kind`` says which check grades it."""
         out: list[Item] = []
-        for t in self.transitions:
+        # Bonus transitions come last, so adding one never renumbers the items a course's outline names.
+        ordered = [t for t in self.transitions if t.bonus is Bonus.NONE]
+        for t in ordered:
             for kind in ("cites", "values"):
                 k = self.kinds[kind]
                 out.append(Item(f"{t.id}.{kind}", f"Report, {t.label}: {k.title}", k.points, k.visibility, kind))
@@ -95,11 +102,23 @@ class ReportConfig:
         for kind, item_id in (("times", "table.times"), ("reasoning", "reasoning")):
             k = self.kinds[kind]
             out.append(Item(item_id, f"Report: {k.title}", k.points, k.visibility, kind))
+        for t in self.transitions:
+            if t.bonus is not Bonus.NONE:
+                for kind in ("cites", "values"):
+                    k = self.kinds[kind]
+                    out.append(Item(f"{t.id}.{kind}", f"Report, {t.label} (bonus): {k.title}", k.points,
+                                    k.visibility, kind))
         return [dataclasses.replace(i, number=f"R.{n}") for n, i in enumerate(out, 1)]
+
+    def bonus_of(self, item_id: str) -> Bonus:
+        """How an item's points count: a bonus transition's cites and values items count as its stage's."""
+        t = next((t for t in self.transitions if item_id.startswith(f"{t.id}.")), None)
+        return t.bonus if t is not None else Bonus.NONE
 
     @property
     def max_points(self) -> float:
-        return sum(i.points for i in self.items())
+        """The section's share of the total (a bonus transition's items are outside it)."""
+        return sum(i.points for i in self.items() if self.bonus_of(i.id) is Bonus.NONE)
 
     def stages_named(self) -> set[str]:
         named = {s for t in self.transitions for s in (t.before, t.after)}
@@ -122,7 +141,8 @@ def normalize_name(text: str) -> str:
     return re.sub(r"[\s\-]+", "_", text.strip().lower())
 
 
-def _transitions(raw: Any, where: str, stage_ids: tuple[str, ...] | None) -> tuple[Transition, ...]:
+def _transitions(raw: Any, where: str, stage_ids: tuple[str, ...] | None,
+                 bonus: Mapping[str, Bonus]) -> tuple[Transition, ...]:
     if not isinstance(raw, list) or not raw:
         raise RubricError(where, f"is {raw!r}", "a non-empty list of {from: stage id, to: stage id}")
     out = []
@@ -134,7 +154,7 @@ def _transitions(raw: Any, where: str, stage_ids: tuple[str, ...] | None) -> tup
         for key, sid in (("from", before), ("to", after)):
             if stage_ids is not None and sid not in stage_ids:
                 raise RubricError(m.path(key), f"is {sid!r}", "a stage id: " + ", ".join(stage_ids))
-        out.append(Transition(tid, before, after))
+        out.append(Transition(tid, before, after, bonus.get(after, Bonus.NONE)))
     ids = [t.id for t in out]
     dup = next((i for i in ids if ids.count(i) > 1), None)
     if dup:
@@ -187,10 +207,12 @@ def _tables(raw: Any, where: str, stage_ids: tuple[str, ...] | None) -> tuple[Ta
 
 
 def load_report_config(raw: Any, where: str = "rubric.yaml.report",
-                       stage_ids: tuple[str, ...] | list[str] | None = None) -> ReportConfig:
+                       stage_ids: tuple[str, ...] | list[str] | None = None,
+                       bonus: Mapping[str, Bonus] | None = None) -> ReportConfig:
     """Validate the section's mapping (as yaml.safe_load gives it) and build the config.
 
     ``stage_ids``, when given, are the rubric's stage ids: every stage the section names must be one.
+    ``bonus``: the bonus stages' ids and how their points count (a transition to one is a bonus too).
     """
     ids = tuple(stage_ids) if stage_ids is not None else None
     top = Reader(raw, where)
@@ -202,7 +224,7 @@ def load_report_config(raw: Any, where: str = "rubric.yaml.report",
     rel, abs_ = tol.number("rel", 0.15, hi=1.0), tol.number("abs", 0.05)
     arithmetic, time_rel = tol.number("arithmetic_rel", 0.05, hi=1.0), tol.number("time_rel", 0.5)
     tol.done()
-    transitions = _transitions(top.get("transitions", list), top.path("transitions"), ids)
+    transitions = _transitions(top.get("transitions", list), top.path("transitions"), ids, bonus or {})
     derived = _derived(top.sub("derived", {}))
     names_map = top.sub("stage_names", {})
     stage_names = {}

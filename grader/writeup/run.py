@@ -222,7 +222,15 @@ def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
 
 
 def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
-    """Every report item for one report text (None: the report is missing, ``problem`` says why)."""
+    """Every report item for one report text (None: the report is missing, ``problem`` says why); a
+    bonus transition's items count as its stage's (ReportConfig.bonus_of)."""
+    out = _grade(cfg, text, problem, rubric, outcomes)
+    for r in out:
+        r.bonus = cfg.bonus_of(r.item)
+    return out
+
+
+def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
     items = {i.id: i for i in cfg.items()}
     if text is None:
         msg = (f"{problem}. Expected: {cfg.file} at the top of the submission, next to gemm/. Next: start from "
@@ -299,7 +307,10 @@ def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[
         return grade(cfg, text, problem, rubric, outcomes)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         tb = traceback.format_exc()
-        return [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0, "not evaluated: the grader "
-                        "failed while checking the report (not a judgement of your work; course staff have the details)",
-                        traceback=tb[-4000:])
-                for spec in cfg.items()]
+        failed = [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0, "not evaluated: the "
+                          "grader failed while checking the report (not a judgement of your work; course staff have "
+                          "the details)", traceback=tb[-4000:])
+                  for spec in cfg.items()]
+        for r in failed:
+            r.bonus = cfg.bonus_of(r.item)
+        return failed

@@ -35,6 +35,7 @@ from typing import Any
 
 from grader.build.intake import INTAKE_FILE
 from grader.deploy.batch.export import Submission
+from grader.model import Bonus
 from grader.spec.types import Rubric
 
 STATUS_FILE = "batch_status.json"
@@ -124,7 +125,8 @@ def automatic_points(rubric: Rubric, parts: Iterable[str] | None = None) -> floa
     from grader.score.hand import hand_graded_items
 
     wanted = None if parts is None else set(parts)
-    total = sum(st.max_points for st in rubric.stages if wanted is None or st.id in wanted)
+    total = sum(st.max_points for st in rubric.stages
+                if (wanted is None or st.id in wanted) and st.bonus is Bonus.NONE)  # bonus: outside the total
     for key in ("occupancy", "report"):
         section = getattr(rubric, key)
         if section is None or (wanted is not None and key not in wanted):

@@ -1,0 +1,349 @@
+// Stage 6 (bonus, Hopper sm_90a) -- TMA + WGMMA with a warp-specialised pipeline.
+// C = A * B^T with A (N x K) and Bt (N x K) row-major BF16, i.e. both operands
+// K-major (the layout Hopper's tensor cores read without a transpose), FP32
+// accumulation, C row-major N x N FP32. The grader builds the two TMA
+// descriptors from mmHopper_tma (host code is never the student's) and passes
+// them by value as __grid_constant__ parameters, followed by the plain pointers
+// (unused here: every load goes through the tensor maps).
+//
+// What each choice bought, measured on an H200 at N = 4096 against BF16
+// cublasGemmEx on the same K-major operands (745 TFLOP/s; medians of 30
+// interleaved launches, docs/measurements/2026-11-30-h200-hopper-stage.md).
+// The reference: 706-708 TFLOP/s, 94.8-94.9% of cuBLAS in 5 of 5 runs.
+//
+// 1. Tensor memory accelerator (TMA) loads. One thread issues a single
+//    cp.async.bulk.tensor per operand tile; the copy engine computes the
+//    addresses, writes shared memory in the 128-byte swizzled layout WGMMA
+//    reads without bank conflicts, and signals an mbarrier with the bytes it
+//    landed. No warp spends instructions on address arithmetic or copies.
+//
+// 2. WGMMA. A warpgroup (4 warps) issues one asynchronous m64nNk16 matrix
+//    product whose operands come straight from shared memory through 64-bit
+//    descriptors: no ldmatrix, no fragment registers for A and B. The same
+//    algorithm with mma_sync (grader/instructor/bf16_wmma_port.cu) reaches
+//    259 TFLOP/s, 34.8%. One n256 instruction or two n128 per k-step made
+//    no difference (94.6% with n128).
+//
+// 3. Warp specialisation. Warpgroup 0 only produces (TMA), warpgroups 1..2
+//    only consume (WGMMA), each owning 64 rows of the 128 x 256 block tile.
+//    setmaxnreg moves registers from the producer (24 per thread) to the
+//    consumers (240), which hold 128 FP32 accumulators each: 0 spills. A
+//    128 x 128 tile (each A tile feeds half as many columns) with 6 slots
+//    gave 86.7%.
+//
+// 4. A STAGES-deep ring of shared-memory slots with two mbarriers per slot:
+//    "full" (the TMA's byte count arrived) and "empty" (every consumer warp
+//    finished reading it). The producer runs up to STAGES tiles ahead: 4
+//    slots 94.9%, 3 slots 90.8% (5 do not fit in 227 KiB). Keeping one wgmma
+//    group in flight before freeing a slot (INFLIGHT 1) measured the same as
+//    waiting for each group (95.0%).
+//
+// 5. Grouped launch order. Consecutive blocks take GROUP = 8 block rows of C
+//    and walk their columns together, so the A and B strips they read are
+//    still in L2 when the next blocks need them: 94.9% against 93.2% in
+//    plain grid order (16 rows: 95.0%).
+//
+// 6. Epilogue from registers. Each thread writes its accumulators as float2
+//    pairs; a quad of lanes covers 32 contiguous bytes, so every store
+//    instruction of a warp fills whole 32-byte sectors.
+//
+// Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
+// shared memory. N is a multiple of 256: no bounds checks.
+
+#include <cstdint>
+#include <cuda_bf16.h>
+
+#ifndef TUNE_BN
+#define TUNE_BN 256
+#endif
+#ifndef TUNE_WGN
+#define TUNE_WGN 256
+#endif
+#ifndef TUNE_STAGES
+#define TUNE_STAGES 4
+#endif
+#ifndef TUNE_INFLIGHT
+#define TUNE_INFLIGHT 1
+#endif
+#ifndef TUNE_GROUP
+#define TUNE_GROUP 8
+#endif
+
+constexpr int BM = 128;                 // rows of C per block: 64 per consumer warpgroup
+constexpr int BN = TUNE_BN;             // columns of C per block
+constexpr int BK = 64;                  // k-depth of one slot: 64 BF16 = 128 bytes, one swizzle row
+constexpr int WGN = TUNE_WGN;           // N of one wgmma instruction
+constexpr int STAGES = TUNE_STAGES;     // shared-memory slots in the ring
+constexpr int INFLIGHT = TUNE_INFLIGHT; // wgmma groups a consumer leaves running before it frees a slot
+constexpr int GROUP = TUNE_GROUP;       // block-row tiles per group of the launch order (0: plain grid order)
+constexpr int CONSUMERS = BM / 64;      // consumer warpgroups (m64 each)
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
+constexpr int SWIZZLE = 128;            // bytes; TMA and the wgmma descriptors must agree
+constexpr int A_SLOT = BM * BK * 2;     // bytes of one A tile
+constexpr int B_SLOT = BN * BK * 2;     // bytes of one B tile
+constexpr int SLOT_BYTES = A_SLOT + B_SLOT;
+constexpr int ALIGN = 1024;             // a 128-byte swizzle repeats every 8 rows = 1024 bytes
+constexpr int SMEM_BYTES = ALIGN + STAGES * SLOT_BYTES + 2 * STAGES * 8;
+
+static_assert(BK * 2 == SWIZZLE, "one k-slot row must be exactly one 128-byte swizzle row");
+static_assert(BM == 64 * CONSUMERS && CONSUMERS >= 1 && CONSUMERS <= 2, "each consumer warpgroup owns 64 rows");
+static_assert(BN % WGN == 0 && (WGN == 128 || WGN == 256), "BN must be a whole number of wgmma N-widths");
+static_assert(BM <= 256 && BN <= 256, "a TMA box has at most 256 rows");
+static_assert(A_SLOT % ALIGN == 0 && B_SLOT % ALIGN == 0, "every tile must start on a swizzle-pattern boundary");
+static_assert(STAGES >= 2 && INFLIGHT >= 0 && INFLIGHT < STAGES, "the ring needs a slot to fill while others are read");
+static_assert(SMEM_BYTES <= 227 * 1024, "the ring must fit in the 227 KiB of shared memory a block may use");
+static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divide 256 (N is a multiple of 256)");
+
+// {blockDim.x, blockDim.y, BM, BN, dynamic smem bytes}
+extern "C" __constant__ int mmHopper_launch[5] = {THREADS, 1, BM, BN, SMEM_BYTES};
+// {box k-width (elements), A box rows, B box rows, swizzle bytes}: the grader encodes tmA with a
+// BK x BM box and tmB with a BK x BN box, both 128-byte swizzled.
+extern "C" __constant__ int mmHopper_tma[4] = {BK, BM, BN, SWIZZLE};
+
+// The grader's CUtensorMap, opaque: 128 bytes, 64-byte aligned.
+struct alignas(64) TmaDescriptor {
+    unsigned char opaque[128];
+};
+
+// ---- mbarriers ---------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Spin until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+// ---- TMA -----------------------------------------------------------------------------------
+// Copy the box at (c0 = k, c1 = row) of the tensor map into shared memory at dst; the copy
+// engine adds the bytes to bar's transaction count when they land.
+__device__ __forceinline__ void tma_load(uint32_t dst, const TmaDescriptor* map, int c0, int c1, uint32_t bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+// ---- WGMMA ---------------------------------------------------------------------------------
+// Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle: start address,
+// leading byte offset (unused with this swizzle; 1), stride byte offset 1024 (one group of 8
+// rows of 128 bytes), layout 1 = 128-byte swizzle. Addresses are in 16-byte units.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+}
+
+// D[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T, both operands K-major in shared memory.
+// scale_d = 0 on a tile's first k-step: D is overwritten, so the accumulators need no zeroing.
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t descA, uint64_t descB, int scale_d)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(descA), "l"(descB), "r"(scale_d));
+}
+
+// D[64 x 128] (+)= A[64 x 16] * B[128 x 16]^T, both operands K-major in shared memory.
+// scale_d = 0 on a tile's first k-step: D is overwritten, so the accumulators need no zeroing.
+__device__ __forceinline__ void wgmma_n128(float (&d)[64], uint64_t descA, uint64_t descB, int scale_d)
+{
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(descA), "l"(descB), "r"(scale_d));
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t descA, uint64_t descB, int scale_d);
+template <>
+__device__ __forceinline__ void wgmma<256>(float (&d)[128], uint64_t descA, uint64_t descB, int scale_d)
+{
+    wgmma_n256(d, descA, descB, scale_d);
+}
+template <>
+__device__ __forceinline__ void wgmma<128>(float (&d)[64], uint64_t descA, uint64_t descB, int scale_d)
+{
+    wgmma_n128(d, descA, descB, scale_d);
+}
+
+// ---- the kernel ----------------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaDescriptor tmB,
+         const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ Bt, float* __restrict__ C, int N)
+{
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    const uint32_t base = (raw + ALIGN - 1) & ~uint32_t(ALIGN - 1);  // swizzled tiles need 1024-byte alignment
+    // Slot s: A tile at base + s * SLOT_BYTES, B tile right after it; the barriers after the ring.
+    const uint32_t bars = base + STAGES * SLOT_BYTES;
+    auto full = [&](int s) { return bars + 8u * s; };
+    auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
+
+    const int wg = threadIdx.x / 128;
+    int tile_m = blockIdx.y, tile_n = blockIdx.x;
+    if (GROUP > 0) {
+        // Blocks launched together take GROUP block rows x a few block columns, so the A and B
+        // strips they read stay in L2 while the group runs.
+        const int bid = blockIdx.y * gridDim.x + blockIdx.x;
+        const int per_group = GROUP * gridDim.x;
+        const int first = (bid / per_group) * GROUP;
+        const int rows = min((int)gridDim.y - first, GROUP);
+        tile_m = first + (bid % per_group) % rows;
+        tile_n = (bid % per_group) / rows;
+    }
+    const int m0 = tile_m * BM;
+    const int n0 = tile_n * BN;
+    const int KT = N / BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full(s), 1);                // the producer's expect_tx; the bytes complete it
+            mbar_init(empty(s), CONSUMER_WARPS);  // one arrival per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // Producer warpgroup: give registers away, then one thread feeds the ring.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (threadIdx.x == 0) {
+            for (int kt = 0; kt < KT; ++kt) {
+                const int s = kt % STAGES;
+                // The slot's previous tile must be released; the first pass finds every slot free.
+                mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);
+                mbar_expect_tx(full(s), SLOT_BYTES);
+                const uint32_t a = base + s * SLOT_BYTES;
+                tma_load(a, &tmA, kt * BK, m0, full(s));
+                tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+        const int cw = wg - 1;  // this consumer's 64 rows: m0 + 64 * cw ...
+        float d[BN / WGN][WGN / 2];
+
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % STAGES;
+            mbar_wait(full(s), (kt / STAGES) & 1);
+            const uint32_t a = base + s * SLOT_BYTES + cw * 64 * BK * 2;
+            const uint32_t b = base + s * SLOT_BYTES + A_SLOT;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+                for (int j = 0; j < BN / WGN; ++j) {
+                    // +32 bytes per 16-element k-step inside the swizzled row; +WGN rows of B per j.
+                    wgmma<WGN>(d[j], smem_desc(a + kk * 32), smem_desc(b + j * WGN * BK * 2 + kk * 32),
+                               (kt > 0 || kk > 0) ? 1 : 0);
+                }
+            }
+            wgmma_commit();
+            wgmma_wait<INFLIGHT>();
+            // Slot kt - INFLIGHT is no longer read by this warp's products: release it.
+            if (kt >= INFLIGHT) {
+                __syncwarp();
+                if (threadIdx.x % 32 == 0) mbar_arrive(empty((kt - INFLIGHT) % STAGES));
+            }
+        }
+        wgmma_wait<0>();
+
+        // Epilogue: accumulator element layout of m64nNk16 (PTX ISA, "wgmma D fragments"):
+        // thread t of the warpgroup holds, per 8 columns i, rows w*16 + l/4 (+8) and columns
+        // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
+        const int t = threadIdx.x % 128;
+        const int row = m0 + cw * 64 + (t / 32) * 16 + (t % 32) / 4;
+        const int colq = 2 * (t % 4);
+#pragma unroll
+        for (int j = 0; j < BN / WGN; ++j) {
+#pragma unroll
+            for (int i = 0; i < WGN / 8; ++i) {
+                const int col = n0 + j * WGN + i * 8 + colq;
+                *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) = make_float2(d[j][4 * i], d[j][4 * i + 1]);
+                *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
+                    make_float2(d[j][4 * i + 2], d[j][4 * i + 3]);
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Compile, check and time variants of the Hopper (TMA + WGMMA) solution kernel on one GPU.
+
+Run on an sm_90a GPU from the repository root:
+
+    python tools/tune_hopper.py                  # every variant; table on stdout
+    OUT=/dir python tools/tune_hopper.py         # ... and the record in $OUT/tune_hopper.json
+    python tools/tune_hopper.py --only default   # variants whose name starts with "default"
+
+Each variant is solutions/gemm/hopper.cu compiled with a set of -D TUNE_* macros (the grader
+compiles with none: the variant "default"). Each runs in its own child process (``--one``) so a
+faulting or hanging variant cannot take the others down. The child loads the cubin with CuPy,
+reads ``mmHopper_launch`` and ``mmHopper_tma`` from it, encodes the tensor maps with the
+grader's own code (grader/children/tma.py), and
+
+* checks the output at N = 1024 against a float64 product of the same BF16 inputs
+  (|c - r| <= 1e-2 (|r| + rms(r)), C poisoned with NaN first), and at N = 4096 against
+  cuBLAS's BF16 product;
+* times N = 4096 with CUDA events, interleaved with cublasGemmEx (BF16 in, FP32 out, compute
+  32F, the same K-major operands: op(B) = T), L2 flushed before every timed launch; medians.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SOURCE = ROOT / "solutions" / "gemm" / "hopper.cu"
+ARCH = ["-gencode=arch=compute_90a,code=sm_90a"]
+KERNEL = "mmHopper"
+_CUDA_R_32F, _CUDA_R_16BF, _COMPUTE_32F, _GEMM_DEFAULT = 0, 14, 68, -1
+
+PORT = ROOT / "grader" / "instructor" / "bf16_wmma_port.cu"  # stage 5's algorithm in stage 6's contract
+VARIANTS: dict[str, dict[str, int]] = {
+    "default": {},
+    "group0": {"TUNE_GROUP": 0},
+    "inflight0": {"TUNE_INFLIGHT": 0},
+    "stages3": {"TUNE_STAGES": 3},
+    "wgn128": {"TUNE_WGN": 128},
+    "bn128_s6": {"TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 6},
+    "group16": {"TUNE_GROUP": 16},
+    "wmma_port": {},
+}
+
+
+def compile_variant(name: str, build: Path, nvcc: str) -> dict:
+    cubin = build / f"{name}.cubin"
+    flags = [f"-D{k}={v}" for k, v in VARIANTS[name].items()]
+    source = SOURCE
+    if name == "wmma_port":
+        source = build / "wmma_port.cu"
+        source.write_text(PORT.read_text().replace("@KERNEL@", KERNEL))
+    cmd = [nvcc, "-cubin", *ARCH, "-O3", "-Xptxas", "-v", *flags, str(source), "-o", str(cubin)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    return {"name": name, "defines": VARIANTS[name], "ok": proc.returncode == 0, "compile_s": time.monotonic() - t0,
+            "ptxas": [ln.strip() for ln in proc.stderr.splitlines() if "registers" in ln or "spill" in ln
+                      or "arning" in ln or "rror" in ln][:8]}
+
+
+def run_one(cubin: Path, launch_n: int = 0) -> dict:
+    os.environ["CUPY_TF32"] = "0"
+    import cupy as cp
+    import numpy as np
+    from cupy_backends.cuda.libs import cublas
+
+    from grader.build.cubin import read_int_array
+    from grader.children import tma
+    from grader.run.inputs import make_inputs_xp, product_operands
+    from grader.run.numerics import compare
+
+    data = cubin.read_bytes()
+    bx, by, bm, bn, smem = read_int_array(data, f"{KERNEL}_launch")
+    boxes, problem = tma.check_boxes(read_int_array(data, f"{KERNEL}_tma"), f"{KERNEL}_tma", [1024, 4096])
+    if boxes is None:
+        return {"error": problem}
+    kern = cp.RawModule(path=str(cubin)).get_function(KERNEL)
+    kern.max_dynamic_shared_size_bytes = smem
+    out: dict = {"launch": [bx, by, bm, bn, smem], "tma": [boxes.k, boxes.a_rows, boxes.b_rows, boxes.swizzle],
+                 "regs": int(kern.attributes["num_regs"])}
+    # The grader's own launch path for a tensor-map stage (the stage and ncu children use it too).
+    launcher = tma.MapLauncher({"boxes": out["tma"], "launch": {"block": [bx, by], "tile": [bm, bn], "smem": smem}})
+
+    def student(a, b, c, n):
+        launcher(kern, a, b, c, n)
+
+    handle = cp.cuda.device.get_cublas_handle()
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+
+    def cublas_bf16(a, b, c, n):
+        # Row-major C = A B with B given transposed (n x n, K-major): column-major C^T = (Bt)^T A^T.
+        cublas.gemmEx(handle, 1, 0, n, n, n, one.ctypes.data, b.data.ptr, _CUDA_R_16BF, n, a.data.ptr,
+                      _CUDA_R_16BF, n, zero.ctypes.data, c.data.ptr, _CUDA_R_32F, n, _COMPUTE_32F, _GEMM_DEFAULT)
+
+    if launch_n:  # one launch, for a profiler or sanitizer wrapped around this process
+        a, b = make_inputs_xp(cp, launch_n, 3, "bf16")
+        c = cp.full((launch_n, launch_n), cp.nan, cp.float32)
+        student(a, b, c, launch_n)
+        cp.cuda.Device().synchronize()
+        a64, b64 = product_operands(cp, a, b, "bf16")
+        return {**out, "check": compare(c, a64 @ b64, 1e-2, cp).describe()}
+    a, b = make_inputs_xp(cp, 1024, 3, "bf16")
+    c = cp.full((1024, 1024), cp.nan, cp.float32)
+    student(a, b, c, 1024)
+    cp.cuda.Device().synchronize()
+    a64, b64 = product_operands(cp, a, b, "bf16")
+    out["check_1024"] = compare(c, a64 @ b64, 1e-2, cp).describe()
+    n = 4096
+    a, b = make_inputs_xp(cp, n, 5, "bf16")
+    c, ref = cp.full((n, n), cp.nan, cp.float32), cp.empty((n, n), cp.float32)
+    cublas_bf16(a, b, ref, n)
+    student(a, b, c, n)
+    cp.cuda.Device().synchronize()
+    cmp = compare(c, ref.astype(cp.float64), 1e-2, cp)
+    out["check_4096"] = cmp.describe()
+    if not cmp.passed or "WRONG" in out["check_1024"]:
+        return out  # no timing for a wrong kernel
+    flush = cp.empty(256 << 20, cp.uint8)
+    e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+
+    def timed(fn, cc) -> float:
+        flush.fill(1)
+        e0.record()
+        fn(a, b, cc, n)
+        e1.record()
+        e1.synchronize()
+        return float(cp.cuda.get_elapsed_time(e0, e1))
+
+    for _ in range(3):
+        timed(student, c), timed(cublas_bf16, ref)
+    s_ms, b_ms = [], []
+    for rep in range(30):
+        pair = [(student, c, s_ms), (cublas_bf16, ref, b_ms)]
+        for fn, cc, into in (pair if rep % 2 == 0 else pair[::-1]):
+            into.append(timed(fn, cc))
+    flop = 2 * n ** 3
+    out.update(student_ms=statistics.median(s_ms), cublas_ms=statistics.median(b_ms),
+               student_tflops=flop / statistics.median(s_ms) / 1e9, cublas_tflops=flop / statistics.median(b_ms) / 1e9,
+               pct_of_cublas=100 * statistics.median(b_ms) / statistics.median(s_ms),
+               student_ms_all=[round(x, 4) for x in s_ms], cublas_ms_all=[round(x, 4) for x in b_ms])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default="")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--launch", type=int, default=0, help="with --one: a single launch at this N, no timing")
+    ap.add_argument("--nvcc", default="nvcc")
+    ap.add_argument("--build", default="/tmp/tune_hopper")
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_one(Path(args.one), args.launch)))
+        return 0
+    build = Path(args.build)
+    build.mkdir(parents=True, exist_ok=True)
+    names = [v for v in VARIANTS if v.startswith(args.only)]
+    with cf.ThreadPoolExecutor(8) as pool:
+        rows = list(pool.map(lambda v: compile_variant(v, build, args.nvcc), names))
+    for row in rows:
+        if not row["ok"]:
+            continue
+        proc = subprocess.run([sys.executable, __file__, "--one", str(build / f"{row['name']}.cubin")],
+                              capture_output=True, text=True, timeout=120)
+        try:
+            row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            row["error"] = (proc.stderr or proc.stdout)[-800:]
+    print(f"{'variant':12} {'regs':>4} {'ms':>7} {'TFLOP/s':>8} {'cuBLAS':>8} {'%':>6}  check")
+    for r in rows:
+        print(f"{r['name']:12} {r.get('regs', '-'):>4} {r.get('student_ms', float('nan')):7.4f} "
+              f"{r.get('student_tflops', float('nan')):8.1f} {r.get('cublas_tflops', float('nan')):8.1f} "
+              f"{r.get('pct_of_cublas', float('nan')):6.1f}  {r.get('check_4096', r.get('error', ''))[:90]}")
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "tune_hopper.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

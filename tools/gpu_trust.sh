@@ -51,13 +51,19 @@ for t in r["tests"]:
 # Hand-graded tests carry no score or max_score (grader/outputs/results.py): they are outside the automatic total.
 auto = sum(t.get("max_score", 0) for t in r["tests"])
 lost = [t["number"] for t in r["tests"] if "max_score" in t and t["score"] < t["max_score"]]
+# Bonus items have max_score 0; their own points are in extra_data (grader/outputs/results.py).
+bonus = [t["extra_data"] for t in r["tests"] if "bonus" in (t.get("extra_data") or {})]
+lost += [t["number"] for t in r["tests"] if "bonus" in t["extra_data"]
+         and t["extra_data"]["bonus_points"] < t["extra_data"]["bonus_max"]]
+got_bonus = f" bonus {sum(b['bonus_points'] for b in bonus):g}/{sum(b['bonus_max'] for b in bonus):g}" if bonus else ""
 import subprocess
 if (out / "grading.json").exists():
     table = subprocess.run([sys.executable, "tools/phase_times.py", str(out / "grading.json")],
                            capture_output=True, text=True).stdout
     import os
     Path(os.environ.get("OUT", "/tmp/gpu-out"), f"phases-{name}.md").write_text(table)
-print(f"{name:10} rc={rc} {secs:6.1f} s  score {r['score']:g} of {auto:g} automatic  lost: {' '.join(lost) or '-'}  " + " ".join(pct))
+print(f"{name:10} rc={rc} {secs:6.1f} s  score {r['score']:g} of {auto:g} automatic{got_bonus}  "
+      f"lost: {' '.join(lost) or '-'}  " + " ".join(pct))
 PY
 }
 step_grade() {
@@ -126,5 +132,9 @@ step_speed() {
 }
 for s in "$@"; do "step_$s"; done
 log bundle
+# One grading's raw Nsight Compute table (every reference kernel), for tests/fixtures/ncu/.
+for g in speed2 sol1; do
+  [ -f "$W/$g/work/ncu/ncu_raw.csv.txt" ] && cp "$W/$g/work/ncu/ncu_raw.csv.txt" "$OUT/ncu_raw_$g.csv.txt"
+done
 ( cd "$W" && find . -name '*.npy' -delete; tar czf "$OUT/bundle.tgz" --exclude='*.cubin' --exclude='*/work/*' . )
 ls -la "$OUT"

@@ -211,6 +211,11 @@ def block_totals(rubric: Rubric) -> str:
     for st in rubric.stages:
         if st.bonus is not Bonus.NONE:
             lines.append(f"| {st.number} {st.title}: bonus, {how[st.bonus]} | {_pts(st.max_points)} |")
+    if rubric.report is not None:
+        for t in rubric.report.transitions:
+            if t.bonus is not Bonus.NONE:
+                points = sum(i.points for i in rubric.report.items() if i.id.startswith(f"{t.id}."))
+                lines.append(f"| Report, {t.label}: bonus, {how[t.bonus]} | {_pts(points)} |")
     return "\n".join(lines)
 
 

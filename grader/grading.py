@@ -162,7 +162,7 @@ class Grading:
             "rubric_sha256": self.rubric_sha256, "grader_version": self.grader_version,
             "gpu_graded": self.gpu_graded, "phases": self.phases,
             "score": self.score, "max_score": self.max_score,
-            "bonus": {"score": self.bonus[0], "max_score": self.bonus[1]}, "notes": self.notes,
+            "bonus": dict(zip(("score", "max_score"), self.bonus)), "notes": self.notes,
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
             "ncu": self.profile, "stages": stages, "items": self.items,

@@ -41,6 +41,8 @@ _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
 _OP_N, _OP_T = 0, 1
 _CUBLAS_COMPUTE_32F = 68
 _CUBLAS_GEMM_DEFAULT = -1
+# cublasGemmEx baselines: (op on the first operand, B; the input data type)
+_GEMM_EX = {"cublas_gemmex_fp16": (_OP_N, _CUDA_R_16F), "cublas_gemmex_bf16": (_OP_T, _CUDA_R_16BF)}
 
 
 class Runner:
@@ -115,18 +117,13 @@ class Runner:
         handle = cp.cuda.device.get_cublas_handle()
         n = a.shape[0]
         one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
-        if self.spec["baseline"] == "cublas_gemmex_bf16":
-            def gemm_ex_bf16():
-                # A and B^T row-major (both K-major): column-major C^T = (B^T)^T A^T, so op(first) = T.
-                cublas.gemmEx(handle, _OP_T, _OP_N, n, n, n, one.ctypes.data, b.data.ptr, _CUDA_R_16BF, n,
-                              a.data.ptr, _CUDA_R_16BF, n, zero.ctypes.data, c_ref.data.ptr, _CUDA_R_32F, n,
-                              _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
-            return gemm_ex_bf16
+        # Row-major C = A B is column-major C^T = B^T A^T: pass B first. The BF16 stage's B arrives
+        # transposed (K-major), so that first operand is taken transposed (op T).
+        op_b, dtype = _GEMM_EX[self.spec["baseline"]]
 
         def gemm_ex():
-            # Row-major C = A B is column-major C^T = B^T A^T: pass B first.
-            cublas.gemmEx(handle, 0, 0, n, n, n, one.ctypes.data, b.data.ptr, _CUDA_R_16F, n,
-                          a.data.ptr, _CUDA_R_16F, n, zero.ctypes.data, c_ref.data.ptr, _CUDA_R_32F, n,
+            cublas.gemmEx(handle, op_b, _OP_N, n, n, n, one.ctypes.data, b.data.ptr, dtype, n,
+                          a.data.ptr, dtype, n, zero.ctypes.data, c_ref.data.ptr, _CUDA_R_32F, n,
                           _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
         return gemm_ex
 

@@ -90,12 +90,17 @@ class ReportConfig:
     def items(self) -> list[Item]:
         """Every graded item, numbered, in report order; ``kind`` says which check grades it."""
         out: list[Item] = []
-        # Bonus transitions come last, so adding one never renumbers the items a course's outline names.
-        ordered = [t for t in self.transitions if t.bonus is Bonus.NONE]
-        for t in ordered:
+
+        def paragraph(t: Transition) -> None:
             for kind in ("cites", "values"):
                 k = self.kinds[kind]
-                out.append(Item(f"{t.id}.{kind}", f"Report, {t.label}: {k.title}", k.points, k.visibility, kind))
+                label = f"{t.label} (bonus)" if t.bonus is not Bonus.NONE else t.label
+                out.append(Item(f"{t.id}.{kind}", f"Report, {label}: {k.title}", k.points, k.visibility, kind))
+
+        # Bonus transitions come last, so adding one never renumbers the items a course's outline names.
+        for t in self.transitions:
+            if t.bonus is Bonus.NONE:
+                paragraph(t)
         for tb in self.tables:
             out.append(Item(f"table.{tb.id}", f"Report: {tb.title} table present, complete and consistent",
                             tb.points, tb.visibility, "table"))
@@ -104,10 +109,7 @@ class ReportConfig:
             out.append(Item(item_id, f"Report: {k.title}", k.points, k.visibility, kind))
         for t in self.transitions:
             if t.bonus is not Bonus.NONE:
-                for kind in ("cites", "values"):
-                    k = self.kinds[kind]
-                    out.append(Item(f"{t.id}.{kind}", f"Report, {t.label} (bonus): {k.title}", k.points,
-                                    k.visibility, kind))
+                paragraph(t)
         return [dataclasses.replace(i, number=f"R.{n}") for n, i in enumerate(out, 1)]
 
     def bonus_of(self, item_id: str) -> Bonus:

@@ -224,10 +224,14 @@ def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
 def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
     """Every report item for one report text (None: the report is missing, ``problem`` says why); a
     bonus transition's items count as its stage's (ReportConfig.bonus_of)."""
-    out = _grade(cfg, text, problem, rubric, outcomes)
-    for r in out:
+    return _counted(cfg, _grade(cfg, text, problem, rubric, outcomes))
+
+
+def _counted(cfg: ReportConfig, results: list[ItemResult]) -> list[ItemResult]:
+    """``results``, each marked with how its points count (a bonus transition's: its stage's)."""
+    for r in results:
         r.bonus = cfg.bonus_of(r.item)
-    return out
+    return results
 
 
 def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
@@ -307,10 +311,7 @@ def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[
         return grade(cfg, text, problem, rubric, outcomes)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         tb = traceback.format_exc()
-        failed = [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0, "not evaluated: the "
-                          "grader failed while checking the report (not a judgement of your work; course staff have "
-                          "the details)", traceback=tb[-4000:])
-                  for spec in cfg.items()]
-        for r in failed:
-            r.bonus = cfg.bonus_of(r.item)
-        return failed
+        return _counted(cfg, [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0,
+                                      "not evaluated: the grader failed while checking the report (not a judgement "
+                                      "of your work; course staff have the details)", traceback=tb[-4000:])
+                              for spec in cfg.items()])

@@ -129,6 +129,12 @@ class Grading:
     # so a batch knows which of its gradings are stale.
     rubric_sha256: str = ""
     grader_version: str = ""
+    # The GPU schedule's children and when each started, waited at a gate, got its turn and ended
+    # (grader/run/turns.py: Schedule.timeline; wall-clock times like the phases' ``ended``).
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    # CPU seconds (user + system) of the grading process and every process it waited for: what one
+    # grading costs a host whose CPUs a batch's gradings share. None: not measured (a rebuilt record).
+    cpu_s: float | None = None
 
     @property
     def gpu_graded(self) -> bool:
@@ -165,7 +171,8 @@ class Grading:
             "bonus": dict(zip(("score", "max_score"), self.bonus)), "notes": self.notes,
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
-            "ncu": self.profile, "stages": stages, "items": self.items,
+            "ncu": self.profile, "stages": stages, "items": self.items, "timeline": self.timeline,
+            "cpu_seconds": self.cpu_s,
         })
 
     @classmethod
@@ -184,7 +191,8 @@ class Grading:
                     "sandbox": data.get("sandbox")},
             "profile": data.get("ncu"), "outcomes": data.get("stages"), "items": data.get("items"),
             "phases": data.get("phases", []), "rubric_sha256": data.get("rubric_sha256", ""),
-            "grader_version": data.get("grader_version", ""),
+            "grader_version": data.get("grader_version", ""), "timeline": data.get("timeline", []),
+            "cpu_s": data.get("cpu_seconds"),
         }
         # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
         # without it still grades.
@@ -247,10 +255,17 @@ class Job:
     # checker, racecheck per stage id, the profiler under ncu (run/stages.py, profile/collect.py), the
     # occupancy measurements and program (occupancy/early.py: EarlyOccupancy).
     schedule: Any = None
+    stage_runs: dict[str, Any] = field(default_factory=dict)  # stage id -> its child's Party (run/early.py)
     checker: Any = None
     early_racecheck: dict[str, Any] = field(default_factory=dict)
     early_profile: Any = None
     early_occupancy: Any = None
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # the schedule's, once it has closed
+    gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
+
+    @property
+    def shares_gpu(self) -> bool:
+        return self.gpu_lock is not None
 
     def wants(self, part: str) -> bool:
         return self.parts is None or part in self.parts
@@ -260,4 +275,4 @@ class Job:
 
         return Grading(str(self.submission), self.env, self.outcomes, self.items,
                        time.monotonic() - self.started, self.notes, self.profile, list(self.clock.phases),
-                       self.rubric.sha256, code_version())
+                       self.rubric.sha256, code_version(), self.timeline)

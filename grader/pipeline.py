@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from grader.build import toolchain
@@ -25,15 +26,18 @@ from grader.children.launch import launch
 from grader.clock import Clock
 from grader.grading import Environment, Grading, Job, ProfileRun, Progress, StageOutcome
 from grader.model import Verdict
+from grader.outputs.plots import draw_ahead, ladder_png
+from grader.outputs.profile_page import ladder_plot
 from grader.profile.collect import profile_stages
 from grader.run import sandbox
+from grader.run.early import start_gpu_children
 from grader.run.fence import Fence
 from grader.run.stages import check_results, drop_outputs, run_stages, sanitize, tool_fence
 from grader.score.stages import score
 from grader.spec.peaks import device_peaks
 from grader.spec.types import Rubric, Stage
 
-__all__ = ["CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
+__all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None) -> Environment:
@@ -61,6 +65,16 @@ def _occupancy_fence(job: Job) -> Fence:
     return occupancy_fence(job.work / "occupancy")
 
 
+# With a GPU lock (a batch or the service) another grading may hold this GPU while this one compiles:
+# its children's start-up and tools are then what keeps that GPU waiting, so the compilers (which
+# have that grading's whole GPU turn to finish in) take the host's CPUs only when it leaves them idle.
+COMPILE_NICE = 10
+
+
+def _compile_nice(job: Job) -> int:
+    return COMPILE_NICE if job.shares_gpu else 0
+
+
 def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, list[tuple[str, float]]]:
     """One stage: nvcc -> cubin, ptxas -v, the launch shape, then the SASS. Runs in a pool thread; it
     touches only its own stage folder and its own outcome, and returns its times for the clock."""
@@ -73,7 +87,8 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     times: list[tuple[str, float]] = []
     t0 = time.monotonic()
     o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
-                              sizes + [st.bench.n], user=student_user(), fence=Fence(scratch=work / "build"))
+                              sizes + [st.bench.n], user=student_user(),
+                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)))
     times.append(("compile", time.monotonic() - t0))
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
         o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
@@ -102,7 +117,7 @@ def compile_stages(job: Job) -> Job:
             from grader.occupancy.run import start_builds
 
             pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
-                                   fence=_occupancy_fence(job))
+                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)))
         futures = [pool.submit(_compile_one, job, st, sizes) for st in selected]
         for st, future in zip(selected, futures):
             job.progress(f"compiling {st.id}")
@@ -119,7 +134,10 @@ def compile_stages(job: Job) -> Job:
 
 def profile(job: Job) -> Job:
     """One Nsight Compute run over every correct kernel; each stage gets its metrics or a typed gap.
-    It measures, so it first waits for what still runs on the GPU (the student's occupancy program)."""
+    It measures, so it first waits for what still runs on the GPU (the student's occupancy program).
+    Meanwhile the grading process, idle, draws the ladder plot for the outputs (grader/outputs/plots.py)."""
+    if job.env.has_gpu and (ladder := ladder_plot(job.outcomes, job.env.peaks, job.work.parent)) is not None:
+        draw_ahead(ladder_png, *ladder)  # the timings are final: the ladder is drawn while ncu runs
     if any(i.kind == "ncu" for o in job.outcomes.values() for i in o.stage.items):
         job.progress("profiling with Nsight Compute")
     if job.schedule is not None:  # ncu measures: what still runs (the occupancy program) ends first
@@ -147,10 +165,13 @@ def grade_occupancy(job: Job) -> Job:
         from grader.occupancy.run import grade_occupancy_submission
 
         job.progress("grading the occupancy exercises")
-        job.items += grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy",
-                                                job.progress, fence=_occupancy_fence(job), clock=job.clock,
-                                                plots_dir=job.work.parent,  # the results folder
-                                                prebuilt=job.prebuilt_occupancy, early=job.early_occupancy)
+        # Without the GPU schedule's early runs (no stage compiled), its measurements run now: under the
+        # GPU lock again, as every GPU step.
+        with gpu_turn(job.gpu_lock, job.clock, job.env.has_gpu and job.early_occupancy is None):
+            job.items += grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy",
+                                                    job.progress, fence=_occupancy_fence(job), clock=job.clock,
+                                                    plots_dir=job.work.parent,  # the results folder
+                                                    prebuilt=job.prebuilt_occupancy, early=job.early_occupancy)
     return job
 
 
@@ -174,11 +195,15 @@ GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
     sanitize,  # racecheck on shared-memory stages, memcheck on failed ones
     drop_outputs,  # the output matrices, unless --keep-outputs
     profile,  # one Nsight Compute run over the correct kernels
+)
+# After the last GPU measurement: the GPU lock is given back first, so the next grading on this GPU
+# starts while these run (grade_occupancy takes it again in the one case it still needs the GPU).
+AFTER_GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
     score_stages,  # rubric items from the outcomes
     grade_occupancy,  # the occupancy exercises section (its GPU runs started in run_stages), when the rubric has one
     grade_report,  # the written report section, when the rubric has one
 )
-STEPS = CPU_STEPS + GPU_STEPS
+STEPS = CPU_STEPS + GPU_STEPS + AFTER_GPU_STEPS
 
 
 @contextmanager
@@ -226,19 +251,36 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=list(taken.notes), intake=taken, clock=clock)
-    for step in CPU_STEPS:
-        with clock.step(step.__name__):
-            job = step(job)
-    with gpu_turn(gpu_lock, clock, env.has_gpu):
-        try:
+              notes=list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
+    try:
+        if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
+            with clock.step("start_gpu_children"):
+                start_gpu_children(job)
+        for step in CPU_STEPS:
+            with clock.step(step.__name__):
+                job = step(job)
+        with gpu_turn(gpu_lock, clock, env.has_gpu):
             for step in GPU_STEPS:
                 with clock.step(step.__name__):
                     job = step(job)
-        finally:
-            if job.schedule is not None:  # every child it started has ended, whatever happened
-                job.schedule.close()
+        for step in AFTER_GPU_STEPS:
+            with clock.step(step.__name__):
+                job = step(job)
+    finally:
+        if job.schedule is not None:  # every child it started has ended, whatever happened
+            job.schedule.close()
+            job.timeline = job.schedule.timeline()
     grading = job.grading()
+    grading.cpu_s = round(_cpu_seconds(), 2)  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
     return grading
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of every child process it has waited for, with
+    theirs (the compilers, the GPU children and their tools): what a grading costs the host's CPUs."""
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
 

@@ -70,3 +70,24 @@ def test_checker_process_writes_verdicts(tmp_path):
     written = json.loads(out.read_text())
     assert written["verdicts"]["tiled"]["cases"][1]["passed"] is True
     assert set(written["times"]) >= {"start", "load", "references", "compare", "fingerprints"}
+
+
+def test_precomputed_products_give_the_same_verdicts_and_are_reused(tmp_path):
+    """Products.precompute (the checker's work while the stages still run) changes no verdict: an honest
+    run and a replaying one judge the same with and without it, the foreseen products are not
+    computed again, and an unforeseen one (a benchmark cut short: another last seed) still is."""
+    from grader.children.check import Products
+
+    for replay in (None, 2):
+        spec = _timed_run(tmp_path, replay_from=replay)
+        plain = check(spec)
+        products = Products(np)
+        products.precompute({"references": [[N, rep_seed(ISEED, 4), "fp32"]],
+                             "fingerprints": [[N, "fp32", ISEED, 5]]})
+        foreseen = (dict(products.refs), dict(products.prints))
+        assert check(spec, products=products) == plain
+        assert all(products.refs[k] is v for k, v in foreseen[0].items())
+        assert all(products.prints[k] is v for k, v in foreseen[1].items()) and len(products.prints) == 5
+    short = _timed_run(tmp_path, launches=3)  # its last seed was not foreseen
+    assert all(c["passed"] for c in check(short, products=products)["tiled"]["cases"])
+    assert (N, rep_seed(ISEED, 2), "fp32") in products.refs and (N, rep_seed(ISEED, 4), "fp32") in products.refs

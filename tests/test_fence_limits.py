@@ -159,3 +159,12 @@ def test_cgroup_limits_where_available(scratch: Path):
     after = {p.name for p in support.parent.iterdir() if p.name.startswith("gemm-grader-")}
     assert after == before, "the step's cgroup was not removed"
     assert os.path.exists(support.parent / "cgroup.procs")
+
+
+def test_a_niced_fence_runs_its_step_at_lower_priority(scratch: Path):
+    """Fence.nice: a batch's compiles yield the CPUs to the grading that holds the GPU (pipeline.py)."""
+    rec = run(py("import os; print(os.nice(0))"), timeout_s=30, fence=Fence(scratch=scratch, nice=10))
+    assert rec.ok and int(rec.stdout.strip()) == os.nice(0) + 10, rec
+    assert int(run(py("import os; print(os.nice(0))"), timeout_s=30, fence=Fence(scratch=scratch)).stdout) == os.nice(0)
+    with pytest.raises(ValueError):
+        Fence(scratch=scratch, nice=20)

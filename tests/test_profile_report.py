@@ -90,3 +90,31 @@ def test_html_escapes_student_visible_text():
     page = report_html([("<b>x</b>", "not profiled: <script>alert(1)</script>")], {}, {"ladder": "a & b"})
     assert "<script>" not in page and "&lt;script&gt;" in page and "a &amp; b" in page
     assert report_markdown([("s", "t")], {}, {}).startswith("# Profile of your kernels")
+
+
+def test_a_ladder_drawn_ahead_is_used_once_and_redrawn_when_its_inputs_changed(tmp_path, monkeypatch):
+    """grader/pipeline.py draws the ladder while ncu runs (plots.draw_ahead); the report then takes that
+    drawing for the same inputs and file, however the folder is written, and draws again otherwise."""
+    import os
+
+    from grader.outputs import plots
+    from grader.outputs.profile_page import ladder_plot
+
+    pytest.importorskip("matplotlib")
+    calls = []
+    real = plots.ladder_png.draw
+    monkeypatch.setattr(plots.ladder_png, "draw", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    g = make_grading()
+    plots.draw_ahead(plots.ladder_png, *ladder_plot(g.outcomes, g.env.peaks, tmp_path))
+    monkeypatch.chdir(tmp_path.parent)
+    rep = write_profile_report(g, Path(tmp_path.name))  # the same folder, written relative
+    assert len(calls) == 1 and Path(rep.images["ladder"]).resolve() == tmp_path / "ladder.png"
+    assert (tmp_path / "ladder.png").stat().st_size > 1000
+    # Drawn ahead, then a timing changed (e.g. a stage failed racecheck): the report draws it anew.
+    plots.draw_ahead(plots.ladder_png, *ladder_plot(g.outcomes, g.env.peaks, tmp_path))
+    g.outcomes["naive"].timing = None
+    before = os.stat(tmp_path / "ladder.png").st_mtime_ns
+    write_profile_report(g, tmp_path)
+    assert len(calls) == 3  # the stale drawing ended before the new one began
+    assert not any(path == str(tmp_path / "ladder.png") for _plot, path in plots._AHEAD)
+    assert os.stat(tmp_path / "ladder.png").st_mtime_ns >= before

@@ -29,7 +29,7 @@ def test_shipped_rubric_is_the_six_stage_ladder_and_the_hopper_bonus():
     assert hopper.bonus is Bonus.EXTRA and hopper.max_points == 10 and r.bonus_points == 10 + 3  # + its report paragraph
     assert r.max_points == sum(s.max_points for s in r.stages[:-1]) + r.occupancy.max_points + r.report.max_points
     assert all(s.bench.n == 4096 for s in r.stages)
-    assert r.stage("naive").bench.reps == 5  # per-stage override merged over settings.bench
+    assert r.stage("naive").bench.reps == 3  # per-stage override merged over settings.bench
     assert r.stage("tiled").bench.reps == 20
     assert len(r.correctness_sizes) >= 2
     for s in r.stages:
@@ -166,3 +166,14 @@ def test_the_rubric_holds_typed_sections_and_one_item_type(raw):
     bare = parse_rubric(doc)
     assert (bare.occupancy, bare.report) == (None, None) and bare.part_ids == [s.id for s in bare.stages]
     assert bare.max_points == sum(s.max_points for s in bare.stages if s.bonus is Bonus.NONE) < r.max_points
+
+
+def test_racecheck_blocks_a_pair_null_or_the_default(raw):
+    """settings.sanitizer.racecheck_blocks: racecheck watches that corner of the grid; null: all of it."""
+    assert parse_rubric(raw).sanitizer.racecheck_blocks == (2, 2)
+    for value, expected in (([1, 3], (1, 3)), (None, None)):
+        edited = copy.deepcopy(raw)
+        edited["settings"]["sanitizer"]["racecheck_blocks"] = value
+        assert parse_rubric(edited).sanitizer.racecheck_blocks == expected
+    err = _error(raw, lambda r: r["settings"]["sanitizer"].update(racecheck_blocks=[2, 0]))
+    assert err.where == "rubric.yaml.settings.sanitizer.racecheck_blocks" and "two positive integers" in str(err)

@@ -235,6 +235,30 @@ def test_the_runner_wraps_the_launcher_child(tmp_path, monkeypatch, fake_libcuda
     assert not (tmp_path / "w" / "cupy-cache").exists()
 
 
+def test_racecheck_launches_a_corner_of_the_grid_and_the_whole_grid_if_the_corner_fails(
+        tmp_path, monkeypatch, fake_libcuda):
+    """Sanitizer.racecheck_blocks: at most 2 x 2 blocks of the size-n grid (the whole K loop each);
+    a kernel that cannot launch on that corner (a cluster shape it does not divide) is checked on the
+    whole grid instead, not left without a verdict. memcheck is never cut."""
+    cubin = tmp_path / "tiled.cubin"
+    cubin.write_bytes(b"\x7fELF")
+    log = tmp_path / "driver.log"
+    _use_fake(monkeypatch, fake_libcuda, log)
+    spec = {**STAGE, "cubin": str(cubin)}  # tile 32 x 64: at N = 256 the grid is 4 x 8
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 256, tmp_path / "w", 60, blocks=(2, 2))
+    assert run.reason == "" and [c[1:3] for c in _calls(log, "cuLaunchKernel")] == [["2", "2"]]
+    log.unlink()
+    monkeypatch.setenv("FAKE_CUDA_MIN_BLOCKS", "8")
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 256, tmp_path / "w2", 60, blocks=(2, 2))
+    assert run.reason == "" and not run.launch_failed
+    assert [c[1:3] for c in _calls(log, "cuLaunchKernel")] == [["2", "2"], ["4", "8"]]
+    log.unlink()
+    monkeypatch.setenv("FAKE_CUDA_MIN_BLOCKS", "64")  # fails on the whole grid too: said, once each
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 256, tmp_path / "w3", 60, blocks=(2, 2))
+    assert run.launch_failed and "CUDA_ERROR_INVALID_CLUSTER_SIZE" in run.reason
+    assert len(_calls(log, "cuLaunchKernel")) == 2
+
+
 def test_without_a_driver_the_runner_says_nothing_was_checked(tmp_path, monkeypatch):
     monkeypatch.setenv(LIBRARY_VAR, str(tmp_path / "no-libcuda.so.1"))
     spec = {**STAGE, "cubin": str(tmp_path / "x.cubin")}

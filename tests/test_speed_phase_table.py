@@ -48,3 +48,20 @@ def test_before_and_after_columns_keep_each_detail_under_its_step(tmp_path):
     assert cells[2] == ["-", "3.00 |"]  # the build, in the compile step: only after
     assert cells[9] == ["3.00", "- |"]  # the build, in the occupancy step: only before
     assert cells[7][0] == "-"  # the checker had no step before
+
+
+def test_the_timeline_view_places_steps_and_children_from_the_grading_start(tmp_path):
+    g = synthetic_grading()
+    g.phases = [Phase("probe", 1.0, ended=101.0), Phase("compile_stages", 2.0, ended=103.0),
+                Phase("run_stages", 5.0, ended=108.0)]
+    g.timeline = [{"party": "naive", "events": [[103.1, "start"], [105.5, "wait correctness"],
+                                                [105.6, "go correctness"], [107.9, "end"]]},
+                  {"party": "racecheck:tiled", "events": [[103.1, "start"], [107.0, "end"]]}]
+    (tmp_path / "g").mkdir()
+    g.write(tmp_path / "g" / "grading.json")
+    out = subprocess.run([sys.executable, "tools/phase_times.py", "--timeline", str(tmp_path / "g" / "grading.json")],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[2:5] == ["| step probe | 0.00 - 1.00 |", "| step compile_stages | 1.00 - 3.00 |",
+                        "| step run_stages | 3.00 - 8.00 |"]
+    assert out[5] == "| naive | start 3.10 · wait correctness 5.50 · go correctness 5.60 · end 7.90 |"
+    assert out[6] == "| racecheck:tiled | start 3.10 · end 7.00 |"

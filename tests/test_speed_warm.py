@@ -21,6 +21,7 @@ from grader.children.launch import ChildResult, seed_cache
 from grader.children.protocol import wait_at_gate
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Verdict
+from grader.run import early as run_early
 from grader.run import sandbox, warm
 from grader.run import stages as run_stages
 from grader.run.sanitize import Finding, SanitizerRun
@@ -186,7 +187,7 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     seen: dict[str, Path | None] = {}
 
     def gpu_child(mode, spec, work, timeout_s, output_limit, *, cache_seed=None, **_kw):
-        seen[spec.get("kernel", mode)] = cache_seed
+        seen[spec.get("id", mode)] = cache_seed
         if mode == "stage":
             sizes = RUBRIC.correctness_sizes
             report = {"loaded": True, "correctness": [{"n": n, "seed": 1, "file": f"c_{n}.npy"} for n in sizes],
@@ -206,6 +207,7 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
         return SanitizerRun(tool, spec["id"])
 
     monkeypatch.setattr(run_stages, "launch", gpu_child)
+    monkeypatch.setattr(run_early, "launch", gpu_child)
     monkeypatch.setattr(run_stages, "run_tool", sanitizer)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED))
     run_stages.run_stages(job)
@@ -213,7 +215,7 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     run_stages.sanitize(job)
     job.schedule.close()
     assert job.cupy_cache == tmp_path / "work" / "cupy-warm" / warm.CACHE and warm_child["calls"] == 1
-    assert seen == {"mmNaive": job.cupy_cache, "mmTiled": job.cupy_cache, "check": job.cupy_cache,
+    assert seen == {"naive": job.cupy_cache, "tiled": job.cupy_cache, "check": job.cupy_cache,
                     "racecheck": None}
     assert all(o.verdict is Verdict.CORRECT for o in job.outcomes.values())
     names = [(p.name, p.stage) for p in job.clock.phases]
@@ -234,6 +236,7 @@ def test_without_a_warm_cache_the_children_compile_their_own_and_a_note_says_why
         return ChildResult(ProcRecord(["python"], 1), None, tmp_path / "s", tmp_path / "r")
 
     monkeypatch.setattr(run_stages, "launch", crashing_child)
+    monkeypatch.setattr(run_early, "launch", crashing_child)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED))
     run_stages.run_stages(job)
     job.schedule.close()
@@ -305,6 +308,7 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
     monkeypatch.setattr(run_stages, "run_tool", run_tool)
     monkeypatch.setattr(run_stages, "run_many", run_many)
     monkeypatch.setattr(run_stages, "launch", child)
+    monkeypatch.setattr(run_early, "launch", child)
     monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED),
                ("blocktiling_1d", Verdict.NOT_EVALUATED))
@@ -343,6 +347,7 @@ def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_stages, "run_tool", run_tool)
     monkeypatch.setattr(run_stages, "launch", child)
+    monkeypatch.setattr(run_early, "launch", child)
     monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))
     job = _job(tmp_path, ("tiled", Verdict.NOT_EVALUATED))
     t0 = time.monotonic()

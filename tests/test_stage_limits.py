@@ -24,6 +24,7 @@ from grader.clock import Phase
 from grader.grading import Environment, Grading, Job, StageOutcome
 from grader.instructor.stage_limits import limit_proposals, render_lines
 from grader.model import Limit, ProcRecord, Verdict
+from grader.run import early as run_early
 from grader.run import stages as run_stages
 from grader.run.process import run_process
 from grader.spec.errors import RubricError
@@ -72,19 +73,20 @@ def test_a_correct_kernel_five_times_slower_than_the_reference_is_never_stopped(
             assert needs <= limit.seconds, (st.id, slower, needs, limit.seconds)
 
 
-def test_a_hang_costs_about_fifteen_seconds_at_the_default_sizes():
+def test_a_hang_costs_about_eleven_seconds_at_the_default_sizes():
     limits = {st.id: stage_limit(st, RUBRIC).seconds for st in RUBRIC.stages}
-    assert limits["naive"] == 15.8  # 5 s + 5 x its 2.14 s benchmark (reps: 5, warm-up: 1)
+    assert limits["naive"] == 11.0  # 5 s + 5 x its 1.18 s benchmark (reps: 3, warm-up: 1), and its correctness runs
     assert all(v == RUBRIC.stage_limits.floor_s for k, v in limits.items() if k != "naive"), limits
     assert sum(limits.values()) < RUBRIC.timeouts.submission_s  # the budget never cuts derived limits
 
 
 def test_past_max_seconds_the_limit_stops_growing():
     """A slow reference (or a slower GPU) meets the benchmark's own cap: the limit follows it, not M x."""
-    st = RUBRIC.stage("naive")
-    slow = derived_seconds(100.0, st, RUBRIC)  # one rep: 5 x 100 / 6 = 83 s: min_reps (3) of them
-    per_rep = RUBRIC.stage_limits.multiple * 100.0 / 6
-    assert slow == pytest.approx(RUBRIC.stage_limits.allowance_s + (1 + 3) * per_rep + per_rep * 0.0325, abs=0.2)
+    st = RUBRIC.stage("coalesced")  # 10 reps, at least 5, 2 warm-up launches
+    slow = derived_seconds(100.0, st, RUBRIC)  # one rep: 5 x 100 / 12 = 42 s: min_reps (5) of them
+    per_rep = RUBRIC.stage_limits.multiple * 100.0 / (st.bench.warmup + st.bench.reps)
+    assert slow == pytest.approx(RUBRIC.stage_limits.allowance_s + (st.bench.warmup + st.bench.min_reps) * per_rep
+                                 + per_rep * 0.0325, abs=0.2)
     assert slow < RUBRIC.stage_limits.allowance_s + RUBRIC.stage_limits.multiple * 100.0 * 0.8
 
 
@@ -170,7 +172,7 @@ def test_a_flood_and_a_hang_are_typed_verdicts_naming_their_limit():
     assert ended is not None
     verdict, msg = ended
     assert verdict is Verdict.TIMED_OUT and msg.startswith("timed out after 15.8 s (this stage's time limit: ")
-    assert "2.14 s" in msg and "5 times slower" in msg
+    assert "1.18 s" in msg and "5 times slower" in msg
     # Neither is run again under a sanitizer: it would flood or hang again.
     for v in (Verdict.OUTPUT_LIMIT, Verdict.TIMED_OUT):
         assert v not in run_stages.RACECHECKED and v not in run_stages.MEMCHECKED
@@ -188,7 +190,7 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
             proc = _proc(timed_out=True, limit=Limit.TIME, timeout_s=timeout_s)
         return ChildResult(proc, {"loaded": True, "correctness": []}, Path(work) / "s.json", Path(work) / "r.json")
 
-    monkeypatch.setattr(run_stages, "launch", fake_launch)
+    monkeypatch.setattr(run_early, "launch", fake_launch)
     outcomes = {}
     for sid in ("naive", "tiled"):
         st = RUBRIC.stage(sid)
@@ -199,7 +201,7 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
     run_stages.run_stages(job)
     job.schedule.close()
-    assert launched == {"naive": (15.8, 20_000, 20_000), "tiled": (10.0, 20_000, 20_000)}
+    assert launched == {"naive": (11.0, 20_000, 20_000), "tiled": (10.0, 20_000, 20_000)}
     assert outcomes["naive"].verdict is Verdict.OUTPUT_LIMIT
     assert outcomes["tiled"].verdict is Verdict.TIMED_OUT and "timed out after 10 s" in outcomes["tiled"].correctness_message
     # The limit in force is recorded per stage, and grading.json reads it back.
@@ -212,7 +214,7 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
 
 def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
     """A grading that waited for the GPU lock (or compiled for long) still runs its stages."""
-    monkeypatch.setattr(run_stages, "launch", lambda mode, spec, work, *a, **kw: ChildResult(
+    monkeypatch.setattr(run_early, "launch", lambda mode, spec, work, *a, **kw: ChildResult(
         _proc(returncode=0), {"loaded": True, "bench": {},
                               "correctness": [{"n": n, "seed": 1, "file": f"c_{n}.npy"} for n in (512, 1280)]},
         Path(work), Path(work)))
@@ -238,10 +240,10 @@ def test_calibrate_proposes_the_measured_reference_times():
     props = {p.stage: p for p in limit_proposals(RUBRIC, refs)}
     assert props["naive"].measured == [2.0, 2.31] and props["naive"].proposed == 2.31
     assert props["naive"].limit_s == derived_seconds(2.31, RUBRIC.stage("naive"), RUBRIC)
-    assert props["naive"].current == 2.14 and props["naive"].current_limit_s == 15.8
+    assert props["naive"].current == 1.18 and props["naive"].current_limit_s == 11.0
     assert props["wmma"].proposed is None and "not measured" in props["wmma"].note
     lines = render_lines(list(props.values()))
-    assert "  naive: measured 2.00 / 2.16 / 2.31 s -> reference_s: 2.31 (rubric: 2.14); limit 16.7 s (now 15.8 s)" \
+    assert "  naive: measured 2.00 / 2.16 / 2.31 s -> reference_s: 2.31 (rubric: 1.18); limit 16.7 s (now 11 s)" \
         in lines, lines
     cut = {p.stage: p for p in limit_proposals(RUBRIC, [graded({"tiled": 25.0}, reps_done=7)])}
     assert "stopped after 7 of 20 reps" in cut["tiled"].note

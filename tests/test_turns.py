@@ -42,18 +42,26 @@ for gate in [g for g in gates.split(",") if g != "-"]:
     t2 = time.monotonic(); time.sleep(turn); t3 = time.monotonic()
     out.update({gate: [t2, t3], "turn": [t2, t3], "got": got})
     write_result(result, out)
+if len(sys.argv) > 5:  # done with the GPU: release the last turn, then linger (saving files, exiting)
+    from grader.children.protocol import release_turn
+    release_turn(result, gate)
+    out["released"] = time.monotonic()
+    write_result(result, out)
+    time.sleep(float(sys.argv[5]))
 """
 
 
 def child_party(tmp: Path, name: str, work: float, gate: str | tuple[str, ...] | None, turn: float = 0.0,
-                timeout_s: float = 30.0) -> Party:
+                timeout_s: float = 30.0, linger: float | None = None) -> Party:
     result = tmp / f"{name}_result.json"
     script = tmp / "child.py"
     script.write_text(CHILD)
     gates = (gate,) if isinstance(gate, str) else tuple(gate or ())
 
     def run(control: Control) -> ChildResult:
-        proc = run_process([sys.executable, str(script), str(result), str(work), ",".join(gates) or "-", str(turn)],
+        tail = [] if linger is None else [str(linger)]
+        proc = run_process([sys.executable, str(script), str(result), str(work), ",".join(gates) or "-", str(turn),
+                            *tail],
                            timeout_s=timeout_s, cwd=tmp, env={"PYTHONPATH": str(ROOT)}, output_limit=4000,
                            control=control)
         data = json.loads(result.read_text()) if result.exists() else None
@@ -105,6 +113,39 @@ def test_correctness_turns_one_at_a_time_beside_tools_and_benches_alone(tmp_path
         for other in [*checks, *(x for x in benches if x is not b), runs["racecheck"]["work"]]:
             assert not overlaps(b, other)
     assert benches[0][1] <= benches[1][0] <= benches[2][0]
+
+
+def test_the_timeline_records_each_childs_start_gates_and_end_in_order(tmp_path: Path) -> None:
+    """Schedule.timeline (grading.json's "timeline"): what each child did when, in the order it did it,
+    and a bench's "go" only after every other child's work ended (the racecheck tool's "end")."""
+    t0 = time.time()
+    stages, tool, _runs = three_stages_and_a_tool(tmp_path, ("correctness", "bench"), [0.05] * 3, 0.1, 0.8)
+    sched_line = {p.name: [what for _t, what in p.events] for p in [*stages, tool]}
+    for s in stages:
+        assert sched_line[s.name] == ["start", "wait correctness", "go correctness", "wait bench", "go bench", "end"]
+        times = [t for t, _ in s.events]
+        assert times == sorted(times) and t0 <= times[0] and times[-1] <= time.time()
+    assert sched_line["racecheck"] == ["start", "end"]
+    tool_end = tool.events[-1][0]
+    assert all(dict((w, t) for t, w in s.events)["go bench"] >= tool_end for s in stages)
+
+
+def test_a_released_turn_lets_the_next_one_start_while_the_child_exits(tmp_path: Path) -> None:
+    """A child that says its last turn is over (protocol.release_turn) stops counting as busy: the next
+    exclusive turn starts while it still lingers (saving files, exiting), and it still ends DONE."""
+    sched = Schedule(max_children=4)
+    first = sched.add(child_party(tmp_path, "s0", work=0.05, gate="bench", turn=0.1, linger=1.5), start=False)
+    second = sched.add(child_party(tmp_path, "s1", work=0.05, gate="bench", turn=0.1), start=False)
+    try:
+        sched.take_turns([first, second])
+    finally:
+        sched.close()
+    a, b = first.result().result, second.result().result
+    events = {p.name: [w for _t, w in p.events] for p in (first, second)}
+    assert events["s0"] == ["start", "wait bench", "go bench", "release bench", "end"]
+    assert b["bench"][0] >= a["released"]  # after the release...
+    assert b["bench"][0] < a["released"] + 1.0  # ...not after the 1.5 s the first child lingered
+    assert first.state is State.DONE and first.result().proc.ok
 
 
 def test_a_waiting_childs_clock_is_held(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 grade_once() {
   local name=$1 sub=$2; shift 2
   local t0=$(date +%s.%N)
-  env "$@" timeout 400 $PY grader/run_local.py "$sub" --out "$W/$name" --quiet --keep-work > "$W/logs/$name.txt" 2>&1
+  env "$@" timeout 400 $PY grader/run_local.py "$sub" --out "$W/$name" --quiet --keep-work ${GRADE_ARGS:-} \
+    > "$W/logs/$name.txt" 2>&1
   local rc=$? t1=$(date +%s.%N)
   $PY - "$W/$name" "$rc" "$t0" "$t1" "$name" <<'PY' | tee -a "$OUT/trust.txt"
 import json, sys
@@ -130,6 +131,30 @@ step_speed() {
     tests/test_speed_gpu.py 2>&1 | tee "$W/logs/speed-tests.txt" | tail -15
   tail -3 "$W/logs/speed-tests.txt" >> "$OUT/trust.txt"
 }
+# variant: VARIANT (a name) graded VARIANT_GRADES (2) times with the rubric edited by VARIANT_SED (a sed
+# script), e.g. VARIANT=before VARIANT_SED='s/timeout_s: 30}/timeout_s: 30, racecheck_blocks: null}/'.
+step_variant() {
+  local name=${VARIANT:-variant} k
+  log "variant $name: rubric edited by ${VARIANT_SED:-nothing}"
+  sed "${VARIANT_SED:-}" rubric.yaml > "$W/rubric-$name.yaml"
+  export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
+  for k in $(seq 1 "${VARIANT_GRADES:-2}"); do
+    GRADE_ARGS="--rubric $W/rubric-$name.yaml" grade_once "$name$k" solutions
+  done
+}
+# timeline: what every GPU child of each grading did when (tools/phase_times.py --timeline).
+step_timeline() {
+  local g
+  for g in "$W"/*/grading.json; do
+    $PY tools/phase_times.py --timeline "$g" > "$OUT/timeline-$(basename "$(dirname "$g")").md"
+  done
+}
+# racecheck: its cost and its verdicts over the whole grid and a corner of it (tools/racecheck_probe.py).
+step_racecheck() {
+  log "racecheck probe"
+  OUT=$OUT timeout 600 $PY tools/racecheck_probe.py > "$W/logs/racecheck_probe.txt" 2>&1
+  tail -5 "$W/logs/racecheck_probe.txt" >> "$OUT/trust.txt"
+}
 for s in "$@"; do "step_$s"; done
 log bundle
 # One grading's raw Nsight Compute table (every reference kernel), for tests/fixtures/ncu/.
@@ -137,4 +162,8 @@ for g in speed2 sol1; do
   [ -f "$W/$g/work/ncu/ncu_raw.csv.txt" ] && cp "$W/$g/work/ncu/ncu_raw.csv.txt" "$OUT/ncu_raw_$g.csv.txt"
 done
 ( cd "$W" && find . -name '*.npy' -delete; tar czf "$OUT/bundle.tgz" --exclude='*.cubin' --exclude='*/work/*' . )
+# The device tool brings back a few files only: every table and log of $OUT goes into one archive.
+tar czf "$W/extras.tgz" -C "$OUT" --exclude=bundle.tgz --exclude=trust.txt . \
+  && mv "$W/extras.tgz" "$OUT/extras.tgz" \
+  && find "$OUT" -maxdepth 1 -type f ! -name bundle.tgz ! -name extras.tgz ! -name trust.txt ! -name log.txt -delete
 ls -la "$OUT"

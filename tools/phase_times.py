@@ -3,6 +3,10 @@
 Each step of the grading with its seconds and share of the total, and the pieces inside it (each
 stage's compile and run, the stage child's own split of a run, racecheck, the occupancy program)
 indented under it. With several files, one column per file (before/after tables).
+
+``python tools/phase_times.py --timeline OUT/grading.json``: when each step ran and what each GPU
+child did when (started, waited at a gate, got its turn, ended), in seconds from the grading's start:
+what waited for what.
 """
 from __future__ import annotations
 
@@ -50,11 +54,41 @@ def merged_order(sequences: list[list[Row]]) -> list[Row]:
     return [row for step in steps for row in [step] + [k for k in order if k[1] and k[0] == step[0]]]
 
 
+def timeline_rows(g) -> list[tuple[str, str]]:
+    """(what, when) rows: the steps, then every child of the GPU schedule with its events, in seconds
+    from the first step's start."""
+    steps = [p for p in g.phases if not p.detail and p.ended]
+    if not steps:
+        return []
+    origin = min(p.ended - p.seconds for p in steps)
+    rows = [(f"step {p.name}", f"{p.ended - p.seconds - origin:.2f} - {p.ended - origin:.2f}") for p in steps]
+    for party in g.timeline:
+        events = party.get("events") or []
+        rows.append((party.get("party", "?"), " · ".join(f"{what} {t - origin:.2f}" for t, what in events)))
+    return rows
+
+
+def print_timeline(name: str) -> int:
+    try:
+        g = load_grading(name)
+    except GradingFormatError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    print(f"| {Path(name).parent.name or name} | seconds from the start |")
+    print("|---|---|")
+    for what, when in timeline_rows(g):
+        print(f"| {what} | {when} |")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--timeline"]:
+        return max((print_timeline(name) for name in argv[1:]), default=2)
     if not argv:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     columns = []
+    cpu: list[str] = []
     for name in argv:
         try:
             g = load_grading(name)
@@ -62,6 +96,7 @@ def main(argv: list[str]) -> int:
             print(f"{name}: {exc}", file=sys.stderr)
             return 2
         columns.append((name, g.seconds, keyed_rows(breakdown(g.phases, g.seconds))))
+        cpu.append("-" if g.cpu_s is None else f"{g.cpu_s:.1f}")
     heads = [Path(n).parent.name or n for n, _, _ in columns]
     print("| phase | " + " | ".join(f"{h} (s)" for h in heads) + " |")
     print("|---|" + "---:|" * len(columns))
@@ -73,6 +108,8 @@ def main(argv: list[str]) -> int:
         label = detail.replace(" ", "&nbsp;", 2) if detail else step
         print(f"| {label} | " + " | ".join(cells) + " |")
     print("| **total** | " + " | ".join(f"**{s:.2f}**" for _, s, _ in columns) + " |")
+    if any(c != "-" for c in cpu):
+        print("| CPU seconds, every process | " + " | ".join(cpu) + " |")
     return 0
 
 

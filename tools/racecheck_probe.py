@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""How racecheck's time splits: each shared-memory reference stage under compute-sanitizer alone,
-all of them side by side (as a grading runs them), and all in one sanitizer process.
+"""What racecheck costs and what it still catches: each shared-memory stage under compute-sanitizer
+racecheck, over the whole size-n grid, over the corner of it that Sanitizer.racecheck_blocks
+launches and over its first block alone, for the reference kernels and for kernels with a barrier removed.
 
     OUT=/dir python3 tools/racecheck_probe.py      # on a GPU machine, from the repository root
 
-Each run is the grader's own sanitizer child (grader/children/sanitize.py) through
-grader/run/sanitize.py: run_tool, at the rubric's sanitizer size. Prints one JSON object (and writes
-it to $OUT/racecheck_probe.json): seconds per run and whether each found nothing.
+The race cases: tests/submissions/race_missing_sync (stage 3), and the references of stages 4, 5 and
+6 with the barrier that protects a shared tile from being overwritten while others read it taken out
+(made here, in a scratch folder). Each run is the grader's own sanitizer child through
+grader/run/sanitize.py: run_tool, at the rubric's sanitizer size. Prints one JSON object (and writes it
+to $OUT/racecheck_probe.json): per kernel and grid, the seconds and how many hazards were reported
+(-1: no verdict), and the wall time of the references' runs side by side, as a grading runs them.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,43 +31,68 @@ from grader.grading import StageOutcome  # noqa: E402
 from grader.run.sanitize import run_tool  # noqa: E402
 from grader.spec.rubric import load_rubric  # noqa: E402
 
+SHARED = ("tiled", "blocktiling_1d", "blocktiling_2d", "wmma", "hopper")
+# Stage -> (the reference file's line to drop, which occurrence): the barrier after the tile is read
+# (stage 4), the one per k-step of the double-buffered loop (stage 5), the one before a pipeline
+# slot is refilled (stage 6). Stage 3's case is a submission of its own.
+BARRIER_CUTS = {"blocktiling_1d": ("__syncthreads();  // everyone done reading", 1),
+                "blocktiling_2d": ("__syncthreads();", 2), "wmma": ("__syncthreads();", 1)}
+
+
+def race_case(stage, work: Path) -> Path:
+    """A submission folder holding the stage's reference with one barrier taken out."""
+    if stage.id == "tiled":
+        return ROOT / "tests" / "submissions" / "race_missing_sync"
+    needle, nth = BARRIER_CUTS[stage.id]
+    lines = (ROOT / "solutions" / stage.file).read_text().splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.strip().startswith(needle)]
+    assert len(hits) >= nth, f"{stage.file}: barrier {needle!r} #{nth} not found"
+    del lines[hits[nth - 1]]
+    folder = work / "race" / stage.id
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / stage.file).parent.mkdir(parents=True)
+    (folder / stage.file).write_text("".join(lines))
+    return folder
+
 
 def main() -> int:
     rubric = load_rubric(ROOT / "rubric.yaml")
     out = Path(os.environ.get("OUT", "/tmp/racecheck-probe"))
     work = Path("/tmp/racecheck-probe-work")
-    subprocess.run(["rm", "-rf", str(work)], check=False)
+    shutil.rmtree(work, ignore_errors=True)
     nvcc, tool = toolchain.find_nvcc(), toolchain.find_compute_sanitizer()
-    stages = [st for st in rubric.stages if st.id in ("tiled", "blocktiling_1d", "blocktiling_2d", "wmma", "hopper")]
-    specs = []
-    for st in stages:
-        c = compile_stage(st, ROOT / "solutions", work / st.id, nvcc, ["-arch=sm_90a"], rubric,
-                          [*rubric.correctness_sizes, st.bench.n])
-        assert c.ok, c.problem
-        specs.append({"id": st.id, **StageOutcome(stage=st, compile=c).launch_spec()})
-    n, limit = rubric.sanitizer.n, rubric.sanitizer.timeout_s
+    n, limit, corner = rubric.sanitizer.n, rubric.sanitizer.timeout_s, rubric.sanitizer.racecheck_blocks or (2, 2)
 
-    def one(spec: dict, where: str) -> tuple[str, float, int]:
+    def spec_of(stage, folder: Path, where: str) -> dict:
+        c = compile_stage(stage, folder, work / where / stage.id, nvcc, ["-arch=sm_90a"], rubric,
+                          [*rubric.correctness_sizes, stage.bench.n])
+        assert c.ok, f"{where} {stage.id}: {c.problem}"
+        return {"id": stage.id, **StageOutcome(stage=stage, compile=c).launch_spec()}
+
+    stages = [st for st in rubric.stages if st.id in SHARED]
+    cases = {"reference": [spec_of(st, ROOT / "solutions", "ref") for st in stages],
+             "race": [spec_of(st, race_case(st, work), "race-build") for st in stages if st.id != "hopper"]}
+
+    def one(spec: dict, where: str, blocks) -> dict:
         t0 = time.monotonic()
-        r = run_tool("racecheck", tool, spec, n, work / where / spec["id"], limit)
-        return spec["id"], round(time.monotonic() - t0, 2), len(r.findings) if not r.reason else -1
+        r = run_tool("racecheck", tool, spec, n, work / where / spec["id"], limit, blocks=blocks)
+        grid = [n // spec["launch"]["tile"][1], n // spec["launch"]["tile"][0]]
+        return {"stage": spec["id"], "grid": grid, "blocks": list(blocks) if blocks else grid,
+                "seconds": round(time.monotonic() - t0, 2),
+                "hazards": len(r.findings) if not r.reason else -1, "reason": r.reason,
+                "first": r.findings[0].brief() if r.findings else ""}
 
-    report: dict = {"n": n, "alone": [one(s, "alone") for s in specs]}
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(len(specs)) as pool:
-        report["side_by_side"] = list(pool.map(lambda s: one(s, "parallel"), specs))
-    report["side_by_side_wall_s"] = round(time.monotonic() - t0, 2)
-    # One sanitizer process, every stage: the child launches them in turn (the findings name the kernel).
-    from grader.children.launch import launch
-    from grader.run.sanitize import ERROR_EXIT
-
-    t0 = time.monotonic()
-    proc = launch("sanitize", {"n": n, "seed": 7, "stages": specs}, work / "one" / "all", limit * 3, 200_000,
-                  wrap=[str(tool.path), "--tool", "racecheck", "--error-exitcode", str(ERROR_EXIT)],
-                  name="racecheck").proc
-    report["one_process_all_stages_s"] = round(time.monotonic() - t0, 2)
-    report["one_process_rc"] = proc.returncode
-    report["one_process_tail"] = (proc.stdout + proc.stderr)[-600:]
+    report: dict = {"n": n, "corner": list(corner), "runs": []}
+    grids = [(None, "whole grid"), (corner, "corner"), ((1, 1), "one block")]
+    for kind, specs in cases.items():
+        for blocks, label in grids:
+            for spec in specs:
+                report["runs"].append({"case": kind, "grid": label, **one(spec, f"{kind}-{label[:5]}", blocks)})
+    for blocks, label in grids:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(len(cases["reference"])) as pool:
+            list(pool.map(one, cases["reference"], [f"side-{label[:5]}"] * len(cases["reference"]), [blocks] * len(cases["reference"])))
+        report[f"side_by_side_s ({label})"] = round(time.monotonic() - t0, 2)
     out.mkdir(parents=True, exist_ok=True)
     (out / "racecheck_probe.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

@@ -44,7 +44,62 @@ def _load_output(path: Path, n: int, xp):
     return xp.asarray(c), None
 
 
-def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, xp) -> dict:
+class Products:
+    """The float64 products the checker compares with, each computed once per grading: references
+    (A @ B for a size, a seed and an input kind) and the timed launches' fingerprints (A_r (B_r v)),
+    which every stage with the same inputs shares. :meth:`precompute` makes the ones a grading is
+    expected to need while the stages still run (the spec's ``expect``), so that after the last
+    benchmark only the comparisons are left; what was not foreseen (a benchmark stopped early by its
+    time cap: another last seed, fewer launches) is computed when asked for."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.refs: dict[tuple[int, int, str], object] = {}
+        self.kept: set[tuple[int, int, str]] = set()  # precomputed references, never evicted
+        self.prints: dict[tuple[int, str, int, int], np.ndarray] = {}
+        self.vectors: dict[tuple[int, int], object] = {}
+
+    def reference(self, n: int, seed: int, inputs: str):
+        key = (n, seed, inputs)
+        if key not in self.refs:
+            for old in [k for k in self.refs if k not in self.kept]:
+                del self.refs[old]  # one unforeseen reference at a time keeps device memory small
+            a, b = make_inputs_xp(self.xp, n, seed, inputs)
+            a64, b64 = product_operands(self.xp, a, b, inputs)
+            self.refs[key] = a64 @ b64
+        return self.refs[key]
+
+    def vector(self, n: int, integrity_seed: int):
+        """v, as the stage child draws it (grader/children/stage.py), in float64."""
+        key = (n, integrity_seed)
+        if key not in self.vectors:
+            v = np.random.default_rng(integrity_seed).random(n, dtype=np.float32) * 2 - 1
+            self.vectors[key] = self.xp.asarray(v.astype(np.float64))
+        return self.vectors[key]
+
+    def fingerprint(self, n: int, inputs: str, integrity_seed: int, rep: int) -> np.ndarray:
+        """A_r (B_r v) of timed launch ``rep`` (0-based), on the host."""
+        key = (n, inputs, integrity_seed, rep)
+        if key not in self.prints:
+            xp = self.xp
+            a, b = make_inputs_xp(xp, n, rep_seed(integrity_seed, rep), inputs)
+            a64, b64 = product_operands(xp, a, b, inputs)
+            expected = a64 @ (b64 @ self.vector(n, integrity_seed))
+            self.prints[key] = expected if xp is np else xp.asnumpy(expected)
+        return self.prints[key]
+
+    def precompute(self, expect: dict) -> None:
+        """``expect``: ``{"references": [[n, seed, inputs], ...], "fingerprints": [[n, inputs,
+        integrity_seed, count], ...]}`` (grader/run/stages.py: checker_expectations)."""
+        for n, seed, inputs in expect.get("references") or []:
+            self.kept.add((int(n), int(seed), str(inputs)))
+            self.reference(int(n), int(seed), str(inputs))
+        for n, inputs, iseed, count in expect.get("fingerprints") or []:
+            for rep in range(int(count)):
+                self.fingerprint(int(n), str(inputs), int(iseed), rep)
+
+
+def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, products: Products) -> dict:
     """Every timed launch's fingerprint C_r @ v against A_r (B_r v), computed here in float64."""
     n, fp = case["n"], case["fingerprints"]
     base = {"n": n, "kind": "timed", "max_scaled_err": 0.0}
@@ -55,14 +110,9 @@ def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, xp) 
         return {**base, "passed": False, "problem": f"fingerprints of the timed launches unreadable ({exc})"}
     if count < 1 or got.shape != (count, n):
         return {**base, "passed": False, "problem": f"fingerprints have shape {got.shape}, expected ({count}, {n})"}
-    v = np.random.default_rng(int(fp["integrity_seed"])).random(n, dtype=np.float32) * 2 - 1
-    v64 = xp.asarray(v.astype(np.float64))
     bad, worst = [], 0.0
     for r in range(count):
-        a, b = make_inputs_xp(xp, n, rep_seed(int(fp["integrity_seed"]), r), inputs)
-        a64, b64 = product_operands(xp, a, b, inputs)
-        expected = a64 @ (b64 @ v64)
-        expected = expected if xp is np else xp.asnumpy(expected)
+        expected = products.fingerprint(n, inputs, int(fp["integrity_seed"]), r)
         scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
         err = np.abs(got[r] - expected) / scale
         finite = bool(np.isfinite(err).all())
@@ -108,25 +158,16 @@ def _started(times: dict[str, float]):
     return xp
 
 
-def check(spec: dict, times: dict[str, float] | None = None, xp=None) -> dict:
+def check(spec: dict, times: dict[str, float] | None = None, xp=None, products: Products | None = None) -> dict:
     """Every stage's verdicts; ``times`` (if given) gets the seconds of each part: ``start`` (CuPy's
     import and the CUDA context), ``load`` (the saved outputs), ``references`` (float64 products),
-    ``compare`` and ``fingerprints``. ``xp``: the array module, already started."""
+    ``compare`` and ``fingerprints``. ``xp``: the array module, already started; ``products``: the
+    products computed so far (:meth:`Products.precompute`)."""
     times = times if times is not None else {}
     if xp is None:
         xp = _started(times)
+    products = products or Products(xp)
     timer = _Times(xp, times)
-    refs: dict[tuple[int, int, str], object] = {}
-
-    def reference(n: int, seed: int, inputs: str):
-        key = (n, seed, inputs)
-        if key not in refs:
-            with timer.part("references"):
-                a, b = make_inputs_xp(xp, n, seed, inputs)
-                a64, b64 = product_operands(xp, a, b, inputs)
-                refs.clear()  # one reference at a time keeps device memory small
-                refs[key] = a64 @ b64
-        return refs[key]
 
     verdicts: dict[str, dict] = {}
     for stage in spec["stages"]:
@@ -139,14 +180,15 @@ def check(spec: dict, times: dict[str, float] | None = None, xp=None) -> dict:
             if problem:
                 results.append({"n": n, "kind": case["kind"], "passed": False, "problem": problem})
                 continue
-            ref = reference(n, case["seed"], stage["inputs"])
+            with timer.part("references"):
+                ref = products.reference(n, case["seed"], stage["inputs"])
             with timer.part("compare"):
                 cmp = compare(c, ref, stage["rtol"], xp)
             results.append({"n": n, "kind": case["kind"], "problem": None,
                             "description": cmp.describe(), **asdict(cmp)})
             if case.get("fingerprints"):
                 with timer.part("fingerprints"):
-                    results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], xp))
+                    results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], products))
         verdicts[stage["id"]] = {"cases": results, "backend": xp.__name__}
     return verdicts
 
@@ -155,16 +197,23 @@ def run(spec: dict, result: Path) -> int:
     """RESULT.json: ``{"verdicts": {stage id: ...}, "times": {part: seconds}}``.
 
     With ``"gate": true`` the checker starts (CuPy, the CUDA context, its kernels) while the stages
-    run, then waits at the gate ``compare`` for the list of stages to judge (grader/run/turns.py)."""
+    run, computes the products the spec's ``expect`` foresees, then waits at the gate ``compare`` for
+    the list of stages to judge (grader/run/turns.py)."""
     times: dict[str, float] = {}
-    xp = None
+    xp = products = None
     if spec.get("gate"):
         xp = _started(times)  # the grader times the wait at the gate itself (it holds this child's clock)
+        products = Products(xp)
+        t0 = time.perf_counter()
+        products.precompute(spec.get("expect") or {})
+        if xp is not np:
+            xp.cuda.Device().synchronize()
+        times["precompute"] = round(time.perf_counter() - t0, 3)
         try:
             spec = {**spec, "stages": wait_at_gate(result, "compare").get("stages") or []}
         except GateClosed:
             write_result(result, {"verdicts": {}, "times": times, "stopped": True})
             return 0
-    verdicts = check(spec, times, xp)
+    verdicts = check(spec, times, xp, products)
     write_result(result, {"verdicts": verdicts, "times": times})
     return 0

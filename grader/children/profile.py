@@ -21,19 +21,36 @@ def _context_lost(exc: BaseException) -> bool:
 
 
 def run(spec: dict, result: Path) -> int:
-    """With ``"gate": true`` every stage's module and inputs are ready before the gate ``launch``;
-    the grader's go names the stages to launch (``{"stages": [id, ...]}``), in the spec's order."""
+    """With ``"gate": true`` the child starts before the stages have compiled: its CUDA context and
+    the inputs of every kind in the spec's ``inputs`` are made before the gate ``launch``, whose go
+    hands over the kernels to launch (``{"stages": [{id, cubin, kernel, inputs, launch, ...}]}``, in
+    order); without a gate they are the spec's ``stages``."""
     import cupy as cp
 
     n = spec["n"]
-    failures: dict[str, str] = {}
     inputs: dict[str, tuple] = {}
+
+    def operands(kind: str) -> tuple:
+        if kind not in inputs:
+            inputs[kind] = make_inputs_xp(cp, n, spec["seed"], kind)
+        return inputs[kind]
+
+    for kind in spec.get("inputs") or []:
+        operands(kind)
+    stages = spec.get("stages") or []
+    if spec.get("gate"):
+        cp.cuda.Device().synchronize()
+        try:
+            stages = wait_at_gate(result, "launch").get("stages") or []
+        except GateClosed:
+            write_result(result, {"failures": {}, "stopped": True})
+            return 0
+    failures: dict[str, str] = {}
     kernels: dict[str, Any] = {}
     launchers: dict[str, Any] = {}  # the Hopper contract: tensor maps through the driver (children/tma.py)
-    for st in spec["stages"]:  # load everything first: under a gate, before the turn
+    for st in stages:  # every module loaded before the first launch
         try:
-            if st["inputs"] not in inputs:
-                inputs[st["inputs"]] = make_inputs_xp(cp, n, spec["seed"], st["inputs"])
+            operands(st["inputs"])
             kernel = cp.RawModule(path=st["cubin"]).get_function(st["kernel"])
             if st["launch"]["smem"] > 48 * 1024:
                 kernel.max_dynamic_shared_size_bytes = st["launch"]["smem"]
@@ -44,17 +61,7 @@ def run(spec: dict, result: Path) -> int:
             kernels[st["id"]] = kernel
         except Exception as exc:  # a cubin that does not load fails its own profile only
             failures[st["id"]] = f"{type(exc).__name__}: {exc}"
-    chosen = [st for st in spec["stages"] if st["id"] in kernels]
-    if spec.get("gate"):
-        cp.cuda.Device().synchronize()
-        try:
-            wanted = set(wait_at_gate(result, "launch").get("stages") or [])
-        except GateClosed:
-            write_result(result, {"failures": {}, "stopped": True})
-            return 0
-        chosen = [st for st in chosen if st["id"] in wanted]
-        failures = {k: v for k, v in failures.items() if k in wanted}
-    for st in chosen:
+    for st in [st for st in stages if st["id"] in kernels]:
         try:
             a, b = inputs[st["inputs"]]
             c = cp.full((n, n), cp.nan, dtype=cp.float32)

@@ -38,6 +38,8 @@ def write_result(path: str | os.PathLike[str], data: Any) -> None:
 # the GPU alone (grader/run/turns.py). Two files beside RESULT.json carry it: the child creates
 # ``<result>.<gate>.wait`` when it arrives; the grader writes ``<result>.<gate>.go`` (a JSON object,
 # replaced whole) when it may go on. ``{"stop": true}`` in it means: end now, the rest is not needed.
+# A child done with the GPU after its last gate's turn says so with ``<result>.<gate>.done``
+# (:func:`release_turn`) before it writes its files and exits, so the next turn need not wait for that.
 GATE_POLL_S = 0.005
 GATE_MAX_WAIT_S = 900.0  # the grader's own bound on a hold (grader.run.process.MAX_HOLD_S)
 
@@ -50,6 +52,18 @@ def gate_files(result: str | os.PathLike[str], gate: str) -> tuple[Path, Path]:
     """(the wait file, the go file) of ``gate`` for the child writing ``result``."""
     result = Path(result)
     return result.with_name(f"{result.name}.{gate}.wait"), result.with_name(f"{result.name}.{gate}.go")
+
+
+def release_file(result: str | os.PathLike[str], gate: str) -> Path:
+    """The file a child creates when its turn at ``gate`` no longer needs the GPU."""
+    result = Path(result)
+    return result.with_name(f"{result.name}.{gate}.done")
+
+
+def release_turn(result: str | os.PathLike[str], gate: str) -> None:
+    """Say this child's turn at ``gate`` (its last) is over: it launches nothing more and has freed its
+    device memory; what is left (saving files, exiting) does not touch the GPU."""
+    release_file(result, gate).write_text("")
 
 
 def wait_at_gate(result: str | os.PathLike[str], gate: str) -> dict[str, Any]:

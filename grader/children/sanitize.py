@@ -7,7 +7,7 @@ cuBLAS, cuRAND or NVRTC for the tool to intercept, and no kernel but the student
 drawn on the host (:func:`grader.run.inputs.make_inputs`, never zeros) and copied over; C is
 filled with NaN. Nothing is judged here: the sanitizer's own report is the answer.
 
-SPEC.json: ``{"n": N, "seed": S, "stages": [{"id", "cubin", "kernel", "inputs", "launch":
+SPEC.json: ``{"n": N, "seed": S, "blocks": [x, y] or null, "stages": [{"id", "cubin", "kernel", "inputs", "launch":
 {"block": [x, y], "tile": [BM, BN], "smem": bytes}}, ...]}``. RESULT.json: ``{"failures":
 {stage id: error}}``, a stage's entry naming the driver call and CUresult that failed (no driver
 here included); a failure is data, never a traceback, and the exit status is 0 whenever the
@@ -33,8 +33,19 @@ def gemm_args(a: int, b: int, c: int, n: int) -> list[KernelArg]:
     return [KernelArg.pointer(a), KernelArg.pointer(b), KernelArg.pointer(c), KernelArg.int32(n)]
 
 
+def launch_grid(n: int, tile: list[int], blocks: list[int] | None) -> tuple[int, int, int]:
+    """The size-n grid (N / BN blocks along x, N / BM along y), cut to its first ``blocks`` along x
+    and y when given: the blocks launched do exactly what they do in the full grid (the same
+    tiles of C, the whole K loop); the others are not launched."""
+    gx, gy = n // tile[1], n // tile[0]
+    if blocks:
+        gx, gy = min(gx, int(blocks[0])), min(gy, int(blocks[1]))
+    return gx, gy, 1
+
+
 def run(spec: dict[str, Any], result: Path) -> int:
     n, seed, stages = int(spec["n"]), int(spec["seed"]), spec["stages"]
+    blocks = spec.get("blocks")
     try:
         cuda = Driver()
         cuda.start()
@@ -60,7 +71,7 @@ def run(spec: dict[str, Any], result: Path) -> int:
                 args = operand_args(cuda, boxes_of(st), a, b, c, n)
             else:
                 args = gemm_args(a, b, c, n)
-            cuda.launch(function, (n // lp["tile"][1], n // lp["tile"][0], 1), (lp["block"][0], lp["block"][1], 1),
+            cuda.launch(function, launch_grid(n, lp["tile"], blocks), (lp["block"][0], lp["block"][1], 1),
                         lp["smem"], args)
             cuda.synchronize()
             cuda.free(c)

@@ -1,7 +1,7 @@
 """Child process that runs ONE stage of student code. Holds no reference results.
 
-``python -m grader.children stage SPEC.json RESULT.json`` loads the student's cubin, draws
-inputs from the seeds in the spec, and:
+``python -m grader.children stage SPEC.json RESULT.json`` draws inputs from the seeds in the
+spec, loads the student's cubin, and:
 
 1. for each correctness size: poisons C with NaN, launches once, saves C;
 2. at the benchmark size: times the student's kernel interleaved with the cuBLAS
@@ -11,7 +11,10 @@ inputs from the seeds in the spec, and:
 
 With ``"gate": true`` in the spec it waits at the gate ``correctness`` before step 1 (no other
 stage's kernel runs meanwhile) and at ``bench`` before step 2 (nothing else runs on the GPU),
-grader/run/turns.py. It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
+grader/run/turns.py. Everything that is not the student's kernel is made ready before the first
+gate (:meth:`Runner.prepare`: every input, the output buffers, cuBLAS and CuPy's kernels warmed up),
+so the turns hold only the launches and what they must read back; after the last timed launch
+it frees its device memory and releases the GPU (protocol.release_turn) before saving its files. It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
 what was done; the output matrices go to the spec's out_dir. It never judges: the
 trusted checker compares the saved outputs with references it computes itself.
 
@@ -33,7 +36,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
-from grader.children.protocol import GateClosed, wait_at_gate, write_result  # noqa: E402
+from grader.children.protocol import GateClosed, release_turn, wait_at_gate, write_result  # noqa: E402
 from grader.run.inputs import make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
@@ -53,16 +56,19 @@ class Runner:
         self.spec = spec
         self.result = result
         self.out = Path(spec["out_dir"])
-        self.report: dict = {"loaded": False, "correctness": [], "bench": None, "error": None}
-        # The Hopper contract: two tensor maps the grader encodes, then the pointers (grader/children/tma.py).
-        self.tensor_maps = spec.get("operands") == "tensor_maps"
+        self.report: dict = {"prepared": False, "loaded": False, "correctness": [], "bench": None, "error": None}
+        self.tensor_maps = False
 
     def save(self) -> None:
         write_result(self.result, self.report)
 
     # -- loading -------------------------------------------------------------------
     def load(self) -> None:
+        """Load the student's cubin (the spec's ``cubin``, ``kernel``, ``launch``, ``operands``, ``boxes``:
+        under a gate, handed over at the correctness turn, once the stage has compiled)."""
         cp = self.cp
+        # The Hopper contract: two tensor maps the grader encodes, then the pointers (grader/children/tma.py).
+        self.tensor_maps = self.spec.get("operands") == "tensor_maps"
         self.module = cp.RawModule(path=self.spec["cubin"])
         self.kernel = self.module.get_function(self.spec["kernel"])
         smem = int(self.spec["launch"]["smem"])
@@ -89,14 +95,26 @@ class Runner:
     def device_inputs(self, n: int, seed: int):
         return make_inputs_xp(self.cp, n, seed, self.spec["inputs"])
 
+    # -- before the first gate: everything but the student's kernel --------------------------------
+    def prepare(self) -> None:
+        """Draw every input, make every buffer, warm up cuBLAS and CuPy's kernels: untimed work that
+        shares the GPU with the other stages' turns, so the turns hold only the launches. No correct
+        product is left in device memory (the baseline's warm-up output is overwritten with NaN)."""
+        cp = self.cp
+        self.cases = []
+        for case in self.spec["correctness"]:
+            n = case["n"]
+            a, b = self.device_inputs(n, case["seed"])
+            self.cases.append((case, a, b, cp.full((n, n), cp.nan, dtype=cp.float32)))
+        self.timing: dict | None = self._bench_buffers() if self.spec.get("bench") else None
+        cp.cuda.Device().synchronize()
+        self.report["prepared"] = True
+
     # -- phase 1: correctness ------------------------------------------------------
     def correctness(self) -> None:
         cp = self.cp
-        for case in self.spec["correctness"]:
+        for case, a, b, c in self.cases:
             n, seed = case["n"], case["seed"]
-            a, b = self.device_inputs(n, seed)
-            c = cp.full((n, n), cp.nan, dtype=cp.float32)
-            cp.cuda.Device().synchronize()
             t0 = time.perf_counter()
             self.launch(a, b, c, n)
             cp.cuda.Device().synchronize()
@@ -104,6 +122,7 @@ class Runner:
             np.save(self.out / entry["file"], cp.asnumpy(c))
             self.report["correctness"].append(entry)
             self.save()
+        self.cases = []  # their memory goes back to the pool before the benchmark
 
     # -- phase 2: timing -----------------------------------------------------------
     def baseline(self, a, b, c_ref):
@@ -127,15 +146,47 @@ class Runner:
                           _CUBLAS_COMPUTE_32F, _CUBLAS_GEMM_DEFAULT)
         return gemm_ex
 
-    def bench(self) -> None:
+    def _bench_buffers(self) -> dict:
+        """The benchmark's inputs and buffers, its baseline run once (cuBLAS's library, handle and
+        kernel choice loaded) and its fingerprint vector, before any gate."""
         cp = self.cp
         bs = self.spec["bench"]
-        n, seed = bs["n"], bs["seed"]
-        a, b = self.device_inputs(n, seed)
+        n = bs["n"]
+        a, b = self.device_inputs(n, bs["seed"])
         c = cp.full((n, n), cp.nan, dtype=cp.float32)
         c_ref = cp.empty((n, n), dtype=cp.float32)
         base = self.baseline(a, b, c_ref)
+        base()
+        c_ref.fill(cp.nan)  # no correct product may sit in device memory while student code runs
         flush = cp.empty(max(int(self.spec.get("l2_bytes") or 0) * 2, 64 << 20), dtype=cp.uint8)
+        flush.fill(1)
+        # The integrity vector: C @ v of every timed output goes to the checker (see bench()).
+        iseed = _integrity_seed(bs)
+        v = cp.asarray(np.random.default_rng(iseed).random(n, dtype=np.float32) * 2 - 1)
+        cp.asnumpy(c_ref @ v)  # cuBLAS's matrix-vector kernel loaded
+        return {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush, "v": v, "iseed": iseed}
+
+    def bench(self) -> None:
+        """Time the kernel against the baseline (:meth:`_measure`), release the GPU, save the files."""
+        n, iseed = self.spec["bench"]["n"], _integrity_seed(self.spec["bench"])
+        prints, last, launches = self._measure()
+        self.release()  # _measure's arrays are gone with its frame: their memory can be freed
+        self.report["bench"]["file"] = f"c_bench_{n}.npy"
+        self.report["bench"]["last_seed"] = rep_seed(iseed, launches - 1)
+        self.report["bench"]["timed_launches"] = len(prints)
+        self.report["bench"]["fingerprints"] = "fingerprints.npy"
+        np.save(self.out / "fingerprints.npy", np.stack(prints).astype(np.float32))
+        np.save(self.out / self.report["bench"]["file"], last)
+        self.save()
+
+    def _measure(self) -> tuple[list, np.ndarray, int]:
+        """The timed launches: (each timed output's fingerprint, the last output, launches made)."""
+        cp = self.cp
+        bs = self.spec["bench"]
+        t, self.timing = self.timing, None
+        assert t is not None  # prepare() made it
+        n, seed, iseed = t["n"], bs["seed"], t["iseed"]
+        a, b, c, c_ref, flush, v, base = t["a"], t["b"], t["c"], t["c_ref"], t["flush"], t["v"], t["base"]
         student = lambda: self.launch(a, b, c, n)  # noqa: E731
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         # Timing integrity: every timed student launch gets fresh inputs (drawn on the GPU
@@ -143,9 +194,6 @@ class Runner:
         # C @ v (v random) of each timed output is kept. The trusted checker verifies every
         # fingerprint against A_r (B_r v) in float64, so a kernel that replays an earlier
         # result or skips work on later launches is caught, whatever it caches.
-        iseed = int(bs.get("integrity_seed", seed + 1))
-        rng = np.random.default_rng(iseed)
-        v = cp.asarray(rng.random(n, dtype=np.float32) * 2 - 1)
         counter = {"launch": -int(bs["warmup"])}
         prints = []
 
@@ -191,46 +239,59 @@ class Runner:
                 student_ms.append(timed(student, True))
             if time.perf_counter() - start > bs["max_seconds"] and rep + 1 >= bs["min_reps"]:
                 break
-        self.report["bench"]["file"] = f"c_bench_{n}.npy"
-        self.report["bench"]["last_seed"] = rep_seed(iseed, counter["launch"] - 1)
-        self.report["bench"]["timed_launches"] = len(prints)
-        self.report["bench"]["fingerprints"] = "fingerprints.npy"
-        np.save(self.out / "fingerprints.npy", np.stack(prints).astype(np.float32))
-        np.save(self.out / self.report["bench"]["file"], cp.asnumpy(c))
-        self.save()
+        return prints, cp.asnumpy(c), counter["launch"]
+
+    def release(self) -> None:
+        """The last kernel has run: free the device memory and let the next turn start while this
+        child saves its files and exits (grader/run/turns.py: State.RELEASED)."""
+        self.cp.cuda.Device().synchronize()
+        self.cp.get_default_memory_pool().free_all_blocks()
+        if self.spec.get("gate"):
+            release_turn(self.result, "bench")
 
 
-def _turn(runner: Runner, gate: str) -> bool:
+def _integrity_seed(bench: dict) -> int:
+    """The seed of the timed launches' fresh inputs and of the fingerprint vector v."""
+    return int(bench.get("integrity_seed", bench["seed"] + 1))
+
+
+def _turn(runner: Runner, gate: str) -> dict | None:
     """With ``"gate": true`` in the spec, wait for the grader's go at ``gate`` (grader/run/turns.py):
     the correctness runs share the GPU with no other stage's kernel, the timing with nothing at all.
-    The grader times the wait itself (it holds this child's clock meanwhile); False when it said stop."""
+    The grader times the wait itself (it holds this child's clock meanwhile). Returns what the go
+    handed over ({} without a gate), None when it said stop."""
     if not runner.spec.get("gate"):
-        return True
+        return {}
     runner.save()
     try:
-        wait_at_gate(runner.result, gate)
+        return wait_at_gate(runner.result, gate)
     except GateClosed as why:
         runner.report["stopped"] = str(why)
         runner.save()
-        return False
-    return True
+        return None
 
 
 def run(spec: dict, result: Path) -> int:
+    """Under a gate the child starts before its stage has compiled: everything but the student's
+    kernel is made ready (:meth:`Runner.prepare`), and the correctness turn's go hands over the
+    compiled kernel (``{"kernel": {"cubin", "kernel", "launch", "operands", "boxes"}}``)."""
     runner = None
     try:
         t0 = time.perf_counter()
         runner = Runner(spec, result)  # imports CuPy
         times = runner.report["times"] = {}
-        runner.load()  # creates the CUDA context, loads the cubin
-        times["load"] = round(time.perf_counter() - t0, 3)
-        if not _turn(runner, "correctness"):
+        runner.prepare()  # the CUDA context, inputs, buffers, cuBLAS: everything but the student's kernel
+        times["prepare"] = round(time.perf_counter() - t0, 3)
+        go = _turn(runner, "correctness")
+        if go is None:
             return 0
+        runner.spec.update(go.get("kernel") or {})
         t1 = time.perf_counter()
+        runner.load()  # the student's cubin
         runner.correctness()
         times["correctness"] = round(time.perf_counter() - t1, 3)
         if spec.get("bench"):
-            if not _turn(runner, "bench"):
+            if _turn(runner, "bench") is None:
                 return 0
             t2 = time.perf_counter()
             runner.bench()

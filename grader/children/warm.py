@@ -72,6 +72,7 @@ def run(spec: dict, result: Path) -> int:
         out = Path(rs["out_dir"])
         out.mkdir(parents=True, exist_ok=True)
         runner = _GraderKernelRunner(rs, out / "stage_result.json")
+        runner.prepare()
         runner.load()
         runner.correctness()
         runner.bench()

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.occupancy.calculator import KIB
+from grader.outputs.plots import PLOT_LOCK
 
 
 def sweep_series(api: dict | None, sweep_times: dict | None, program: dict | None,
@@ -53,41 +54,42 @@ def plot_sweeps(path: Path, series: dict, title: str = "") -> tuple[Path | None,
         import matplotlib.pyplot as plt
     except Exception as exc:  # ImportError, or a broken backend
         return None, f"no plot: matplotlib is not available here ({type(exc).__name__})"
-    try:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
-        labels = {"smem": ("dynamic shared memory per block (KiB), block 128", lambda x: x / KIB),
-                  "block": ("threads per block, no dynamic shared memory", lambda x: x)}
-        for ax, name in zip(axes, ("smem", "block")):
-            s = series[name]
-            xlabel, conv = labels[name]
-            xs = [conv(x) for x in s["x"]]
-            occ = [(x, y) for x, y in zip(xs, s["occupancy_pct"]) if y is not None]
-            if occ:
-                ax.plot(*zip(*occ), "o-", color="tab:blue", label="theoretical occupancy (API)")
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("occupancy (%)", color="tab:blue")
-            ax.set_ylim(0, 105)
-            if name == "block":
-                ax.set_xscale("log", base=2)
-                ax.set_xticks(xs, [str(int(x)) for x in xs])
-            tx = ax.twinx()
-            for key, style, label in (("grader_ms", "s-", "run time, grader's re-run"),
-                                      ("program_ms", "x--", "run time, your program")):
-                pts = [(x, y) for x, y in zip(xs, s[key]) if y is not None]
-                if pts:
-                    tx.plot(*zip(*pts), style, color="tab:red" if key == "grader_ms" else "tab:orange",
-                            label=label)
-            tx.set_ylabel("time (ms, fastest run)", color="tab:red")
-            tx.set_ylim(bottom=0)
-            handles = ax.get_legend_handles_labels()[0] + tx.get_legend_handles_labels()[0]
-            if handles:
-                ax.legend(handles=handles, loc="lower left", fontsize=8)
-            ax.set_title("shared-memory sweep" if name == "smem" else "block-size sweep")
-        if title:
-            fig.suptitle(title)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-    except Exception as exc:  # a plot is feedback only; never fail grading for it
-        return None, f"no plot: drawing failed ({type(exc).__name__}: {exc})"
-    return path, ""
+    with PLOT_LOCK:  # pyplot's global state: one figure at a time, whatever thread draws
+        try:
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+            labels = {"smem": ("dynamic shared memory per block (KiB), block 128", lambda x: x / KIB),
+                      "block": ("threads per block, no dynamic shared memory", lambda x: x)}
+            for ax, name in zip(axes, ("smem", "block")):
+                s = series[name]
+                xlabel, conv = labels[name]
+                xs = [conv(x) for x in s["x"]]
+                occ = [(x, y) for x, y in zip(xs, s["occupancy_pct"]) if y is not None]
+                if occ:
+                    ax.plot(*zip(*occ), "o-", color="tab:blue", label="theoretical occupancy (API)")
+                ax.set_xlabel(xlabel)
+                ax.set_ylabel("occupancy (%)", color="tab:blue")
+                ax.set_ylim(0, 105)
+                if name == "block":
+                    ax.set_xscale("log", base=2)
+                    ax.set_xticks(xs, [str(int(x)) for x in xs])
+                tx = ax.twinx()
+                for key, style, label in (("grader_ms", "s-", "run time, grader's re-run"),
+                                          ("program_ms", "x--", "run time, your program")):
+                    pts = [(x, y) for x, y in zip(xs, s[key]) if y is not None]
+                    if pts:
+                        tx.plot(*zip(*pts), style, color="tab:red" if key == "grader_ms" else "tab:orange",
+                                label=label)
+                tx.set_ylabel("time (ms, fastest run)", color="tab:red")
+                tx.set_ylim(bottom=0)
+                handles = ax.get_legend_handles_labels()[0] + tx.get_legend_handles_labels()[0]
+                if handles:
+                    ax.legend(handles=handles, loc="lower left", fontsize=8)
+                ax.set_title("shared-memory sweep" if name == "smem" else "block-size sweep")
+            if title:
+                fig.suptitle(title)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, dpi=90)
+            plt.close(fig)
+        except Exception as exc:  # a plot is feedback only; never fail grading for it
+            return None, f"no plot: drawing failed ({type(exc).__name__}: {exc})"
+        return path, ""

@@ -15,6 +15,7 @@ from pathlib import Path
 from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
 from grader.profile.diagnosis import Diagnosis, diagnose
+from grader.spec.peaks import Peaks
 from grader.spec.types import BASELINES, Stage
 
 # HBM bandwidth (TB/s) by device-name substring, for the roofline's memory roof. Vendor figures.
@@ -36,15 +37,29 @@ def stage_label(stage: Stage) -> str:
 
 def ladder_inputs(grading: Grading) -> tuple[list[dict], list[dict], dict[str, float]]:
     """(rows, baselines, peaks) for plots.ladder_png: timed stages only carry a speed."""
+    return ladder_inputs_of(grading.outcomes, grading.env.peaks)
+
+
+def ladder_plot(outcomes: dict[str, StageOutcome], peaks_known: Peaks, out_dir: Path) -> tuple | None:
+    """The arguments of the ladder's plots.ladder_png call, or None when no stage was timed. The
+    grading draws it ahead from these (grader/pipeline.py) once the timings are final."""
+    rows, baselines, peaks = ladder_inputs_of(outcomes, peaks_known)
+    if not any(r["tflops"] for r in rows):
+        return None
+    n_bench = next((o.timing.n for o in outcomes.values() if o.timing), None)
+    title = f"The GEMM ladder at N={n_bench}: TFLOP/s per stage" if n_bench else ""
+    return rows, Path(out_dir) / "ladder.png", baselines, peaks, title
+
+
+def ladder_inputs_of(outcomes: dict[str, StageOutcome], p: Peaks) -> tuple[list[dict], list[dict], dict[str, float]]:
     rows: list[dict] = []
     base: dict[str, list[float]] = {}
-    for o in grading.outcomes.values():
+    for o in outcomes.values():
         t = o.timing
         rows.append({"label": stage_label(o.stage), "tflops": t.tflops if t else None, "ceiling": o.stage.peak})
         if t:
             base.setdefault(o.stage.baseline, []).append(t.baseline_tflops)
     baselines = [{"label": (BASELINES[k].label if k in BASELINES else k), "tflops": statistics.median(v)} for k, v in base.items()]
-    p = grading.env.peaks
     peaks = {label: v for label, v in (("FP32 CUDA cores", p.fp32), ("FP16 Tensor Cores", p.fp16_tensor)) if v}
     return rows, baselines, peaks
 
@@ -69,11 +84,10 @@ def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, f
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = ProfileReport()
-    rows, baselines, peaks = ladder_inputs(grading)
-    n_bench = next((o.timing.n for o in grading.outcomes.values() if o.timing), None)
-    if any(r["tflops"] for r in rows):
-        title = f"The GEMM ladder at N={n_bench}: TFLOP/s per stage" if n_bench else ""
-        rep.images["ladder"], why = ladder_png(rows, out_dir / "ladder.png", baselines, peaks, title)
+    _rows, _baselines, peaks = ladder_inputs(grading)
+    ladder = ladder_plot(grading.outcomes, grading.env.peaks, out_dir)
+    if ladder is not None:
+        rep.images["ladder"], why = ladder_png(*ladder)
     else:
         rep.images["ladder"], why = None, "no stage was timed (no GPU, or no stage passed correctness)"
     if why:

@@ -26,7 +26,7 @@ from grader.run.fence import Fence
 from grader.run.process import Control
 from grader.run.turns import Party, Schedule
 from grader.spec.metric_names import chip_for_cc, chips_with, missing_on
-from grader.spec.types import Rubric
+from grader.spec.types import Rubric, Stage
 
 
 def _tile_fits(o: StageOutcome, n: int) -> bool:
@@ -53,8 +53,8 @@ def _why_not(o: StageOutcome, has_gpu: bool, gpu_reason: str, n: int) -> Gap | N
 
 @dataclass
 class EarlyProfile:
-    """The profile child under ncu, started with the stage runs (:func:`start_profile`): it loads
-    every compiled kernel and its inputs, then waits at its gate ``launch`` for the ones to profile."""
+    """The profile child under ncu, started with the stage children (:func:`start_profile`): it makes
+    its context and inputs, then waits at its gate ``launch`` for the kernels to profile."""
 
     party: Party
     stage_ids: list[str]
@@ -69,32 +69,30 @@ def _wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], lis
     return [m for m in wanted if m not in absent], absent, chip
 
 
-def start_profile(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
+def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
                   schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
                   ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
-    """Start the ncu run now, on every compiled kernel that could be profiled, waiting at its gate:
-    its start-up (ncu, Python, CuPy, the context, the modules, the inputs) then overlaps the stage
-    runs' untimed work, and :func:`profile_stages` opens the gate for the kernels found correct.
-    ``cache_seed``: the warm CuPy cache (grader/run/warm.py) its own cache starts as a copy of."""
+    """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
+    start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
+    runs' untimed work, and :func:`profile_stages` opens the gate with the compiled kernels found
+    correct. ``cache_seed``: the warm CuPy cache (grader/run/warm.py) its own cache starts as a copy of."""
     prof = rubric.profile
-    if not (prof.enabled and has_gpu):
+    if not (prof.enabled and has_gpu) or not stages:
         return None
     tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
-    candidates = [o for o in outcomes.values() if o.compile is not None and o.compile.ok and _tile_fits(o, prof.n)]
-    if tool is None or getattr(tool, "path", None) is None or not candidates:
+    if tool is None or getattr(tool, "path", None) is None:
         return None
     metrics, _absent, _chip = _wanted_metrics(rubric, device)
-    specs = [stage_spec(o) for o in candidates]
-    wrap = command(str(tool.path), [s["kernel"] for s in specs], metrics, prof.clock_control)
-    spec = {"n": prof.n, "seed": seed, "stages": specs, "gate": True}
+    wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
+    spec = {"n": prof.n, "seed": seed, "inputs": sorted({st.inputs for st in stages}), "gate": True}
     work_dir = Path(work_dir).resolve()
 
     def run(control: Control) -> ChildResult:
         return launch("profile", spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
                       cache_seed=cache_seed, control=control)
 
-    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run), start=False)
-    return EarlyProfile(party, [s["id"] for s in specs], metrics)
+    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
+    return EarlyProfile(party, [st.id for st in stages], metrics)
 
 
 def stage_spec(o: StageOutcome) -> dict:
@@ -154,7 +152,7 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
         party = early.party
 
         def first() -> ChildResult:
-            schedule.open(party, {"stages": ids})
+            schedule.open(party, {"stages": [stage_spec(o) for o in todo]})
             return schedule.wait(party)
     else:
         _stop(early, schedule)

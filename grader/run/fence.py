@@ -59,6 +59,9 @@ class Fence:
     tmp_bytes: int = 512 * MIB  # the private /tmp (memory-backed)
     output_bytes: int = 64 * MIB  # stdout + stderr in total before the step is stopped
     network: bool = False
+    # Scheduling priority lowered by this much (0-19, os.nice): a batch's compiles yield the host's
+    # CPUs to the grading that holds the GPU (grader/pipeline.py: compile_stages).
+    nice: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scratch", Path(os.path.abspath(self.scratch)))
@@ -67,6 +70,8 @@ class Fence:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"Fence.{name} must be a positive integer, not {value!r}")
+        if not isinstance(self.nice, int) or isinstance(self.nice, bool) or not 0 <= self.nice <= 19:
+            raise ValueError(f"Fence.nice must be an integer from 0 to 19, not {self.nice!r}")
 
 
 def _under(path: Path | str, root: Path | str) -> bool:

@@ -29,9 +29,10 @@ DATA_RLIMIT_FACTOR = 2
 
 
 def preexec(cgroup_procs: str | None, rlimits: Sequence[tuple[int, int]],
-            switch: tuple[int, int] | None) -> Callable[[], None]:
+            switch: tuple[int, int] | None, nice: int = 0) -> Callable[[], None]:
     """What the child does between fork and exec: join the cgroup (while it still has the
-    grader's rights), set its rlimits, then drop to ``switch`` = (uid, gid) if given.
+    grader's rights), set its rlimits, lower its priority by ``nice``, then drop to ``switch`` =
+    (uid, gid) if given.
 
     Only system calls on values prepared here: this runs in the forked child of a threaded
     process, where taking a lock another thread held at fork time would hang.
@@ -45,6 +46,8 @@ def preexec(cgroup_procs: str | None, rlimits: Sequence[tuple[int, int]],
                 os.close(fd)
         for which, value in rlimits:
             resource.setrlimit(which, (value, value))
+        if nice:
+            os.nice(nice)
         if switch is not None:
             os.setgroups([])
             os.setgid(switch[1])

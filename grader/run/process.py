@@ -77,14 +77,21 @@ class Control:
 
     * ``hold()`` / ``resume()``: stop and restart the child's clock while it waits for its turn on
       the GPU (its time limit counts the time it works, not the time it is kept waiting), at most
-      :data:`MAX_HOLD_S` in all.
+      :data:`MAX_HOLD_S` in all; a hold begun before the process started counts from its start.
     * ``cancel``: set it to stop the child now (``Limit.CANCELLED``): its answer is no longer needed.
     """
 
     cancel: threading.Event = field(default_factory=threading.Event)
     _held: float = 0.0
     _since: float | None = None
+    _base: float = 0.0  # held before the process started (a start-up held from when it was scheduled)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def started(self) -> None:
+        """The process starts now: what was held before does not count (no clock was running)."""
+        with self._lock:
+            now = 0.0 if self._since is None else time.monotonic() - self._since
+            self._base = self._held + now
 
     def hold(self) -> None:
         with self._lock:
@@ -101,7 +108,7 @@ class Control:
         """Seconds the clock has been held so far (the current hold included), capped."""
         with self._lock:
             now = 0.0 if self._since is None else time.monotonic() - self._since
-            return min(self._held + now, MAX_HOLD_S)
+            return min(self._held + now - self._base, MAX_HOLD_S)
 
 
 # ``watch(pid)`` is called every ``watch_every_s`` while the child runs; a Limit it returns ends it.
@@ -220,6 +227,8 @@ def run_process(
     :class:`Control` whose held time extends the time limit and whose cancel stops the child.
     """
     start = time.monotonic()
+    if control is not None:
+        control.started()
     try:
         proc = subprocess.Popen(
             command,

@@ -262,7 +262,7 @@ def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str 
                              scratch=fence.scratch, scratch_bytes=fence.scratch_bytes)
     status_r, status_w = os.pipe() if in_bwrap else (-1, -1)
     popen: PopenExtra = {"preexec_fn": _limits.preexec(cg.procs if cg else None, rlimits,
-                                                       None if in_bwrap else ids)}
+                                                       None if in_bwrap else ids, fence.nice)}
     argv = command
     if in_bwrap:
         assert bwrap is not None

@@ -78,22 +78,36 @@ class SanitizerRun:
     findings: list[Finding] = field(default_factory=list)
     reason: str = ""  # why there is no verdict ("" when the run finished)
     proc: object = None
+    launch_failed: bool = False  # the child's launch of the kernel failed (no finding explains it)
 
 
 def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
-             fence: Fence | None = None, control: Control | None = None) -> SanitizerRun:
+             fence: Fence | None = None, control: Control | None = None,
+             blocks: tuple[int, int] | None = None) -> SanitizerRun:
     """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck), in the
     launcher child ``sanitize`` (no CuPy, so no CuPy cache). ``control``: a stop for a run no
-    longer needed (grader/run/turns.py)."""
+    longer needed (grader/run/turns.py). ``blocks``: launch at most this many blocks along x and y
+    of the size-n grid (racecheck: see Sanitizer.racecheck_blocks); a kernel whose launch fails on
+    that part of the grid (a cluster shape it does not divide) is run again on the whole grid."""
     result = SanitizerRun(tool, stage_spec["id"])
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
         return result
+    result = _run_once(tool, sanitizer, stage_spec, n, work, timeout_s, fence, control, blocks)
+    if blocks and result.launch_failed and not (control is not None and control.cancel.is_set()):
+        result = _run_once(tool, sanitizer, stage_spec, n, work, timeout_s, fence, control, None)
+    return result
+
+
+def _run_once(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float,
+              fence: Fence | None, control: Control | None, blocks: tuple[int, int] | None) -> SanitizerRun:
+    result = SanitizerRun(tool, stage_spec["id"])
     wrap = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
     # Only the student's kernel is instrumented: the child launches no other, but the driver may.
     only = ["--kernel-name", f"kns={stage_spec['kernel']}"]
     for attempt in (only, []):
-        child = launch("sanitize", {"n": n, "seed": 7, "stages": [stage_spec]}, work, timeout_s, 200_000,
+        spec = {"n": n, "seed": 7, "stages": [stage_spec], "blocks": list(blocks) if blocks else None}
+        child = launch("sanitize", spec, work, timeout_s, 200_000,
                        wrap=[*wrap, *attempt], name=tool, fence=fence, control=control)
         proc = child.proc
         text = proc.stdout + "\n" + proc.stderr
@@ -109,6 +123,7 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
         result.reason = f"not checked: {tool} could not run here ({proc.brief()}: {text.strip()[-200:]})"
     elif failed and not result.findings:  # the kernel never ran to the end: nothing was checked
         result.reason = f"not checked: the kernel's launch under {tool} failed ({str(failed)[:300]})"
+        result.launch_failed = True
     return result
 
 
@@ -123,11 +138,12 @@ def parallel_runs(count: int) -> int:
 
 
 def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, timeout_s: float, *,
-             fence: Fence | None = None) -> dict[str, SanitizerRun]:
+             fence: Fence | None = None, blocks: tuple[int, int] | None = None) -> dict[str, SanitizerRun]:
     """One sanitizer child per stage, all side by side: each is one launch at size n, a correctness
     tool whose answer does not depend on what else the GPU runs (nothing is timed here), so the
     step takes as long as its slowest stage, not the sum (:func:`parallel_runs`: each is a
     compute-sanitizer and a Python process)."""
     with ThreadPoolExecutor(max_workers=parallel_runs(len(specs)), thread_name_prefix=tool) as pool:
-        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence), specs)
+        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence,
+                                           blocks=blocks), specs)
         return {r.stage: r for r in runs}

@@ -7,7 +7,6 @@ The grading process creates no CUDA context: every GPU step is a child process.
 """
 from __future__ import annotations
 
-import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,13 +15,13 @@ from grader.build import toolchain
 from grader.children.launch import ChildResult, launch
 from grader.grading import Job, StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
-from grader.profile.collect import stage_spec, start_profile
-from grader.run import warm
+from grader.profile.collect import stage_spec
+from grader.run.early import start_gpu_children
 from grader.run.fence import GIB, Fence
 from grader.run.process import Control
 from grader.run.sanitize import SanitizerRun, race_message, run_many, run_tool
 from grader.run.timing import summarize
-from grader.run.turns import STARTUP_LIMIT_S, Party, Schedule, State, parallel_children
+from grader.run.turns import STARTUP_LIMIT_S, Party, State
 from grader.spec.limits import StageLimit, stage_limit
 from grader.spec.types import Rubric
 
@@ -33,20 +32,6 @@ RUN_OUTPUT_KEPT = 4000  # characters of a run's output kept for feedback and gra
 RACECHECKED = (Verdict.CORRECT, Verdict.WRONG, Verdict.CRASHED, Verdict.NO_VERDICT)
 # memcheck explains a failure; a race already has its explanation.
 MEMCHECKED = (Verdict.WRONG, Verdict.CRASHED, Verdict.NO_VERDICT)
-
-
-def _runner_spec(o: StageOutcome, work: Path, job: Job) -> dict:
-    st, seeds = o.stage, job.seeds
-    spec = {
-        **o.launch_spec(), "baseline": st.baseline,
-        "correctness": [{"n": n, "seed": seeds[n]} for n in job.rubric.correctness_sizes],
-        "bench": {"n": st.bench.n, "seed": seeds["bench"], "integrity_seed": seeds["integrity"],
-                  "warmup": st.bench.warmup, "reps": st.bench.reps,
-                  "min_reps": st.bench.min_reps, "max_seconds": st.bench.max_seconds,
-                  "flush_l2": st.bench.flush_l2},
-        "out_dir": str(work), "l2_bytes": (job.env.device or {}).get("l2_bytes", 0),
-    }
-    return spec
 
 
 def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
@@ -71,6 +56,9 @@ def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
         named = f" (this stage's time limit: {limit.why})" if limit is not None and limit.why else ""
         return Verdict.TIMED_OUT, (f"timed out after {proc.timeout_s:g} s{named} {where}: the kernel did not finish "
                                    f"(look for a loop that never ends or a barrier some threads never reach){noisy}")
+    if report and report.get("error") and report.get("prepared") is False:
+        return Verdict.NO_VERDICT, (f"not run: the grader could not prepare this stage's run before your kernel "
+                                    f"ran ({report['error']}); course staff can re-run it")
     if report and report.get("error"):
         return Verdict.CRASHED, f"the kernel failed {where}: {report['error']}"
     if report is None or not report.get("loaded"):
@@ -95,35 +83,33 @@ def _check_request(o: StageOutcome, report: dict, work: Path, job: Job) -> dict:
 
 
 def run_stages(job: Job) -> Job:
-    """Run every compiled stage's kernel in a child. The children start side by side; each stage's
-    correctness runs take a turn shared with tools but no other stage's kernel, each timed benchmark
-    a turn with the GPU alone (grader/run/turns.py). The checker, racecheck and the profiler under
-    ncu start now too, so their start-up is done by the time their steps come; so does the occupancy
-    measurement child, whose timed sweeps take the next turn alone after every stage run has ended,
-    and the student's occupancy program runs once the timed turns are over (grader/occupancy/early.py)."""
+    """Run every compiled stage's kernel in its child. The children were started before the compiles
+    (grader/run/early.py; with a GPU lock, now); each stage's correctness runs take a turn shared with
+    tools but no other stage's kernel, the compiled kernel handed over at its start, each timed
+    benchmark a turn with the GPU alone (grader/run/turns.py). Racecheck starts now, beside them; so
+    does the occupancy measurement child, whose timed sweeps take the next turn alone after every stage
+    run has ended, and the student's occupancy program runs once the timed turns are over
+    (grader/occupancy/early.py). The checker and the profiler wait for their steps."""
     if not job.env.has_gpu:
         return job
     rubric = job.rubric
-    job.seeds = {n: secrets.randbelow(2**31) for n in rubric.correctness_sizes}
-    job.seeds["bench"] = secrets.randbelow(2**31)
-    job.seeds["integrity"] = secrets.randbelow(2**31)
     compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
+    start_gpu_children(job, [o.stage for o in compiled])  # nothing when started before the compiles
+    sched = job.schedule
+    if sched is None:
+        return job
+    for sid, party in job.stage_runs.items():
+        if sid not in {o.stage.id for o in compiled}:
+            sched.stop(party)  # did not compile: nothing to run
     if not compiled:
         return job
-    _prepare_cupy_cache(job)
-    sched = job.schedule = Schedule(parallel_children(job.env.device))
-    # racecheck first: it is the longest of the untimed work (compute-sanitizer's start-up), and the
-    # children start (create their CUDA contexts) in the order they are added.
     _start_racecheck(job, compiled)
-    runs = {o.stage.id: sched.add(_stage_party(o, job), start=False) for o in compiled}
-    # Before the checker and ncu: children start in the order they are added, and those two wait for
-    # later steps, so with few slots they must not hold them while a child of the turns waits for one.
+    runs = {}
+    for o in compiled:
+        o.run_limit = stage_limit(o.stage, rubric)
+        runs[o.stage.id] = party = job.stage_runs[o.stage.id]
+        party.payloads["correctness"] = {"kernel": o.launch_spec()}
     occupancy = _start_occupancy(job, list(runs.values()))
-    job.checker = sched.add(_checker_party(job), start=False)
-    job.early_profile = start_profile(job.outcomes, rubric, has_gpu=True, work_dir=job.work / "ncu",
-                                      seed=job.seeds["bench"], device=job.env.device, schedule=sched,
-                                      cache_seed=job.cupy_cache,
-                                      fence=tool_fence(job.work / "ncu", list(job.outcomes.values())))
     job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     over_budget: dict[str, float] = {}
@@ -168,23 +154,6 @@ def _start_occupancy(job: Job, stage_runs: list[Party]) -> list[Party]:
     return job.early_occupancy.timed() if job.early_occupancy is not None else []
 
 
-def _stage_party(o: StageOutcome, job: Job) -> Party:
-    """The stage's child: fenced, the stage folder is all it may write, CuPy's cache included
-    (never the checker's); its limits from the stage's reference (grader/spec/limits.py)."""
-    rubric, work = job.rubric, job.work / o.stage.id
-    o.run_limit = stage_limit(o.stage, rubric)
-    spec = {**_runner_spec(o, work, job), "gate": True}
-    limit_s = o.run_limit.seconds
-    start = launch  # bound now: the child may start later, from the schedule's thread
-
-    def run(control: Control) -> ChildResult:
-        return start("stage", spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
-                      cache_seed=job.cupy_cache, control=control,
-                      fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
-
-    return Party(o.stage.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
-
-
 def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | None) -> None:
     """Read one stage's run: its verdict when it did not finish, else its request to the checker.
     Its "run" phase is the time its limit counted (its waits at the gates are "run.wait")."""
@@ -205,31 +174,6 @@ def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | No
         o.verdict, o.correctness_message = ended
     else:
         job.checks.append(_check_request(o, report or {}, work=job.work / o.stage.id, job=job))
-
-
-def _checker_party(job: Job) -> Party:
-    """The trusted checker, started with the stages: it waits at its gate ``compare`` for the list
-    of outputs to judge (:func:`check_results` opens it)."""
-    start = launch  # bound now: the child may start later, from the schedule's thread
-
-    def run(control: Control) -> ChildResult:
-        return start("check", {"gate": True, "stages": []}, job.work, job.rubric.timeouts.checker_s, 20_000,
-                      cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control)
-
-    return Party("checker", ("compare",), job.work / "check_result.json", run)
-
-
-def _prepare_cupy_cache(job: Job) -> None:
-    """The trusted warm CuPy cache (grader/run/warm.py): the cache of every child that uses CuPy (the
-    stage runs, the checker, the ncu launch; not the sanitizer's launcher) starts as a copy of it."""
-    with job.clock.detail("cupy_cache"):
-        cache, why = warm.prepare(job.rubric, job.env.device or {}, job.work, job.rubric.timeouts.checker_s)
-    if cache is None:
-        job.notes.append(f"CuPy's kernels could not be compiled ahead ({why}); each child compiled its own")
-        return
-    job.cupy_cache = cache.folder
-    if cache.warm_s is not None:
-        job.clock.add("cupy_cache.warm", cache.warm_s)
 
 
 def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | None, prefix: str = "run",
@@ -337,13 +281,19 @@ def _start_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
                                                                start=False)
 
 
+def _blocks(san, tool_name: str) -> tuple[int, int] | None:
+    """racecheck watches a corner of the grid (Sanitizer.racecheck_blocks); memcheck all of it: a bad
+    access can be in any block, the edge blocks first."""
+    return san.racecheck_blocks if tool_name == "racecheck" else None
+
+
 def _sanitizer_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
     san, work = job.rubric.sanitizer, job.work / tool_name
     start = run_tool  # bound now: the run may start later, from the schedule's thread
 
     def run(control: Control) -> SanitizerRun:
         return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
-                     fence=tool_fence(work, [o]), control=control)
+                     fence=tool_fence(work, [o]), control=control, blocks=_blocks(san, tool_name))
 
     return Party(f"{tool_name}:{o.stage.id}", (), None, run)
 
@@ -352,7 +302,7 @@ def _sanitizer_runs(job: Job, tool_name: str, outcomes: list[StageOutcome], tool
     san, work = job.rubric.sanitizer, job.work / tool_name
     t0 = time.monotonic()
     runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
-                    fence=tool_fence(work, outcomes))
+                    fence=tool_fence(work, outcomes), blocks=_blocks(san, tool_name))
     return runs, time.monotonic() - t0
 
 

@@ -21,6 +21,10 @@ time limit (grader/run/process.py: ``Control``). :meth:`Schedule.take_turns` ope
   the parties in a party's ``after`` have ended (the occupancy sweeps come after every stage run:
   grader/occupancy/early.py says why).
 
+A child whose last turn is over says so (protocol.release_turn: it has launched its last kernel and
+freed its device memory) and is then *released*: the next turn need not wait while it saves its files
+and exits (0.15-0.2 s per stage child on an H200, seven times per grading).
+
 Children that wait for a later step (the checker for the outputs to judge, the profiler for the
 kernels found correct) are opened by that step with :meth:`Schedule.open`; a step about to open a
 gate whose child measures (the profiler's) first waits with :meth:`Schedule.quiet` for what still
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.children.launch import ChildResult
-from grader.children.protocol import gate_files, write_result
+from grader.children.protocol import gate_files, release_file, write_result
 from grader.run.process import Control, usable_cpus
 
 POLL_S = 0.01  # how often the schedule looks at its children's gate files
@@ -49,6 +53,7 @@ class State(str, Enum):
     WORKING = "working"  # started, doing untimed work (start-up, a tool) on the GPU
     WAITING = "waiting"  # at a gate, its clock held
     TURN = "turn"  # a gate opened: measuring, or doing the work its turn allows
+    RELEASED = "released"  # its last turn said it is done with the GPU (protocol.release_turn); exiting
     DONE = "done"  # exited, whatever the way
 
 
@@ -77,6 +82,17 @@ class Party:
     # bound, STARTUP_LIMIT_S, after which the child is cancelled.
     hold_startup: bool = False
     started_at: float | None = None
+    # A child that waits for a later step (the checker, the profiler), not for a turn: it never holds
+    # the last slots a child of the turns needs to start (:meth:`Schedule._start_pending`).
+    late: bool = False
+    # gate -> what its go hands over when the turn comes (a stage's compiled kernel at "correctness").
+    payloads: dict[str, dict] = field(default_factory=dict)
+    # What happened to it and when, for people (tools/phase_times.py --timeline): (wall-clock time,
+    # "start" | "wait <gate>" | "go <gate>" | "stop" | "end"). Nothing reads it back to decide anything.
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    def mark(self, what: str) -> None:
+        self.events.append((round(time.time(), 3), what))
 
     def files(self, gate: str) -> tuple[Path, Path]:
         assert self.result_path is not None
@@ -85,9 +101,15 @@ class Party:
     def clear_gates(self) -> None:
         """Remove gate files an earlier run left in its folder (a stale go would let it through)."""
         for gate in self.gates:
-            for path in self.files(gate):
+            assert self.result_path is not None
+            for path in (*self.files(gate), release_file(self.result_path, gate)):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.unlink(missing_ok=True)
+
+    def released(self) -> bool:
+        """Whether it said its last turn is over (it may still be saving files and exiting)."""
+        return (self.result_path is not None and self.passed == len(self.gates) > 0
+                and release_file(self.result_path, self.gates[-1]).exists())
 
     @property
     def gate(self) -> str | None:
@@ -136,19 +158,29 @@ class Schedule:
         return party
 
     def _live(self) -> int:
-        return sum(p.state in (State.WORKING, State.WAITING, State.TURN) for p in self.parties)
+        return sum(p.state in (State.WORKING, State.WAITING, State.TURN, State.RELEASED) for p in self.parties)
 
     def _start_pending(self) -> None:
         for p in self.parties:
-            if p.state is State.PENDING and self._live() < self.max_children:
+            if p.state is State.PENDING and self._live() < self.max_children and self._may_start(p):
                 p.clear_gates()
                 for gate, payload in p.early.items():
                     write_result(p.files(gate)[1], payload)
                 p.state = State.WORKING
                 p.started_at = time.monotonic()
+                p.mark("start")
                 if p.hold_startup and p.gates:
                     p.control.hold()  # released at its first turn (open), or when it ends
                 p.future = self._pool.submit(p.run, p.control)
+
+    def _may_start(self, party: Party) -> bool:
+        """A late party (one that waits for a later step) leaves two slots to the others while any of
+        them has still to start or end: with few slots, two late parties holding every one would keep
+        the turns from ever coming."""
+        if not party.late:
+            return True
+        others = any(p.state is not State.DONE and not p.late for p in self.parties)
+        return not others or self._live() < self.max_children - 2
 
     # ---- watching ------------------------------------------------------------------------------------
     def poll(self) -> list[Party]:
@@ -160,26 +192,33 @@ class Schedule:
             if p.future is not None and p.future.done():
                 p.control.resume()
                 p.state = State.DONE
+                p.mark("end")
                 changed.append(p)
+            elif p.state is State.TURN and p.released():
+                p.state = State.RELEASED  # the GPU is free for the next turn while it exits
+                p.mark(f"release {p.gates[-1]}")
             elif p.state in (State.WORKING, State.TURN) and p.passed < len(p.gates):
-                if (p.hold_startup and p.passed == 0 and p.state is State.WORKING and p.started_at is not None
-                        and time.monotonic() - p.started_at > STARTUP_LIMIT_S):
-                    p.control.cancel.set()  # its start-up never reached the first gate
                 gate = p.gates[p.passed]
                 if gate in p.early:  # opened by a step before it arrived: it goes straight through
                     p.control.resume()  # a held start-up ends at its first turn
                     p.passed += 1
                     p.state = State.TURN
+                    p.mark(f"go {gate}")
                 elif p.files(gate)[0].exists():
                     p.control.hold()  # its wait does not count against its time limit
                     p.state = State.WAITING
+                    p.mark(f"wait {gate}")
                     changed.append(p)
+                elif (p.hold_startup and p.passed == 0 and p.state is State.WORKING and p.started_at is not None
+                        and time.monotonic() - p.started_at > STARTUP_LIMIT_S):
+                    p.control.cancel.set()  # its start-up never reached the first gate
         self._start_pending()
         return changed
 
     def gpu_busy(self) -> bool:
         """True while a party works or has a turn. One not started yet does not count: it starts
-        when a slot frees, and the exclusive turns after that wait for it."""
+        when a slot frees, and the exclusive turns after that wait for it; nor does one that released
+        its last turn (it only saves files and exits)."""
         return any(p.state in (State.WORKING, State.TURN) for p in self.parties)
 
     # ---- opening gates -------------------------------------------------------------------------------
@@ -188,12 +227,14 @@ class Schedule:
         (a JSON object); one that has not arrived goes straight through when it does."""
         if party.state is State.DONE or party.passed >= len(party.gates):
             return
-        gate, data = party.gates[party.passed], payload or {"go": True}
+        gate = party.gates[party.passed]
+        data = payload or party.payloads.get(gate) or {"go": True}
         if party.state is State.WAITING:
             write_result(party.files(gate)[1], data)
             party.control.resume()
             party.passed += 1
             party.state = State.TURN
+            party.mark(("stop " if data.get("stop") else "go ") + gate)
             return
         party.early[gate] = data
         if party.state is not State.PENDING:
@@ -201,14 +242,18 @@ class Schedule:
 
     def stop(self, party: Party) -> None:
         """End a waiting party without its gated part (the go file says stop), or cancel a running one."""
-        if party.state is State.DONE:
-            return
+        if party.state in (State.DONE, State.RELEASED):
+            return  # a released party is only saving its files and exiting, within its own limits
         if party.state is State.PENDING:
             party.state = State.DONE  # never started
+            party.mark("not started")
         elif party.state is State.WAITING:
             self.open(party, {"stop": True})
         else:
             party.control.cancel.set()
+            party.mark("cancel")
+            if party.passed < len(party.gates) and party.result_path is not None:
+                write_result(party.files(party.gates[party.passed])[1], {"stop": True})  # should it get there
 
     def settle(self, until: Callable[[], bool], on_change: Callable[[Party], None] = lambda _p: None) -> None:
         """Poll until ``until()`` is true, calling ``on_change`` for every party that arrived at a
@@ -265,6 +310,10 @@ class Schedule:
         self.settle(lambda: party.state is State.DONE)
         return party.result()
 
+    def timeline(self) -> list[dict[str, Any]]:
+        """Every party's events, in the order they were added (grading.json's ``timeline``)."""
+        return [{"party": p.name, "events": [list(e) for e in p.events]} for p in self.parties]
+
     # ---- ending --------------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop every party still on the schedule and wait for all: nothing outlives the grading."""
@@ -277,5 +326,7 @@ class Schedule:
                     p.future.result()
                 except Exception:  # noqa: BLE001 - a child's failure is recorded by its own step
                     pass
+                if p.state is not State.DONE:
+                    p.mark("end")
                 p.state = State.DONE
         self._pool.shutdown(wait=True)

@@ -98,6 +98,16 @@ class Reader:
             raise RubricError(self.path(key), f"is {shown(value)}", "a list of two positive integers")
         return (value[0], value[1])
 
+    def pair_or_none(self, key: str, default: tuple[int, int] | None) -> tuple[int, int] | None:
+        """:meth:`pair`, or None where the key is written ``null``; ``default`` where it is absent."""
+        if key not in self.raw:
+            self.used.add(key)
+            return default
+        if self.raw[key] is None:
+            self.used.add(key)
+            return None
+        return self.pair(key)
+
     def list_of(self, key: str, typ: Types, lo: float | None = None, default: Any = MISSING) -> tuple[Any, ...]:
         """A non-empty list of ``typ`` (non-empty strings; numbers at least ``lo`` when given)."""
         what = _list_what(typ, lo)

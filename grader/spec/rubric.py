@@ -135,7 +135,8 @@ def _settings(s: Reader) -> dict[str, Any]:
     sr = s.sub("sanitizer", {})
     sanitizer = Sanitizer(racecheck=sr.get("racecheck", bool, True),
                           memcheck_on_failure=sr.get("memcheck_on_failure", bool, True),
-                          n=sr.positive("n", int, 256), timeout_s=float(sr.positive("timeout_s", default=Sanitizer.timeout_s)))
+                          n=sr.positive("n", int, 256), timeout_s=float(sr.positive("timeout_s", default=Sanitizer.timeout_s)),
+                          racecheck_blocks=sr.pair_or_none("racecheck_blocks", Sanitizer.racecheck_blocks))
     sr.done()
     bonus = Bonus(s.choice("bonus", BONUS_MODES, Bonus.EXTRA.value))
     s.done()

@@ -134,6 +134,10 @@ class Sanitizer:
     memcheck_on_failure: bool = True
     n: int = 256
     timeout_s: float = 30.0  # one stage's run under the tool (racecheck of four reference stages: 6.2 s)
+    # racecheck launches at most this many blocks along x and y of the size-n grid (None: all of them).
+    # Its hazards are between the threads of one block, which loop over the whole K depth whatever the
+    # grid; the tool's cost grows with the blocks it watches (grader/run/sanitize.py).
+    racecheck_blocks: tuple[int, int] | None = (2, 2)
 
 
 @dataclass(frozen=True)

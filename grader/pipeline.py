@@ -165,9 +165,10 @@ def grade_occupancy(job: Job) -> Job:
         from grader.occupancy.run import grade_occupancy_submission
 
         job.progress("grading the occupancy exercises")
-        # Without the GPU schedule's early runs (no stage compiled), its measurements run now: under the
-        # GPU lock again, as every GPU step.
-        with gpu_turn(job.gpu_lock, job.clock, job.env.has_gpu and job.early_occupancy is None):
+        # Its GPU runs are over unless there were no early ones (no stage compiled) or they did not get
+        # their turn: then they run now, under the GPU lock again, as every GPU step.
+        early = job.early_occupancy
+        with gpu_turn(job.gpu_lock, job.clock, job.env.has_gpu and (early is None or not early.finished())):
             job.items += grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy",
                                                     job.progress, fence=_occupancy_fence(job), clock=job.clock,
                                                     plots_dir=job.work.parent,  # the results folder

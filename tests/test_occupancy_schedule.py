@@ -302,6 +302,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
         run_stages.check_results(job)
         pipeline.profile(job)
         assert early.program.state is State.DONE  # ended before ncu's turn
+        assert early.finished()  # so grade_occupancy, after the GPU lock is given back, needs no GPU
         pipeline.grade_occupancy(job)
     finally:
         job.schedule.close()

@@ -125,6 +125,11 @@ class EarlyOccupancy:
 
         self.program = self.schedule.add(Party("occupancy:program", (), None, start))
 
+    def finished(self) -> bool:
+        """Whether its GPU work is over: the program and the measurements ran (or were never started)."""
+        program_due = self.program is None and wants_program(self.builds)
+        return not program_due and all(p is None or p.state is State.DONE for p in (self.program, self.measure))
+
     def program_run(self) -> ProgramRun | None:
         """The program's run (started now if it was not yet); None when it did not run."""
         self.start_program()

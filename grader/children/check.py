@@ -90,7 +90,7 @@ class Products:
 
     def precompute(self, expect: dict) -> None:
         """``expect``: ``{"references": [[n, seed, inputs], ...], "fingerprints": [[n, inputs,
-        integrity_seed, count], ...]}`` (grader/run/stages.py: checker_expectations)."""
+        integrity_seed, count], ...]}`` (grader/run/early.py: checker_expectations)."""
         for n, seed, inputs in expect.get("references") or []:
             self.kept.add((int(n), int(seed), str(inputs)))
             self.reference(int(n), int(seed), str(inputs))

@@ -14,7 +14,8 @@ stage's kernel runs meanwhile) and at ``bench`` before step 2 (nothing else runs
 grader/run/turns.py. Everything that is not the student's kernel is made ready before the first
 gate (:meth:`Runner.prepare`: every input, the output buffers, cuBLAS and CuPy's kernels warmed up),
 so the turns hold only the launches and what they must read back; after the last timed launch
-it frees its device memory and releases the GPU (protocol.release_turn) before saving its files. It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
+it frees its device memory and releases the GPU (protocol.release_turn) before saving its files.
+It rewrites RESULT.json after every phase, so a crash or a time-out still leaves
 what was done; the output matrices go to the spec's out_dir. It never judges: the
 trusted checker compares the saved outputs with references it computes itself.
 

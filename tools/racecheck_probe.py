@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from grader.build import toolchain  # noqa: E402
 from grader.build.compile import compile_stage  # noqa: E402
+from grader.children.protocol import launch_grid  # noqa: E402
 from grader.grading import StageOutcome  # noqa: E402
 from grader.run.sanitize import run_tool  # noqa: E402
 from grader.spec.rubric import load_rubric  # noqa: E402
@@ -76,7 +77,7 @@ def main() -> int:
     def one(spec: dict, where: str, blocks) -> dict:
         t0 = time.monotonic()
         r = run_tool("racecheck", tool, spec, n, work / where / spec["id"], limit, blocks=blocks)
-        grid = [n // spec["launch"]["tile"][1], n // spec["launch"]["tile"][0]]
+        grid = list(launch_grid(n, spec["launch"]["tile"])[:2])
         return {"stage": spec["id"], "grid": grid, "blocks": list(blocks) if blocks else grid,
                 "seconds": round(time.monotonic() - t0, 2),
                 "hazards": len(r.findings) if not r.reason else -1, "reason": r.reason,

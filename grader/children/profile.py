@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from grader.children.protocol import GateClosed, wait_at_gate, write_result
+from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
 from grader.run.inputs import make_inputs_xp
 
 
@@ -69,7 +69,7 @@ def run(spec: dict, result: Path) -> int:
             if st["id"] in launchers:
                 launchers[st["id"]](kernels[st["id"]], a, b, c, n)
             else:
-                kernels[st["id"]]((n // lp["tile"][1], n // lp["tile"][0], 1), (lp["block"][0], lp["block"][1], 1),
+                kernels[st["id"]](launch_grid(n, lp["tile"]), (lp["block"][0], lp["block"][1], 1),
                                   (a, b, c, np.int32(n)), shared_mem=lp["smem"])
             cp.cuda.Device().synchronize()
         except Exception as exc:  # a broken kernel stops its own profile only

@@ -32,6 +32,16 @@ def write_result(path: str | os.PathLike[str], data: Any) -> None:
     os.replace(tmp, path)
 
 
+def launch_grid(n: int, tile: list[int] | tuple[int, ...], blocks: list[int] | None = None) -> tuple[int, int, int]:
+    """The grid of a stage's launch at size n: N / BN blocks along x, N / BM along y (``tile`` is
+    [BM, BN]). ``blocks``: launch only the first that many along x and y (racecheck's corner): those
+    do exactly what they do in the full grid (the same tiles of C, the whole K loop)."""
+    gx, gy = n // tile[1], n // tile[0]
+    if blocks:
+        gx, gy = min(gx, int(blocks[0])), min(gy, int(blocks[1]))
+    return gx, gy, 1
+
+
 # ---- gates: a child's turn on the GPU ---------------------------------------------------------------
 # A child that times or profiles something first does its untimed work (start-up, loading, correctness
 # runs) side by side with the grading's other children, then waits at a gate until the grader gives it

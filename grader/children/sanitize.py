@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.children.driver import Driver, DriverError, KernelArg
-from grader.children.protocol import write_result
+from grader.children.protocol import launch_grid, write_result
 from grader.children.tma import boxes_of, operand_args
 from grader.run.inputs import make_inputs
 
@@ -31,16 +31,6 @@ def gemm_args(a: int, b: int, c: int, n: int) -> list[KernelArg]:
     """The arguments of the (A, B, C, N) contract: ``kernel(const T* A, const T* B, float* C, int N)``.
     The tensor-map contract's packing is :func:`grader.children.tma.operand_args`."""
     return [KernelArg.pointer(a), KernelArg.pointer(b), KernelArg.pointer(c), KernelArg.int32(n)]
-
-
-def launch_grid(n: int, tile: list[int], blocks: list[int] | None) -> tuple[int, int, int]:
-    """The size-n grid (N / BN blocks along x, N / BM along y), cut to its first ``blocks`` along x
-    and y when given: the blocks launched do exactly what they do in the full grid (the same
-    tiles of C, the whole K loop); the others are not launched."""
-    gx, gy = n // tile[1], n // tile[0]
-    if blocks:
-        gx, gy = min(gx, int(blocks[0])), min(gy, int(blocks[1]))
-    return gx, gy, 1
 
 
 def run(spec: dict[str, Any], result: Path) -> int:

@@ -37,7 +37,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
-from grader.children.protocol import GateClosed, release_turn, wait_at_gate, write_result  # noqa: E402
+from grader.children.protocol import GateClosed, launch_grid, release_turn, wait_at_gate, write_result  # noqa: E402
 from grader.run.inputs import make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
@@ -87,11 +87,10 @@ class Runner:
     def launch(self, a, b, c, n: int) -> None:
         lp = self.spec["launch"]
         bx, by = lp["block"]
-        bm, bn = lp["tile"]
         if self.tensor_maps:
             self.map_launch(self.kernel, a, b, c, n)
         else:
-            self.kernel((n // bn, n // bm, 1), (bx, by, 1), (a, b, c, np.int32(n)), shared_mem=int(lp["smem"]))
+            self.kernel(launch_grid(n, lp["tile"]), (bx, by, 1), (a, b, c, np.int32(n)), shared_mem=int(lp["smem"]))
 
     def device_inputs(self, n: int, seed: int):
         return make_inputs_xp(self.cp, n, seed, self.spec["inputs"])

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.children.driver import Driver, KernelArg
+from grader.children.protocol import launch_grid
 
 TMA_FIELDS = "{box k-width (elements), A box rows, B box rows, swizzle bytes}"
 SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CUtensorMapSwizzle
@@ -97,5 +98,5 @@ class MapLauncher:
         if key not in self._args:
             self._args[key] = operand_args(self.driver, self.boxes, *key)
         function = getattr(kernel, "kernel", kernel).ptr  # a CuPy RawKernel's CUfunction
-        self.driver.launch(function, (n // self.tile[1], n // self.tile[0], 1), self.block, self.smem,
+        self.driver.launch(function, launch_grid(n, self.tile), self.block, self.smem,
                            self._args[key])

@@ -100,13 +100,10 @@ class Reader:
 
     def pair_or_none(self, key: str, default: tuple[int, int] | None) -> tuple[int, int] | None:
         """:meth:`pair`, or None where the key is written ``null``; ``default`` where it is absent."""
+        self.used.add(key)
         if key not in self.raw:
-            self.used.add(key)
             return default
-        if self.raw[key] is None:
-            self.used.add(key)
-            return None
-        return self.pair(key)
+        return None if self.raw[key] is None else self.pair(key)
 
     def list_of(self, key: str, typ: Types, lo: float | None = None, default: Any = MISSING) -> tuple[Any, ...]:
         """A non-empty list of ``typ`` (non-empty strings; numbers at least ``lo`` when given)."""

@@ -260,6 +260,7 @@ class Job:
     early_racecheck: dict[str, Any] = field(default_factory=dict)
     early_profile: Any = None
     early_occupancy: Any = None
+    sass_dumps: Any = None  # the compiled stages' SASS, read in the background (build/sass.py: SassDumps)
     timeline: list[dict[str, Any]] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
 

@@ -12,7 +12,7 @@ import fcntl
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +20,7 @@ from pathlib import Path
 from grader.build import toolchain
 from grader.build.compile import compile_stage
 from grader.build.intake import INTAKE_FILE, intake
-from grader.build.sass import dump_sass
+from grader.build.sass import SassDumps
 from grader.build.student import compile_workers, student_user
 from grader.children.launch import launch
 from grader.clock import Clock
@@ -29,10 +29,11 @@ from grader.model import Verdict
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
 from grader.profile.collect import profile_stages
-from grader.run import sandbox
+from grader.run import racecheck, sandbox
 from grader.run.early import start_gpu_children
 from grader.run.fence import Fence
-from grader.run.stages import check_results, drop_outputs, run_stages, sanitize, tool_fence
+from grader.run.racecheck import tool_fence
+from grader.run.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.score.stages import score
 from grader.spec.peaks import device_peaks
 from grader.spec.types import Rubric, Stage
@@ -76,41 +77,44 @@ def _compile_nice(job: Job) -> int:
 
 
 def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, list[tuple[str, float]]]:
-    """One stage: nvcc -> cubin, ptxas -v, the launch shape, then the SASS. Runs in a pool thread; it
-    touches only its own stage folder and its own outcome, and returns its times for the clock."""
+    """One stage: nvcc -> cubin, ptxas -v, the launch shape (its SASS is read later: :func:`read_sass`).
+    Runs in a pool thread; it touches only its own stage folder and its own outcome, and returns its
+    times for the clock."""
     work = job.work / st.id
     work.mkdir(parents=True, exist_ok=True)
     o = StageOutcome(stage=st, gpu_reason="" if job.env.has_gpu else (job.env.device_reason or "no CUDA device"))
     if why := toolchain.unsupported_reason(st.requires_arch, job.env.arch_flags):
         o.unsupported = why  # e.g. the Hopper stage on an Ada GPU: nothing to compile or run here
         return o, []
-    times: list[tuple[str, float]] = []
     t0 = time.monotonic()
     o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
                               sizes + [st.bench.n], user=student_user(),
                               fence=Fence(scratch=work / "build", nice=_compile_nice(job)))
-    times.append(("compile", time.monotonic() - t0))
+    times = [("compile", time.monotonic() - t0)]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
         o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
-    if o.compile.ok and o.compile.cubin:
-        t1 = time.monotonic()
-        o.sass = dump_sass(o.compile.cubin, job.env.cuobjdump)
-        times.append(("sass", time.monotonic() - t1))
-    else:
+    if not (o.compile.ok and o.compile.cubin):
         o.verdict = Verdict.NOT_COMPILED
     return o, times
 
 
+COMPILE_POLL_S = 0.02  # how often the compile step looks at the GPU schedule while nvcc runs
+
+
 def compile_stages(job: Job) -> Job:
-    """Compile every selected stage to a cubin, read ptxas and the SASS; build the occupancy program.
+    """Compile every selected stage to a cubin, read ptxas; build the occupancy program.
 
     Every compile runs side by side on one pool of :func:`compile_workers` threads (one per CPU),
-    each thread waiting on its own fenced, limited nvcc or cuobjdump exactly as one after another
-    did; occ.cu's builds are started on the same pool (grader/occupancy/run.py: start_builds) and
-    handed to the occupancy step, so no compiler runs during the GPU steps. The outcomes, the
-    phases and the progress messages come in the rubric's order, whatever order the compiles end in."""
+    each thread waiting on its own fenced, limited nvcc exactly as one after another did; occ.cu's
+    builds are started on the same pool (grader/occupancy/run.py: start_builds) and handed to the
+    occupancy step, so no compiler runs during the GPU steps. As each stage's compile ends, in
+    whatever order, its early racecheck child gets the kernel (grader/run/racecheck.py) and its SASS
+    starts being read in the background (:func:`read_sass` collects it); the outcomes, the phases and
+    the progress messages come in the rubric's order."""
     sizes = list(job.rubric.correctness_sizes)
     selected = [st for st in job.rubric.stages if job.wants(st.id)]
+    if job.sass_dumps is None:
+        job.sass_dumps = SassDumps(job.env.cuobjdump, compile_workers())
     with ThreadPoolExecutor(max_workers=compile_workers(), thread_name_prefix="compile") as pool:
         pending = None
         if job.rubric.occupancy is not None and job.wants("occupancy"):
@@ -118,17 +122,47 @@ def compile_stages(job: Job) -> Job:
 
             pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
                                    fence=replace(_occupancy_fence(job), nice=_compile_nice(job)))
-        futures = [pool.submit(_compile_one, job, st, sizes) for st in selected]
-        for st, future in zip(selected, futures):
-            job.progress(f"compiling {st.id}")
-            job.outcomes[st.id], times = future.result()
-            for name, seconds in times:
-                job.clock.add(name, seconds, st.id)
+        _follow_compiles(job, selected, [pool.submit(_compile_one, job, st, sizes) for st in selected])
         if pending is not None:
             job.progress("occupancy: compiling occ.cu")
             job.prebuilt_occupancy = pending.wait()
             if job.prebuilt_occupancy is not None:
                 job.clock.add("build", job.prebuilt_occupancy.seconds, "occupancy")
+    return job
+
+
+def _follow_compiles(job: Job, selected: list[Stage], futures: list[Future]) -> None:
+    """Wait for the stages' compiles, polling the GPU schedule meanwhile (its children reach their
+    gates while nvcc runs). Each compile that ends is handed on at once (racecheck, the SASS); each is
+    recorded (outcome, phases, progress) once every stage before it in the rubric has been."""
+    left, recorded = set(futures), 0
+    while left:
+        done, left = wait(left, timeout=COMPILE_POLL_S if job.schedule is not None else None,
+                          return_when=FIRST_COMPLETED)
+        for future in done:
+            o, _times = future.result()
+            racecheck.on_compiled(job, o)
+            if o.compile is not None and o.compile.ok and o.compile.cubin and job.sass_dumps is not None:
+                job.sass_dumps.start(o.stage.id, o.compile.cubin)
+        while recorded < len(futures) and futures[recorded].done() and futures[recorded] not in left:
+            st = selected[recorded]
+            job.progress(f"compiling {st.id}")
+            job.outcomes[st.id], times = futures[recorded].result()
+            for name, seconds in times:
+                job.clock.add(name, seconds, st.id)
+            recorded += 1
+        if job.schedule is not None:
+            job.schedule.poll()
+
+
+def read_sass(job: Job) -> Job:
+    """The SASS of every compiled stage, read in the background since its compile ended
+    (grader/build/sass.py: SassDumps): the scored items need it."""
+    if job.sass_dumps is not None:
+        done = job.sass_dumps.collect()
+        for sid in [s for s in job.outcomes if s in done]:  # the rubric's order
+            job.outcomes[sid].sass, seconds = done[sid]
+            job.clock.add("sass", seconds, sid)
     return job
 
 
@@ -200,6 +234,7 @@ GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
 # After the last GPU measurement: the GPU lock is given back first, so the next grading on this GPU
 # starts while these run (grade_occupancy takes it again in the one case it still needs the GPU).
 AFTER_GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
+    read_sass,  # the SASS dumps started as each stage compiled
     score_stages,  # rubric items from the outcomes
     grade_occupancy,  # the occupancy exercises section (its GPU runs started in run_stages), when the rubric has one
     grade_report,  # the written report section, when the rubric has one
@@ -271,6 +306,8 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         if job.schedule is not None:  # every child it started has ended, whatever happened
             job.schedule.close()
             job.timeline = job.schedule.timeline()
+        if job.sass_dumps is not None:
+            job.sass_dumps.close()
     grading = job.grading()
     grading.cpu_s = round(_cpu_seconds(), 2)  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)

@@ -45,6 +45,21 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture(scope="session")
+def fake_libcuda(tmp_path_factory) -> Path:
+    """libcuda.so.1 built from tests/fixtures/fake_libcuda.c: it logs every call it gets (the sanitizer
+    child's tests, tests/test_sanitize_child.py and tests/test_speed_racecheck.py)."""
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the stand-in libcuda.so.1")
+    lib = tmp_path_factory.mktemp("fake-driver") / "libcuda.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(lib), str(ROOT / "tests" / "fixtures" /
+                    "fake_libcuda.c")], check=True, timeout=120)
+    return lib
+
+
 # The sandbox tests (tests/test_fence.py, tests/test_fence_limits.py) share these two.
 @pytest.fixture
 def bwrap_required():

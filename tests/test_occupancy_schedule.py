@@ -250,6 +250,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     from grader.grading import Environment, Job, StageOutcome
     from grader.model import ProcRecord, Verdict
     from grader.run import early as run_early
+    from grader.run import racecheck
     from grader.run import stages as run_stages
     from grader.run.sanitize import SanitizerRun
     from grader.spec.peaks import Peaks
@@ -278,7 +279,8 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
         return ChildResult(ProcRecord(["python"], 0, wall_s=0.5), report, work / "spec.json", work / "result.json")
 
     monkeypatch.setattr(run_early, "launch", child)
-    monkeypatch.setattr(run_stages, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
+    monkeypatch.setattr(racecheck, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
+    monkeypatch.setattr(racecheck, "run_gated", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
     monkeypatch.setattr(run_early, "start_profile", lambda *_a, **_k: None)
     monkeypatch.setattr(run_early, "_prepare_cupy_cache", lambda _job: None)
     monkeypatch.setattr(occ_early, "occupancy_fence", lambda _work: None)  # the fake CuPy lives outside a fence

@@ -13,6 +13,7 @@ from grader.build.compile import CompileResult
 from grader.build.ptxas import KernelResources
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Status, Verdict
+from grader.run import racecheck
 from grader.run import stages as run_stages
 from grader.run.sanitize import Finding, SanitizerRun
 from grader.run.timing import summarize
@@ -72,7 +73,7 @@ def sanitizer_calls(monkeypatch):
         return {s["id"]: SanitizerRun(tool, s["id"], found.get(s["id"], []) if tool == "racecheck" else [])
                 for s in specs}
 
-    monkeypatch.setattr(run_stages, "run_many", run_many)
+    monkeypatch.setattr(racecheck, "run_many", run_many)
     return calls
 
 

@@ -28,7 +28,6 @@ from grader.run import sanitize
 from grader.run.inputs import make_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE_SOURCE = ROOT / "tests" / "fixtures" / "fake_libcuda.c"
 STAGE = {"id": "tiled", "kernel": "mmTiled", "inputs": "fp32",
          "launch": {"block": [32, 8], "tile": [32, 64], "smem": 0}}
 
@@ -86,17 +85,7 @@ def test_the_mode_is_registered_and_a_missing_driver_is_data_not_a_traceback(tmp
     assert not (tmp_path / "w" / "cupy-cache").exists()
 
 
-# ---- a stand-in driver ------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def fake_libcuda(tmp_path_factory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler to build the stand-in libcuda.so.1")
-    lib = tmp_path_factory.mktemp("fake-driver") / "libcuda.so.1"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(lib), str(FAKE_SOURCE)], check=True, timeout=120)
-    return lib
-
-
+# ---- a stand-in driver (the fixture fake_libcuda: tests/conftest.py) ---------------------------------
 def _fnv1a(data: bytes) -> str:
     h = 0xCBF29CE484222325
     for byte in data:
@@ -280,7 +269,7 @@ def test_an_older_sanitizer_without_kernel_name_is_run_again_without_it(tmp_path
 
 
 def test_in_the_fence_the_child_runs_from_the_runtime_files(tmp_path, monkeypatch, fake_libcuda, bwrap_required):
-    """Fenced as racecheck is (grader/run/stages.py: tool_fence): the child imports the driver binding
+    """Fenced as racecheck is (grader/run/racecheck.py: tool_fence): the child imports the driver binding
     from the read-only runtime folder and loads the driver library it is shown."""
     from grader.run.fence import Fence
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import grader.build.sass as sass_module
 import grader.occupancy.build as occ_build
 import grader.occupancy.run as occ_run
 from grader import pipeline
@@ -57,17 +58,20 @@ def _compile(tmp_path: Path, monkeypatch, workers: int) -> tuple[Job, list, list
         m.setattr(pipeline, "compile_workers", lambda: workers)
         _spy(m, pipeline, "compile_stage", spans)
         _spy(m, occ_build, "_compile", spans)
-        real_dump = pipeline.dump_sass
+        real_dump = sass_module.dump_sass
 
         def dump(*a, **k):
             threads.add(threading.current_thread().name)
             return real_dump(*a, **k)
 
-        m.setattr(pipeline, "dump_sass", dump)
+        m.setattr(sass_module, "dump_sass", dump)
         env = pipeline.detect_environment(RUBRIC, use_gpu=False)
         job = Job(RUBRIC, ROOT / "solutions", tmp_path / "work", env, PARTS, False, messages.append)
         pipeline.compile_stages(job)
-    assert threads and all(name.startswith("compile") for name in threads)  # the SASS dumps ran in the pool
+        assert all(o.sass is None for o in job.outcomes.values())  # still being read: the compile step went on
+        pipeline.read_sass(job)
+        job.sass_dumps.close()
+    assert threads and all(name.startswith("sass") for name in threads)  # the SASS dumps ran in their own pool
     return job, spans, messages
 
 
@@ -107,8 +111,8 @@ def test_compiles_run_side_by_side_with_the_same_results_in_the_same_order(tmp_p
     for job, said in ((one, said_one), (many, said_many)):
         assert list(job.outcomes) == ["naive", "coalesced"]
         assert [(p.name, p.stage) for p in job.clock.phases] == [
-            ("compile", "naive"), ("sass", "naive"), ("compile", "coalesced"), ("sass", "coalesced"),
-            ("build", "occupancy")]
+            ("compile", "naive"), ("compile", "coalesced"), ("build", "occupancy"), ("sass", "naive"),
+            ("sass", "coalesced")]
         assert said == ["compiling naive", "compiling coalesced", "occupancy: compiling occ.cu"]
 
     # The occupancy step uses the builds made beside the stages' compiles and builds nothing itself.

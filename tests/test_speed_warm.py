@@ -22,7 +22,7 @@ from grader.children.protocol import wait_at_gate
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Verdict
 from grader.run import early as run_early
-from grader.run import sandbox, warm
+from grader.run import racecheck, sandbox, warm
 from grader.run import stages as run_stages
 from grader.run.sanitize import Finding, SanitizerRun
 from grader.spec.peaks import Peaks
@@ -208,7 +208,8 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
 
     monkeypatch.setattr(run_stages, "launch", gpu_child)
     monkeypatch.setattr(run_early, "launch", gpu_child)
-    monkeypatch.setattr(run_stages, "run_tool", sanitizer)
+    monkeypatch.setattr(racecheck, "run_tool", sanitizer)
+    monkeypatch.setattr(racecheck, "run_gated", sanitizer)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED))
     run_stages.run_stages(job)
     run_stages.check_results(job)
@@ -260,7 +261,7 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
             found = {s["id"]: [Finding("Invalid __global__ write of size 4 bytes")] for s in specs}
         return {s["id"]: SanitizerRun(tool, s["id"], found.get(s["id"], [])) for s in specs}
 
-    monkeypatch.setattr(run_stages, "run_many", run_many)
+    monkeypatch.setattr(racecheck, "run_many", run_many)
     job = _job(tmp_path, ("tiled", Verdict.WRONG), ("blocktiling_1d", Verdict.WRONG))
     job.cupy_cache = tmp_path / "warm"
     run_stages.sanitize(job)
@@ -305,8 +306,9 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
         return ChildResult(ProcRecord(["python"], 0, wall_s=0.3), {"verdicts": verdicts, "times": {}},
                            work / "s", work / "r")
 
-    monkeypatch.setattr(run_stages, "run_tool", run_tool)
-    monkeypatch.setattr(run_stages, "run_many", run_many)
+    monkeypatch.setattr(racecheck, "run_tool", run_tool)
+    monkeypatch.setattr(racecheck, "run_gated", run_tool)
+    monkeypatch.setattr(racecheck, "run_many", run_many)
     monkeypatch.setattr(run_stages, "launch", child)
     monkeypatch.setattr(run_early, "launch", child)
     monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))
@@ -345,7 +347,8 @@ def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
             return ChildResult(proc, {"loaded": True, "correctness": []}, work / "s", work / "r")
         return ChildResult(ProcRecord(["python"], 0), {"verdicts": {}}, work / "s", work / "r")
 
-    monkeypatch.setattr(run_stages, "run_tool", run_tool)
+    monkeypatch.setattr(racecheck, "run_tool", run_tool)
+    monkeypatch.setattr(racecheck, "run_gated", run_tool)
     monkeypatch.setattr(run_stages, "launch", child)
     monkeypatch.setattr(run_early, "launch", child)
     monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))

@@ -286,3 +286,22 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     verdicts = got.result["verdicts"]
     assert verdicts["right"]["cases"][0]["passed"] is True and verdicts["wrong"]["cases"][0]["passed"] is False
     assert "wait" not in got.result["times"] and checker.control.held_s() >= 0.3  # the grader times the wait
+
+
+def test_a_tool_gate_lets_the_shared_turns_go_on_and_holds_the_exclusive_ones(tmp_path):
+    """racecheck's child, once its gate ``racecheck`` opens, does untimed work: a stage's correctness
+    turn may run beside it (before, the racecheck turn counted as measuring and held every turn back
+    until it ended: 0.9 s of a grading on an H200), a benchmark may not."""
+    sched = Schedule(max_children=8)
+    tool = sched.add(child_party(tmp_path, "racecheck", work=0.0, gate="racecheck", turn=1.0))
+    stage = sched.add(child_party(tmp_path, "s0", work=0.2, gate=("correctness", "bench"), turn=0.2))
+    try:
+        sched.settle(lambda: tool.state is State.WAITING)
+        sched.open(tool)
+        sched.take_turns([stage])
+        sched.wait(tool)
+    finally:
+        sched.close()
+    race, run = tool.result().result, stage.result().result
+    assert overlaps(race["racecheck"], run["correctness"])  # the shared turn went on beside it
+    assert not overlaps(race["racecheck"], run["bench"]) and run["bench"][0] >= race["racecheck"][1]

@@ -12,6 +12,12 @@ SPEC.json: ``{"n": N, "seed": S, "blocks": [x, y] or null, "stages": [{"id", "cu
 {stage id: error}}``, a stage's entry naming the driver call and CUresult that failed (no driver
 here included); a failure is data, never a traceback, and the exit status is 0 whenever the
 result was written.
+
+With ``"gate": NAME`` (the tool's name) the child is started before its stage has compiled
+(grader/run/racecheck.py): it starts the driver (under the tool, the longest part of its life),
+uploads the inputs of the kinds in ``"inputs"`` and waits at the gate NAME, whose go hands over
+``{"stages": [...]}``; ``"ids"`` names the stages it may be given (for a failure before the gate).
+A stop at the gate ends it with ``{"failures": {}, "stopped": why}``: nothing was launched.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.children.driver import Driver, DriverError, KernelArg
-from grader.children.protocol import launch_grid, write_result
+from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
 from grader.children.tma import boxes_of, operand_args
 from grader.run.inputs import make_inputs
 
@@ -36,15 +42,28 @@ def gemm_args(a: int, b: int, c: int, n: int) -> list[KernelArg]:
 def run(spec: dict[str, Any], result: Path) -> int:
     n, seed, stages = int(spec["n"]), int(spec["seed"]), spec["stages"]
     blocks = spec.get("blocks")
+    ids = [st["id"] for st in stages] or list(spec.get("ids") or [])
     try:
         cuda = Driver()
         cuda.start()
     except DriverError as exc:  # no driver, no device: no stage can be launched
-        write_result(result, {"failures": {st["id"]: f"the CUDA driver did not start: {exc}" for st in stages}})
+        write_result(result, {"failures": {sid: f"the CUDA driver did not start: {exc}" for sid in ids}})
         return 0
     failures: dict[str, str] = {}
     inputs: dict[str, tuple[int, int]] = {}  # inputs kind -> device A, B
     lost = ""  # why the context is unusable, once it is
+    if gate := spec.get("gate"):
+        try:
+            for kind in spec.get("inputs") or []:
+                inputs[kind] = _upload_inputs(cuda, n, seed, kind)
+        except DriverError as exc:
+            write_result(result, {"failures": {sid: f"the inputs could not be uploaded: {exc}" for sid in ids}})
+            return 0
+        try:
+            stages = wait_at_gate(result, str(gate)).get("stages") or []
+        except GateClosed as why:
+            write_result(result, {"failures": {}, "stopped": str(why)})
+            return 0
     for st in stages:
         if lost:
             failures[st["id"]] = f"not launched: {lost}"

@@ -7,8 +7,9 @@ each other (on an H200, 15 children took 5.7 s to reach their first gate, while 
 each context and allocation waits for the driver). So the stage children, the checker and the
 profiler under ncu are started here, right after the probe, and do all of it while nvcc compiles
 (CPU work); the compiled kernel reaches each stage child at its correctness turn (the gate's go
-hands it over), and the profiler's kernels at its own gate. A stage that did not compile has its
-child stopped at its gate.
+hands it over), and the profiler's kernels at its own gate. racecheck's children start with them and
+get their kernels as each stage's compile ends (grader/run/racecheck.py). A stage that did not
+compile has its children stopped at their gates.
 
 With a GPU lock (a batch or the service: another grading may be timing kernels on this GPU while
 this one compiles) nothing may touch the GPU before the lock is held, so the same children are
@@ -24,7 +25,7 @@ from grader.children.launch import ChildResult, launch
 from grader.grading import Job
 from grader.outputs import plots
 from grader.profile.collect import start_profile
-from grader.run import warm
+from grader.run import racecheck, warm
 from grader.run.fence import GIB, Fence
 from grader.run.inputs import rep_seed
 from grader.run.process import Control
@@ -37,7 +38,8 @@ __all__ = ["checker_expectations", "start_gpu_children", "stage_party_spec"]
 
 def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     """Start, on a new GPU schedule, a child for every stage about to be compiled (``only``: for these,
-    compiled already), the checker and the profiler; each does its untimed start-up and waits at its
+    compiled already), a racecheck child for each that may use shared memory, the checker and the
+    profiler; each does its untimed start-up and waits at its
     first gate. Nothing without a GPU, or when no stage is to be graded. Idempotent: a second call
     (run_stages, after an early one) does nothing."""
     if job.schedule is not None or not job.env.has_gpu:
@@ -56,6 +58,7 @@ def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     sched = job.schedule = Schedule(parallel_children(job.env.device))
     for st in stages:  # first: they are the ones every later turn waits for
         job.stage_runs[st.id] = sched.add(_stage_party(st, job))
+    racecheck.start_early(job, stages)  # their kernels are handed over as each stage compiles
     job.checker = sched.add(_checker_party(job, checker_expectations(job, stages)))
     work = job.work / "ncu"
     job.early_profile = start_profile(stages, rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.launch import launch
+from grader.children.launch import ChildResult, launch
 from grader.run.fence import Fence
 from grader.run.process import Control
 
@@ -79,6 +80,7 @@ class SanitizerRun:
     reason: str = ""  # why there is no verdict ("" when the run finished)
     proc: object = None
     launch_failed: bool = False  # the child's launch of the kernel failed (no finding explains it)
+    rerun: bool = False  # a gated run that could not be judged as it was: run it again ungated (run_gated)
 
 
 def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
@@ -99,24 +101,69 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
     return result
 
 
+def run_gated(tool: str, sanitizer, stage: dict, n: int, work: Path, timeout_s: float, *,
+              handed: Callable[[], dict | None], fence: Fence | None = None, control: Control | None = None,
+              blocks: tuple[int, int] | None = None) -> SanitizerRun:
+    """:func:`run_tool` for a child started before its stage has compiled (grader/run/racecheck.py):
+    ``stage`` is what is known then (``id``, ``kernel``, ``inputs``); the child starts the driver
+    under the tool and uploads its inputs, then waits at its gate, named after the tool, whose go
+    hands over the compiled stage (``handed()`` returns that spec once the gate has opened). A run
+    that cannot be judged as it is (an older compute-sanitizer refusing ``--kernel-name``: it never
+    reached the gate) comes back with ``rerun``; the caller runs it again with :func:`run_tool`."""
+    result = SanitizerRun(tool, stage["id"])
+    if sanitizer is None or getattr(sanitizer, "path", None) is None:
+        result.reason = "not checked: compute-sanitizer not found"
+        return result
+    spec = {"n": n, "seed": SEED, "stages": [], "gate": tool, "ids": [stage["id"]], "inputs": [stage["inputs"]],
+            "blocks": list(blocks) if blocks else None}
+    child = launch("sanitize", spec, work, timeout_s, OUTPUT_LIMIT, wrap=[*_wrap(tool, sanitizer),
+                   *_only(stage["kernel"])], name=tool, fence=fence, control=control)
+    text = child.proc.stdout + "\n" + child.proc.stderr
+    if (child.result or {}).get("stopped"):
+        result.reason, result.proc = "not checked: stopped before the launch", child.proc
+        return result
+    if _option_refused(text):
+        result.reason, result.rerun = "not checked: this compute-sanitizer has no --kernel-name", True
+        return result
+    result = _judge(tool, stage["id"], child, text, work, timeout_s)
+    spec_now = handed()
+    if blocks and result.launch_failed and spec_now and not (control is not None and control.cancel.is_set()):
+        result = _run_once(tool, sanitizer, spec_now, n, work, timeout_s, fence, control, None)
+    return result
+
+
+SEED = 7  # the inputs' seed: a race does not depend on the values, a bad access rarely does
+OUTPUT_LIMIT = 200_000  # bytes of the tool's report kept (20 findings print far less)
+
+
+def _wrap(tool: str, sanitizer) -> list[str]:
+    return [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
+
+
+def _only(kernel: str) -> list[str]:
+    """Only the student's kernel is instrumented: the child launches no other, but the driver may."""
+    return ["--kernel-name", f"kns={kernel}"]
+
+
 def _run_once(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float,
               fence: Fence | None, control: Control | None, blocks: tuple[int, int] | None) -> SanitizerRun:
-    result = SanitizerRun(tool, stage_spec["id"])
-    wrap = [sanitizer.path, "--tool", tool, "--error-exitcode", str(ERROR_EXIT), "--print-limit", "20"]
-    # Only the student's kernel is instrumented: the child launches no other, but the driver may.
-    only = ["--kernel-name", f"kns={stage_spec['kernel']}"]
-    for attempt in (only, []):
-        spec = {"n": n, "seed": 7, "stages": [stage_spec], "blocks": list(blocks) if blocks else None}
-        child = launch("sanitize", spec, work, timeout_s, 200_000,
-                       wrap=[*wrap, *attempt], name=tool, fence=fence, control=control)
-        proc = child.proc
-        text = proc.stdout + "\n" + proc.stderr
+    for attempt in (_only(stage_spec["kernel"]), []):
+        spec = {"n": n, "seed": SEED, "stages": [stage_spec], "blocks": list(blocks) if blocks else None}
+        child = launch("sanitize", spec, work, timeout_s, OUTPUT_LIMIT,
+                       wrap=[*_wrap(tool, sanitizer), *attempt], name=tool, fence=fence, control=control)
+        text = child.proc.stdout + "\n" + child.proc.stderr
         if not (attempt and _option_refused(text)):
             break  # an older compute-sanitizer without --kernel-name: run again without it
-    result.proc = proc
+    return _judge(tool, stage_spec["id"], child, text, work, timeout_s)
+
+
+def _judge(tool: str, stage_id: str, child: ChildResult, text: str, work: Path, timeout_s: float) -> SanitizerRun:
+    """What one sanitizer child's run says: its findings, or why it says nothing."""
+    result = SanitizerRun(tool, stage_id)
+    proc = result.proc = child.proc
     (work / f"{tool}.txt").write_text(text)
     result.findings = parse_sanitizer(text)
-    failed = ((child.result or {}).get("failures") or {}).get(stage_spec["id"])
+    failed = ((child.result or {}).get("failures") or {}).get(stage_id)
     if proc.timed_out:
         result.reason = f"not checked: {tool} did not finish within {timeout_s:g} s"
     elif "Device not supported" in text or (proc.returncode not in (0, ERROR_EXIT) and not result.findings):

@@ -15,11 +15,9 @@ from grader.build import toolchain
 from grader.children.launch import ChildResult, launch
 from grader.grading import Job, StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
-from grader.profile.collect import stage_spec
+from grader.run import racecheck
 from grader.run.early import start_gpu_children
-from grader.run.fence import GIB, Fence
-from grader.run.process import Control
-from grader.run.sanitize import SanitizerRun, race_message, run_many, run_tool
+from grader.run.sanitize import race_message
 from grader.run.timing import summarize
 from grader.run.turns import STARTUP_LIMIT_S, Party, State
 from grader.spec.limits import StageLimit, stage_limit
@@ -86,8 +84,9 @@ def run_stages(job: Job) -> Job:
     """Run every compiled stage's kernel in its child. The children were started before the compiles
     (grader/run/early.py; with a GPU lock, now); each stage's correctness runs take a turn shared with
     tools but no other stage's kernel, the compiled kernel handed over at its start, each timed
-    benchmark a turn with the GPU alone (grader/run/turns.py). Racecheck starts now, beside them; so
-    does the occupancy measurement child, whose timed sweeps take the next turn alone after every stage
+    benchmark a turn with the GPU alone (grader/run/turns.py). racecheck's children were handed their
+    kernels as each stage compiled (grader/run/racecheck.py; with a GPU lock, now). The occupancy
+    measurement child starts now, whose timed sweeps take the next turn alone after every stage
     run has ended, and the student's occupancy program runs once the timed turns are over
     (grader/occupancy/early.py). The checker and the profiler wait for their steps."""
     if not job.env.has_gpu:
@@ -103,7 +102,9 @@ def run_stages(job: Job) -> Job:
             sched.stop(party)  # did not compile: nothing to run
     if not compiled:
         return job
-    _start_racecheck(job, compiled)
+    for o in compiled:  # with a GPU lock its racecheck child has just started: hand it the kernel
+        racecheck.on_compiled(job, o)
+    racecheck.start_missing(job, compiled)
     runs = {}
     for o in compiled:
         o.run_limit = stage_limit(o.stage, rubric)
@@ -247,94 +248,18 @@ def check_results(job: Job) -> Job:
     return job
 
 
-def _uses_shared_memory(o: StageOutcome) -> bool:
-    c = o.compile
-    assert c is not None and c.kernel is not None and c.launch is not None  # a verdict means it compiled
-    return bool(c.kernel.shared_bytes or c.launch.smem)
-
-
-def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
-    """The fence of a tool (compute-sanitizer, ncu) launching student kernels: the GPU, its own
-    folder, the kernels' cubins read-only; the tools themselves take gigabytes of host memory."""
-    cubins = tuple(dict.fromkeys(Path(o.compile.cubin).parent for o in outcomes if o.compile and o.compile.cubin))
-    return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB)
-
-
 def _racechecked(job: Job) -> list[StageOutcome]:
     """The stages racecheck looks at: shared memory, and a verdict in RACECHECKED."""
-    return [o for o in job.outcomes.values() if o.verdict in RACECHECKED and _uses_shared_memory(o)]
-
-
-def _start_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
-    """Start racecheck on every compiled shared-memory stage now, beside the stage runs: it is a
-    correctness tool (nothing timed), so it shares the GPU with their untimed parts, and the timed
-    parts wait for it (grader/run/turns.py). A stage whose run hangs or floods its output has its
-    racecheck stopped (run_stages: on_change); :func:`sanitize` reads the others'."""
-    job.early_racecheck = {}
-    san = job.rubric.sanitizer
-    if not san.racecheck or job.schedule is None:
-        return
-    tool = toolchain.find_compute_sanitizer()
-    for o in compiled:
-        if _uses_shared_memory(o):
-            job.early_racecheck[o.stage.id] = job.schedule.add(_sanitizer_party(job, "racecheck", o, tool),
-                                                               start=False)
-
-
-def _blocks(san, tool_name: str) -> tuple[int, int] | None:
-    """racecheck watches a corner of the grid (Sanitizer.racecheck_blocks); memcheck all of it: a bad
-    access can be in any block, the edge blocks first."""
-    return san.racecheck_blocks if tool_name == "racecheck" else None
-
-
-def _sanitizer_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
-    san, work = job.rubric.sanitizer, job.work / tool_name
-    start = run_tool  # bound now: the run may start later, from the schedule's thread
-
-    def run(control: Control) -> SanitizerRun:
-        return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
-                     fence=tool_fence(work, [o]), control=control, blocks=_blocks(san, tool_name))
-
-    return Party(f"{tool_name}:{o.stage.id}", (), None, run)
-
-
-def _sanitizer_runs(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict, float]:
-    san, work = job.rubric.sanitizer, job.work / tool_name
-    t0 = time.monotonic()
-    runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
-                    fence=tool_fence(work, outcomes), blocks=_blocks(san, tool_name))
-    return runs, time.monotonic() - t0
-
-
-def _collect_racecheck(job: Job, shared: list[StageOutcome], tool) -> tuple[dict, float | None]:
-    """racecheck's runs of ``shared``: those started with the stage runs, the rest run now. The
-    early runs of other stages (a run that hung: no verdict racecheck explains) are stopped."""
-    early: dict[str, Party] = job.early_racecheck or {}
-    wanted = {o.stage.id for o in shared}
-    sched = job.schedule
-    unwanted = [party for sid, party in early.items() if sid not in wanted]
-    if sched is not None:
-        for party in unwanted:
-            sched.stop(party)
-        for party in unwanted:  # gone before any later step times something
-            sched.wait(party)
-    late = [o for o in shared if o.stage.id not in early]
-    runs, seconds = _sanitizer_runs(job, "racecheck", late, tool) if late else ({}, None)
-    for o in shared:
-        if o.stage.id in early and sched is not None:
-            r = runs[o.stage.id] = sched.wait(early[o.stage.id])
-            wall = getattr(r.proc, "wall_s", None)
-            if wall is not None:
-                seconds = max(seconds or 0.0, wall)
-    return runs, seconds
+    return [o for o in job.outcomes.values() if o.verdict in RACECHECKED and racecheck.uses_shared_memory(o)]
 
 
 def sanitize(job: Job) -> Job:
     """racecheck on shared-memory stages (a hazard fails them); memcheck on failed ones.
 
     They are correctness tools, not timings, so all their runs go at once: one child per stage and
-    tool, side by side. racecheck was started with the stage runs (:func:`_start_racecheck`); here its
-    answers are read, and memcheck runs on the failed stages meanwhile. memcheck's stages are chosen
+    tool, side by side. racecheck's children were started before the compiles or beside the stage runs
+    (grader/run/racecheck.py); here their answers are read, and memcheck runs on the failed stages
+    meanwhile. memcheck's stages are chosen
     before racecheck answers: racecheck can only turn a verdict into RACE, so its answer can only take
     stages off memcheck's list, never add one; a stage it finds racy keeps the race as its explanation
     and its memcheck run goes unused."""
@@ -350,8 +275,8 @@ def sanitize(job: Job) -> Job:
     if failing:
         job.progress("looking for the first bad memory access (compute-sanitizer memcheck)")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcheck") as pool:
-        checking = pool.submit(_sanitizer_runs, job, "memcheck", failing, tool) if failing else None
-        races, race_s = _collect_racecheck(job, shared, tool)
+        checking = pool.submit(racecheck.run_now, job, "memcheck", failing, tool) if failing else None
+        races, race_s = racecheck.collect(job, shared, tool)
         memchecks, mem_s = checking.result() if checking else ({}, None)
     for name, seconds in (("racecheck", race_s), ("memcheck", mem_s)):
         if seconds is not None:

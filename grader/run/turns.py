@@ -15,6 +15,9 @@ time limit (grader/run/process.py: ``Control``). :meth:`Schedule.take_turns` ope
   kernel that hangs or floods its output holds the correctness turn until its own limit stops it,
   and no other stage's verdict depends on it (run side by side, a hanging kernel time-sliced with a
   printf flood kept the flood from ever finishing on an H200).
+* a *tool* gate (a racecheck child's ``racecheck``, opened by the compile step with the kernel,
+  grader/run/racecheck.py): after it the child does untimed work, as before its first gate; the
+  shared turns go on beside it, and the exclusive ones wait for it to end.
 * an *exclusive* gate (a stage's ``bench``, the occupancy child's ``sweeps``): only when no child of
   this grading is working or has a turn, so the GPU runs nothing but the kernels being timed; one at a
   time, in the order of the list handed to :meth:`Schedule.take_turns` (the rubric's), and never before
@@ -142,9 +145,11 @@ class Schedule:
     the pool's threads only run the children, at most ``max_children`` at once (a party counts as live
     until its run has returned)."""
 
-    def __init__(self, max_children: int, shared_gates: tuple[str, ...] = ("correctness",)):
+    def __init__(self, max_children: int, shared_gates: tuple[str, ...] = ("correctness",),
+                 tool_gates: tuple[str, ...] = ("racecheck",)):
         self.max_children = max(1, max_children)
         self.shared_gates = shared_gates
+        self.tool_gates = tool_gates
         self.parties: list[Party] = []
         self._pool = ThreadPoolExecutor(max_workers=self.max_children, thread_name_prefix="gpu-child")
 
@@ -267,7 +272,7 @@ class Schedule:
 
     def _next_turn(self, order: list[Party]) -> tuple[Party, bool] | None:
         """The party whose gate may open now, and whether that gate is exclusive; None: none yet."""
-        turns = [p.gate for p in self.parties if p.state is State.TURN]
+        turns = [p.gate for p in self.parties if p.state is State.TURN and p.gate not in self.tool_gates]
         ready = [p for p in order if p.state is State.WAITING and all(q.state is State.DONE for q in p.after)]
         if not any(g not in self.shared_gates for g in turns):  # nothing measuring now
             if not any(g in self.shared_gates for g in turns):  # one shared turn at a time

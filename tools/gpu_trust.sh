@@ -84,9 +84,9 @@ step_hostile() {
 }
 step_gputests() {
   log "all gpu tests"
-  timeout ${PYTEST_TIMEOUT:-500} $PY -m pytest -q -m gpu -p no:cacheprovider --basetemp="$W/pt2" tests 2>&1 \
+  timeout ${PYTEST_TIMEOUT:-500} $PY -m pytest -q -m gpu -p no:cacheprovider --durations=15 --basetemp="$W/pt2" tests 2>&1 \
     | tee "$W/logs/gputests.txt" | tail -25
-  tail -3 "$W/logs/gputests.txt" >> "$OUT/trust.txt"
+  grep -E "^[0-9.]+s (call|setup)|passed|failed" "$W/logs/gputests.txt" | tail -20 >> "$OUT/trust.txt"
 }
 step_facts() {
   log "tool facts: ncu's chips and metric lists, CuPy start-up"
@@ -154,6 +154,64 @@ step_racecheck() {
   log "racecheck probe"
   OUT=$OUT timeout 600 $PY tools/racecheck_probe.py > "$W/logs/racecheck_probe.txt" 2>&1
   tail -5 "$W/logs/racecheck_probe.txt" >> "$OUT/trust.txt"
+}
+# contention (issue 15's batch): what slows a grading on GPU 0 while the host's other GPU works. One
+# grading of solutions/ on GPU 0 alone, then beside each load on GPU 1 (or the CPUs): a second grading,
+# a matmul loop (the GPU alone), busy CPUs, CUDA processes starting one after another (the driver), and
+# ncu profiling a small program in a loop. Phases: $OUT/phases-contention.md.
+_load() {  # _load KIND SECONDS: a background load, on GPU 1 where it uses one
+  local kind=$1 secs=$2 end=$(( $(date +%s) + $2 ))
+  case $kind in
+    grade) CUDA_VISIBLE_DEVICES=1 timeout 120 $PY grader/run_local.py solutions --out "$W/cload-$RANDOM" --quiet \
+             > /dev/null 2>&1 ;;
+    matmul) CUDA_VISIBLE_DEVICES=1 timeout $((secs + 5)) $PY -c "
+import time, cupy as cp
+a = cp.random.rand(8192, 8192, dtype=cp.float32); t = time.time()
+while time.time() - t < $secs: a @ a; cp.cuda.Device().synchronize()" ;;
+    cpu) for i in $(seq 1 12); do timeout "$secs" $PY -c 'while 1: pass' & done; wait ;;
+    contexts) for i in 1 2 3 4; do
+        ( while [ "$(date +%s)" -lt "$end" ]; do CUDA_VISIBLE_DEVICES=1 $PY -c '
+import cupy as cp; x = cp.zeros(1 << 26, dtype=cp.float32); x.sum().item()' > /dev/null 2>&1; done ) & done; wait ;;
+    ncu) while [ "$(date +%s)" -lt "$end" ]; do CUDA_VISIBLE_DEVICES=1 timeout 60 ncu --clock-control none \
+           --metrics sm__cycles_elapsed.avg,dram__bytes_read.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum \
+           $PY -c 'import cupy as cp; a = cp.ones((2048, 2048), cp.float32); [a @ a for _ in range(7)]
+cp.cuda.Device().synchronize()' > /dev/null 2>&1; done ;;
+  esac
+}
+step_contention() {
+  log "contention: a grading on GPU 0, alone and beside loads on GPU 1 / the CPUs"
+  export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
+  local files=() kind k
+  set -m  # each load in a process group of its own, ended whole after its grading
+  CUDA_VISIBLE_DEVICES=0 grade_once c-warm solutions
+  for k in 1 2; do CUDA_VISIBLE_DEVICES=0 grade_once "c-alone$k" solutions; files+=("$W/c-alone$k/grading.json"); done
+  for kind in ${CONTENTION_LOADS:-grade matmul cpu contexts ncu}; do
+    _load "$kind" 40 & local pid=$!
+    sleep 3
+    CUDA_VISIBLE_DEVICES=0 grade_once "c-$kind" solutions
+    files+=("$W/c-$kind/grading.json")
+    kill -- -$pid 2>/dev/null; wait $pid 2>/dev/null
+  done
+  set +m
+  $PY tools/phase_times.py "${files[@]}" > "$OUT/phases-contention.md"
+  grep -v '&nbsp;' "$OUT/phases-contention.md" | tee -a "$OUT/trust.txt"
+}
+# race: the missing-barrier case graded alone; its racecheck verdict and every racecheck message of the
+# solutions' gradings (each shared-memory stage: "racecheck: no shared-memory hazard").
+step_race() {
+  log "race: tests/submissions/race_missing_sync, and racecheck's words in the solutions' gradings"
+  GRADE_ARGS="--stages tiled" grade_once race tests/submissions/race_missing_sync
+  $PY - "$W" <<'PY' | tee -a "$OUT/trust.txt"
+import json, sys
+from pathlib import Path
+for res in [Path(sys.argv[1]) / n / "results.json" for n in ("c-alone1", "speed2", "race")]:
+    if not res.exists():
+        continue
+    for t in json.loads(res.read_text())["tests"]:
+        if t["number"].endswith(".correct"):
+            words = [p for p in t.get("output", "").replace("\n", "; ").split("; ") if "race" in p.lower()]
+            print(f"{res.parent.name:14} {t['number']:12} {t.get('status', '')}: {' | '.join(words)[:160]}")
+PY
 }
 for s in "$@"; do "step_$s"; done
 log bundle

@@ -32,7 +32,7 @@ from grader.spec.types import Stage
 GATE = "racecheck"  # a tool gate of the schedule (grader/run/turns.py): untimed work after it
 SOURCE_READ_BYTES = 1 << 20  # how much of a stage's file the guess reads (intake caps files anyway)
 
-__all__ = ["collect", "may_use_shared_memory", "on_compiled", "start_early", "start_missing", "tool_fence",
+__all__ = ["collect", "may_use_shared_memory", "on_compiled", "run_now", "start_early", "start_missing", "tool_fence",
            "uses_shared_memory"]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.children.protocol import GateClosed, wait_at_gate, write_result
-from grader.run.inputs import make_inputs_xp, product_operands, rep_seed
+from grader.run.inputs import integrity_vector, make_inputs_xp, product_operands, rep_seed
 from grader.run.numerics import compare
 
 
@@ -73,8 +73,7 @@ class Products:
         """v, as the stage child draws it (grader/children/stage.py), in float64."""
         key = (n, integrity_seed)
         if key not in self.vectors:
-            v = np.random.default_rng(integrity_seed).random(n, dtype=np.float32) * 2 - 1
-            self.vectors[key] = self.xp.asarray(v.astype(np.float64))
+            self.vectors[key] = self.xp.asarray(integrity_vector(n, integrity_seed).astype(np.float64))
         return self.vectors[key]
 
     def fingerprint(self, n: int, inputs: str, integrity_seed: int, rep: int) -> np.ndarray:

@@ -38,7 +38,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 import numpy as np  # noqa: E402
 
 from grader.children.protocol import GateClosed, launch_grid, release_turn, wait_at_gate, write_result  # noqa: E402
-from grader.run.inputs import make_inputs_xp, rep_seed  # noqa: E402
+from grader.run.inputs import integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
@@ -162,7 +162,7 @@ class Runner:
         flush.fill(1)
         # The integrity vector: C @ v of every timed output goes to the checker (see bench()).
         iseed = _integrity_seed(bs)
-        v = cp.asarray(np.random.default_rng(iseed).random(n, dtype=np.float32) * 2 - 1)
+        v = cp.asarray(integrity_vector(n, iseed))
         cp.asnumpy(c_ref @ v)  # cuBLAS's matrix-vector kernel loaded
         return {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush, "v": v, "iseed": iseed}
 

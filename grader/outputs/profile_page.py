@@ -60,8 +60,12 @@ def ladder_inputs_of(outcomes: dict[str, StageOutcome], p: Peaks) -> tuple[list[
         if t:
             base.setdefault(o.stage.baseline, []).append(t.baseline_tflops)
     baselines = [{"label": (BASELINES[k].label if k in BASELINES else k), "tflops": statistics.median(v)} for k, v in base.items()]
-    peaks = {label: v for label, v in (("FP32 CUDA cores", p.fp32), ("FP16 Tensor Cores", p.fp16_tensor)) if v}
-    return rows, baselines, peaks
+    return rows, baselines, peak_lines(p)
+
+
+def peak_lines(p: Peaks) -> dict[str, float]:
+    """The peak ceilings drawn on the ladder and the roofline, by label (the ones known)."""
+    return {label: v for label, v in (("FP32 CUDA cores", p.fp32), ("FP16 Tensor Cores", p.fp16_tensor)) if v}
 
 
 def hbm_bandwidth(device: dict | None) -> dict[str, float]:
@@ -84,7 +88,7 @@ def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, f
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = ProfileReport()
-    _rows, _baselines, peaks = ladder_inputs(grading)
+    peaks = peak_lines(grading.env.peaks)
     ladder = ladder_plot(grading.outcomes, grading.env.peaks, out_dir)
     if ladder is not None:
         rep.images["ladder"], why = ladder_png(*ladder)

@@ -18,7 +18,6 @@ started by run_stages, after the lock, as before (:func:`start_gpu_children` say
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 
 from grader.build import toolchain
 from grader.children.launch import ChildResult, launch
@@ -26,7 +25,7 @@ from grader.grading import Job
 from grader.outputs import plots
 from grader.profile.collect import start_profile
 from grader.run import racecheck, warm
-from grader.run.fence import GIB, Fence
+from grader.run.fence import Fence
 from grader.run.inputs import rep_seed
 from grader.run.process import Control
 from grader.run.turns import Party, Schedule, parallel_children
@@ -63,7 +62,7 @@ def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     work = job.work / "ncu"
     job.early_profile = start_profile(stages, rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
                                       device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
-                                      fence=stage_folders_fence(work, job, stages))
+                                      fence=racecheck.stage_folders_fence(work, job, stages))
 
 
 def stage_party_spec(job: Job, st: Stage) -> dict:
@@ -96,16 +95,6 @@ def _stage_party(st: Stage, job: Job) -> Party:
                      fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
 
     return Party(st.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
-
-
-def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
-    """The fence of the profiler started before the compiles: the GPU, its own folder, and each
-    stage's folder read-only (its cubin is compiled into it later; the folder itself stays)."""
-    folders = []
-    for st in stages:
-        (job.work / st.id).mkdir(parents=True, exist_ok=True)
-        folders.append(job.work / st.id)
-    return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB)
 
 
 def checker_expectations(job: Job, stages: list[Stage]) -> dict:

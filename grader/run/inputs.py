@@ -73,3 +73,9 @@ def make_inputs(n: int, seed: int, inputs: str) -> tuple[np.ndarray, np.ndarray]
 def rep_seed(integrity_seed: int, rep: int) -> int:
     """Seed of the inputs of timed launch ``rep`` (0-based; warm-up launches use negative reps)."""
     return (integrity_seed * 1009 + rep * 7919 + 104729) & 0x7FFFFFFF
+
+
+def integrity_vector(n: int, integrity_seed: int) -> np.ndarray:
+    """v of the timed launches' fingerprints C_r @ v (float32, uniform in [-1, 1), on the host): the
+    stage child multiplies each timed output by it, the checker A_r (B_r v) by the same v."""
+    return np.random.default_rng(integrity_seed).random(n, dtype=np.float32) * 2 - 1

@@ -19,10 +19,12 @@ or compiled without shared memory, is stopped at its gate.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from grader.build import toolchain
 from grader.grading import Job, StageOutcome
+from grader.profile.collect import stage_spec
 from grader.run.fence import GIB, Fence
 from grader.run.process import Control
 from grader.run.sanitize import SanitizerRun, run_gated, run_many, run_tool
@@ -32,8 +34,8 @@ from grader.spec.types import Stage
 GATE = "racecheck"  # a tool gate of the schedule (grader/run/turns.py): untimed work after it
 SOURCE_READ_BYTES = 1 << 20  # how much of a stage's file the guess reads (intake caps files anyway)
 
-__all__ = ["collect", "may_use_shared_memory", "on_compiled", "run_now", "start_early", "start_missing", "tool_fence",
-           "uses_shared_memory"]
+__all__ = ["collect", "may_use_shared_memory", "on_compiled", "run_now", "stage_folders_fence", "start_early",
+           "start_missing", "tool_fence", "uses_shared_memory"]
 
 
 def uses_shared_memory(o: StageOutcome) -> bool:
@@ -60,6 +62,17 @@ def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
     folder, the kernels' cubins read-only; the tools themselves take gigabytes of host memory."""
     cubins = tuple(dict.fromkeys(Path(o.compile.cubin).parent for o in outcomes if o.compile and o.compile.cubin))
     return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB)
+
+
+def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
+    """The fence of a tool child started before the compiles (the profiler, racecheck): the GPU, its
+    own folder, and each stage's folder read-only (its cubin is compiled into it later; the folder
+    itself stays)."""
+    folders = []
+    for st in stages:
+        (job.work / st.id).mkdir(parents=True, exist_ok=True)
+        folders.append(job.work / st.id)
+    return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB)
 
 
 def _blocks(job: Job, tool_name: str) -> tuple[int, int] | None:
@@ -89,9 +102,7 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
     san = job.rubric.sanitizer
     work = job.work / "racecheck" / st.id
     work.mkdir(parents=True, exist_ok=True)
-    (job.work / st.id).mkdir(parents=True, exist_ok=True)
-    # The stage's folder, where its cubin will be compiled, read-only (the profiler's early fence too).
-    fence = Fence(scratch=work, gpu=True, readonly=(job.work / st.id,), memory_bytes=16 * GIB)
+    fence = stage_folders_fence(work, job, [st])
     handed: dict[str, dict] = {}  # the party's payloads: GATE -> {"stages": [the compiled stage]}
     known = {"id": st.id, "kernel": st.kernel, "inputs": st.inputs}
     blocks, start = _blocks(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
@@ -111,8 +122,6 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
 def on_compiled(job: Job, o: StageOutcome) -> None:
     """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
     memory, else stop the child at its gate."""
-    from grader.profile.collect import stage_spec
-
     party, sched = job.early_racecheck.get(o.stage.id), job.schedule
     if party is None or sched is None:
         return
@@ -138,8 +147,6 @@ def start_missing(job: Job, compiled: list[StageOutcome]) -> None:
 
 
 def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
-    from grader.profile.collect import stage_spec
-
     san, work = job.rubric.sanitizer, job.work / tool_name
     start, blocks = run_tool, _blocks(job, tool_name)  # bound now: the run may start from the schedule's thread
 
@@ -152,10 +159,6 @@ def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
 
 def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict[str, SanitizerRun], float]:
     """``tool_name`` on ``outcomes``, one child each, side by side, now; and how long it took."""
-    import time
-
-    from grader.profile.collect import stage_spec
-
     san, work = job.rubric.sanitizer, job.work / tool_name
     t0 = time.monotonic()
     runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,

@@ -97,8 +97,9 @@ def run_stages(job: Job) -> Job:
     sched = job.schedule
     if sched is None:
         return job
+    compiled_ids = {o.stage.id for o in compiled}
     for sid, party in job.stage_runs.items():
-        if sid not in {o.stage.id for o in compiled}:
+        if sid not in compiled_ids:
             sched.stop(party)  # did not compile: nothing to run
     if not compiled:
         return job

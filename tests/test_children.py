@@ -105,7 +105,47 @@ def test_probe_on_the_stand_in_gpu_and_the_environment(tmp_path, monkeypatch):
     env = child_env(tmp_path / "cache")
     assert env["CUPY_TF32"] == "0" and env["PYTHONUNBUFFERED"] == "1"
     assert env["CUPY_CACHE_DIR"] == str(tmp_path / "cache")
+    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32")  # one queue per context, whatever the host says
+    assert child_env(tmp_path / "cache")["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert env["PYTHONPATH"].split(os.pathsep)[:2] == [str(ROOT), str(FAKE_CUPY)]
+
+
+def _numpy_cupy(events: list[str]):
+    """A ``cupy`` module over NumPy that records when the memory pool gives its cached blocks back."""
+    import types
+
+    fake = types.ModuleType("cupy")
+    for name in ("arange", "uint32", "uint16", "float32", "float16", "float64", "ascontiguousarray", "full"):
+        setattr(fake, name, getattr(np, name))
+
+    class Pool:
+        def free_all_blocks(self):
+            events.append("release")
+
+    def made(*_args, **_kwargs):
+        raise RuntimeError("no GPU here")
+
+    fake.get_default_memory_pool = lambda: Pool()
+    fake.RawModule = made
+    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(synchronize=lambda: None))
+    return fake
+
+
+def test_the_profile_child_gives_cached_blocks_back_once_its_inputs_are_made(tmp_path, monkeypatch):
+    # ncu saves every allocation a kernel could reach around each replay pass: the inputs'
+    # temporaries must be gone from CuPy's pool before the first launch (and after a late kind).
+    from grader.children import profile
+
+    events: list[str] = []
+    made = profile.make_inputs_xp
+    monkeypatch.setattr(profile, "make_inputs_xp", lambda xp, n, seed, kind: (events.append(kind), made(xp, n, seed, kind))[1])
+    monkeypatch.setitem(sys.modules, "cupy", _numpy_cupy(events))
+    spec = {"n": 8, "seed": 3, "inputs": ["fp32", "bf16"],
+            "stages": [{"id": "wmma", "inputs": "fp16", "cubin": "x.cubin", "kernel": "k", "launch": {}}]}
+    assert profile.run(spec, tmp_path / "result.json") == 0
+    assert events == ["fp32", "bf16", "release", "fp16", "release"]
+    got = json.loads((tmp_path / "result.json").read_text())
+    assert "no GPU here" in got["failures"]["wmma"]
 
 
 def test_a_child_that_dies_leaves_no_result_and_a_wrong_mode_is_refused(tmp_path):

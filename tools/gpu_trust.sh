@@ -213,6 +213,14 @@ for res in [Path(sys.argv[1]) / n / "results.json" for n in ("c-alone1", "speed2
             print(f"{res.parent.name:14} {t['number']:12} {t.get('status', '')}: {' | '.join(words)[:160]}")
 PY
 }
+# ncucost: one grading's ncu run again, as the grader runs it and with CuPy's freed blocks given back,
+# alone and beside CUDA processes starting on GPU 1 (tools/ncu_cost.py).
+step_ncucost() {
+  log "ncucost: what the ncu run costs, and what slows it"
+  export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
+  CUDA_VISIBLE_DEVICES=0 grade_once ncu-base solutions
+  $PY tools/ncu_cost.py "$W/ncu-base/work" "$OUT" --repeat "${NCU_REPEAT:-2}" ${NCU_PLAN:+--plan "$NCU_PLAN"} 2>&1 | tee -a "$OUT/trust.txt"
+}
 for s in "$@"; do "step_$s"; done
 log bundle
 # One grading's raw Nsight Compute table (every reference kernel), for tests/fixtures/ncu/.

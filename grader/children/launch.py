@@ -27,6 +27,12 @@ from grader.run.fence import shared_runtime
 from grader.run.process import Control
 
 MAX_RESULT_BYTES = 64 << 20  # a result is a few KB (a stage run's timings: a few hundred KB at most)
+# Every child launches on one stream, so one hardware queue per context is all it uses (the
+# default opens 8). Fewer queues make a context cheaper to create in the driver, which every GPU
+# of the host shares: on an H200 pair (docs/measurements/2026-11-30-h200-speed-run15-17.md) CUDA
+# processes starting on GPU 1 came 3.83/s instead of 2.93/s and slowed an ncu run on GPU 0 by
+# 3.0 s instead of 5.0 s.
+ONE_QUEUE = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
 @dataclass
@@ -42,8 +48,9 @@ class ChildResult:
 def child_env(cache_dir: Path, runtime: Path | None = None) -> dict[str, str]:
     """The environment of every child: imports the grader's runtime files (``runtime``, default
     the checkout) first, prints unbuffered, cuBLAS in true FP32 (no TF32), writes no bytecode
-    (the runtime folder is read-only in the sandbox) and keeps CuPy's kernel cache in
-    ``cache_dir`` (inside the grading's work folder, never a shared home)."""
+    (the runtime folder is read-only in the sandbox), keeps CuPy's kernel cache in
+    ``cache_dir`` (inside the grading's work folder, never a shared home) and opens one hardware
+    queue per CUDA context (:data:`ONE_QUEUE`)."""
     env = dict(os.environ)
     root = str(runtime or IMPORT_ROOT)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -51,6 +58,7 @@ def child_env(cache_dir: Path, runtime: Path | None = None) -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUPY_TF32"] = "0"
     env["CUPY_CACHE_DIR"] = str(cache_dir)
+    env.update(ONE_QUEUE)
     return env
 
 

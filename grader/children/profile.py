@@ -20,6 +20,14 @@ def _context_lost(exc: BaseException) -> bool:
     return "CUDA_ERROR" in str(exc) or "cudaError" in str(exc)
 
 
+def release_cached_blocks(cp: Any) -> None:
+    """Give CuPy's cached free blocks (the inputs' temporaries) back to the driver. ncu saves and
+    restores every allocation a kernel could reach around each of its replay passes: on an H200
+    this took what it saves from 2352 to 1232-1456 MiB per kernel and the seven kernels' run from
+    8.1 to 6.8 s, with the rubric's metrics unchanged (docs/measurements/2026-11-30-h200-speed-run15-17.md)."""
+    cp.get_default_memory_pool().free_all_blocks()
+
+
 def run(spec: dict, result: Path) -> int:
     """With ``"gate": true`` the child starts before the stages have compiled: its CUDA context and
     the inputs of every kind in the spec's ``inputs`` are made before the gate ``launch``, whose go
@@ -37,6 +45,7 @@ def run(spec: dict, result: Path) -> int:
 
     for kind in spec.get("inputs") or []:
         operands(kind)
+    release_cached_blocks(cp)
     stages = spec.get("stages") or []
     if spec.get("gate"):
         cp.cuda.Device().synchronize()
@@ -50,7 +59,9 @@ def run(spec: dict, result: Path) -> int:
     launchers: dict[str, Any] = {}  # the Hopper contract: tensor maps through the driver (children/tma.py)
     for st in stages:  # every module loaded before the first launch
         try:
-            operands(st["inputs"])
+            if st["inputs"] not in inputs:
+                operands(st["inputs"])
+                release_cached_blocks(cp)
             kernel = cp.RawModule(path=st["cubin"]).get_function(st["kernel"])
             if st["launch"]["smem"] > 48 * 1024:
                 kernel.max_dynamic_shared_size_bytes = st["launch"]["smem"]

@@ -153,3 +153,79 @@ def test_summary_says_where_the_time_went():
                     "every phase: grading.json)"]
     g.phases = []
     assert "Grading time:" not in summary_markdown(g)
+
+
+def test_a_turn_that_does_not_wait_takes_only_a_free_gpu(tmp_path):
+    from grader.pipeline import gpu_turn
+
+    lock, clock = tmp_path / "gpu0.lock", Clock()
+    with gpu_turn(lock, clock, True) as held:
+        assert held is True
+        other = Clock()
+        with gpu_turn(lock, other, True, wait=False) as second:  # held above: no wait, no phases
+            assert second is False
+        assert other.phases == []
+    with gpu_turn(lock, clock, True, wait=False) as again:  # free now
+        assert again is True
+    assert [p.name for p in clock.phases] == ["gpu_wait", "gpu_held", "gpu_wait", "gpu_held"]
+
+
+def _graded_under(lock: Path, tmp_path: Path, monkeypatch, *, held_by_other: bool) -> list[tuple[str, bool]]:
+    """grade() under ``lock`` with its steps replaced by recorders: (what ran, whether another
+    process could take the lock at that moment)."""
+    import fcntl
+
+    from grader import pipeline
+    from grader.grading import Environment
+    from grader.spec.peaks import Peaks
+    from grader.spec.rubric import load_rubric
+
+    seen: list[tuple[str, bool]] = []
+
+    def lock_free() -> bool:
+        with open(lock, "a+b") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return True
+
+    def recorder(name):
+        def step(job):
+            seen.append((name, lock_free()))
+            return job
+        step.__name__ = name
+        return step
+
+    monkeypatch.setattr(pipeline, "start_gpu_children", lambda job: seen.append(("children", lock_free())))
+    monkeypatch.setattr(pipeline, "CPU_STEPS", (recorder("compile_stages"),))
+    monkeypatch.setattr(pipeline, "GPU_STEPS", (recorder("run_stages"),))
+    monkeypatch.setattr(pipeline, "AFTER_GPU_STEPS", (recorder("score_stages"),))
+    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", None, None, ["-arch=sm_90a"],
+                      Peaks(None, None, "test"))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    holder = open(lock, "a+b")
+    try:
+        if held_by_other:
+            fcntl.flock(holder, fcntl.LOCK_EX)
+            import threading  # the other grading lets go while this one compiles
+
+            threading.Timer(0.3, lambda: fcntl.flock(holder, fcntl.LOCK_UN)).start()
+        pipeline.grade(sub, load_rubric(ROOT / "rubric.yaml"), tmp_path / "out", env=env, gpu_lock=lock)
+    finally:
+        holder.close()
+    return seen
+
+
+def test_a_grading_takes_a_free_gpu_before_compiling_and_starts_its_children_then(tmp_path, monkeypatch):
+    # Nobody holds the GPU (a batch's first grading, a gap): it runs as if alone, its children
+    # starting while the kernels compile, the lock held from before the compiles to the GPU steps' end.
+    seen = _graded_under(tmp_path / "gpu0.lock", tmp_path, monkeypatch, held_by_other=False)
+    assert seen == [("children", False), ("compile_stages", False), ("run_stages", False), ("score_stages", True)]
+
+
+def test_a_grading_compiles_while_another_holds_the_gpu_and_starts_no_early_children(tmp_path, monkeypatch):
+    seen = _graded_under(tmp_path / "gpu0.lock", tmp_path, monkeypatch, held_by_other=True)
+    assert seen == [("compile_stages", False), ("run_stages", False), ("score_stages", True)]

@@ -263,7 +263,6 @@ class Job:
     sass_dumps: Any = None  # the compiled stages' SASS, read in the background (build/sass.py: SassDumps)
     timeline: list[dict[str, Any]] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
-    gpu_held_early: bool = False  # it took the lock before compiling (nobody held it): runs as if alone
 
     @property
     def shares_gpu(self) -> bool:

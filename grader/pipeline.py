@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -69,12 +69,11 @@ def _occupancy_fence(job: Job) -> Fence:
 # With a GPU lock (a batch or the service) another grading may hold this GPU while this one compiles:
 # its children's start-up and tools are then what keeps that GPU waiting, so the compilers (which
 # have that grading's whole GPU turn to finish in) take the host's CPUs only when it leaves them idle.
-# A grading that took a free GPU before compiling waits for its own compiles: they keep their priority.
 COMPILE_NICE = 10
 
 
 def _compile_nice(job: Job) -> int:
-    return COMPILE_NICE if job.shares_gpu and not job.gpu_held_early else 0
+    return COMPILE_NICE if job.shares_gpu else 0
 
 
 def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, list[tuple[str, float]]]:
@@ -244,30 +243,24 @@ STEPS = CPU_STEPS + GPU_STEPS + AFTER_GPU_STEPS
 
 
 @contextmanager
-def gpu_turn(lock: Path | None, clock: Clock, needed: bool, *, wait: bool = True) -> Iterator[bool]:
+def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
     """Hold the GPU's lock file (an exclusive flock) for the steps that use the GPU.
 
     A batch or service worker grades the next submission's CPU steps while another grading holds
     the GPU, but never lets two gradings use one GPU at once (timings would disturb each other). The
     wait and the time held are phases ("gpu_wait", "gpu_held"), from which a batch reports each GPU's
-    busy share. No lock, or no GPU in this grading: nothing to wait for. Yields whether the lock is
-    held: ``wait=False`` takes it only if nobody holds it now, else yields False at once and records
-    nothing."""
+    busy share. No lock, or no GPU in this grading: nothing to wait for."""
     if lock is None or not needed:
-        yield True
+        yield
         return
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+b") as fh:
         t0 = time.monotonic()
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))  # released by the kernel if this process dies
-        except BlockingIOError:
-            yield False
-            return
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
         clock.add("gpu_wait", time.monotonic() - t0, detail=False)
         t1 = time.monotonic()
         try:
-            yield True
+            yield
         finally:
             clock.add("gpu_held", time.monotonic() - t1)
             fcntl.flock(fh, fcntl.LOCK_UN)
@@ -296,20 +289,13 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
               notes=list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
     try:
-        with ExitStack() as turn:
-            # A GPU nobody holds is taken at once (a batch's or the service's first grading, a gap
-            # between gradings): the grading then runs as if alone, its children starting while the
-            # kernels compile. A held GPU is waited for after the compiles, which overlap its holder.
-            job.gpu_held_early = job.shares_gpu and env.has_gpu and turn.enter_context(
-                gpu_turn(gpu_lock, clock, True, wait=False))
-            if env.has_gpu and (not job.shares_gpu or job.gpu_held_early):
-                with clock.step("start_gpu_children"):
-                    start_gpu_children(job)
-            for step in CPU_STEPS:
-                with clock.step(step.__name__):
-                    job = step(job)
-            if not job.gpu_held_early:
-                turn.enter_context(gpu_turn(gpu_lock, clock, env.has_gpu))
+        if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
+            with clock.step("start_gpu_children"):
+                start_gpu_children(job)
+        for step in CPU_STEPS:
+            with clock.step(step.__name__):
+                job = step(job)
+        with gpu_turn(gpu_lock, clock, env.has_gpu):
             for step in GPU_STEPS:
                 with clock.step(step.__name__):
                     job = step(job)

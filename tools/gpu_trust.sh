@@ -213,8 +213,8 @@ for res in [Path(sys.argv[1]) / n / "results.json" for n in ("c-alone1", "speed2
             print(f"{res.parent.name:14} {t['number']:12} {t.get('status', '')}: {' | '.join(words)[:160]}")
 PY
 }
-# ncucost: one grading's ncu run again, as the grader runs it and with CuPy's freed blocks given back,
-# alone and beside CUDA processes starting on GPU 1 (tools/ncu_cost.py).
+# ncucost: one grading's ncu run again, as the grader runs it and in variants (tools/ncu_cost.py),
+# alone and beside CUDA processes starting on GPU 1 (NCU_PLAN="LOAD:VARIANT,...;...", NCU_REPEAT).
 step_ncucost() {
   log "ncucost: what the ncu run costs, and what slows it"
   export GRADER_CUPY_CACHE="$W/cupy-machine-cache"

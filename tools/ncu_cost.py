@@ -6,15 +6,20 @@ WORK is a kept grading's work folder (``grader/run_local.py solutions --keep-wor
 ``ncu/profile_spec.json`` and the kernels handed over at the profile child's gate. Each variant
 runs ncu over the same kernels, the way the grader does (its metrics, its command), outside the
 sandbox, and the table says its wall time, ncu's replay passes and the bytes ncu saved and restored
-around each kernel, alone and beside a load on GPU 1 (``contexts``: four loops of CUDA processes
-starting there, as tools/gpu_trust.sh's contention step). Variants:
+around each kernel, alone and beside a load on GPU 1 (LOADS: loops of CUDA processes starting
+there, as tools/gpu_trust.sh's contention step; ``light`` with the driver's 8 hardware queues per
+context, ``light1`` with the one queue the grader's children open). Variants (VARIANTS):
 
-- ``asis``: the profile child as the grader runs it;
-- ``lean``: the same child, with CuPy's pool of freed blocks given back to the driver after the
-  inputs are made (what the kernels can reach, and so what ncu saves, shrinks to the live arrays).
+- ``asis``: the profile child as the grader runs it (one queue, CuPy's cached blocks given back
+  before the first launch: grader/children/profile.py);
+- ``kept``: the cached blocks kept (the grader before 5df5fbe), so ncu saves the inputs'
+  temporaries too; ``eight``: 8 hardware queues; ``rubric``, ``nostall``, ``one``: fewer metrics
+  (replay passes); ``nocache``: ``--cache-control none``.
 
-The metrics the rubric reads must come out the same in both: the script prints the largest
-relative difference per metric between the variants' first runs. Writes OUT/ncu_cost.json.
+One unrecorded run comes first, then the variants take turns. The script prints the largest
+relative difference per metric between each variant's first run and asis's. Writes
+OUT/ncu_cost.json. Runs 15-17 (docs/measurements/2026-11-30-h200-speed-run15-20.md) ran an earlier
+version, where asis kept the blocks and ``lean`` gave them back.
 """
 from __future__ import annotations
 
@@ -38,15 +43,8 @@ def child(variant: str, spec_path: str, result_path: str) -> int:
     from grader.children import profile
     from grader.children.protocol import read_spec
 
-    if variant == "lean":
-        made = profile.make_inputs_xp
-
-        def make_and_release(xp, n, seed, kind):
-            out = made(xp, n, seed, kind)
-            cp.get_default_memory_pool().free_all_blocks()
-            return out
-
-        profile.make_inputs_xp = make_and_release
+    if variant == "kept":
+        profile.release_cached_blocks = lambda _cp: None
     free, total = cp.cuda.runtime.memGetInfo()
     print(f"ncu_cost child {variant}: device memory used before the inputs {(total - free) / 2**20:.0f} MiB",
           file=sys.stderr)
@@ -78,12 +76,12 @@ def load(kind: str) -> subprocess.Popen | None:
 # variant: (the child's variant, ncu's extra options, which metrics: all, rubric, nostall, one; extra env)
 VARIANTS: dict[str, tuple[str, list[str], str, dict[str, str]]] = {
     "asis": ("asis", [], "all", {}),
-    "lean": ("lean", [], "all", {}),
-    "lean1": ("lean", [], "all", {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
-    "lean-nocache": ("lean", ["--cache-control", "none"], "all", {}),
-    "lean-rubric": ("lean", [], "rubric", {}),
-    "lean-nostall": ("lean", [], "nostall", {}),
-    "lean-one": ("lean", [], "one", {}),
+    "kept": ("kept", [], "all", {}),
+    "eight": ("asis", [], "all", {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}),
+    "nocache": ("asis", ["--cache-control", "none"], "all", {}),
+    "rubric": ("asis", [], "rubric", {}),
+    "nostall": ("asis", [], "nostall", {}),
+    "one": ("asis", [], "one", {}),
 }
 
 
@@ -112,7 +110,7 @@ def main() -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--loads", default="none,contexts")
-    ap.add_argument("--variants", default="asis,lean")
+    ap.add_argument("--variants", default="asis,kept")
     ap.add_argument("--plan", default="", help="LOAD:VARIANT,VARIANT;LOAD:... (instead of --loads, --variants)")
     args = ap.parse_args()
 
@@ -137,23 +135,31 @@ def main() -> int:
             else [(kind, args.variants.split(",")) for kind in args.loads.split(",")])
     env = child_env(exp / "cupy-cache")
     env["CUDA_VISIBLE_DEVICES"] = "0"
-    rows, tables = [], {}
+    rows: list[dict] = []
+    tables: dict[str, object] = {}
+
+    def once(variant: str) -> tuple[float, subprocess.CompletedProcess, str]:
+        child_variant, extra, which, more_env = VARIANTS[variant]
+        wrap = command(str(tool.path), [s["kernel"] for s in stages], pick(metrics, which, rubric), "none")
+        wrap[1:1] = extra
+        cmd = [*wrap, sys.executable, str(Path(__file__).resolve()), "child", child_variant,
+               str(spec_path), str(exp / f"result-{variant}.json")]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **more_env}, cwd=exp, timeout=300)
+        return time.monotonic() - t0, p, which
+
+    # The first ncu run of a machine is slower (run 16: 8.1 s, then 6.6-6.8 s): one run first,
+    # unrecorded, then the variants in turn (A B A B), so no variant gains from coming later.
+    once(plan[0][1][0])
     for kind, variants in plan:
         background = load(kind)
         if background is not None:
             time.sleep(3)
         started = time.monotonic()
         try:
-            for variant in variants:
-                child_variant, extra, which, more_env = VARIANTS[variant]
-                wrap = command(str(tool.path), [s["kernel"] for s in stages], pick(metrics, which, rubric), "none")
-                wrap[1:1] = extra
-                for k in range(args.repeat):
-                    cmd = [*wrap, sys.executable, str(Path(__file__).resolve()), "child", child_variant,
-                           str(spec_path), str(exp / f"result-{variant}.json")]
-                    t0 = time.monotonic()
-                    p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **more_env}, cwd=exp, timeout=300)
-                    wall = time.monotonic() - t0
+            for k in range(args.repeat):
+                for variant in variants:
+                    wall, p, which = once(variant)
                     table = parse_raw_csv(p.stdout)
                     if which == "all":
                         tables.setdefault(variant, table)
@@ -175,12 +181,12 @@ def main() -> int:
                 os.killpg(background.pid, signal.SIGKILL)
                 background.wait()
     diffs = {}
-    base = tables.get("asis")
+    base: dict = tables.get("asis") or {}  # type: ignore[assignment]
     for variant, tb in tables.items():
-        if base is None or variant == "asis":
+        if not base or variant == "asis":
             continue
         for kernel, ra in base.items():
-            rb = tb.get(kernel) or {}
+            rb = tb.get(kernel) or {}  # type: ignore[attr-defined]
             for m in metrics:
                 a, b = ra.get(m), rb.get(m)
                 if isinstance(a, float) and isinstance(b, float) and max(abs(a), abs(b)) > 0:

@@ -91,6 +91,7 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
                               sizes + [st.bench.n], user=student_user(),
                               fence=Fence(scratch=work / "build", nice=_compile_nice(job)))
     times = [("compile", time.monotonic() - t0)]
+    times += [(f"compile.{part}", seconds) for part, seconds in o.compile.seconds.items()]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
         o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
     if not (o.compile.ok and o.compile.cubin):

@@ -110,9 +110,15 @@ def test_compiles_run_side_by_side_with_the_same_results_in_the_same_order(tmp_p
     # Rubric order, whatever order the compiles ended in: outcomes, phases, progress messages.
     for job, said in ((one, said_one), (many, said_many)):
         assert list(job.outcomes) == ["naive", "coalesced"]
+        parts = ("compile", "compile.scratch", "compile.deps", "compile.nvcc", "compile.cubin")
         assert [(p.name, p.stage) for p in job.clock.phases] == [
-            ("compile", "naive"), ("compile", "coalesced"), ("build", "occupancy"), ("sass", "naive"),
-            ("sass", "coalesced")]
+            *((name, "naive") for name in parts), *((name, "coalesced") for name in parts),
+            ("build", "occupancy"), ("sass", "naive"), ("sass", "coalesced")]
+        for sid in ("naive", "coalesced"):  # where each compile's time went, inside its total
+            took = {p.name: p.seconds for p in job.clock.phases if p.stage == sid}
+            assert took["compile.nvcc"] > 0 and took["compile.deps"] > 0
+            assert sum(took[name] for name in parts[1:]) <= took["compile"] + 0.01
+            assert job.outcomes[sid].compile.seconds["nvcc"] == took["compile.nvcc"]
         assert said == ["compiling naive", "compiling coalesced", "occupancy: compiling occ.cu"]
 
     # The occupancy step uses the builds made beside the stages' compiles and builds nothing itself.

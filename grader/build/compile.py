@@ -7,13 +7,14 @@ the ``#include`` checks, nvcc as the student user).
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.build.cubin import CubinFormatError, kernel_param_sizes, read_int_array
 from grader.build.locate import Problem, locate
 from grader.build.ptxas import KernelResources, entry_names, parse_ptxas
-from grader.build.student import CompileStatus, Fence, compile_student, prepare_scratch
+from grader.build.student import CompileRecord, CompileStatus, Fence, Scratch, compile_student, prepare_scratch
 from grader.build.tool_search import Tool
 from grader.children.tma import Boxes, check_boxes
 from grader.model import Cause, ProcRecord
@@ -48,6 +49,9 @@ class CompileResult:
     launch_source: str = ""  # "declared in <file>" or "rubric default"
     boxes: Boxes | None = None  # a tensor-map stage's declared TMA boxes (<kernel>_tma)
     notes: list[str] = field(default_factory=list)
+    # Where the compile step's time went: "scratch" (copy, #include checks), "deps" (nvcc -M), "nvcc"
+    # (the compile, bwrap's start included), "cubin" (reading the cubin and ptxas' report).
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def check_launch(values: list[int] | None, stage: Stage, sizes: list[int]) -> tuple[Launch | None, str]:
@@ -86,7 +90,9 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
         result.problem = "not evaluated: no CUDA compiler found (" + (getattr(nvcc, "reason", "") or "nvcc") + ")"
         result.cause = Cause.GRADER
         return result
+    t0 = time.monotonic()
     scratch, problem = prepare_scratch(found.path, work / "build", stage.file, user)
+    result.seconds["scratch"] = round(time.monotonic() - t0, 3)
     if scratch is None:
         result.problem = problem
         return result
@@ -94,6 +100,17 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
     built = compile_student(nvcc, scratch, f"{stage.id}.cubin", flags, timeout_s=rubric.timeouts.compile_s,
                             output_limit=rubric.output_limit_bytes, fence=fence)
     result.proc = built.proc
+    result.seconds.update(built.seconds)
+    t0 = time.monotonic()
+    try:
+        return _read_build(result, built, stage, sizes, scratch)
+    finally:
+        result.seconds["cubin"] = round(time.monotonic() - t0, 3)
+
+
+def _read_build(result: CompileResult, built: CompileRecord, stage: Stage, sizes: list[int],
+                scratch: Scratch) -> CompileResult:
+    """The compiled cubin and ptxas' report: kernel, resources, signature, launch shape, TMA boxes."""
     result.notes += [f"not copied for compiling: {s}" for s in scratch.skipped]
     if built.status is not CompileStatus.OK or built.output is None:
         result.problem = built.problem

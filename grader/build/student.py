@@ -96,6 +96,7 @@ class CompileRecord:
     proc: ProcRecord | None = None  # the compile, or the dependency run when that is where it stopped
     output: Path | None = None
     dependencies: list[str] = field(default_factory=list)  # what the compile read, as nvcc listed it
+    seconds: dict[str, float] = field(default_factory=dict)  # "deps": the -M run, "nvcc": the compile
 
     @property
     def ok(self) -> bool:
@@ -206,28 +207,31 @@ def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[s
     # 1. What the compile would read, with the same flags (a -D or an arch can change the answer).
     listing = folder / f"{label}.deps"
     pre = run([*base, "-M", "-MF", listing.name, scratch.source], min(timeout_s, DEPENDENCY_TIMEOUT_S))
+    seconds = {"deps": round(pre.wall_s, 3)}
     deps = _read_deps(listing) if pre.ok else None
     if deps is None:
         named = diagnostic_paths(pre.stdout + "\n" + pre.stderr)
         bad = outside_dependencies(named, folder, allowed)
         if bad:
-            return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(pre))
+            return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(pre), seconds=seconds)
         return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({pre.brief()}):\n"
-                             + (pre.stderr or pre.stdout).strip(), pre)
+                             + (pre.stderr or pre.stdout).strip(), pre, seconds=seconds)
     bad = outside_dependencies(deps, folder, allowed)
     if bad:
-        return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), pre, dependencies=deps)
+        return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), pre, dependencies=deps, seconds=seconds)
 
     # 2. The compile, listing again what it really read.
     target = folder / output
     target.unlink(missing_ok=True)
     read = folder / f"{label}.d"
     proc = run([*base, "-MD", "-MF", read.name, "-o", output, scratch.source], timeout_s)
+    seconds["nvcc"] = round(proc.wall_s, 3)
     deps = _read_deps(read) or deps
     bad = outside_dependencies(deps, folder, allowed)
     if bad:
-        return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(proc), dependencies=deps)
+        return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(proc), dependencies=deps,
+                             seconds=seconds)
     if not proc.ok or not target.is_file():
         return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({proc.brief()}):\n"
-                             + (proc.stderr or proc.stdout).strip(), proc, dependencies=deps)
-    return CompileRecord(CompileStatus.OK, "", proc, target, deps)
+                             + (proc.stderr or proc.stdout).strip(), proc, dependencies=deps, seconds=seconds)
+    return CompileRecord(CompileStatus.OK, "", proc, target, deps, seconds)

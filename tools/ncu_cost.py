@@ -44,7 +44,7 @@ def child(variant: str, spec_path: str, result_path: str) -> int:
     from grader.children.protocol import read_spec
 
     if variant == "kept":
-        profile.release_cached_blocks = lambda _cp: None
+        profile.release_cached_blocks = lambda cp: None
     free, total = cp.cuda.runtime.memGetInfo()
     print(f"ncu_cost child {variant}: device memory used before the inputs {(total - free) / 2**20:.0f} MiB",
           file=sys.stderr)
@@ -117,7 +117,7 @@ def main() -> int:
     from grader.build import toolchain
     from grader.children.launch import child_env
     from grader.profile.collect import _wanted_metrics
-    from grader.profile.ncu import command, parse_raw_csv
+    from grader.profile.ncu import NcuTable, command, parse_raw_csv
     from grader.spec.rubric import load_rubric
 
     ncu_dir = args.work / "ncu"
@@ -136,7 +136,7 @@ def main() -> int:
     env = child_env(exp / "cupy-cache")
     env["CUDA_VISIBLE_DEVICES"] = "0"
     rows: list[dict] = []
-    tables: dict[str, object] = {}
+    tables: dict[str, NcuTable] = {}  # each variant's first run with every metric
 
     def once(variant: str) -> tuple[float, subprocess.CompletedProcess, str]:
         child_variant, extra, which, more_env = VARIANTS[variant]
@@ -180,13 +180,13 @@ def main() -> int:
             if background is not None:
                 os.killpg(background.pid, signal.SIGKILL)
                 background.wait()
-    diffs = {}
-    base: dict = tables.get("asis") or {}  # type: ignore[assignment]
+    diffs: dict[str, tuple[float, str]] = {}  # "variant metric" -> (largest relative difference, where)
+    base = tables.get("asis")
     for variant, tb in tables.items():
         if not base or variant == "asis":
             continue
         for kernel, ra in base.items():
-            rb = tb.get(kernel) or {}  # type: ignore[attr-defined]
+            rb = tb.get(kernel) or {}
             for m in metrics:
                 a, b = ra.get(m), rb.get(m)
                 if isinstance(a, float) and isinstance(b, float) and max(abs(a), abs(b)) > 0:

@@ -16,6 +16,8 @@ import pytest
 from grader.build import includes, locate
 from grader.build.student import CompileStatus, Scratch, compile_student, prepare_scratch
 from grader.build.toolchain import find_nvcc
+from grader.run import sandbox
+from grader.run.fence import Fence
 
 NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(not NVCC.ok, reason=f"nvcc not usable: {NVCC.reason or NVCC.problems}")
@@ -61,6 +63,15 @@ def _submission(tmp_path: Path, text: str, beside: dict[str, str]) -> Path:
     return gemm / "k.cu"
 
 
+def _hand_filled(tmp_path: Path, text: str, beside: dict[str, str]) -> Path:
+    """A build folder filled by hand (no first pass): k.cu and the files beside it."""
+    folder = tmp_path / "work" / "build"
+    folder.mkdir(parents=True)
+    for name, body in {**beside, "k.cu": text}.items():
+        (folder / name).write_text(body)
+    return folder
+
+
 def _compile(scratch: Scratch, flags=FLAGS):
     return compile_student(NVCC, scratch, "k.cubin", flags, timeout_s=120, output_limit=64_000)
 
@@ -93,16 +104,34 @@ def test_every_spelling_is_refused_end_to_end(tmp_path, secret, case):
 def test_the_preprocessor_check_alone_refuses_every_spelling(tmp_path, secret, case):
     """Without the first pass (a build folder filled by hand): nvcc -M is what refuses."""
     path, marker = secret
-    text, beside = _cases(path)[case]
-    folder = tmp_path / "work" / "build"
-    folder.mkdir(parents=True)
-    for name, body in {**beside, "k.cu": text}.items():
-        (folder / name).write_text(body)
+    folder = _hand_filled(tmp_path, *_cases(path)[case])
     record = _compile(Scratch(folder, "k.cu", "gemm/k.cu"))
     target = "/etc/hostname" if "etc_hostname" in case else str(path)
     _assert_refused_without_leak(record, marker, names=target)
     assert "gemm/k.cu: the compile would read" in record.problem
     assert not (folder / "k.cubin").exists()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", list(_cases(Path("/x"))))
+def test_inside_bwrap_the_compile_itself_refuses_every_spelling(tmp_path, secret, case):
+    """Inside bwrap there is no -M run first: the compile's own -MD listing, or its diagnostics when it
+    fails, refuse it and withhold its output. The secret is shown read-only inside the fence (as the
+    system's own files are), so the compile really reads it."""
+    path, marker = secret
+    folder = _hand_filled(tmp_path, *_cases(path)[case])
+    fence = Fence(scratch=folder, readonly=(path.parent,))
+    if not sandbox.confines(fence):
+        pytest.skip(f"no bwrap sandbox here: {sandbox.mode().describe()}")
+    record = compile_student(NVCC, Scratch(folder, "k.cu", "gemm/k.cu"), "k.cubin", FLAGS, timeout_s=120,
+                             output_limit=64_000, fence=fence)
+    assert "deps" not in record.seconds  # no listing run first
+    if "etc_hostname" in case:  # not shown inside the fence: nothing was read, the compile just fails
+        assert record.status is CompileStatus.FAILED and "/etc/hostname" in record.problem
+        return
+    _assert_refused_without_leak(record, marker, names=str(path))
+    assert record.proc is not None and record.proc.stdout == ""
+    assert record.proc.stderr == "[output withheld: the compile read a file outside the submission]"
 
 
 @needs_nvcc

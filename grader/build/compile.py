@@ -49,8 +49,9 @@ class CompileResult:
     launch_source: str = ""  # "declared in <file>" or "rubric default"
     boxes: Boxes | None = None  # a tensor-map stage's declared TMA boxes (<kernel>_tma)
     notes: list[str] = field(default_factory=list)
-    # Where the compile step's time went: "scratch" (copy, #include checks), "deps" (nvcc -M), "nvcc"
-    # (the compile, bwrap's start included), "cubin" (reading the cubin and ptxas' report).
+    # Where the compile step's time went: "scratch" (copy, #include checks), "deps" (nvcc -M; only
+    # outside bwrap: grader.build.student), "nvcc" (the compile, bwrap's start included), "cubin"
+    # (reading the cubin and ptxas' report).
     seconds: dict[str, float] = field(default_factory=dict)
 
 

@@ -9,11 +9,18 @@ once per output:
 2. as root, the folder is handed to the unprivileged student user (``GRADER_STUDENT_USER``), and
    nvcc runs as that user, so it cannot read the grader, the rubric or the solutions whatever the
    source includes;
-3. nvcc's dependency listing (``-M``) with the build's own flags says which files the compile
-   would read; one outside the build folder and the include folders refuses the build, naming the
-   path and echoing nothing of it;
-4. the compile itself, with ``-MD`` so the files it really read are checked again; its output is
-   withheld if one of them is outside.
+3. without bubblewrap (the weak fence, or no fence), nvcc's dependency listing (``-M``) with the
+   build's own flags first says which files the compile would read; one outside the build folder
+   and the include folders refuses the build, naming the path and echoing nothing of it;
+4. the compile itself, with ``-MD`` so the files it really read are checked (again); its output is
+   withheld, and the build refused, if one of them is outside, or if it failed with a diagnostic
+   pointing into a file outside.
+
+Inside bwrap step 3 is skipped: the compile sees only the build folder, the system and the
+toolchain (grader.run.fence), so it cannot read the grader, the rubric, the solutions or another
+submission whatever it includes, and step 4 still refuses a build that read any file outside the
+allowed folders and withholds all it printed. The listing was a second nvcc run over every
+header: 20-45% of each stage's compile step (docs/measurements/2026-12-01-h200-speed-run21-23.md).
 
 Every process runs through :func:`run_guarded`, the one place where the time and output limits
 and the sandbox ``fence`` (:class:`grader.run.fence.Fence`: bubblewrap, memory and process limits)
@@ -185,6 +192,16 @@ def _withhold(proc: ProcRecord) -> ProcRecord:
     return proc
 
 
+def _refused_by_diagnostics(proc: ProcRecord, scratch: Scratch, allowed: Sequence[str],
+                            seconds: dict[str, float]) -> CompileRecord | None:
+    """A failed nvcc run that listed nothing: refused (its output withheld) when its diagnostics
+    point into a file outside the build folder and the include folders."""
+    bad = outside_dependencies(diagnostic_paths(proc.stdout + "\n" + proc.stderr), scratch.folder, allowed)
+    if not bad:
+        return None
+    return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(proc), seconds=seconds)
+
+
 def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], *, timeout_s: float,
                     output_limit: int, fence: Fence | None = None) -> CompileRecord:
     """Compile ``scratch.source`` to ``scratch.folder / output`` with ``flags`` (arch, -cubin, caps...).
@@ -204,29 +221,35 @@ def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[s
         proc.command = [Path(cmd[0]).name, *cmd[1:]]
         return proc
 
-    # 1. What the compile would read, with the same flags (a -D or an arch can change the answer).
-    listing = folder / f"{label}.deps"
-    pre = run([*base, "-M", "-MF", listing.name, scratch.source], min(timeout_s, DEPENDENCY_TIMEOUT_S))
-    seconds = {"deps": round(pre.wall_s, 3)}
-    deps = _read_deps(listing) if pre.ok else None
-    if deps is None:
-        named = diagnostic_paths(pre.stdout + "\n" + pre.stderr)
-        bad = outside_dependencies(named, folder, allowed)
+    seconds: dict[str, float] = {}
+    deps: list[str] = []
+    if not sandbox.confines(fence, scratch.user):
+        # 1. What the compile would read, with the same flags (a -D or an arch can change the answer).
+        listing = folder / f"{label}.deps"
+        pre = run([*base, "-M", "-MF", listing.name, scratch.source], min(timeout_s, DEPENDENCY_TIMEOUT_S))
+        seconds["deps"] = round(pre.wall_s, 3)
+        listed = _read_deps(listing) if pre.ok else None
+        if listed is None:
+            if refused := _refused_by_diagnostics(pre, scratch, allowed, seconds):
+                return refused
+            return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({pre.brief()}):\n"
+                                 + (pre.stderr or pre.stdout).strip(), pre, seconds=seconds)
+        deps = listed
+        bad = outside_dependencies(deps, folder, allowed)
         if bad:
-            return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(pre), seconds=seconds)
-        return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({pre.brief()}):\n"
-                             + (pre.stderr or pre.stdout).strip(), pre, seconds=seconds)
-    bad = outside_dependencies(deps, folder, allowed)
-    if bad:
-        return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), pre, dependencies=deps, seconds=seconds)
+            return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), pre, dependencies=deps,
+                                 seconds=seconds)
 
-    # 2. The compile, listing again what it really read.
+    # 2. The compile, listing what it really read.
     target = folder / output
     target.unlink(missing_ok=True)
     read = folder / f"{label}.d"
     proc = run([*base, "-MD", "-MF", read.name, "-o", output, scratch.source], timeout_s)
     seconds["nvcc"] = round(proc.wall_s, 3)
-    deps = _read_deps(read) or deps
+    listed = _read_deps(read)
+    if listed is None and not proc.ok and (refused := _refused_by_diagnostics(proc, scratch, allowed, seconds)):
+        return refused
+    deps = listed or deps
     bad = outside_dependencies(deps, folder, allowed)
     if bad:
         return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(proc), dependencies=deps,

@@ -39,7 +39,7 @@ from grader.run.fence import GIB, MIB, Fence, bwrap_args, is_visible, runtime_fo
 from grader.run.process import DRAIN_GRACE_S, KILL_WAIT_S, Control, PopenExtra, run_process
 
 __all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
-           "mode", "reset_mode", "run", "runtime_folder", "student_user"]
+           "confines", "mode", "reset_mode", "run", "runtime_folder", "student_user"]
 
 STUDENT_USER_VAR = "GRADER_STUDENT_USER"
 SANDBOX_VAR = "GRADER_SANDBOX"  # "weak": never use bwrap (the mode then says so)
@@ -84,6 +84,18 @@ def student_user() -> str | None:
 def mode() -> Mode:
     """How fenced steps run here (probed once per process and student user)."""
     return _mode_for(student_user() if os.geteuid() == 0 else None)
+
+
+def confines(fence: Fence | None, user: str | None = None) -> bool:
+    """Whether :func:`run` with this ``fence`` and ``user`` puts the step inside bwrap here (so it
+    sees only the fence's paths), rather than the weak fence or no fence at all."""
+    if fence is None:
+        return False
+    if user is not None and user.strip() in ("", NO_USER):
+        user = None
+    elif user is None:
+        user = student_user()
+    return _mode_for(user if os.geteuid() == 0 else None).confinement is Confinement.BWRAP
 
 
 def reset_mode() -> None:

@@ -135,6 +135,9 @@ class Grading:
     # CPU seconds (user + system) of the grading process and every process it waited for: what one
     # grading costs a host whose CPUs a batch's gradings share. None: not measured (a rebuilt record).
     cpu_s: float | None = None
+    # Of which the grading process itself (its threads watch, feed and read every child): when this
+    # nears the wall time, the process is what the children wait on. None: not measured.
+    cpu_self_s: float | None = None
 
     @property
     def gpu_graded(self) -> bool:
@@ -172,7 +175,7 @@ class Grading:
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
             "ncu": self.profile, "stages": stages, "items": self.items, "timeline": self.timeline,
-            "cpu_seconds": self.cpu_s,
+            "cpu_seconds": self.cpu_s, "cpu_seconds_grader": self.cpu_self_s,
         })
 
     @classmethod
@@ -192,7 +195,7 @@ class Grading:
             "profile": data.get("ncu"), "outcomes": data.get("stages"), "items": data.get("items"),
             "phases": data.get("phases", []), "rubric_sha256": data.get("rubric_sha256", ""),
             "grader_version": data.get("grader_version", ""), "timeline": data.get("timeline", []),
-            "cpu_s": data.get("cpu_seconds"),
+            "cpu_s": data.get("cpu_seconds"), "cpu_self_s": data.get("cpu_seconds_grader"),
         }
         # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
         # without it still grades.

@@ -9,11 +9,10 @@ exception. The grading process creates no CUDA context; every GPU step is a chil
 from __future__ import annotations
 
 import fcntl
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +21,6 @@ from grader.build.compile import compile_stage
 from grader.build.intake import INTAKE_FILE, intake
 from grader.build.sass import SassDumps
 from grader.build.student import compile_workers, student_user
-from grader.children.launch import launch
 from grader.clock import Clock
 from grader.grading import Environment, Grading, Job, ProfileRun, Progress, StageOutcome
 from grader.model import Verdict
@@ -30,6 +28,7 @@ from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
 from grader.profile.collect import profile_stages
 from grader.run import racecheck, sandbox
+from grader.run.device import probe_device, read_device_file
 from grader.run.early import start_gpu_children
 from grader.run.fence import Fence
 from grader.run.racecheck import tool_fence
@@ -41,19 +40,17 @@ from grader.spec.types import Rubric, Stage
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
-def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None) -> Environment:
-    """The GPU (asked by the probe child, in ``work``: a temporary folder by default) and the tools."""
-    device, reason = None, "GPU use switched off (--no-gpu)"
-    if use_gpu:
-        with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
-            child = launch("probe", {}, Path(work or tmp), rubric.timeouts.probe_s, 20_000)
-        device = child.result if child.result and "ok" in child.result else None
-        if device is None:
-            reason = f"the device probe failed ({child.proc.brief()}): {child.proc.stderr.strip()[-300:]}"
-        elif not device.get("ok"):
-            reason = device.get("reason", "")
-        else:
-            reason = ""
+def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
+                       device: dict | None = None) -> Environment:
+    """The GPU (asked by the probe child, in ``work``: a temporary folder by default; or ``device``,
+    a description a batch probed once: grader/run/device.py) and the tools."""
+    reason = "GPU use switched off (--no-gpu)"
+    if not use_gpu:
+        device = None
+    elif device is None:
+        device, reason = probe_device(rubric.timeouts.probe_s, work)
+    else:
+        reason = ""
     cc = tuple(device["cc"]) if device and device.get("ok") else None
     return Environment(device, reason, toolchain.find_nvcc(), toolchain.find_cuobjdump(),
                        toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric, device),
@@ -269,34 +266,49 @@ def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
 
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
-          env: Environment | None = None, gpu_lock: Path | None = None) -> Grading:
+          env: Environment | None = None, gpu_lock: Path | None = None, device_file: Path | None = None,
+          gpu_lock_early: bool = False) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
-    this GPU; the GPU steps run holding it (see :func:`gpu_turn`)."""
+    this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
+    description, probed once by a batch (grader/run/device.py): no probe child. ``gpu_lock_early``:
+    a batch's first grading on its GPU, which nobody holds yet: take the lock before compiling and
+    start the GPU children while the kernels compile, as a grading alone does."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
     out_dir.mkdir(parents=True, exist_ok=True)
     progress("probing the GPU and tools")
+    notes: list[str] = []
     if env is None:
         # Not under the GPU lock: the probe only reads the device's attributes and launches no kernel,
         # so it cannot disturb another grading's timings, and locking it would keep this grading from
         # compiling while the other one holds the GPU.
         with clock.step("probe"):
-            env = detect_environment(rubric, use_gpu)
+            device = None
+            if device_file is not None and use_gpu:
+                device, problem = read_device_file(Path(device_file))
+                if problem:
+                    notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
+            env = detect_environment(rubric, use_gpu, device=device)
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
     with clock.step("intake"):
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
+              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
+    early_turn = gpu_lock_early and gpu_lock is not None and env.has_gpu
     try:
-        if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
-            with clock.step("start_gpu_children"):
-                start_gpu_children(job)
-        for step in CPU_STEPS:
-            with clock.step(step.__name__):
-                job = step(job)
-        with gpu_turn(gpu_lock, clock, env.has_gpu):
+        with ExitStack() as turn:
+            if early_turn:  # held from here to the end of the GPU steps
+                turn.enter_context(gpu_turn(gpu_lock, clock, True))
+            if env.has_gpu and (not job.shares_gpu or early_turn):  # its children start while the kernels compile
+                with clock.step("start_gpu_children"):
+                    start_gpu_children(job)
+            for step in CPU_STEPS:
+                with clock.step(step.__name__):
+                    job = step(job)
+            if not early_turn:
+                turn.enter_context(gpu_turn(gpu_lock, clock, env.has_gpu))
             for step in GPU_STEPS:
                 with clock.step(step.__name__):
                     job = step(job)
@@ -310,16 +322,18 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         if job.sass_dumps is not None:
             job.sass_dumps.close()
     grading = job.grading()
-    grading.cpu_s = round(_cpu_seconds(), 2)  # a batch's gradings share the host's CPUs: what this one used
+    grading.cpu_s, grading.cpu_self_s = _cpu_seconds()  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
     return grading
 
 
-def _cpu_seconds() -> float:
-    """CPU time (user + system) of this process and of every child process it has waited for, with
-    theirs (the compilers, the GPU children and their tools): what a grading costs the host's CPUs."""
+def _cpu_seconds() -> tuple[float, float]:
+    """(CPU time, user + system, of this process and of every child process it has waited for, with
+    theirs (the compilers, the GPU children and their tools): what a grading costs the host's CPUs;
+    this process's own share of it)."""
     import resource
 
-    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
-                                                   resource.getrusage(resource.RUSAGE_CHILDREN)))
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    mine = own.ru_utime + own.ru_stime
+    return round(mine + children.ru_utime + children.ru_stime, 2), round(mine, 2)
 

@@ -11,6 +11,9 @@
 # speed-up, and whether the runs' grades.csv agree (status and every non-timing item; totals within
 # 1 point, as speed items near a threshold may flip).
 #
+# Before the first batch one grading of solutions/ on the first GPU warms the machine (CuPy's kernel
+# cache, made once per machine: about 10 s on an H200; grader/run/warm.py), so neither batch pays
+# a one-time cost the other does not; WARM=0 skips it. Its seconds are in the JSON (warm_up_s).
 # The run on all GPUs starts the longest gradings first, by the times of the one-GPU run
 # (--times-from); LONGEST_FIRST=0 switches that off. The JSON says which.
 # Everything goes under $OUT (default /tmp/batch-speedup): export/, gpus-1/, gpus-K/ (with their
@@ -41,6 +44,14 @@ mkdir -p "$out"
 if [[ " $runs " == *" one "* || ! -d "$out/export" ]]; then
     rm -rf -- "$out/export" "$out/gpus-1" "$out/gpus-$count"
     "$py" tools/make_demo_export.py "$out/export" --n "$n" >&2
+fi
+if [[ " $runs " == *" one "* && "${WARM:-1}" == 1 ]]; then
+    t0=$(date +%s.%N)
+    rm -rf -- "$out/warm-up"
+    CUDA_VISIBLE_DEVICES="$first" "$py" -m grader grade solutions --out "$out/warm-up" --quiet >"$out/warm-up.log" 2>&1 \
+        || echo "batch_speedup: the warm-up grading failed (see $out/warm-up.log)" >&2
+    "$py" -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$(date +%s.%N)" \
+        > "$out/warm-up.seconds"
 fi
 if [[ " $runs " == *" one "* ]]; then
     CUDA_VISIBLE_DEVICES="$first" "$py" -m grader batch --out "$out/gpus-1" "$@" -- "$out/export" \
@@ -94,7 +105,9 @@ def run(info: dict) -> dict:
             "failed": info["failed"], "graded": info["graded_now"]}
 
 
+warm = out / "warm-up.seconds"
 report = {"submissions": one["submissions"], "one_gpu": run(one), "all_gpus": run(many),
+          "warm_up_s": float(warm.read_text()) if warm.is_file() else None,
           "speedup": round(one["wall_s"] / many["wall_s"], 3) if many["wall_s"] else None,
           "grades_agree": not diffs, "differences": diffs[:40]}
 (out / "speedup.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -89,6 +89,7 @@ def main(argv: list[str]) -> int:
         return 2
     columns = []
     cpu: list[str] = []
+    own: list[str] = []
     for name in argv:
         try:
             g = load_grading(name)
@@ -97,6 +98,7 @@ def main(argv: list[str]) -> int:
             return 2
         columns.append((name, g.seconds, keyed_rows(breakdown(g.phases, g.seconds))))
         cpu.append("-" if g.cpu_s is None else f"{g.cpu_s:.1f}")
+        own.append("-" if g.cpu_self_s is None else f"{g.cpu_self_s:.1f}")
     heads = [Path(n).parent.name or n for n, _, _ in columns]
     print("| phase | " + " | ".join(f"{h} (s)" for h in heads) + " |")
     print("|---|" + "---:|" * len(columns))
@@ -110,6 +112,8 @@ def main(argv: list[str]) -> int:
     print("| **total** | " + " | ".join(f"**{s:.2f}**" for _, s, _ in columns) + " |")
     if any(c != "-" for c in cpu):
         print("| CPU seconds, every process | " + " | ".join(cpu) + " |")
+    if any(c != "-" for c in own):
+        print("| CPU seconds, the grading process | " + " | ".join(own) + " |")
     return 0
 
 

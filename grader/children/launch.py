@@ -91,7 +91,8 @@ def seed_cache(seed: Path, cache: Path) -> None:
 def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output_limit: int, *,
            fence: Fence | None = None, wrap: Sequence[str] = (), name: str | None = None,
            cache_dir: Path | None = None, runtime: Path | None = None,
-           cache_seed: Path | None = None, control: Control | None = None) -> ChildResult:
+           cache_seed: Path | None = None, control: Control | None = None,
+           extra_env: dict[str, str] | None = None) -> ChildResult:
     """Run the child ``mode`` on ``spec`` in ``work``; never raises for what the child does.
 
     ``wrap``: a tool that runs the child (``ncu ...``, ``compute-sanitizer ...``). ``name``: the
@@ -99,7 +100,8 @@ def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output
     ``cache_dir``: CuPy's kernel cache (default ``WORK/cupy-cache``); ``cache_seed``: a trusted
     warm cache it starts as a copy of (:func:`seed_cache`). ``runtime``: the folder holding the
     runtime files (default the checkout). ``control``: hold the child's clock while it waits at a
-    gate, or cancel it (grader/run/turns.py).
+    gate, or cancel it (grader/run/turns.py). ``extra_env``: set in the child's environment last
+    (a batch's probe of one GPU: ``CUDA_VISIBLE_DEVICES``).
     """
     work = Path(work).resolve()  # the child runs there; every path handed over is absolute
     work.mkdir(parents=True, exist_ok=True)
@@ -114,7 +116,7 @@ def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output
     cache = cache_dir or work / "cupy-cache"
     if cache_seed is not None:
         seed_cache(cache_seed, cache)  # before the fence hands the scratch (and this copy) to the student user
-    env = child_env(cache, runtime)
+    env = {**child_env(cache, runtime), **(extra_env or {})}
     proc = run_guarded(cmd, cwd=work, timeout_s=timeout_s, output_limit=output_limit, env=env, fence=fence,
                        control=control)
     return ChildResult(proc, read_result(result_path), spec_path, result_path)

@@ -2,9 +2,13 @@
 GPUs (plan), the children (pool), then grades.csv (table) and batch.json. Library entry point:
 :func:`grade_export`.
 
+Each GPU is probed once, before the first grading (pool.probe_gpus): its gradings read that
+description instead of each starting a probe child.
+
 batch.json reports each GPU's busy share over the run: the seconds its gradings held its lock (the
-probe and the GPU steps: grading.json's ``gpu_held`` phases) over the batch's wall time; with two
-gradings per GPU, one compiles while the other holds the GPU, so the share nears 1."""
+GPU steps, and for each GPU's first grading its compiles too: it takes the free lock at once;
+grading.json's ``gpu_held`` phases) over the batch's wall time; with two gradings per GPU, one
+compiles while the other holds the GPU, so the share nears 1."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +21,7 @@ from pathlib import Path
 
 from grader.deploy.batch.export import load_export
 from grader.deploy.batch.plan import PER_GPU, known_times, longest_first, plan_workers, select_shard, visible_gpus
-from grader.deploy.batch.pool import ChildCommand, Options, child_command, run_pool
+from grader.deploy.batch.pool import ChildCommand, Options, child_command, probe_gpus, run_pool
 from grader.deploy.batch.stale import GradedBy, Why, describe, kept_gpu_gradings, plan_todo, stage_list
 from grader.deploy.batch.table import RowStatus, automatic_points, csv_rows, write_csv
 
@@ -128,6 +132,14 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
         say(f"batch: note: {note}")
 
     t0 = time.monotonic()
+    probed: dict[str, str] = {}
+    if opts.use_gpu and gpus and todo and opts.lock_dir is not None:
+        probed = probe_gpus(gpus, opts.lock_dir, rubric.timeouts.probe_s)
+        for gpu, problem in probed.items():
+            if problem:
+                notes.append(f"GPU {gpu}: the batch's probe failed ({problem}); its gradings probe it themselves")
+                say(f"batch: note: {notes[-1]}")
+    probe_s = time.monotonic() - t0
     progress = Progress(TextColumn("[bold]grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("eta"), TimeRemainingColumn(), console=console, disable=quiet)
     with progress:
@@ -162,6 +174,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
         "graded_now": len(records), "skipped": summary.skipped, "failed": summary.failed,
         "missing_folders": summary.missing, "workers": len(slots), "gpus": gpus,
         "use_gpu": opts.use_gpu, "wall_s": round(summary.wall_s, 2), "per_gpu": per_gpu,
+        "device_probe_s": round(probe_s, 2), "devices_probed": sorted(g for g, problem in probed.items() if not problem),
         "gpu_busy": summary.gpu_busy, "graded_by": now.to_json(), "regraded": summary.regraded,
         "kept_gpu_gradings": kept_gpu, "longest_first": ordered,
         "interrupted": interrupted, "notes": notes, "records": sorted(records, key=lambda r: r["folder"]),

@@ -20,7 +20,7 @@ Inside bwrap step 3 is skipped: the compile sees only the build folder, the syst
 toolchain (grader.run.fence), so it cannot read the grader, the rubric, the solutions or another
 submission whatever it includes, and step 4 still refuses a build that read any file outside the
 allowed folders and withholds all it printed. The listing was a second nvcc run over every
-header: 20-45% of each stage's compile step (docs/measurements/2026-12-01-h200-speed-run21-23.md).
+header: 20-45% of each stage's compile step (docs/measurements/2026-11-30-h200-speed-run21-23.md).
 
 Every process runs through :func:`run_guarded`, the one place where the time and output limits
 and the sandbox ``fence`` (:class:`grader.run.fence.Fence`: bubblewrap, memory and process limits)

@@ -123,8 +123,7 @@ def grade_command(args: argparse.Namespace) -> int:
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
-                                     device_file=Path(args.device) if getattr(args, "device", None) else None,
-                                     gpu_lock_early=bool(getattr(args, "gpu_lock_early", False)))
+                                     device_file=Path(args.device) if getattr(args, "device", None) else None)
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -159,8 +158,6 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--gpu-lock", metavar="FILE", help="a lock file shared by every grading on this GPU: the GPU "
                    "steps wait for it, so two gradings never time kernels on one GPU at once (batches, the service)")
-    p.add_argument("--gpu-lock-early", action="store_true", help="with --gpu-lock: take the lock before "
-                   "compiling and start the GPU children meanwhile (a batch's first grading on each GPU)")
     p.add_argument("--device", metavar="FILE", help="the GPU's description as its probe wrote it (a batch probes "
                    "each GPU once); unusable, the GPU is probed again and the notes say why")
     p.add_argument("--keep-work", action="store_true",

@@ -12,7 +12,7 @@ import fcntl
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -266,13 +266,11 @@ def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
 
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
-          env: Environment | None = None, gpu_lock: Path | None = None, device_file: Path | None = None,
-          gpu_lock_early: bool = False) -> Grading:
+          env: Environment | None = None, gpu_lock: Path | None = None,
+          device_file: Path | None = None) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
-    description, probed once by a batch (grader/run/device.py): no probe child. ``gpu_lock_early``:
-    a batch's first grading on its GPU, which nobody holds yet: take the lock before compiling and
-    start the GPU children while the kernels compile, as a grading alone does."""
+    description, probed once by a batch (grader/run/device.py): no probe child."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
@@ -296,19 +294,14 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
               notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
-    early_turn = gpu_lock_early and gpu_lock is not None and env.has_gpu
     try:
-        with ExitStack() as turn:
-            if early_turn:  # held from here to the end of the GPU steps
-                turn.enter_context(gpu_turn(gpu_lock, clock, True))
-            if env.has_gpu and (not job.shares_gpu or early_turn):  # its children start while the kernels compile
-                with clock.step("start_gpu_children"):
-                    start_gpu_children(job)
-            for step in CPU_STEPS:
-                with clock.step(step.__name__):
-                    job = step(job)
-            if not early_turn:
-                turn.enter_context(gpu_turn(gpu_lock, clock, env.has_gpu))
+        if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
+            with clock.step("start_gpu_children"):
+                start_gpu_children(job)
+        for step in CPU_STEPS:
+            with clock.step(step.__name__):
+                job = step(job)
+        with gpu_turn(gpu_lock, clock, env.has_gpu):
             for step in GPU_STEPS:
                 with clock.step(step.__name__):
                     job = step(job)

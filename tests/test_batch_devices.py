@@ -7,7 +7,6 @@ steps replaced by ones that look at the lock.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import sys
 import textwrap
@@ -18,9 +17,8 @@ import pytest
 from grader import pipeline
 from grader.deploy import batch
 from grader.deploy.batch.pool import device_file, probe_gpus
-from grader.grading import Environment
+from grader.run import device as device_module
 from grader.run.device import device_problem, read_device_file, write_device_file
-from grader.spec.peaks import Peaks
 from grader.spec.rubric import load_rubric
 from tests.test_batch import _small_export
 from tests.test_children import FAKE_CUPY
@@ -83,68 +81,43 @@ def test_an_unreadable_description_file_is_named(tmp_path):
     assert read_device_file(bad)[0] is None
 
 
-def test_the_gradings_get_their_gpus_description_and_the_first_on_each_gpu_takes_its_lock_early(tmp_path,
-                                                                                                     monkeypatch):
+def test_the_gradings_get_their_gpus_lock_and_description(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))  # the batch's probes (the children below do not probe)
-    script = tmp_path / "child.py"
-    script.write_text(RECORDING_CHILD)
-    exp = _small_export(tmp_path / "exp", tuple(f"submission_{i}" for i in range(6)))
-    out = tmp_path / "out"
-    s = batch.grade_export(exp, out, quiet=True, gpus=["0", "1"],
-                           make_cmd=lambda sub, o, opts: [sys.executable, str(script), str(sub.path), str(o),
-                                                          *batch.child_command(sub, o, opts)])
+    s = batch.grade_export(_small_export(tmp_path / "exp", tuple(f"submission_{i}" for i in range(6))),
+                           tmp_path / "out", quiet=True, gpus=["0", "1"], make_cmd=_recording(tmp_path))
     assert s.graded == 6
-    early = {"0": 0, "1": 0}
+    out = tmp_path / "out"
     for i in range(6):
-        folder = out / "submissions" / f"submission_{i}"
-        extra = json.loads((folder / "results.json").read_text())["extra_data"]
-        gpu, args = extra["gpu"], extra["args"]
+        gpu, args = _given(out, f"submission_{i}")
+        assert gpu in ("0", "1")
         assert args[args.index("--gpu-lock") + 1] == str(out / "locks" / f"gpu-{gpu}.lock")
         assert args[args.index("--device") + 1] == str(device_file(out / "locks", gpu))
-        early[gpu] += "--gpu-lock-early" in args
-    assert early == {"0": 1, "1": 1}  # one per GPU: its first
     info = json.loads((out / "batch.json").read_text())
     assert info["devices_probed"] == ["0", "1"] and info["device_probe_s"] > 0
 
 
-# --------------------------------------------------------------------------- pipeline.grade's lock order
+def test_a_gpu_whose_probe_failed_gets_gradings_that_probe_for_themselves(tmp_path, monkeypatch):
+    monkeypatch.setattr(device_module, "probe_device", lambda *_a, **_k: (None, "the device probe failed: boom"))
+    s = batch.grade_export(_small_export(tmp_path / "exp", ("submission_1", "submission_2")), tmp_path / "out",
+                           quiet=True, gpus=["0"], make_cmd=_recording(tmp_path))
+    assert s.graded == 2
+    _, args = _given(tmp_path / "out", "submission_1")
+    assert "--gpu-lock" in args and "--device" not in args
+    info = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert info["devices_probed"] == []
+    assert any("GPU 0: the batch's probe failed (the device probe failed: boom)" in n for n in info["notes"])
 
 
-def _lock_is_held(lock: Path) -> bool:
-    with open(lock, "a+b") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        return False
+def _recording(tmp_path: Path):
+    """A batch child command: the recording child, given the grader's own command line as arguments."""
+    script = tmp_path / "child.py"
+    script.write_text(RECORDING_CHILD)
+    return lambda sub, o, opts: [sys.executable, str(script), str(sub.path), str(o), *batch.child_command(sub, o, opts)]
 
 
-@pytest.mark.parametrize("early", [False, True])
-def test_an_early_turn_holds_the_lock_from_the_childrens_start_through_the_gpu_steps(tmp_path, monkeypatch, early):
-    rubric = load_rubric(ROOT / "rubric.yaml")
-    lock = tmp_path / "gpu.lock"
-    seen: list[tuple[str, bool]] = []
-
-    def step(name):
-        def run(job):
-            seen.append((name, _lock_is_held(lock)))
-            return job
-        run.__name__ = name
-        return run
-
-    monkeypatch.setattr(pipeline, "start_gpu_children", lambda job: seen.append(("children", _lock_is_held(lock))))
-    monkeypatch.setattr(pipeline, "CPU_STEPS", (step("compile_stages"),))
-    monkeypatch.setattr(pipeline, "GPU_STEPS", (step("run_stages"),))
-    monkeypatch.setattr(pipeline, "AFTER_GPU_STEPS", (step("score_stages"),))
-    env = Environment({"ok": True, "cc": [9, 0]}, "", None, None, [], Peaks(None, None, "none"))
-    g = pipeline.grade(ROOT / "solutions", rubric, tmp_path / "out", env=env, gpu_lock=lock, gpu_lock_early=early)
-    if early:  # children start under the lock, the compiles run under it
-        assert seen == [("children", True), ("compile_stages", True), ("run_stages", True), ("score_stages", False)]
-    else:  # the children start after the lock, in run_stages (not here), the compiles outside it
-        assert seen == [("compile_stages", False), ("run_stages", True), ("score_stages", False)]
-    held = [p for p in g.phases if p.name == "gpu_held"]
-    assert len(held) == 1
+def _given(out: Path, folder: str) -> tuple[str, list[str]]:
+    extra = json.loads((out / "submissions" / folder / "results.json").read_text())["extra_data"]
+    return extra["gpu"], extra["args"]
 
 
 def test_a_grading_given_an_unusable_description_probes_and_says_so(tmp_path):

@@ -7,9 +7,8 @@ done, so an interrupted batch leaves nothing that looks finished.
 Workers pinned to one GPU (two by default, grader/deploy/batch/plan.py) pass their children that
 GPU's lock file (``grade --gpu-lock OUT/locks/gpu-<id>.lock``): a child holds it for the GPU steps
 (grader/pipeline.py, ``gpu_turn``), so while one child is timed on the GPU the other compiles and runs
-its static checks, and two children never time kernels on one GPU at once. The first child on each GPU
-takes the free lock before compiling (``--gpu-lock-early``); each child gets the GPU's description
-that the batch probed once (``--device``, :func:`probe_gpus`). Each record says
+its static checks, and two children never time kernels on one GPU at once. Each child gets the GPU's
+description that the batch probed once (``--device``, :func:`probe_gpus`). Each record says
 how long its child held the GPU and waited for it (``gpu_held_s``, ``gpu_wait_s``: grading.json's phases).
 """
 from __future__ import annotations
@@ -21,7 +20,6 @@ import queue
 import re
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -49,7 +47,6 @@ class Options:
     lock_dir: Path | None = None  # where the GPUs' lock files are (None: no lock)
     gpu_lock: Path | None = None  # the lock file of the GPU this child is pinned to (set per child)
     device_file: Path | None = None  # that GPU's description, probed once by the batch (set per child)
-    gpu_lock_early: bool = False  # the batch's first grading on that GPU (set per child)
     graded_by: GradedBy | None = None  # what this batch grades with, written into batch_status.json
 
 
@@ -65,7 +62,7 @@ def child_command(sub: Submission, out: Path, opts: Options) -> list[str]:
     if opts.keep_outputs:
         cmd.append("--keep-outputs")
     if opts.gpu_lock is not None:
-        cmd += ["--gpu-lock", str(opts.gpu_lock)] + (["--gpu-lock-early"] if opts.gpu_lock_early else [])
+        cmd += ["--gpu-lock", str(opts.gpu_lock)]
     if opts.device_file is not None:
         cmd += ["--device", str(opts.device_file)]
     return cmd + ["--", str(sub.path)]  # after '--': a folder name is never read as an option
@@ -130,14 +127,13 @@ def gpu_phases(grading_json: Path) -> tuple[float, float]:
 
 
 def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
-              make_cmd: ChildCommand = child_command, first_on_gpu: bool = False) -> dict:
+              make_cmd: ChildCommand = child_command) -> dict:
     """Grade ``sub`` into ``subs_dir/<folder>/``; return its status record (never raises for the
-    submission's or the child's failure). ``first_on_gpu``: the batch's first grading on ``gpu``
-    (it takes the GPU's free lock before compiling: grader/pipeline.py, ``gpu_lock_early``)."""
+    submission's or the child's failure)."""
     if gpu is not None and opts.use_gpu and opts.lock_dir is not None:
         opts.lock_dir.mkdir(parents=True, exist_ok=True)
         described = device_file(opts.lock_dir, gpu)
-        opts = replace(opts, gpu_lock=lock_file(opts.lock_dir, gpu), gpu_lock_early=first_on_gpu,
+        opts = replace(opts, gpu_lock=lock_file(opts.lock_dir, gpu),
                        device_file=described if described.is_file() else None)
     final = subs_dir / sub.folder
     partial = subs_dir / (sub.folder + ".partial")
@@ -186,19 +182,10 @@ def run_pool(todo: list[Submission], slots: list[str | None], subs_dir: Path, op
     free: queue.Queue = queue.Queue()
     for slot in slots:
         free.put(slot)
-    # The first grading on each GPU finds its lock free: it takes it at once (the others would only
-    # leave that GPU idle while it compiles). Later ones wait for the lock after compiling, so that a
-    # short grading finding the lock free in a gap does not hold it through its compiles.
-    started: set[str | None] = set()
-    started_lock = threading.Lock()
-
     def task(sub: Submission) -> dict:
         slot = free.get()
-        with started_lock:
-            first = slot is not None and slot not in started
-            started.add(slot)
         try:
-            return grade_one(sub, subs_dir, slot, opts, make_cmd, first_on_gpu=first)
+            return grade_one(sub, subs_dir, slot, opts, make_cmd)
         except Exception as exc:  # the batch's own failure for this one (disk full...): its row only
             return {"folder": sub.folder, "status": RowStatus.GRADER_ERROR, "error": f"{type(exc).__name__}: {exc}",
                     "gpu": slot, "wall_s": 0.0}

@@ -6,8 +6,7 @@ Each GPU is probed once, before the first grading (pool.probe_gpus): its grading
 description instead of each starting a probe child.
 
 batch.json reports each GPU's busy share over the run: the seconds its gradings held its lock (the
-GPU steps, and for each GPU's first grading its compiles too: it takes the free lock at once;
-grading.json's ``gpu_held`` phases) over the batch's wall time; with two gradings per GPU, one
+GPU steps: grading.json's ``gpu_held`` phases) over the batch's wall time; with two gradings per GPU, one
 compiles while the other holds the GPU, so the share nears 1."""
 from __future__ import annotations
 

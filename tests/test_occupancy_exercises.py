@@ -259,6 +259,26 @@ def test_ex4_conclusions_follow_the_grader_s_rerun():
     assert res["ex4.block_conclusion"].status == Status.PASSED
 
 
+# The grader's re-run of both Ex 4 sweeps in one grading of solutions/ on an H200 (run 25, GPU 1 of a
+# pair, docs/measurements/2026-11-30-h200-speed-run21-23.md): block 256 came out 5.84 % slower than
+# block 1024, which the hardware runs alike; 48 KiB of shared memory 15.9 % slower than the fastest.
+H200_RUN25_SWEEPS = {
+    "smem": {0: 0.095168, 2048: 0.095072, 4096: 0.095744, 8192: 0.09456, 16384: 0.092768, 32768: 0.094048,
+             49152: 0.107488},
+    "block": {32: 0.093248, 64: 0.0928, 128: 0.09568, 256: 0.09632, 512: 0.091648, 1024: 0.091008},
+}
+
+
+def test_ex4_ties_hold_on_a_recorded_h200_sweep_and_a_really_slower_point_still_fails():
+    res = _by_item(grade_occupancy(CFG, _answers("solutions/occupancy/answers.yaml"),
+                                   _h200(sweep_times=H200_RUN25_SWEEPS)))
+    assert res["ex4.block_conclusion"].status == Status.PASSED, res["ex4.block_conclusion"].message
+    assert res["ex4.smem_conclusion"].status == Status.PASSED, res["ex4.smem_conclusion"].message
+    slow = _solution_with(**{"ex4.smem_sweep.fastest_kib": 48})
+    r = _by_item(grade_occupancy(CFG, slow, _h200(sweep_times=H200_RUN25_SWEEPS)))["ex4.smem_conclusion"]
+    assert r.status == Status.FAILED and "fastest_kib: 48 KiB is not right" in r.message
+
+
 def test_ex5_wrong_choice_and_numbers():
     answers = _solution_with(**{"ex5.dominant_stall": "wait", "ex5.active_warps_per_sm": 4.46,
                                 "ex5.memory_level": "shared"})

@@ -182,6 +182,7 @@ def run_pool(todo: list[Submission], slots: list[str | None], subs_dir: Path, op
     free: queue.Queue = queue.Queue()
     for slot in slots:
         free.put(slot)
+
     def task(sub: Submission) -> dict:
         slot = free.get()
         try:

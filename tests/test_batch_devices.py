@@ -48,11 +48,9 @@ def test_a_failed_probe_leaves_no_description_and_says_why(tmp_path, monkeypatch
     stale = device_file(tmp_path / "locks", "0")
     write_device_file(stale, {"ok": True, "cc": [8, 0], "sms": 1, "clock_khz": 1, "l2_bytes": 1, "total_mem": 1,
                               "name": "an earlier batch's"})
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "nothing"))
-    got = probe_gpus(["0"], tmp_path / "locks", 60)
-    if got["0"] == "":
-        pytest.skip("a real CuPy and GPU answered the probe")
-    assert "CuPy" in got["0"] or "no CUDA device" in got["0"] or "probe failed" in got["0"], got
+    monkeypatch.setattr(device_module, "probe_device", lambda *_a, **_k: ({"ok": False, "reason": "no CUDA device"},
+                                                                         "no CUDA device"))
+    assert probe_gpus(["0"], tmp_path / "locks", 60) == {"0": "no CUDA device"}
     assert not stale.exists()  # never an earlier batch's description
 
 

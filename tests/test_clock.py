@@ -92,6 +92,10 @@ def test_a_grading_records_its_phases_rubric_and_version(tmp_path):
     table = subprocess.run([sys.executable, "tools/phase_times.py", str(tmp_path / "grading.json")], cwd=ROOT,
                            capture_output=True, text=True, check=True).stdout
     assert "| compile_stages |" in table and "compile [naive]" in table and "**total**" in table
+    # What the grading cost the CPUs: every process, and of that the grading process itself.
+    assert 0 < data["cpu_seconds_grader"] <= data["cpu_seconds"]
+    assert back.cpu_self_s == data["cpu_seconds_grader"]
+    assert f"| CPU seconds, the grading process | {data['cpu_seconds_grader']:.1f} |" in table
 
 
 def test_a_grading_json_without_the_new_keys_still_loads():

@@ -1,9 +1,10 @@
-"""A batch probes each GPU once and hands every grading on it the description; the first grading on
-each GPU takes the GPU's free lock before compiling (grader/deploy/batch/pool.py, grader/pipeline.py).
+"""A batch probes each GPU once and hands every grading on it the description; a grading checks the
+file it is given and probes for itself when it cannot use it (grader/deploy/batch/pool.py,
+grader/run/device.py, grader/pipeline.py).
 
-The probes are the real probe child over tests/fake_cupy (a stand-in H100-like GPU); the gradings are
-a fake child that records what it was given, and pipeline.grade's lock order is checked with its
-steps replaced by ones that look at the lock.
+The probes are the real probe child over tests/fake_cupy (a stand-in H100-like GPU) or a replaced
+probe_device; the gradings are a fake child that records what it was given, and one real static
+grading given an unusable file.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grader.model import Limit
+from grader.run.process import live_stat_fields
 
 # RLIMIT_DATA is per process and counts what a process may take, not what it touched; the
 # watchdog stops the step on resident memory. The factor leaves room for allocators that map
@@ -97,16 +98,9 @@ _table: tuple[float, dict[int, list[int]]] = (-math.inf, {})
 def _scan_process_table() -> dict[int, list[int]]:
     """{parent pid: [live child pids]} from /proc/*/stat."""
     kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rpartition(b")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
-            kids.setdefault(int(fields[1]), []).append(int(name))
+    for pid, fields in live_stat_fields():
+        if len(fields) > 1:
+            kids.setdefault(int(fields[1]), []).append(pid)
     return kids
 
 
@@ -125,18 +119,15 @@ def process_table() -> dict[int, list[int]]:
 def _tree(root: int) -> list[int]:
     """``root`` and its live descendants."""
     if _HAS_CHILDREN_FILES:
-        out, todo = [], [root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo += _children(pid)
-        return out
-    kids = process_table()
+        children_of: Callable[[int], Sequence[int]] = _children
+    else:
+        table = process_table()
+        children_of = lambda pid: table.get(pid, ())  # noqa: E731
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
         out.append(pid)
-        todo.extend(kids.get(pid, ()))
+        todo.extend(children_of(pid))
     return out
 
 

@@ -32,7 +32,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -165,26 +165,33 @@ class _ExitWaiter:
             self.pidfd = None
 
 
-def _session_members(sid: int) -> list[int]:
-    """Pids of live processes whose session id is ``sid`` (Linux /proc; else [])."""
-    pids: list[int] = []
+def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of /proc/PID/stat after the command name) of every live process: zombies and
+    dead ones left out (Linux /proc; else nothing). The fields start at the state: state, ppid, pgrp,
+    session, ... (the name in parentheses may itself hold spaces and parentheses)."""
     try:
         names = os.listdir("/proc")
     except OSError:
-        return pids
+        return
     for name in names:
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+                fields = f.read().rpartition(b")")[2].split()
         except OSError:
             continue
-        # "pid (comm) state ppid pgrp session ..." -- comm may contain spaces and parens.
-        fields = stat.rpartition(b")")[2].split()
+        if fields and fields[0] not in (b"Z", b"X"):
+            yield int(name), fields
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids of live processes whose session id is ``sid`` (Linux /proc; else [])."""
+    pids: list[int] = []
+    for pid, fields in live_stat_fields():
         try:
-            if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
-                pids.append(int(name))
+            if int(fields[3]) == sid:
+                pids.append(pid)
         except (IndexError, ValueError):
             continue
     return pids

@@ -221,6 +221,12 @@ step_ncucost() {
   CUDA_VISIBLE_DEVICES=0 grade_once ncu-base solutions
   $PY tools/ncu_cost.py "$W/ncu-base/work" "$OUT" --repeat "${NCU_REPEAT:-2}" ${NCU_PLAN:+--plan "$NCU_PLAN"} 2>&1 | tee -a "$OUT/trust.txt"
 }
+# contexts: what a CUDA context costs to make, alone, beside one kept open, beside the other GPU's
+# (tools/context_cost.py); its JSON goes into trust.txt.
+step_contexts() {
+  log "contexts: the cost of making a CUDA context"
+  $PY tools/context_cost.py --reps "${CTX_REPS:-10}" --burst "${CTX_BURST:-12}" 2>&1 | tee -a "$OUT/trust.txt"
+}
 for s in "$@"; do "step_$s"; done
 log bundle
 # One grading's raw Nsight Compute table (every reference kernel), for tests/fixtures/ncu/.

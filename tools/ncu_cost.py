@@ -17,7 +17,9 @@ context, ``light1`` with the one queue the grader's children open). Variants (VA
   (replay passes); ``nocache``: ``--cache-control none``.
 
 One unrecorded run comes first, then the variants take turns. The script prints the largest
-relative difference per metric between each variant's first run and asis's. Writes
+relative difference per metric between each variant's first run and asis's. A load named
+``KIND+kept`` is KIND with a process holding a context, idle, on GPUs 0 and 1 the whole time
+(tools/context_cost.py's keeper). Writes
 OUT/ncu_cost.json. Runs 15-17 (docs/measurements/2026-11-30-h200-speed-run15-20.md) ran an earlier
 version, where asis kept the blocks and ``lean`` gave them back.
 """
@@ -151,8 +153,12 @@ def main() -> int:
     # The first ncu run of a machine is slower (run 16: 8.1 s, then 6.6-6.8 s): one run first,
     # unrecorded, then the variants in turn (A B A B), so no variant gains from coming later.
     once(plan[0][1][0])
+    sys.path.insert(0, str(ROOT / "tools"))
+    from context_cost import Keeper
+
     for kind, variants in plan:
-        background = load(kind)
+        keepers = [Keeper("0"), Keeper("1")] if kind.endswith("+kept") else []
+        background = load(kind.removesuffix("+kept"))
         if background is not None:
             time.sleep(3)
         started = time.monotonic()
@@ -180,6 +186,8 @@ def main() -> int:
             if background is not None:
                 os.killpg(background.pid, signal.SIGKILL)
                 background.wait()
+            for keeper in keepers:
+                keeper.close()
     diffs: dict[str, tuple[float, str]] = {}  # "variant metric" -> (largest relative difference, where)
     base = tables.get("asis")
     for variant, tb in tables.items():

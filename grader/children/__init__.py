@@ -5,7 +5,8 @@ student code), ``check`` (float64 references; trusted), ``profile`` (launch each
 under ncu), ``sanitize`` (launch each kernel once under compute-sanitizer, through the CUDA
 driver alone: :mod:`grader.children.driver`, no CuPy), ``occupancy`` (the grader's occupancy
 measurements), ``warm`` (compile CuPy's own kernels once, into the cache every other child's
-starts as a copy of; trusted).
+starts as a copy of; trusted), ``keep`` (hold a CUDA context open, idle, while gradings come and go
+on its GPU; trusted).
 :mod:`grader.children.protocol` is the protocol; :mod:`grader.children.launch` starts a child
 from the grading process (it is not a runtime file: children never import it).
 """
@@ -28,6 +29,7 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/tma.py",
     "children/occupancy.py",
     "children/warm.py",
+    "children/keep.py",
     "run/__init__.py",
     "run/inputs.py",
     "run/numerics.py",

@@ -1,7 +1,8 @@
 """One worker: takes job ids from the queue, claims each in the store, grades it in a child process.
 
 One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins one worker per GPU),
-or statically with --no-gpu. While grading, a heartbeat thread renews the job's lease every
+or statically with --no-gpu. A GPU worker keeps one CUDA context open on its GPU for its whole life
+(grader/run/keeper.py), so each grading's children make theirs faster. While grading, a heartbeat thread renews the job's lease every
 ``lease_s / 4``; a worker that loses its lease (it stalled, another took the job) stops its grading
 and stores nothing. On SIGTERM the grading is stopped and the job goes back to the queue.
 
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from grader import IMPORT_ROOT
+from grader.run.keeper import START_TIMEOUT_S, Keeper, start_keeper
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
@@ -84,6 +86,11 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         log.info("worker %s started (%s)", self.name, f"GPU {self.gpu}" if self.gpu is not None else "static")
+        keeper: Keeper | None = None
+        if self.gpu is not None and not self.settings.no_gpu:
+            keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
+            if keeper.problem:
+                log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu, keeper.problem)
         next_reap = 0.0
         try:
             while not self.stopping.is_set():
@@ -100,6 +107,8 @@ class Worker:
                 if not took and not self.queue.blocking:
                     self.stopping.wait(0.5)
         finally:
+            if keeper is not None:
+                keeper.close()
             self._safely(lambda: self.store.drop_worker(self.name))
             log.info("worker %s stopped", self.name)
 

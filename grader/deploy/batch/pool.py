@@ -68,7 +68,7 @@ def child_command(sub: Submission, out: Path, opts: Options) -> list[str]:
     return cmd + ["--", str(sub.path)]  # after '--': a folder name is never read as an option
 
 
-def _gpu_env(gpu: str) -> dict[str, str]:
+def gpu_env(gpu: str) -> dict[str, str]:
     """What pins a process to one GPU, numbered as nvidia-smi numbers them."""
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": gpu}
 
@@ -78,7 +78,7 @@ def _child_env(gpu: str | None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if gpu is not None:
-        env.update(_gpu_env(gpu))
+        env.update(gpu_env(gpu))
     return env
 
 
@@ -101,7 +101,7 @@ def probe_gpus(gpus: list[str], lock_dir: Path, timeout_s: float) -> dict[str, s
     def one(gpu: str) -> str:
         path = device_file(lock_dir, gpu)
         path.unlink(missing_ok=True)  # never an earlier batch's description
-        device, reason = probe_device(timeout_s, extra_env=_gpu_env(gpu))
+        device, reason = probe_device(timeout_s, extra_env=gpu_env(gpu))
         problem = reason or device_problem(device)
         if problem:
             return problem

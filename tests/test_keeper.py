@@ -1,0 +1,182 @@
+"""A CUDA context kept open per GPU while a batch runs (grader/run/keeper.py, grader/children/keep.py).
+
+The keeper child is the real one, over the stand-in driver tests/fixtures/fake_libcuda.c (it logs
+every call) or over no driver at all; the batch is the real batch with a recording child in place
+of each grading. What is checked: the keeper makes the primary context and waits; it ends when
+closed, when the process that started it dies, and when it never gets ready; a batch keeps one per
+GPU for its run, ends them all, and says so in batch.json, or notes why it could not.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.children.driver import LIBRARY_VAR
+from grader.deploy import batch
+from grader.run import keeper as keeper_module
+from grader.run.keeper import Keeper, keep_gpus, start_keeper
+from tests.test_batch import _small_export
+from tests.test_batch_devices import _recording
+from tests.test_children import FAKE_CUPY
+from tests.test_sanitize_child import _calls, _use_fake
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """The process ``pid`` has ended (reaped, or a zombie) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_keeper_holds_the_primary_context_until_closed(tmp_path, monkeypatch, fake_libcuda):
+    log = tmp_path / "driver.log"
+    _use_fake(monkeypatch, fake_libcuda, log)
+    k = start_keeper(tmp_path / "keep", 60, gpu="0")
+    try:
+        assert k.problem == "" and k.kept
+        pid = k.proc.pid
+        assert _calls(log, "cuInit") == [["0"]] and len(_calls(log, "cuDevicePrimaryCtxRetain")) == 1
+        assert _calls(log, "cuLaunchKernel") == [] and _calls(log, "cuMemAlloc_v2") == []  # idle: no work
+        time.sleep(0.3)
+        assert k.kept  # still there: it waits on its stdin
+    finally:
+        k.close()
+    assert not k.kept and _gone(pid, 1.0)
+    assert json.loads((tmp_path / "keep" / "keep_result.json").read_text()) == {"ok": True}
+    k.close()  # a second close does nothing
+
+
+def test_without_a_driver_the_keeper_says_why_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv(LIBRARY_VAR, str(tmp_path / "no-libcuda.so.1"))
+    t0 = time.monotonic()
+    k = start_keeper(tmp_path / "keep", 60, gpu="0")
+    assert time.monotonic() - t0 < 20
+    assert not k.kept and k.proc is None
+    assert "no-libcuda.so.1 could not be loaded" in k.problem
+
+
+def test_a_keeper_that_never_gets_ready_is_killed_at_its_time_limit(tmp_path, monkeypatch):
+    pid_file = tmp_path / "pid"
+    monkeypatch.setattr(keeper_module, "child_command", lambda *_a: [
+        sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+                              "time.sleep(120)"])
+    t0 = time.monotonic()
+    k = start_keeper(tmp_path / "keep", 1.0, gpu="0")
+    assert time.monotonic() - t0 < 8
+    assert k.problem == "the keeper had no context after 1 s" and not k.kept
+    assert _gone(int(pid_file.read_text()), 5.0)
+
+
+def test_a_keeper_ends_when_the_process_that_started_it_dies(tmp_path, fake_libcuda, monkeypatch):
+    _use_fake(monkeypatch, fake_libcuda, tmp_path / "driver.log")
+    parent = textwrap.dedent(f"""\
+        import os, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from grader.run.keeper import start_keeper
+        k = start_keeper({str(tmp_path / "keep")!r}, 60, gpu="0")
+        print(k.proc.pid if k.kept else "none: " + k.problem, flush=True)
+        os._exit(0)  # no close: the pipe closes because this process is gone
+        """)
+    out = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout.strip())
+    assert _gone(pid, 10.0)
+
+
+def test_keep_gpus_starts_one_per_gpu_pinned_to_it(tmp_path, monkeypatch, fake_libcuda):
+    _use_fake(monkeypatch, fake_libcuda, tmp_path / "driver.log")
+    seen: dict[str, dict] = {}
+    real = keeper_module.start_keeper
+
+    def spy(work, timeout_s, gpu=None, extra_env=None):
+        seen[gpu] = {"work": work.name, "env": extra_env}
+        return real(work, timeout_s, gpu, extra_env)
+
+    monkeypatch.setattr(keeper_module, "start_keeper", spy)
+    kept = keep_gpus(["0", "GPU-1/x"], tmp_path, 60, {"0": {"CUDA_VISIBLE_DEVICES": "0"},
+                                                      "GPU-1/x": {"CUDA_VISIBLE_DEVICES": "GPU-1/x"}})
+    try:
+        assert sorted(kept) == ["0", "GPU-1/x"] and all(k.kept for k in kept.values())
+        assert seen["0"] == {"work": "keep-0", "env": {"CUDA_VISIBLE_DEVICES": "0"}}
+        assert seen["GPU-1/x"]["work"] == "keep-GPU-1_x"  # a safe folder name
+    finally:
+        for k in kept.values():
+            k.close()
+    assert keep_gpus([], tmp_path, 60) == {}
+
+
+def test_a_batch_keeps_a_context_per_gpu_for_its_run_and_ends_them(tmp_path, monkeypatch, fake_libcuda):
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))  # the batch's probes
+    _use_fake(monkeypatch, fake_libcuda, tmp_path / "driver.log")
+    started: list[Keeper] = []
+    real = keeper_module.start_keeper
+
+    def spy(*a, **k):
+        started.append(real(*a, **k))
+        return started[-1]
+
+    monkeypatch.setattr(keeper_module, "start_keeper", spy)
+    alive_during: list[bool] = []
+    recording = _recording(tmp_path)
+
+    def cmd(sub, out, opts):  # each grading is started while every keeper is still there
+        alive_during.append(all(k.kept for k in started))
+        return recording(sub, out, opts)
+
+    s = batch.grade_export(_small_export(tmp_path / "exp", ("submission_1", "submission_2", "submission_3")),
+                           tmp_path / "out", quiet=True, gpus=["0", "1"], make_cmd=cmd)
+    assert s.graded == 3 and alive_during == [True, True, True]
+    assert len(started) == 2 and not any(k.kept for k in started)
+    info = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert info["contexts_kept"] == ["0", "1"]
+    assert not any("no CUDA context kept open" in n for n in info["notes"])
+
+
+def test_a_batch_without_a_driver_notes_it_and_grades_all_the_same(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
+    monkeypatch.setenv(LIBRARY_VAR, str(tmp_path / "no-libcuda.so.1"))
+    s = batch.grade_export(_small_export(tmp_path / "exp", ("submission_1", "submission_2")), tmp_path / "out",
+                           quiet=True, gpus=["0"], make_cmd=_recording(tmp_path))
+    assert s.graded == 2
+    info = json.loads((tmp_path / "out" / "batch.json").read_text())
+    assert info["contexts_kept"] == []
+    note = next(n for n in info["notes"] if n.startswith("GPU 0: no CUDA context kept open"))
+    assert "no-libcuda.so.1 could not be loaded" in note
+
+
+def test_the_batch_can_be_told_not_to_keep_contexts(tmp_path, monkeypatch, fake_libcuda):
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
+    _use_fake(monkeypatch, fake_libcuda, tmp_path / "driver.log")
+    s = batch.grade_export(_small_export(tmp_path / "exp", ("submission_1",)), tmp_path / "out", quiet=True,
+                           gpus=["0"], make_cmd=_recording(tmp_path), keep_contexts=False)
+    assert s.graded == 1
+    assert json.loads((tmp_path / "out" / "batch.json").read_text())["contexts_kept"] == []
+    assert not (tmp_path / "out" / "locks" / "keep-0").exists()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_keeper_holds_a_context_until_closed(tmp_path):
+    k = start_keeper(tmp_path / "keep", 120, gpu="0")
+    try:
+        assert k.problem == "" and k.kept, k.problem
+        pid = k.proc.pid
+    finally:
+        k.close()
+    assert _gone(pid, 1.0)

@@ -11,6 +11,12 @@ The race cases: tests/submissions/race_missing_sync (stage 3), and the reference
 grader/run/sanitize.py: run_tool, at the rubric's sanitizer size. Prints one JSON object (and writes it
 to $OUT/racecheck_probe.json): per kernel and grid, the seconds and how many hazards were reported
 (-1: no verdict), and the wall time of the references' runs side by side, as a grading runs them.
+
+``TOGETHER=1`` measures instead one child for every shared-memory stage (the launcher child takes a
+list of stages; one compute-sanitizer, one context) against one child per stage side by side, at the
+rubric's corner grid, for the references and for the references with stage 3 replaced by its race
+case: the seconds, and each kernel's hazards as the findings name it (the kernel names differ by
+stage, so a report's function names say which stage raced).
 """
 from __future__ import annotations
 
@@ -27,9 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 from grader.build import toolchain  # noqa: E402
 from grader.build.compile import compile_stage  # noqa: E402
+from grader.children.launch import launch  # noqa: E402
 from grader.children.protocol import launch_grid  # noqa: E402
 from grader.grading import StageOutcome  # noqa: E402
-from grader.run.sanitize import run_tool  # noqa: E402
+from grader.run.sanitize import OUTPUT_LIMIT, SEED, _wrap, parse_sanitizer, run_tool  # noqa: E402
 from grader.spec.rubric import load_rubric  # noqa: E402
 
 SHARED = ("tiled", "blocktiling_1d", "blocktiling_2d", "wmma", "hopper")
@@ -83,6 +90,8 @@ def main() -> int:
                 "hazards": len(r.findings) if not r.reason else -1, "reason": r.reason,
                 "first": r.findings[0].brief() if r.findings else ""}
 
+    if os.environ.get("TOGETHER") == "1":
+        return together(cases, tool, n, limit, corner, work, out)
     report: dict = {"n": n, "corner": list(corner), "runs": []}
     grids = [(None, "whole grid"), (corner, "corner"), ((1, 1), "one block")]
     for kind, specs in cases.items():
@@ -96,6 +105,47 @@ def main() -> int:
         report[f"side_by_side_s ({label})"] = round(time.monotonic() - t0, 2)
     out.mkdir(parents=True, exist_ok=True)
     (out / "racecheck_probe.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def together(cases: dict, tool, n: int, limit: float, corner, work: Path, out: Path) -> int:
+    """One sanitizer child for all shared-memory stages against one per stage side by side (TOGETHER=1)."""
+    refs = cases["reference"]
+    raced = [cases["race"][0], *refs[1:]]  # stage 3's race case, the other stages' references
+    report: dict = {"n": n, "corner": list(corner), "runs": []}
+
+    def one_child(specs: list[dict], where: str) -> dict:
+        t0 = time.monotonic()
+        # No --kernel-name filter: it takes one name; the child loads the stages' cubins and nothing else.
+        child = launch("sanitize", {"n": n, "seed": SEED, "stages": specs, "blocks": list(corner)},
+                       work / where, limit * len(specs), OUTPUT_LIMIT, wrap=_wrap("racecheck", tool),
+                       name="racecheck")
+        text = child.proc.stdout + "\n" + child.proc.stderr
+        findings = parse_sanitizer(text)
+        per_kernel = {s["kernel"]: sum(1 for f in findings if any(fn == s["kernel"] for fn, _f, _l in f.locations))
+                      for s in specs}
+        return {"seconds": round(time.monotonic() - t0, 2), "rc": child.proc.returncode,
+                "failures": (child.result or {}).get("failures"), "hazards_by_kernel": per_kernel,
+                "unattributed": sum(1 for f in findings if not any(fn in per_kernel for fn, _f, _l in f.locations)),
+                "first": findings[0].brief() if findings else ""}
+
+    def side_by_side(specs: list[dict], where: str) -> dict:
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(len(specs)) as pool:
+            runs = list(pool.map(lambda s: run_tool("racecheck", tool, s, n, work / where / s["id"], limit,
+                                                    blocks=corner), specs))
+        return {"seconds": round(time.monotonic() - t0, 2),
+                "hazards_by_stage": {r.stage: (len(r.findings) if not r.reason else -1) for r in runs}}
+
+    for k in range(2):  # the two ways take turns
+        for label, specs in (("reference", refs), ("race in stage 3", raced)):
+            report["runs"].append({"case": label, "way": "one child", "turn": k + 1,
+                                   **one_child(specs, f"one-{k}-{label[:4]}")})
+            report["runs"].append({"case": label, "way": "side by side", "turn": k + 1,
+                                   **side_by_side(specs, f"side-{k}-{label[:4]}")})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "racecheck_together.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
     return 0
 

@@ -44,6 +44,26 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
     return False
 
 
+def keepers() -> list[int]:
+    """The pids of this host's keeper children (``python -m grader.children keep ...``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"grader.children" in argv and b"keep" in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def _wait(predicate, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
 def test_the_keeper_holds_the_primary_context_until_closed(tmp_path, monkeypatch, fake_libcuda):
     log = tmp_path / "driver.log"
     _use_fake(monkeypatch, fake_libcuda, log)
@@ -169,6 +189,24 @@ def test_the_batch_can_be_told_not_to_keep_contexts(tmp_path, monkeypatch, fake_
     assert s.graded == 1
     assert json.loads((tmp_path / "out" / "batch.json").read_text())["contexts_kept"] == []
     assert not (tmp_path / "out" / "locks" / "keep-0").exists()
+
+
+def test_a_gpu_worker_of_the_service_keeps_a_context_for_its_life(tmp_path, monkeypatch, fake_libcuda):
+    """The real service, one GPU worker over the stand-in driver (no job is sent: nothing needs CuPy)."""
+    from tests.serve_helpers import ServiceProcess
+
+    log = tmp_path / "driver.log"
+    _use_fake(monkeypatch, fake_libcuda, log)
+    before = set(keepers())
+    with ServiceProcess(tmp_path / "data", "--gpus", "0", gpu=True) as svc:
+        svc.wait_workers(1)
+        assert _wait(lambda: set(keepers()) - before, 30), svc.log_text()
+        [pid] = set(keepers()) - before
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        parent_argv = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
+        assert b"worker" in parent_argv and b"--gpu" in parent_argv  # the worker's own child
+        assert len(_calls(log, "cuDevicePrimaryCtxRetain")) == 1
+    assert _gone(pid, 15)
 
 
 @pytest.mark.gpu

@@ -4,26 +4,13 @@ while it runs (grader/run/keeper.py) and none left once the service stopped. Ski
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.serve_helpers import ROOT, ServiceProcess, bearer, issue_tokens, wait_job, zip_folder
+from tests.test_keeper import keepers
 
 pytestmark = pytest.mark.gpu
-
-
-def _keepers() -> list[int]:
-    """The pids of this host's keeper children (``python -m grader.children keep ...``)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"grader.children" in argv and b"keep" in argv:
-            found.append(int(entry.name))
-    return found
 
 
 def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
@@ -32,9 +19,9 @@ def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
     with ServiceProcess(data, "--gpus", "0", gpu=True) as svc, svc.client() as c:
         svc.wait_workers(1)
         deadline = time.monotonic() + 60
-        while not _keepers() and time.monotonic() < deadline:
+        while not keepers() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(_keepers()) == 1, svc.log_text()
+        assert len(keepers()) == 1, svc.log_text()
         [worker] = c.get("/api/v1/queue").json()["workers"]
         assert worker["gpu"] == "0" and worker["name"].endswith("-gpu0")
         sub = c.post("/api/v1/jobs", content=zip_folder(ROOT / "solutions"), headers=bearer(token))
@@ -46,6 +33,6 @@ def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
         assert correct and all(t["score"] == t["max_score"] for t in correct), correct
         assert "not evaluated" not in " ".join(t.get("output", "") for t in correct)
     deadline = time.monotonic() + 15
-    while _keepers() and time.monotonic() < deadline:
+    while keepers() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _keepers() == []  # the worker ended its keeper when it stopped
+    assert keepers() == []  # the worker ended its keeper when it stopped

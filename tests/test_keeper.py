@@ -218,3 +218,11 @@ def test_on_a_gpu_the_keeper_holds_a_context_until_closed(tmp_path):
     finally:
         k.close()
     assert _gone(pid, 1.0)
+
+
+def test_a_keeper_that_ends_at_once_says_how_and_what_it_printed(tmp_path, monkeypatch):
+    monkeypatch.setattr(keeper_module, "child_command", lambda *_a: [
+        sys.executable, "-c", "import sys; sys.stderr.write('x' * 5000 + ' the driver is gone'); sys.exit(3)"])
+    k = start_keeper(tmp_path / "keep", 30, gpu="0")
+    assert not k.kept and k.problem.startswith("the keeper ended (exit 3): ")
+    assert k.problem.endswith("the driver is gone") and len(k.problem) < 400  # the last 300 bytes only

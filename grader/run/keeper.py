@@ -112,9 +112,19 @@ def start_keeper(work: Path, timeout_s: float, gpu: str | None = None,
     elif line is None:
         keeper.problem = f"the keeper had no context after {timeout_s:g} s"
     else:
-        tail = (work / "keep_stderr.txt").read_bytes()[-300:].decode(errors="replace").strip()
+        tail = _tail(work / "keep_stderr.txt")
         keeper.problem = f"the keeper ended (exit {proc.returncode}){': ' + tail if tail else ''}"
     return keeper
+
+
+def _tail(path: Path, nbytes: int = 300) -> str:
+    """The last ``nbytes`` of a file, stripped ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - nbytes))
+            return fh.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def keep_gpus(gpus: list[str], work: Path, timeout_s: float,

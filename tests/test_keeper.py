@@ -21,6 +21,7 @@ import pytest
 from grader.children.driver import LIBRARY_VAR
 from grader.deploy import batch
 from grader.run import keeper as keeper_module
+from grader.run.device import read_device_file
 from grader.run.keeper import Keeper, keep_gpus, start_keeper
 from tests.test_batch import _small_export
 from tests.test_batch_devices import _recording
@@ -192,14 +193,19 @@ def test_the_batch_can_be_told_not_to_keep_contexts(tmp_path, monkeypatch, fake_
 
 
 def test_a_gpu_worker_of_the_service_keeps_a_context_for_its_life(tmp_path, monkeypatch, fake_libcuda):
-    """The real service, one GPU worker over the stand-in driver (no job is sent: nothing needs CuPy)."""
+    """The real service, one GPU worker over the stand-in driver and tests/fake_cupy (its probe: an
+    H100-like GPU); no job is sent. The worker also probes its GPU once and keeps the description."""
     from tests.serve_helpers import ServiceProcess
 
     log = tmp_path / "driver.log"
     _use_fake(monkeypatch, fake_libcuda, log)
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
     before = set(keepers())
     with ServiceProcess(tmp_path / "data", "--gpus", "0", gpu=True) as svc:
         svc.wait_workers(1)
+        [described] = (tmp_path / "data" / "work").glob("*-gpu0/device.json")
+        device, problem = read_device_file(described)
+        assert problem == "" and device is not None and device["cc"] == [9, 0], svc.log_text()
         assert _wait(lambda: set(keepers()) - before, 30), svc.log_text()
         [pid] = set(keepers()) - before
         parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

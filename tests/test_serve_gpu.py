@@ -1,6 +1,7 @@
 """The service on a GPU machine: one worker per GPU listed, pinned with CUDA_VISIBLE_DEVICES, grading
 with the GPU (correctness measured, not "not evaluated"), with a CUDA context kept open on its GPU
-while it runs (grader/run/keeper.py) and none left once the service stopped. Skipped without a GPU."""
+while it runs (grader/run/keeper.py) and none left once the service stopped, and its gradings handed
+the worker's one description of the GPU (no probe child each). Skipped without a GPU."""
 from __future__ import annotations
 
 import time
@@ -32,6 +33,11 @@ def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
         correct = [t for t in results["tests"] if t["name"].startswith("correct at every size")]
         assert correct and all(t["score"] == t["max_score"] for t in correct), correct
         assert "not evaluated" not in " ".join(t.get("output", "") for t in correct)
+        # The worker probed its GPU once and handed the grading that description: no probe child here.
+        grading = c.get(f"/api/v1/jobs/{view['id']}/files/grading.json").json()
+        probe = next(p for p in grading["phases"] if p["name"] == "probe")
+        assert probe["seconds"] < 0.5, probe
+        assert not any("probed again" in n for n in grading["notes"]), grading["notes"]
     deadline = time.monotonic() + 15
     while keepers() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -129,3 +129,15 @@ def test_serve_yaml_errors_name_the_key(tmp_path):
         from_mapping(Settings(), {"lease": 2}, "serve.yaml")
     with pytest.raises(SettingsError, match=r"serve.yaml: port: 'x' is not a port number"):
         from_mapping(Settings(), {"port": "x"}, "serve.yaml")
+
+
+def test_a_gpu_workers_gradings_get_its_gpus_description_and_static_ones_do_not(tmp_path):
+    from grader.serve.worker import grade_command
+
+    archive, out, described = tmp_path / "submission.zip", tmp_path / "out", tmp_path / "device.json"
+    gpu = grade_command(Settings(stages=["naive", "tiled"]), archive, out, described)
+    assert gpu[gpu.index("--device") + 1] == str(described) and "--no-gpu" not in gpu
+    assert gpu[gpu.index("--stages") + 1] == "naive,tiled" and gpu[-2:] == ["--", str(archive)]
+    assert "--device" not in grade_command(Settings(), archive, out, None)  # its probe failed: each grading probes
+    static = grade_command(Settings(no_gpu=True), archive, out, described)
+    assert "--no-gpu" in static and "--device" not in static

@@ -227,6 +227,26 @@ step_contexts() {
   log "contexts: the cost of making a CUDA context"
   $PY tools/context_cost.py --reps "${CTX_REPS:-10}" --burst "${CTX_BURST:-12}" 2>&1 | tee -a "$OUT/trust.txt"
 }
+# device: single grades of solutions/ handed the GPU's description (grade --device, as a service
+# worker or a batch does) and probing it themselves, in turn; their phase tables side by side.
+step_device() {
+  log "device: single grades with the GPU's description handed over (--device) and without, in turn"
+  export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
+  $PY -c 'import sys; from pathlib import Path; from grader.run.device import probe_device, write_device_file
+d, r = probe_device(60); sys.exit(r) if d is None or r else write_device_file(Path(sys.argv[1]), d)' "$W/device.json"
+  local files=() k name t0
+  for k in 0 1 2; do
+    for name in given probed; do
+      t0=$(date +%s.%N)
+      if [ $name = given ]; then set -- --device "$W/device.json"; else set --; fi
+      timeout 400 $PY -m grader grade solutions --out "$W/dev-$name$k" --quiet "$@" > "$W/logs/dev-$name$k.txt" 2>&1
+      echo "dev-$name$k rc=$? $($PY -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 2))" "$t0" "$(date +%s.%N)") s" | tee -a "$OUT/trust.txt"
+      [ "$k" = 0 ] || files+=("$W/dev-$name$k/grading.json")  # round 0 warms the machine
+    done
+  done
+  $PY tools/phase_times.py "${files[@]}" > "$OUT/phases-device.md"
+  grep -v '&nbsp;' "$OUT/phases-device.md" | tee -a "$OUT/trust.txt"
+}
 for s in "$@"; do "step_$s"; done
 log bundle
 # One grading's raw Nsight Compute table (every reference kernel), for tests/fixtures/ncu/.

@@ -2,7 +2,12 @@
 
 One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins one worker per GPU),
 or statically with --no-gpu. A GPU worker keeps one CUDA context open on its GPU for its whole life
-(grader/run/keeper.py), so each grading's children make theirs faster. While grading, a heartbeat thread renews the job's lease every
+(grader/run/keeper.py), so each grading's children make theirs faster, and probes its GPU once when
+it starts: each grading is handed that description (``grade --device``, as a batch does) instead of
+starting a probe child of its own. On an H200 (run 31 of
+docs/measurements/2026-11-30-h200-kept-context-run26-31.md) a grade of solutions/ took 14.7-14.9 s
+so, against 15.5-15.7 s probing (the probe phase: 0.02-0.03 s against 0.81-0.99 s). If the worker's
+probe fails, each grading probes for itself, as before. While grading, a heartbeat thread renews the job's lease every
 ``lease_s / 4``; a worker that loses its lease (it stalled, another took the job) stops its grading
 and stores nothing. On SIGTERM the grading is stopped and the job goes back to the queue.
 
@@ -23,6 +28,7 @@ import time
 from pathlib import Path
 
 from grader import IMPORT_ROOT
+from grader.run.device import device_problem, probe_device, write_device_file
 from grader.run.keeper import START_TIMEOUT_S, Keeper, start_keeper
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
@@ -68,6 +74,16 @@ def default_name(gpu: str | None, index: int = 0) -> str:
     return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
 
 
+def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None) -> list[str]:
+    """The child that grades one job: ``grade`` with the service's rubric, mode and stages, and the
+    worker's description of its GPU when it has one."""
+    cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
+    cmd += ["--no-gpu"] if settings.no_gpu else []
+    cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
+    cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []
+    return cmd + ["--", str(archive)]
+
+
 class Worker:
     def __init__(self, settings: Settings, store: JobStore, queue: JobQueue, name: str, gpu: str | None):
         self.settings, self.store, self.queue, self.name, self.gpu = settings, store, queue, name, gpu
@@ -76,6 +92,7 @@ class Worker:
         self.stopping = threading.Event()
         self.work = settings.data / "work" / name
         self._job_started: float | None = None
+        self.device_file: Path | None = None  # the GPU's description, probed once (describe_gpu)
 
     def register(self, state: str) -> None:
         self.store.put_worker(WorkerInfo(self.name, self.gpu, state, time.time(), self._job_started, self.pid,
@@ -91,6 +108,7 @@ class Worker:
             keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
             if keeper.problem:
                 log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu, keeper.problem)
+            self.device_file = self.describe_gpu()
         next_reap = 0.0
         try:
             while not self.stopping.is_set():
@@ -111,6 +129,18 @@ class Worker:
                 keeper.close()
             self._safely(lambda: self.store.drop_worker(self.name))
             log.info("worker %s stopped", self.name)
+
+    def describe_gpu(self) -> Path | None:
+        """Probe this worker's GPU once and keep its description for every grading (None: each
+        grading probes for itself; the log says why)."""
+        device, reason = probe_device(START_TIMEOUT_S)
+        problem = reason or device_problem(device)
+        if problem or device is None:
+            log.warning("worker %s: its GPU's probe failed (%s); each grading probes it itself", self.name, problem)
+            return None
+        path = self.work / "device.json"
+        write_device_file(path, device)
+        return path
 
     def _safely(self, fn) -> None:
         try:
@@ -180,10 +210,7 @@ class Worker:
         (folder / "submission.zip").write_bytes(archive)
         out = folder / "out"
         s = self.settings
-        cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(s.rubric)]
-        cmd += ["--no-gpu"] if s.no_gpu else []
-        cmd += ["--stages", ",".join(s.stages)] if s.stages else []
-        cmd += ["--", str(folder / "submission.zip")]
+        cmd = grade_command(s, folder / "submission.zip", out, self.device_file)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 

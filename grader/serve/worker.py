@@ -7,9 +7,10 @@ it starts: each grading is handed that description (``grade --device``, as a bat
 starting a probe child of its own. On an H200 (run 31 of
 docs/measurements/2026-11-30-h200-kept-context-run26-31.md) a grade of solutions/ took 14.7-14.9 s
 so, against 15.5-15.7 s probing (the probe phase: 0.02-0.03 s against 0.81-0.99 s). If the worker's
-probe fails, each grading probes for itself, as before. While grading, a heartbeat thread renews the job's lease every
-``lease_s / 4``; a worker that loses its lease (it stalled, another took the job) stops its grading
-and stores nothing. On SIGTERM the grading is stopped and the job goes back to the queue.
+probe fails, each grading probes for itself, as before.
+
+While grading, a heartbeat thread renews the job's lease every ``lease_s / 4``; a worker that loses
+its lease (it stalled, another took the job) stops its grading and stores nothing. On SIGTERM the grading is stopped and the job goes back to the queue.
 
 At start and every ``lease_s / 4`` the worker also :func:`reap`\\ s: running jobs whose lease expired,
 or whose holder was this worker's predecessor under the same name and is dead, go back to the queue,
@@ -104,13 +105,14 @@ class Worker:
             signal.signal(sig, lambda *_: self.stopping.set())
         log.info("worker %s started (%s)", self.name, f"GPU {self.gpu}" if self.gpu is not None else "static")
         keeper: Keeper | None = None
-        if self.gpu is not None and not self.settings.no_gpu:
-            keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
-            if keeper.problem:
-                log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu, keeper.problem)
-            self.device_file = self.describe_gpu()
         next_reap = 0.0
         try:
+            if self.gpu is not None and not self.settings.no_gpu:
+                keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
+                if keeper.problem:
+                    log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu,
+                                keeper.problem)
+                self.device_file = self.describe_gpu()
             while not self.stopping.is_set():
                 if time.monotonic() >= next_reap:
                     self._safely(lambda: reap(self.store, self.queue, self.settings, self.name))
@@ -139,7 +141,12 @@ class Worker:
             log.warning("worker %s: its GPU's probe failed (%s); each grading probes it itself", self.name, problem)
             return None
         path = self.work / "device.json"
-        write_device_file(path, device)
+        try:
+            write_device_file(path, device)
+        except OSError as exc:
+            log.warning("worker %s: could not keep its GPU's description (%s); each grading probes it itself",
+                        self.name, exc)
+            return None
         return path
 
     def _safely(self, fn) -> None:

@@ -10,7 +10,8 @@ so, against 15.5-15.7 s probing (the probe phase: 0.02-0.03 s against 0.81-0.99 
 probe fails, each grading probes for itself, as before.
 
 While grading, a heartbeat thread renews the job's lease every ``lease_s / 4``; a worker that loses
-its lease (it stalled, another took the job) stops its grading and stores nothing. On SIGTERM the grading is stopped and the job goes back to the queue.
+its lease (it stalled, another took the job) stops its grading and stores nothing. On SIGTERM the
+grading is stopped and the job goes back to the queue.
 
 At start and every ``lease_s / 4`` the worker also :func:`reap`\\ s: running jobs whose lease expired,
 or whose holder was this worker's predecessor under the same name and is dead, go back to the queue,

@@ -83,19 +83,28 @@ def student_user() -> str | None:
 
 def mode() -> Mode:
     """How fenced steps run here (probed once per process and student user)."""
-    return _mode_for(student_user() if os.geteuid() == 0 else None)
+    return _fenced_mode(student_user())
+
+
+def _fenced_mode(user: str | None) -> Mode:
+    """How a fenced step run as ``user`` runs here (the user counts only as root)."""
+    return _mode_for(user if os.geteuid() == 0 else None)
+
+
+def _step_user(user: str | None, fence: Fence | None) -> str | None:
+    """The user a step runs as: "" and "none" mean no switch; with a fence, None means
+    ``$GRADER_STUDENT_USER``."""
+    if user is not None and user.strip() in ("", NO_USER):
+        return None
+    if user is None and fence is not None:
+        return student_user()
+    return user
 
 
 def confines(fence: Fence | None, user: str | None = None) -> bool:
     """Whether :func:`run` with this ``fence`` and ``user`` puts the step inside bwrap here (so it
     sees only the fence's paths), rather than the weak fence or no fence at all."""
-    if fence is None:
-        return False
-    if user is not None and user.strip() in ("", NO_USER):
-        user = None
-    elif user is None:
-        user = student_user()
-    return _mode_for(user if os.geteuid() == 0 else None).confinement is Confinement.BWRAP
+    return fence is not None and _fenced_mode(_step_user(user, fence)).confinement is Confinement.BWRAP
 
 
 def reset_mode() -> None:
@@ -169,10 +178,7 @@ def run(
     if not isinstance(timeout_s, (int, float)) or not (0 < timeout_s < math.inf):
         raise ValueError(f"timeout_s must be a positive finite number, not {timeout_s!r}")
     command = [os.fspath(c) for c in cmd]
-    if user is not None and user.strip() in ("", NO_USER):
-        user = None
-    elif user is None and fence is not None:
-        user = student_user()
+    user = _step_user(user, fence)
     if fence is not None:
         return _run_fenced(command, fence, timeout_s=float(timeout_s), cwd=cwd, env=env, output_limit=output_limit,
                            stdin_data=stdin_data, user=user, confinement=None, bwrap=None, control=control)
@@ -233,7 +239,7 @@ def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str 
                 env: Mapping[str, str] | None, output_limit: int, stdin_data: bytes | None, user: str | None,
                 confinement: Confinement | None, bwrap: str | None, control: Control | None = None) -> ProcRecord:
     if confinement is None:
-        m = _mode_for(user if os.geteuid() == 0 else None)
+        m = _fenced_mode(user)
         confinement, bwrap = m.confinement, m.bwrap
     in_bwrap = confinement is Confinement.BWRAP
     as_root = os.geteuid() == 0

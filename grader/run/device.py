@@ -69,6 +69,25 @@ def read_device_file(path: Path) -> tuple[dict[str, Any] | None, str]:
     return (data, "") if not problem else (None, f"{path}: {problem}")
 
 
+def describe_into(path: Path, timeout_s: float, extra_env: dict[str, str] | None = None) -> str:
+    """Probe the GPU once and write its description to ``path`` for the gradings that follow (a
+    batch's GPU, a service worker's); "" or why not (then no file is left: each grading probes for
+    itself). An earlier description at ``path`` is removed first."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        return f"{path}: {exc}"
+    device, reason = probe_device(timeout_s, extra_env=extra_env)
+    problem = reason or device_problem(device)
+    if problem or device is None:
+        return problem
+    try:
+        write_device_file(path, device)
+    except OSError as exc:
+        return f"the description could not be written: {exc}"
+    return ""
+
+
 def write_device_file(path: Path, device: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from grader import IMPORT_ROOT
-from grader.run.device import device_problem, probe_device, write_device_file
+from grader.run.device import describe_into
 from grader.run.keeper import START_TIMEOUT_S, Keeper, start_keeper
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
@@ -136,17 +136,10 @@ class Worker:
     def describe_gpu(self) -> Path | None:
         """Probe this worker's GPU once and keep its description for every grading (None: each
         grading probes for itself; the log says why)."""
-        device, reason = probe_device(START_TIMEOUT_S)
-        problem = reason or device_problem(device)
-        if problem or device is None:
-            log.warning("worker %s: its GPU's probe failed (%s); each grading probes it itself", self.name, problem)
-            return None
         path = self.work / "device.json"
-        try:
-            write_device_file(path, device)
-        except OSError as exc:
-            log.warning("worker %s: could not keep its GPU's description (%s); each grading probes it itself",
-                        self.name, exc)
+        problem = describe_into(path, START_TIMEOUT_S)
+        if problem:
+            log.warning("worker %s: its GPU's probe failed (%s); each grading probes it itself", self.name, problem)
             return None
         return path
 

@@ -96,22 +96,12 @@ def device_file(lock_dir: Path, gpu: str) -> Path:
 def probe_gpus(gpus: list[str], lock_dir: Path, timeout_s: float) -> dict[str, str]:
     """Probe each GPU once, side by side, and write its description for the gradings on it
     (grader/run/device.py); {GPU: "" or why its gradings probe for themselves}."""
-    from grader.run.device import device_problem, probe_device, write_device_file
-
-    def one(gpu: str) -> str:
-        path = device_file(lock_dir, gpu)
-        path.unlink(missing_ok=True)  # never an earlier batch's description
-        device, reason = probe_device(timeout_s, extra_env=gpu_env(gpu))
-        problem = reason or device_problem(device)
-        if problem:
-            return problem
-        assert device is not None
-        write_device_file(path, device)
-        return ""
+    from grader.run.device import describe_into
 
     lock_dir.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, len(gpus)), thread_name_prefix="probe") as pool:
-        return dict(zip(gpus, pool.map(one, gpus)))
+        return dict(zip(gpus, pool.map(lambda g: describe_into(device_file(lock_dir, g), timeout_s, gpu_env(g)),
+                                       gpus)))
 
 
 def gpu_phases(grading_json: Path) -> tuple[float, float]:

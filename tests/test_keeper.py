@@ -20,6 +20,7 @@ import pytest
 
 from grader.children.driver import LIBRARY_VAR
 from grader.deploy import batch
+from grader.deploy.batch.pool import gpu_env, keeper_folder
 from grader.run import keeper as keeper_module
 from grader.run.device import read_device_file
 from grader.run.keeper import Keeper, keep_gpus, start_keeper
@@ -127,20 +128,21 @@ def test_keep_gpus_starts_one_per_gpu_pinned_to_it(tmp_path, monkeypatch, fake_l
     real = keeper_module.start_keeper
 
     def spy(work, timeout_s, gpu=None, extra_env=None):
-        seen[gpu] = {"work": work.name, "env": extra_env}
+        seen[gpu] = {"work": work, "env": extra_env}
         return real(work, timeout_s, gpu, extra_env)
 
     monkeypatch.setattr(keeper_module, "start_keeper", spy)
-    kept = keep_gpus(["0", "GPU-1/x"], tmp_path, 60, {"0": {"CUDA_VISIBLE_DEVICES": "0"},
-                                                      "GPU-1/x": {"CUDA_VISIBLE_DEVICES": "GPU-1/x"}})
+    locks = tmp_path / "locks"
+    kept = keep_gpus(["0", "GPU-1/x"], 60, lambda g: keeper_folder(locks, g), gpu_env)
     try:
         assert sorted(kept) == ["0", "GPU-1/x"] and all(k.kept for k in kept.values())
-        assert seen["0"] == {"work": "keep-0", "env": {"CUDA_VISIBLE_DEVICES": "0"}}
-        assert seen["GPU-1/x"]["work"] == "keep-GPU-1_x"  # a safe folder name
+        assert seen["0"] == {"work": locks / "gpu-0.keeper", "env": gpu_env("0")}
+        assert seen["GPU-1/x"]["work"] == locks / "gpu-GPU-1_x.keeper"  # a safe folder name, as the lock's
+        assert seen["GPU-1/x"]["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-1/x"
     finally:
         for k in kept.values():
             k.close()
-    assert keep_gpus([], tmp_path, 60) == {}
+    assert keep_gpus([], 60, lambda g: tmp_path, gpu_env) == {}
 
 
 def test_a_batch_keeps_a_context_per_gpu_for_its_run_and_ends_them(tmp_path, monkeypatch, fake_libcuda):
@@ -189,7 +191,7 @@ def test_the_batch_can_be_told_not_to_keep_contexts(tmp_path, monkeypatch, fake_
                            gpus=["0"], make_cmd=_recording(tmp_path), keep_contexts=False)
     assert s.graded == 1
     assert json.loads((tmp_path / "out" / "batch.json").read_text())["contexts_kept"] == []
-    assert not (tmp_path / "out" / "locks" / "keep-0").exists()
+    assert not keeper_folder(tmp_path / "out" / "locks", "0").exists()
 
 
 def test_a_gpu_worker_of_the_service_keeps_a_context_for_its_life(tmp_path, monkeypatch, fake_libcuda):

@@ -24,6 +24,7 @@ import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,14 +128,10 @@ def _tail(path: Path, nbytes: int = 300) -> str:
         return ""
 
 
-def keep_gpus(gpus: list[str], work: Path, timeout_s: float,
-              env_of: dict[str, dict[str, str]] | None = None) -> dict[str, Keeper]:
-    """A keeper per GPU, started side by side in ``work/keep-<gpu>``; ``env_of[gpu]``: what pins it there."""
-    def one(gpu: str) -> Keeper:
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in gpu)
-        return start_keeper(work / f"keep-{safe}", timeout_s, gpu, (env_of or {}).get(gpu))
-
+def keep_gpus(gpus: list[str], timeout_s: float, folder_of: Callable[[str], Path],
+              env_of: Callable[[str], dict[str, str]]) -> dict[str, Keeper]:
+    """A keeper per GPU, started side by side, each in ``folder_of(gpu)`` and pinned there by ``env_of(gpu)``."""
     if not gpus:
         return {}
     with ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="keeper") as pool:
-        return dict(zip(gpus, pool.map(one, gpus)))
+        return dict(zip(gpus, pool.map(lambda g: start_keeper(folder_of(g), timeout_s, g, env_of(g)), gpus)))

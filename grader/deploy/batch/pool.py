@@ -93,6 +93,12 @@ def device_file(lock_dir: Path, gpu: str) -> Path:
     return lock.with_name(lock.stem + ".device.json")
 
 
+def keeper_folder(lock_dir: Path, gpu: str) -> Path:
+    """Where the batch's keeper of one GPU's context runs (beside its lock file; grader/run/keeper.py)."""
+    lock = lock_file(lock_dir, gpu)
+    return lock.with_name(lock.stem + ".keeper")
+
+
 def probe_gpus(gpus: list[str], lock_dir: Path, timeout_s: float) -> dict[str, str]:
     """Probe each GPU once, side by side, and write its description for the gradings on it
     (grader/run/device.py); {GPU: "" or why its gradings probe for themselves}."""

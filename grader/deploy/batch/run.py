@@ -22,7 +22,15 @@ from pathlib import Path
 
 from grader.deploy.batch.export import load_export
 from grader.deploy.batch.plan import PER_GPU, known_times, longest_first, plan_workers, select_shard, visible_gpus
-from grader.deploy.batch.pool import ChildCommand, Options, child_command, gpu_env, probe_gpus, run_pool
+from grader.deploy.batch.pool import (
+    ChildCommand,
+    Options,
+    child_command,
+    gpu_env,
+    keeper_folder,
+    probe_gpus,
+    run_pool,
+)
 from grader.deploy.batch.stale import GradedBy, Why, describe, kept_gpu_gradings, plan_todo, stage_list
 from grader.deploy.batch.table import RowStatus, automatic_points, csv_rows, write_csv
 from grader.run.keeper import Keeper, keep_gpus
@@ -140,7 +148,8 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     keepers: dict[str, Keeper] = {}
     if opts.use_gpu and gpus and todo and opts.lock_dir is not None:
         if keep_contexts:
-            keepers = keep_gpus(gpus, opts.lock_dir, rubric.timeouts.probe_s, {g: gpu_env(g) for g in gpus})
+            lock_dir = opts.lock_dir
+            keepers = keep_gpus(gpus, rubric.timeouts.probe_s, lambda g: keeper_folder(lock_dir, g), gpu_env)
             for gpu, keeper in keepers.items():
                 if keeper.problem:
                     notes.append(f"GPU {gpu}: no CUDA context kept open ({keeper.problem}); its gradings "

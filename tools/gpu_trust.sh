@@ -232,8 +232,8 @@ step_contexts() {
 step_device() {
   log "device: single grades with the GPU's description handed over (--device) and without, in turn"
   export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
-  $PY -c 'import sys; from pathlib import Path; from grader.run.device import probe_device, write_device_file
-d, r = probe_device(60); sys.exit(r) if d is None or r else write_device_file(Path(sys.argv[1]), d)' "$W/device.json"
+  $PY -c 'import sys; from pathlib import Path; from grader.run.device import describe_into
+sys.exit(describe_into(Path(sys.argv[1]), 60) or None)' "$W/device.json"
   local files=() k name t0
   for k in 0 1 2; do
     for name in given probed; do

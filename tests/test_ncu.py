@@ -8,7 +8,15 @@ import pytest
 
 from grader.model import Cause, Gap
 from grader.profile import ncu
-from grader.profile.ncu import NCU_MISSING, collect, metric_names, metrics_needed, parse_raw_csv, parse_value
+from grader.profile.ncu import (
+    NCU_MISSING,
+    collect,
+    metric_names,
+    metrics_needed,
+    parse_raw_csv,
+    parse_value,
+    rubric_metrics,
+)
 from grader.spec.rubric import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,6 +120,18 @@ def test_metrics_needed_is_the_union_of_items_and_diagnosis():
                     "smsp__inst_executed_op_shared_ld.sum", FFMA}
     assert set(metrics_needed(shipped)) == set(METRICS) | item_metrics | (set(metrics_needed(shipped)) - set(METRICS))
     assert item_metrics <= set(metrics_needed(shipped))
+
+
+
+def test_rubric_metrics_are_the_items_names_only_and_lead_metrics_needed():
+    rubric = _rubric_with_ncu_items()
+    items = rubric_metrics(rubric)
+    # the added items' names, their value's too (launch__grid_size), once each; nothing of the diagnosis'
+    assert {FFMA, "launch__grid_size", "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"} <= set(items)
+    assert len(items) == len(set(items))
+    assert "sm__throughput.avg.pct_of_peak_sustained_elapsed" not in items
+    needed = metrics_needed(rubric)
+    assert needed[:len(items)] == items  # the run collects the items' metrics first, then the diagnosis'
 
 
 # --- collect() with fake ncu programs (no GPU needed) -------------------------------------------

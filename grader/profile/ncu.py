@@ -126,11 +126,8 @@ def metric_names(text: str) -> list[str]:
     return list(dict.fromkeys(METRIC_RE.findall(text)))
 
 
-def metrics_needed(rubric) -> list[str]:
-    """What one ncu run must collect: every metric the rubric's ncu items name, then
-    what the bottleneck diagnosis and the roofline plot read."""
-    from grader.profile.diagnosis import METRICS as DIAGNOSIS_METRICS
-
+def rubric_metrics(rubric) -> list[str]:
+    """Every metric the rubric's ncu items name (their expressions and their values), in order."""
     names: list[str] = []
     for stage in rubric.stages:
         for item in stage.items:
@@ -139,7 +136,15 @@ def metrics_needed(rubric) -> list[str]:
             names += metric_names(item.params["expr"])
             if isinstance(item.params["value"], str):
                 names += metric_names(item.params["value"])
-    return list(dict.fromkeys(names + list(DIAGNOSIS_METRICS)))
+    return list(dict.fromkeys(names))
+
+
+def metrics_needed(rubric) -> list[str]:
+    """What one ncu run must collect: every metric the rubric's ncu items name, then
+    what the bottleneck diagnosis and the roofline plot read."""
+    from grader.profile.diagnosis import METRICS as DIAGNOSIS_METRICS
+
+    return list(dict.fromkeys(rubric_metrics(rubric) + list(DIAGNOSIS_METRICS)))
 
 
 @dataclass

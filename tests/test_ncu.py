@@ -122,7 +122,6 @@ def test_metrics_needed_is_the_union_of_items_and_diagnosis():
     assert item_metrics <= set(metrics_needed(shipped))
 
 
-
 def test_rubric_metrics_are_the_items_names_only_and_lead_metrics_needed():
     rubric = _rubric_with_ncu_items()
     items = rubric_metrics(rubric)

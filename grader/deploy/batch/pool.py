@@ -87,16 +87,20 @@ def lock_file(lock_dir: Path, gpu: str) -> Path:
     return lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', gpu)}.lock"
 
 
+def _beside_lock(lock_dir: Path, gpu: str, suffix: str) -> Path:
+    """A path beside one GPU's lock file, named by the same rule (``gpu-<id><suffix>``)."""
+    lock = lock_file(lock_dir, gpu)
+    return lock.with_name(lock.stem + suffix)
+
+
 def device_file(lock_dir: Path, gpu: str) -> Path:
     """Where the batch keeps one GPU's description (beside its lock file)."""
-    lock = lock_file(lock_dir, gpu)
-    return lock.with_name(lock.stem + ".device.json")
+    return _beside_lock(lock_dir, gpu, ".device.json")
 
 
 def keeper_folder(lock_dir: Path, gpu: str) -> Path:
     """Where the batch's keeper of one GPU's context runs (beside its lock file; grader/run/keeper.py)."""
-    lock = lock_file(lock_dir, gpu)
-    return lock.with_name(lock.stem + ".keeper")
+    return _beside_lock(lock_dir, gpu, ".keeper")
 
 
 def probe_gpus(gpus: list[str], lock_dir: Path, timeout_s: float) -> dict[str, str]:

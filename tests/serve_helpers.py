@@ -32,10 +32,13 @@ def free_port() -> int:
 
 
 def zip_folder(folder: Path, extra: dict[str, str] | None = None) -> bytes:
-    """The folder as a zip (fixed timestamps: the same folder gives the same bytes), plus ``extra`` files."""
+    """The folder as a zip (fixed timestamps: the same folder gives the same bytes), plus ``extra`` files
+    (which replace the folder's files of the same names)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            if str(path.relative_to(folder)) in (extra or {}):
+                continue
             info = zipfile.ZipInfo(str(path.relative_to(folder)), date_time=(2024, 1, 1, 0, 0, 0))
             zf.writestr(info, path.read_bytes())
         for name, text in (extra or {}).items():
@@ -70,6 +73,43 @@ def make_secret(data: Path, assignment: str) -> bytes:
     return secret_from_text(text)
 
 
+# A stage file whose compile never ends by itself, in any sandbox: one `#if` whose expression expands to
+# 2^26 terms keeps the preprocessor busy, in constant memory, for far longer than any test waits
+# (over 20 s on a 2-core machine), so a grading of it always outlives a short limit and is stopped
+# while nvcc and its children run.
+ENDLESS_COMPILE = "\n".join(
+    ["// Compiles for ever, in constant memory: the #if below expands to 2^26 terms.", "#define G0 1"]
+    + [f"#define G{i} (G{i - 1} + G{i - 1})" for i in range(1, 27)]
+    + ["#if G26 > 0",
+       'extern "C" __global__ void mmNaive(const float* A, const float* B, float* C, int N) { C[0] = 0.0f; }',
+       "#endif", ""])
+
+
+def endless_compile(folder: Path, tag: str) -> bytes:
+    """``folder`` (a submission) zipped with its naive stage replaced by :data:`ENDLESS_COMPILE`."""
+    return zip_folder(folder, {"gemm/naive.cu": ENDLESS_COMPILE, "NOTES.txt": tag})
+
+
+def tree_of(root: int) -> set[int]:
+    """``root`` and its live descendants, read from /proc here (the test's own reading, not the grader's)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
+            except OSError:
+                continue
+            if fields and fields[0] not in (b"Z", b"X"):
+                parent[int(entry)] = int(fields[1])
+    tree = {root}
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
 def cmdlines() -> dict[int, str]:
     """Every process's command line (NUL-separated arguments joined by spaces)."""
     out = {}
@@ -89,9 +129,12 @@ def pids_matching(*needles: str) -> list[int]:
 
 
 class ServiceProcess:
-    def __init__(self, data: Path, *args: str, stages: str = STAGES, gpu: bool = False):
-        """``args``: more ``serve`` flags; ``gpu``: grade on the GPU (give ``--gpus``) instead of ``--no-gpu``."""
+    def __init__(self, data: Path, *args: str, stages: str = STAGES, gpu: bool = False,
+                 env: dict[str, str] | None = None):
+        """``args``: more ``serve`` flags; ``gpu``: grade on the GPU (give ``--gpus``) instead of ``--no-gpu``;
+        ``env``: variables set for the service (and so its workers and gradings) besides this process's."""
         self.data, self.args, self.stages, self.gpu = data, list(args), stages, gpu
+        self.env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -102,7 +145,8 @@ class ServiceProcess:
                "--host", "127.0.0.1",
                "--port", str(self.port), *(["--stages", self.stages] if self.stages else []), *self.args]
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

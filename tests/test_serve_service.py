@@ -24,10 +24,13 @@ from tests.serve_helpers import (
     STAGES,
     ServiceProcess,
     bearer,
+    cmdlines,
+    endless_compile,
     issue_tokens,
     make_secret,
     pids_matching,
     signed,
+    tree_of,
     wait_job,
     zip_folder,
 )
@@ -189,12 +192,47 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
         assert c.get(f"{JOBS}/{g['id']}/files/results.json").json()["score"] == ga.score
         assert c.get("/api/v1/queue").json()["mean_grade_s"] == round(
             sum(j.grade_s for j in (ga, aa)) / 2, 1)  # estimates come from the recent gradings
-        body = starter("slow")
+        body = endless_compile(ROOT / "starter", "slow")  # never done in 1 s, however fast the machine
         slow = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
         failed = wait_job(c, slow["id"], service=s3)
         assert failed["state"] == "failed" and failed["error"] == "the grading took longer than 1 s and was stopped"
         assert pids_matching(slow["id"]) == []
         assert httpx.get(s3.url + "/healthz").json() == {"ok": True, "queue": "sqlite", "workers": 1}
+
+
+@pytest.mark.parametrize("sandbox", ["weak", "default"])
+def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
+    """A grading stopped by its time limit while nvcc and its children run in sessions of their own
+    (the grader starts every tool so): once the job reads failed, nothing it started is alive, in the
+    weak sandbox (no namespace to end them) as in the default one. The service is the only process
+    tree these gradings could hang under, so the check is every process in it or in none."""
+    data = tmp_path / "data"
+    secret = make_secret(data, "hw1")
+    env = {"GRADER_SANDBOX": "weak"} if sandbox == "weak" else {}
+    before = set(cmdlines())
+    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "3", env=env) as svc, svc.client() as c:
+        svc.wait_workers(1)
+        service_before = tree_of(svc.proc.pid)
+        body = endless_compile(ROOT / "starter", f"leak-{sandbox}")
+        job = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
+        seen: set[int] = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the compile is under way: its processes hang under the worker
+            seen |= tree_of(svc.proc.pid) - service_before
+            if any("cudafe" in cmd or "cc1plus" in cmd or "nvcc" in cmd
+                   for pid, cmd in cmdlines().items() if pid in seen):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the grading never reached nvcc:\n" + svc.log_text())
+        failed = wait_job(c, job["id"], service=svc)
+        assert failed["state"] == "failed" and "was stopped" in failed["error"], failed
+        alive = {pid: cmd for pid, cmd in cmdlines().items() if pid in seen}
+        assert alive == {}, alive  # none of the grading's processes outlived it, wherever they went
+        assert pids_matching(job["id"]) == []
+        strays = set(cmdlines()) - before - tree_of(svc.proc.pid)
+        assert not {pid: cmd for pid, cmd in cmdlines().items()
+                    if pid in strays and ("nvcc" in cmd or "cudafe" in cmd or "cc1plus" in cmd)}
 
 
 def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):

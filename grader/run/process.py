@@ -21,11 +21,19 @@ holding its pipes, prints invalid UTF-8), is a :class:`~grader.model.ProcRecord`
   timeout, so a descendant that escaped the session (``setsid``) and still holds a pipe cannot make
   the caller wait past a short grace period.
 
-A descendant that calls ``setsid`` itself escapes the session kill; the sandbox's bwrap fence (a
-PID namespace) or its cgroup is what ends those.
+A descendant that calls ``setsid`` itself escapes the session kill. When a limit ends the child
+(or the caller is interrupted), its whole process tree is stopped and killed as well
+(:func:`kill_tree`: every descendant by parent pid, whatever its session, frozen with SIGSTOP first
+so that none can fork or be reparented away while the tree is read). A process that runs children
+of children (``python -m grader``: the grade, the batch, the service's worker) makes itself a
+*child subreaper* (:func:`become_subreaper`), so that an orphan of its tree stays in that tree
+rather than moving to init, and kills what is left of its tree when it exits
+(:func:`end_own_tree`, grader/__main__.py). The sandbox's bwrap fence (a PID namespace, with
+``--die-with-parent``) and its cgroup end such processes too, where the machine has them.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import selectors
 import signal
@@ -197,6 +205,141 @@ def _session_members(sid: int) -> list[int]:
     return pids
 
 
+def _children_by_parent() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for pid, fields in live_stat_fields():
+        try:
+            kids.setdefault(int(fields[1]), []).append(pid)
+        except (IndexError, ValueError):
+            continue
+    return kids
+
+
+def children_of(pid: int) -> list[int]:
+    """The live children of ``pid``."""
+    return _children_by_parent().get(pid, [])
+
+
+def process_tree(root: int) -> list[int]:
+    """The live descendants of ``root`` (not ``root`` itself), parents before their children, by
+    each process's parent pid in /proc: whatever their session, group or PID namespace."""
+    kids = _children_by_parent()
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        for child in kids.get(todo.pop(), ()):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its zombie is left."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+    except OSError:
+        return True
+    return not fields or fields[0] in (b"Z", b"X")
+
+
+# How many times the tree is read again for processes born while it was being stopped.
+TREE_ROUNDS = 50
+
+
+def kill_tree(root: int, *, include_root: bool = True, wait_s: float = KILL_WAIT_S) -> list[int]:
+    """SIGKILL ``root`` (unless ``include_root`` is False) and every live descendant; return their pids.
+
+    Each process found is first stopped (SIGSTOP), and the tree is read again until a reading finds
+    no new process: a stopped process cannot fork, and its children cannot be reparented out of the
+    tree by its death. Then all are killed, and this waits (up to ``wait_s``) until each is gone or
+    a zombie, so that a caller who checks right after sees none of them running. Processes this
+    user may not signal are left to the fence that holds them (bwrap's ``--die-with-parent``)."""
+    stopped: list[int] = []
+    if include_root:
+        _signal(root, signal.SIGSTOP)
+        stopped.append(root)
+    for _ in range(TREE_ROUNDS):
+        new = [pid for pid in process_tree(root) if pid not in stopped]
+        if not new:
+            break
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped.extend(new)
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + wait_s
+    for pid in stopped:
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return stopped
+
+
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): an orphaned
+    descendant is reparented to it rather than to init, so :func:`process_tree` still finds it.
+    False where the call is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+# The children run_process has started and not yet reaped, each the leader of its own session.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_adopted() -> list[int]:
+    """Kill (tree and all) the orphans this process adopted as a subreaper: children of its own that
+    run_process did not start and that are in a session neither this process's nor a live step's
+    (a daemon that left its step's session and its parent). Safe beside running steps and beside
+    children started otherwise (they share this process's session). Returns their pids."""
+    me = os.getpid()
+    with _LIVE_LOCK:
+        live = set(_LIVE)
+    own_sid = os.getsid(0)
+    adopted: list[int] = []
+    for pid, fields in live_stat_fields():
+        try:
+            ppid, sid = int(fields[1]), int(fields[3])
+        except (IndexError, ValueError):
+            continue
+        if ppid == me and pid not in live and sid != own_sid and sid not in live:
+            adopted.append(pid)
+    for pid in adopted:
+        kill_tree(pid)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return adopted
+
+
+def end_own_tree() -> list[int]:
+    """Kill whatever this process's tree still holds (its exit: every step it ran was waited for, so
+    whatever is left is a stray), and reap those that were its own children."""
+    killed = kill_tree(os.getpid(), include_root=False)
+    for pid in killed:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return killed
+
+
 def kill_session(sid: int) -> None:
     """SIGKILL the process group ``sid`` and every other member of session ``sid``."""
     try:
@@ -252,6 +395,8 @@ def run_process(
         name = command[0] if command else "(empty command)"
         return ProcRecord(command=command, returncode=None, wall_s=time.monotonic() - start,
                           stderr=f"could not start {name}: {exc}", timeout_s=float(timeout_s))
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
 
     stop = threading.Event()
     out_cap, err_cap = Capture(output_limit), Capture(output_limit)
@@ -267,7 +412,9 @@ def run_process(
     for t in threads:
         t.start()
 
-    def kill_all() -> None:
+    def kill_all(tree: bool) -> None:
+        if tree:  # still running: its whole tree, whatever sessions it made, before it can be reparented
+            kill_tree(proc.pid)
         if kill_extra is not None:
             kill_extra()
         kill_session(proc.pid)
@@ -299,15 +446,11 @@ def run_process(
                 if limit is not None:
                     break
         wall_s = time.monotonic() - start
-        if limit is not None:
-            try:
-                # First, and directly: it may have left its own process group, and under a fork
-                # bomb the session scan below is slow (the sandbox's namespace dies with it).
-                proc.kill()
-            except OSError:
-                pass
-        # Exited or not, nothing the child started may outlive it.
-        kill_all()
+        # Exited or not, nothing the child started may outlive it. Ended by a limit, it is still
+        # running: its tree is stopped and killed from the top (the child first, so that under a fork
+        # bomb nothing new is born; bwrap's namespace dies with it), before anything in it can be
+        # reparented away by a parent's death.
+        kill_all(limit is not None)
         try:
             returncode: int | None = proc.wait(timeout=KILL_WAIT_S)
         except subprocess.TimeoutExpired:  # unkillable (D state); report the kill we sent
@@ -321,7 +464,7 @@ def run_process(
         if limit is None and total_cap.passed.is_set():
             limit = Limit.OUTPUT  # past the cap, then exited before the kill: the same verdict either way
     except BaseException:  # KeyboardInterrupt etc. in the grader: leave nothing running
-        kill_all()
+        kill_all(True)
         try:
             proc.kill()
             proc.wait(timeout=KILL_WAIT_S)
@@ -329,6 +472,11 @@ def run_process(
             pass
         raise
     finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
+        # A daemon of this step that left its session and its parent is this process's now (a
+        # subreaper's): killed here, at the step's end, not at the grading's.
+        kill_adopted()
         waiter.close()
         stop.set()
         for t in threads:

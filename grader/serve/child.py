@@ -4,9 +4,17 @@ A worker that is killed (SIGKILL, OOM) must leave no grading behind: it would ho
 the job's next attempt grades on it. The child is started through this module's ``main``, which
 asks the kernel to SIGKILL it when its parent dies (``prctl(PR_SET_PDEATHSIG)``, through ctypes)
 and then execs the grader (the setting survives exec). A wrapper rather than ``preexec_fn``, which
-is unsafe in a process with threads (the worker's heartbeat). The child leads its own process group,
-so a time limit or a shutdown kills the whole group; the sandboxed processes it starts run in bwrap
-with ``--die-with-parent`` (grader/run/fence.py), so they end with it.
+is unsafe in a process with threads (the worker's heartbeat).
+
+A time limit or a shutdown stops the grading's whole tree (grader/run/process.py: kill_tree): the
+grader starts its tools and its students' steps in sessions of their own, so its process group is
+not enough, and the grader, a child subreaper (grader/__main__.py), keeps even a daemon that left
+its session inside that tree. The tree is frozen, killed and waited for before ``run`` returns, so
+when a job is marked stopped nothing of its grading runs. A grading that died abruptly (the OOM
+killer) leaves its orphans to the worker, itself a subreaper: ``keep`` names the worker's own
+children, and every other child it has after a grading is killed too. The sandboxed processes run in
+bwrap with ``--die-with-parent`` (grader/run/fence.py) besides, so they end with the grading even
+where this process may not signal them.
 
     python -m grader.serve.child PARENT_PID -- COMMAND...
 """
@@ -18,9 +26,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from grader.run.process import children_of, kill_tree
 
 PR_SET_PDEATHSIG = 1
 LOG_TAIL = 4000
@@ -61,9 +71,32 @@ def _kill_group(pid: int) -> None:
         pass
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill the grading and everything it started, then reap it."""
+    kill_tree(proc.pid)
+    _kill_group(proc.pid)
+    proc.wait()
+
+
+def kill_strays(keep: Collection[int]) -> list[int]:
+    """Kill (tree and all) and reap every child of this process not in ``keep``: the orphans a
+    grading left to this subreaper when it died abruptly. Returns their pids."""
+    strays = [pid for pid in children_of(os.getpid()) if pid not in keep]
+    for pid in strays:
+        kill_tree(pid)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    return strays
+
+
 def run(command: list[str], *, log: Path, timeout_s: float, env: Mapping[str, str],
-        should_stop: Callable[[], bool], cwd: str | None = None, poll_s: float = 0.5) -> ChildOutcome:
-    """Run ``command`` to its end, its time limit, or until ``should_stop()``; its output goes to ``log``."""
+        should_stop: Callable[[], bool], cwd: str | None = None, poll_s: float = 0.5,
+        keep: Collection[int] | None = None) -> ChildOutcome:
+    """Run ``command`` to its end, its time limit, or until ``should_stop()``; its output goes to ``log``.
+    ``keep``: this process's own children; given, every other child it has afterwards is killed
+    (:func:`kill_strays`; only for a process whose children are all known, the worker)."""
     start = time.monotonic()
     wrapped = [sys.executable, "-m", "grader.serve.child", str(os.getpid()), "--", *command]
     with open(log, "wb") as out:
@@ -86,14 +119,14 @@ def run(command: list[str], *, log: Path, timeout_s: float, env: Mapping[str, st
                     stopped = True
                 else:
                     continue
-                _kill_group(proc.pid)
-                proc.wait()
+                _stop(proc)
                 break
         finally:
             if proc.poll() is None:  # an exception in this loop: never leave the grading behind
-                _kill_group(proc.pid)
-                proc.wait()
+                _stop(proc)
     _kill_group(proc.pid)  # whatever of its group outlived it
+    if keep is not None:
+        kill_strays(keep)
     tail = log.read_bytes()[-LOG_TAIL:].decode("utf-8", "replace") if log.exists() else ""
     return ChildOutcome(proc.returncode, time.monotonic() - start, timed_out, stopped, tail)
 

@@ -95,6 +95,7 @@ class Worker:
         self.work = settings.data / "work" / name
         self._job_started: float | None = None
         self.device_file: Path | None = None  # the GPU's description, probed once (describe_gpu)
+        self.keeper: Keeper | None = None  # with the gradings, this worker's only child process
 
     def register(self, state: str) -> None:
         self.store.put_worker(WorkerInfo(self.name, self.gpu, state, time.time(), self._job_started, self.pid,
@@ -109,7 +110,7 @@ class Worker:
         next_reap = 0.0
         try:
             if self.gpu is not None and not self.settings.no_gpu:
-                keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
+                keeper = self.keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
                 if keeper.problem:
                     log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu,
                                 keeper.problem)
@@ -231,8 +232,9 @@ class Worker:
         thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
         thread.start()
         try:
+            keep = [self.keeper.proc.pid] if self.keeper is not None and self.keeper.proc is not None else []
             outcome = child.run(cmd, log=folder / "log.txt", timeout_s=s.grade_timeout_s, env=env,
-                                should_stop=lambda: lost.is_set() or self.stopping.is_set())
+                                should_stop=lambda: lost.is_set() or self.stopping.is_set(), keep=keep)
         finally:
             beating.set()
             thread.join()

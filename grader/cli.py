@@ -199,13 +199,21 @@ def calibrate_command(args: argparse.Namespace) -> int:
     if not sub.is_dir():
         return fail(out, f"solutions folder {sub} does not exist", EXIT_USAGE, started)
     try:
-        from grader.instructor.calibrate import run_calibration
+        from grader.instructor.calibrate import DEFAULT_TEXTBOOK, run_calibration
 
-        rows = run_calibration(rubric, sub, out, args.repeats, progress=lambda msg: console.print(msg))
+        textbook = None if args.no_textbook else Path(args.textbook) if args.textbook else REPO_ROOT / DEFAULT_TEXTBOOK
+        if textbook is not None and not textbook.is_dir():
+            if args.textbook:
+                return fail(out, f"textbook folder {textbook} does not exist", EXIT_USAGE, started)
+            console.print(f"calibration: no textbook population at {textbook}; speed and technique items are "
+                          "checked against the reference and its predecessor only", highlight=False)
+            textbook = None
+        rows = run_calibration(rubric, sub, out, args.repeats, progress=lambda msg: console.print(msg),
+                               textbook_dir=textbook)
     except Exception:  # the grader's own bug
         return internal_error(out, started)
     bad = [f"{r.number}.{r.item}: {r.verdict} {r.why}".strip() for r in rows if r.verdict != "OK"]
-    console.print(f"calibration: {len(rows) - len(bad)} of {len(rows)} threshold items OK; "
+    console.print(f"calibration: {len(rows) - len(bad)} of {len(rows)} threshold and technique items OK; "
                   f"report in {out / 'calibration.md'}", highlight=False)
     for line in bad:
         console.print(f"  {line}", highlight=False)
@@ -249,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--repeats", type=int, default=3, help="gradings of each (default: %(default)s)")
     cal.add_argument("--out", default=DEFAULT_OUT, help="where calibration.md/.json go (default: %(default)s)")
     cal.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    cal.add_argument("--textbook", help="the textbook population: each stage's plainest faithful kernel "
+                                        "(default: the checkout's tests/submissions/textbook/course)")
+    cal.add_argument("--no-textbook", action="store_true", help="grade no textbook population")
     cal.add_argument("--quiet", action="store_true", help="no progress lines")
     cal.set_defaults(func=calibrate_command)
 

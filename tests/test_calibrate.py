@@ -1,5 +1,6 @@
 """grader/instructor/calibrate.py: the calibration report on synthetic gradings (no GPU)."""
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,18 +18,20 @@ ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = parse_rubric(yaml.safe_load((ROOT / "rubric.yaml").read_text()))
 
 
-def grading(values: dict, seconds=30.0):
-    """A Grading-like object. values: {(stage, item): (value, threshold, passed)}."""
+def grading(values: dict, seconds=30.0, earned: float | None = None):
+    """A Grading-like object. values: {(stage, item): (value, threshold, passed)}; ``earned``: the share
+    of the points a failed item earned on its curve (default nothing)."""
     items = []
     for (sid, iid), (v, thr, ok) in values.items():
         st = RUBRIC.stage(sid)
         it = next(i for i in st.items if i.id == iid)
         key = {"ncu": "value", "fraction_of_baseline": "fraction_of_baseline",
-               "fraction_of_peak": "ratio"}[it.kind]
+               "fraction_of_peak": "ratio", "sass": "opcodes"}[it.kind]
         vals = {key: v} if v is not None else {}
         if it.kind == "ncu" and v is not None:
             vals["threshold"] = thr
-        items.append(ItemResult(sid, iid, it.title, Status.PASSED if ok else Status.FAILED, it.points if ok else 0,
+        got = it.points if ok else it.points * (earned or 0.0)
+        items.append(ItemResult(sid, iid, it.title, Status.PASSED if ok else Status.FAILED, got,
                                 it.points, number=f"{st.number}.{iid}", values=vals))
     return SimpleNamespace(items=items, seconds=seconds, env=SimpleNamespace(device={"name": "NVIDIA H200"}))
 
@@ -49,30 +52,59 @@ def test_margin_uses_the_worst_repeat_in_the_direction_of_the_test():
     assert margin("==", [1.0], 1.0) is None and margin(">=", [None], 1.0) is None and margin(">=", [1], 0) is None
 
 
-def test_ok_when_reference_passes_with_margin_and_predecessor_fails_every_repeat():
+def test_a_technique_item_is_ok_when_the_reference_and_textbook_pass_and_both_predecessors_fail():
     refs = [grading({REUSE: (512, 128, True)}), grading({REUSE: (500, 128, True)})]
     preds = [grading({REUSE: (16, 128, False)}), grading({REUSE: (16.2, 128, False)})]
-    r = row_of(calibration_rows(RUBRIC, refs, preds), *REUSE)
-    assert (r.verdict, r.why) == ("OK", "")
+    book = [grading({REUSE: (512, 128, True)})] * 2
+    book_preds = [grading({REUSE: (16, 128, False)})] * 2
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=book, textbook_predecessors=book_preds), *REUSE)
+    assert r.role == "technique" and (r.verdict, r.why) == ("OK", "")
     assert r.reference == [512, 500] and r.predecessor == [16, 16.2] and r.threshold == 128 and r.op == ">="
     assert r.margin == pytest.approx(372 / 128) and r.predecessor_source == "stage 2"
+    assert r.textbook.values == [512, 512] and r.textbook_predecessor.passed == [False, False]
+
+
+def test_a_technique_item_the_textbook_kernel_fails_is_unfair():
+    refs = [grading({REUSE: (512, 128, True)})]
+    preds = [grading({REUSE: (16, 128, False)})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=[grading({REUSE: (100, 128, False)})],
+                                textbook_predecessors=preds), *REUSE)
+    assert r.verdict == "UNFAIR" and "textbook kernel fails in 1 of 1" in r.why
+
+
+def test_a_technique_item_the_previous_textbook_kernel_passes_is_weak():
+    refs = [grading({REUSE: (512, 128, True)})] * 2
+    preds = [grading({REUSE: (16, 128, False)})] * 2
+    book_preds = [grading({REUSE: (16, 128, False)}), grading({REUSE: (200, 128, True)})]
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=refs, textbook_predecessors=book_preds), *REUSE)
+    assert r.verdict == "WEAK" and r.why == "the previous stage's textbook kernel passes in 1 of 2 repeats"
+
+
+def test_without_a_textbook_population_technique_and_speed_items_are_unchecked():
+    refs = [grading({REUSE: (512, 128, True), SPEED: (0.18, None, True)})]
+    preds = [grading({REUSE: (16, 128, False), SPEED: (0.12, None, False)})]
+    rows = calibration_rows(RUBRIC, refs, preds)
+    assert row_of(rows, *REUSE).verdict == row_of(rows, *SPEED).verdict == "UNCHECKED"
 
 
 def test_tight_margin_is_flagged():
     refs = [grading({COAL: (3.8, 4, True)})]
     preds = [grading({COAL: (16.5, 4, False)})]
-    r = row_of(calibration_rows(RUBRIC, refs, preds), *COAL)
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=refs), *COAL)
     assert r.verdict == "TIGHT" and r.margin == pytest.approx(0.05) and "5.0% < 10%" in r.why
 
 
-def test_predecessor_passing_once_is_weak():
+def test_a_speed_item_needs_half_its_points_on_the_textbook_kernel_not_a_failing_predecessor():
     refs = [grading({SPEED: (0.18, None, True)})] * 3
-    preds = [grading({SPEED: (0.12, None, False)}), grading({SPEED: (0.16, None, True)}),
-             grading({SPEED: (0.12, None, False)})]
-    r = row_of(calibration_rows(RUBRIC, refs, preds), *SPEED)
-    assert r.kind == "fraction_of_baseline" and r.threshold == 0.15
-    assert r.verdict == "WEAK" and r.why == "the predecessor passes in 1 of 3 repeats"
-    assert r.margin == pytest.approx((0.18 - 0.15) / 0.15)
+    preds = [grading({SPEED: (0.16, None, True)})] * 3  # the previous stage's speed is gated, not judged here
+    fair = [grading({SPEED: (0.14, None, False)}, earned=0.875)] * 3
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=fair), *SPEED)
+    assert r.kind == "fraction_of_baseline" and r.role == "speed" and r.threshold == 0.15
+    assert r.verdict == "OK" and r.margin == pytest.approx((0.18 - 0.15) / 0.15)
+    unfair = [grading({SPEED: (0.14, None, False)}, earned=0.875), grading({SPEED: (0.09, None, False)}, earned=0.25),
+              grading({SPEED: (0.14, None, False)}, earned=0.875)]
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=unfair), *SPEED)
+    assert r.verdict == "UNFAIR" and "earns 25% of the points" in r.why
 
 
 def test_reference_failing_any_repeat_fails():
@@ -85,7 +117,7 @@ def test_reference_failing_any_repeat_fails():
 def test_unmeasured_predecessor_is_unchecked():
     refs = [grading({REUSE: (512, 128, True)})]
     preds = [grading({})]
-    r = row_of(calibration_rows(RUBRIC, refs, preds), *REUSE)
+    r = row_of(calibration_rows(RUBRIC, refs, preds, textbook=refs), *REUSE)
     assert r.verdict == "UNCHECKED" and r.predecessor == [None]
 
 
@@ -95,7 +127,7 @@ def test_integrity_items_need_only_the_reference():
     refs = [grading({key: (n3, n3, True)})]
     preds = [grading({key: (n3, n3, True)})]
     r = row_of(calibration_rows(RUBRIC, refs, preds), *key)
-    assert r.integrity and r.op == "==" and r.margin is None and r.verdict == "OK"
+    assert r.integrity and r.role == "integrity" and r.op == "==" and r.margin is None and r.verdict == "OK"
 
 
 def test_first_stage_has_no_predecessor():
@@ -108,54 +140,64 @@ def test_first_stage_has_no_predecessor():
 def test_a_stage_that_kept_its_reference_has_no_predecessor():
     key = ("wmma", "ncu_tensor_pipe")
     notes = {"wmma": "its own reference kernel mmWMMA (the predecessor has other input types)"}
-    r = row_of(calibration_rows(RUBRIC, [grading({key: (42.0, 2, True)})], [grading({})], notes), *key)
+    ref = [grading({key: (42.0, 2, True)})]
+    r = row_of(calibration_rows(RUBRIC, ref, [grading({})], notes, textbook=ref), *key)
     assert r.predecessor == [] and r.verdict == "OK" and r.why == "no predecessor to fail"
 
 
-def test_only_threshold_items_get_rows():
+def test_threshold_and_technique_items_get_rows():
     rows = calibration_rows(RUBRIC, [grading({})], [grading({})])
     kinds = {r.kind for r in rows}
-    assert kinds <= {"ncu", "fraction_of_baseline", "fraction_of_peak", "speedup_over_stage"}
-    assert ("wmma", "beats_fp32") in {(r.stage, r.item) for r in rows}
+    assert kinds <= {"ncu", "sass", "fraction_of_baseline", "fraction_of_peak", "speedup_over_stage"}
+    keys = {(r.stage, r.item) for r in rows}
+    assert ("wmma", "beats_fp32") in keys and ("wmma", "tensor_cores") in keys  # the SASS technique item
     assert not any(r.item in ("compiles", "correct", "fp32_only", "no_spills") for r in rows)
 
 
 def test_markdown_and_json_report(tmp_path):
     refs = [grading({REUSE: (512, 128, True), COAL: (2.5, 4, True)})]
     preds = [grading({REUSE: (16, 128, False), COAL: (16.5, 4, False)})]
-    rows = calibration_rows(RUBRIC, refs, preds)
+    rows = calibration_rows(RUBRIC, refs, preds, textbook=refs, textbook_predecessors=preds)
     meta = {"device": "NVIDIA H200", "repeats": 1, "profile_n": 2048, "seconds_reference": "31.0 (max 31.0)"}
     md_path, js_path = write_report(rows, meta, tmp_path)
     md = md_path.read_text()
     assert "- GPU: NVIDIA H200" in md and "31.0 (max 31.0)" in md
     assert "| 3.ncu_reuse reuse through shared memory" in md
     line = next(ln for ln in md.splitlines() if ln.startswith("| 3.ncu_reuse"))
-    assert "| >= 128 | 512 / 512 / 512 | 16 / 16 / 16 (fails 1/1) | 300% | OK |" in line
+    assert ("| technique | >= 128 | 512 / 512 / 512 (passes 1/1) | 512 / 512 / 512 (passes 1/1) | "
+            "16 / 16 / 16 (passes 0/1) | 16 / 16 / 16 (passes 0/1) | 300% | OK |") in line
     data = json.loads(js_path.read_text())
     assert data["min_margin"] == MIN_MARGIN and data["meta"]["device"] == "NVIDIA H200"
     assert {r["item"] for r in data["rows"]} >= {"ncu_reuse", "ncu_coalesced"}
 
 
-def test_run_calibration_interleaves_reference_and_shifted_and_reuses_the_environment(tmp_path):
+def test_run_calibration_interleaves_the_populations_and_reuses_the_environment(tmp_path):
     calls = []
+    textbook = tmp_path / "course"
+    shutil.copytree(ROOT / "solutions", textbook)  # any complete submission stands in for the textbook one
 
     def fake_grade(sub, rubric, out_dir, *, stages, progress, env):
         assert stages == [s.id for s in rubric.stages]  # occupancy is not graded while calibrating
         calls.append((Path(sub).name, Path(out_dir).name, env))
-        shifted = Path(sub).name == "shifted_submission"
+        shifted = Path(sub).name.endswith("shifted_submission")
         g = grading({REUSE: (16, 128, False) if shifted else (512, 128, True)})
         g.env = env or SimpleNamespace(device={"name": "FAKE GPU"}, tag="first")
         return g
 
-    rows = run_calibration(RUBRIC, ROOT / "solutions", tmp_path, repeats=2, grade_fn=fake_grade,
-                           progress=lambda _m: None)
-    assert [c[:2] for c in calls] == [("solutions", "reference_0"), ("shifted_submission", "shifted_0"),
-                                      ("solutions", "reference_1"), ("shifted_submission", "shifted_1")]
+    rows = run_calibration(RUBRIC, ROOT / "solutions", tmp_path / "out", repeats=2, grade_fn=fake_grade,
+                           progress=lambda _m: None, textbook_dir=textbook)
+    assert [c[:2] for c in calls] == [
+        ("solutions", "reference_0"), ("shifted_submission", "shifted_0"),
+        ("course", "textbook_0"), ("textbook_shifted_submission", "textbook_shifted_0"),
+        ("solutions", "reference_1"), ("shifted_submission", "shifted_1"),
+        ("course", "textbook_1"), ("textbook_shifted_submission", "textbook_shifted_1")]
     assert calls[0][2] is None and all(c[2].tag == "first" for c in calls[1:])
     assert row_of(rows, *REUSE).verdict == "OK"
-    assert (tmp_path / "shifted_submission" / "SHIFTED.md").is_file()
-    assert "- GPU: FAKE GPU" in (tmp_path / "calibration.md").read_text()
-    assert json.loads((tmp_path / "calibration.json").read_text())["meta"]["repeats"] == 2
+    out = tmp_path / "out"
+    assert (out / "shifted_submission" / "SHIFTED.md").is_file()
+    assert (out / "textbook_shifted_submission" / "SHIFTED.md").is_file()
+    assert "- GPU: FAKE GPU" in (out / "calibration.md").read_text()
+    assert json.loads((out / "calibration.json").read_text())["meta"]["repeats"] == 2
 
 
 def test_cli_flag():

@@ -1,19 +1,32 @@
-"""Calibrate the rubric's thresholds on the current GPU (instructors: ``run_local.py --calibrate [REPEATS]``).
+"""Calibrate the rubric's thresholds on the current GPU (instructors: ``python -m grader calibrate``).
 
-Grades the reference solutions and the one-stage-shifted submission (grader/instructor/shifted.py)
-REPEATS times each, interleaved, and writes ``calibration.md`` and ``calibration.json``:
-for every threshold item (``ncu``, ``fraction_of_baseline``, ``fraction_of_peak``,
-``speedup_over_stage``) the value measured on the reference kernel and on its predecessor
-(min / median / max over the repeats), the threshold, the margin and a verdict. It also prints,
-and writes into both files, the measured reference time of each stage's benchmark, from which the
-stage's time limit derives (grader/instructor/stage_limits.py proposes ``stages[].limits.reference_s``).
+Grades three populations REPEATS times each, interleaved, and writes ``calibration.md`` and
+``calibration.json``:
+
+* the reference (``solutions/``);
+* the textbook population (``tests/submissions/textbook/course``: each stage's plainest faithful
+  kernel, written as the handout teaches it), when given;
+* the predecessors: the one-stage-shifted submission (grader/instructor/shifted.py) of each of the
+  two, so that every stage holds the previous stage's reference and the previous stage's textbook kernel.
+
+For every item that has a threshold or is technique evidence, the report shows the value each
+population measured (min / median / max over the repeats), what it earned, the margin and a verdict
+by the item's role (the rule every default criterion must meet):
+
+* *technique* items (``technique: true``, the SASS and ncu evidence of the stage's technique): the
+  reference passes every repeat with at least ``MIN_MARGIN``, the textbook kernel passes every
+  repeat, and both predecessors fail every repeat;
+* *speed* items (grader/spec/items.py: SPEED_KINDS, scored on their curve and only once the technique
+  items pass): the reference earns all their points with ``MIN_MARGIN`` over the full level, and the
+  textbook kernel earns at least half of them in every repeat;
+* *integrity* items (``op: "=="`` or ``integrity: true``): the reference passes every repeat;
+* any other threshold item: the reference passes every repeat with ``MIN_MARGIN``; the other values
+  are shown for information.
 
 Margin: ``(reference - threshold) / |threshold|`` for ``>=`` and ``>`` (the worst, i.e.
 smallest, reference value), ``(threshold - reference) / |threshold|`` for ``<=`` and ``<``
-(the largest). Verdict "OK": the reference passes every repeat with at least
-``MIN_MARGIN`` and the predecessor fails every repeat. Integrity items (``op: "=="``,
-e.g. FFMA count == N^3) must instead pass the reference every repeat; the predecessor
-value is shown for information (it normally passes too).
+(the largest). It also prints, and writes into both files, the measured reference time of each
+stage's benchmark, from which the stage's time limit derives (grader/instructor/stage_limits.py).
 
 The report logic (:func:`calibration_rows`, :func:`render_markdown`) is pure and works on
 any objects shaped like grader.pipeline.Grading (``.items``, ``.seconds``, ``.env``).
@@ -31,15 +44,37 @@ from typing import TYPE_CHECKING
 from grader.instructor.stage_limits import LimitProposal, limit_proposals
 from grader.instructor.stage_limits import render_lines as limit_lines
 from grader.model import Status
+from grader.spec.items import SPEED_KINDS, is_technique
 
 if TYPE_CHECKING:  # annotations only: the report logic takes any Grading-shaped object and imports no pipeline
     from grader.grading import Environment, Grading
     from grader.spec.types import Rubric
 
 MIN_MARGIN = 0.10
-THRESHOLD_KINDS = ("ncu", "fraction_of_baseline", "fraction_of_peak", "speedup_over_stage")
+THRESHOLD_KINDS = ("ncu", *SPEED_KINDS)
 _VALUE_KEY = {"fraction_of_baseline": "fraction_of_baseline", "fraction_of_peak": "ratio",
               "speedup_over_stage": "speedup"}
+# The textbook population a calibration grades by default (beside the solutions in a checkout).
+DEFAULT_TEXTBOOK = Path("tests") / "submissions" / "textbook" / "course"
+HALF = 0.5  # the share of a speed item's points the textbook kernel must earn
+
+
+@dataclass
+class Measured:
+    """One population's readings of one item: a value, a pass and the share of the points earned per repeat."""
+
+    values: list[float | None] = field(default_factory=list)
+    passed: list[bool] = field(default_factory=list)
+    earned: list[float] = field(default_factory=list)
+
+    def add(self, value: float | None, result) -> None:
+        self.values.append(value)
+        self.passed.append(bool(result and result.status == Status.PASSED))
+        self.earned.append(result.score / result.max_score if result is not None and result.max_score else 0.0)
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.passed)
 
 
 @dataclass
@@ -51,11 +86,15 @@ class Row:
     kind: str
     op: str
     threshold: float | None
+    role: str = "other"  # technique, speed, integrity or other
     reference: list[float | None] = field(default_factory=list)  # one value per repeat
     reference_passed: list[bool] = field(default_factory=list)
+    reference_earned: list[float] = field(default_factory=list)
     predecessor: list[float | None] = field(default_factory=list)
     predecessor_passed: list[bool] = field(default_factory=list)
     predecessor_source: str = ""
+    textbook: Measured = field(default_factory=Measured)
+    textbook_predecessor: Measured = field(default_factory=Measured)
     integrity: bool = False
     margin: float | None = None
     verdict: str = ""
@@ -65,15 +104,27 @@ class Row:
 def _op_threshold(item, result) -> tuple[str, float | None]:
     if item.kind == "ncu":
         return item.params["op"], (result.values or {}).get("threshold") if result else None
+    if item.kind == "sass":
+        return "sass", None
     return ">=", float(item.params["min"])
 
 
 def _value(item, result) -> float | None:
-    if result is None:
+    if result is None or item.kind == "sass":
         return None
     key = "value" if item.kind == "ncu" else _VALUE_KEY[item.kind]
     v = (result.values or {}).get(key)
     return float(v) if isinstance(v, (int, float)) else None
+
+
+def _role(item, op: str) -> str:
+    if is_technique(item):
+        return "technique"
+    if item.kind in SPEED_KINDS:
+        return "speed"
+    if op == "==" or item.params.get("integrity"):
+        return "integrity"
+    return "other"
 
 
 def _stats(values: list[float | None]) -> tuple[float, float, float] | None:
@@ -91,22 +142,48 @@ def margin(op: str, values: list[float | None], threshold: float | None) -> floa
     return (threshold - max(vs)) / abs(threshold)
 
 
+def _all_fail(m: Measured, repeats: int, valued: bool) -> tuple[bool, str]:
+    """Whether ``m`` failed every repeat; ``valued``: the item has a value, so a missing one means unmeasured."""
+    if len(m.passed) < repeats or (valued and any(v is None for v in m.values)):
+        return False, "was not measured in every repeat"
+    passed = sum(m.passed)
+    return passed == 0, f"passes in {passed} of {repeats} repeats"
+
+
 def _verdict(row: Row, repeats: int, has_predecessor: bool) -> tuple[str, str]:
     ref_ok = len(row.reference_passed) == repeats and all(row.reference_passed)
     if not ref_ok:
         bad = repeats - sum(row.reference_passed)
         return "FAIL", f"the reference does not pass in {bad} of {repeats} repeats"
-    if row.integrity:
+    if row.role == "integrity":
         return "OK", ""
     if row.margin is not None and row.margin < MIN_MARGIN:
         return "TIGHT", f"reference margin {100 * row.margin:.1f}% < {100 * MIN_MARGIN:.0f}%"
+    tb = row.textbook
+    if row.role == "speed":
+        if not tb.measured:
+            return "UNCHECKED", "no textbook kernel was graded"
+        short = [e for e in tb.earned if e < HALF]
+        if short or len(tb.earned) < repeats:
+            low = min(tb.earned, default=0.0)
+            return "UNFAIR", f"the textbook kernel earns {100 * low:.0f}% of the points (needs >= {100 * HALF:.0f}%)"
+        return "OK", ""
+    if row.role != "technique":
+        return "OK", ""
+    if not tb.measured:
+        return "UNCHECKED", "no textbook kernel was graded"
+    if not all(tb.passed) or len(tb.passed) < repeats:
+        return "UNFAIR", f"the textbook kernel fails in {len(tb.passed) - sum(tb.passed)} of {repeats} repeats"
     if not has_predecessor:
         return "OK", "no predecessor to fail"
-    if any(v is None for v in row.predecessor) or len(row.predecessor) < repeats:
-        return "UNCHECKED", "the predecessor was not measured in every repeat"
-    passed = sum(row.predecessor_passed)
-    if passed:
-        return "WEAK", f"the predecessor passes in {passed} of {repeats} repeats"
+    pred = Measured(row.predecessor, row.predecessor_passed)
+    for label, m in (("the previous stage's reference", pred),
+                     ("the previous stage's textbook kernel", row.textbook_predecessor)):
+        if not m.measured and label.endswith("textbook kernel"):
+            continue  # graded without a textbook population: the textbook check above said so
+        ok, said = _all_fail(m, repeats, row.op != "sass")
+        if not ok:
+            return ("UNCHECKED" if "not measured" in said else "WEAK"), f"{label} {said}"
     return "OK", ""
 
 
@@ -115,8 +192,10 @@ def _find(items, stage: str, item: str):
 
 
 def calibration_rows(rubric, references: list, predecessors: list,
-                     predecessor_notes: dict[str, str] | None = None) -> list[Row]:
-    """One row per threshold item. ``references``/``predecessors``: Gradings, one per repeat.
+                     predecessor_notes: dict[str, str] | None = None, textbook: list | None = None,
+                     textbook_predecessors: list | None = None) -> list[Row]:
+    """One row per threshold or technique item. ``references``, ``predecessors``, ``textbook`` and
+    ``textbook_predecessors``: Gradings, one per repeat (the last two may be empty).
 
     ``predecessor_notes``: per stage, what the shifted submission holds (grader.instructor.shifted);
     a stage whose note says it kept its own reference has no predecessor.
@@ -127,24 +206,32 @@ def calibration_rows(rubric, references: list, predecessors: list,
     for k, st in enumerate(rubric.stages):
         has_pred = k > 0 and "own reference" not in notes.get(st.id, "")
         for it in st.items:
-            if it.kind not in THRESHOLD_KINDS:
+            if it.kind not in THRESHOLD_KINDS and not is_technique(it):
                 continue
             first = _find(references[0].items, st.id, it.id) if references else None
             op, thr = _op_threshold(it, first)
-            row = Row(st.id, st.number, it.id, it.title, it.kind, op, thr, integrity=(op == "==" or bool(it.params.get("integrity"))),
+            role = _role(it, op)
+            row = Row(st.id, st.number, it.id, it.title, it.kind, op, thr, role=role, integrity=role == "integrity",
                       predecessor_source=(notes.get(st.id) or f"stage {rubric.stages[k - 1].number}")
                       if has_pred else "none (first stage)" if k == 0 else notes.get(st.id, ""))
             for g in references:
                 r = _find(g.items, st.id, it.id)
                 row.reference.append(_value(it, r))
                 row.reference_passed.append(bool(r and r.status == Status.PASSED))
+                row.reference_earned.append(r.score / r.max_score if r is not None and r.max_score else 0.0)
                 if row.threshold is None and r is not None:
                     row.threshold = _op_threshold(it, r)[1]
+            for g in textbook or []:
+                r = _find(g.items, st.id, it.id)
+                row.textbook.add(_value(it, r), r)
             if has_pred:
                 for g in predecessors:
                     r = _find(g.items, st.id, it.id)
                     row.predecessor.append(_value(it, r))
                     row.predecessor_passed.append(bool(r and r.status == Status.PASSED))
+                for g in textbook_predecessors or []:
+                    r = _find(g.items, st.id, it.id)
+                    row.textbook_predecessor.add(_value(it, r), r)
             row.margin = margin(op, row.reference, row.threshold)
             row.verdict, row.why = _verdict(row, repeats, has_pred)
             rows.append(row)
@@ -162,6 +249,18 @@ def _triple(values: list[float | None]) -> str:
     return "-" if s is None else " / ".join(_num(v) for v in s)
 
 
+def _cell(values: list[float | None], passed: list[bool], earned: list[float] | None = None,
+          speed: bool = False) -> str:
+    if not passed:
+        return "-"
+    shown = _triple(values)
+    got = sum(passed)
+    text = f"{shown} (passes {got}/{len(passed)})" if shown != "-" else f"passes {got}/{len(passed)}"
+    if speed and earned:
+        text += f", earns {100 * min(earned):.0f}%" + (f"-{100 * max(earned):.0f}%" if max(earned) != min(earned) else "")
+    return text
+
+
 def render_markdown(rows: list[Row], meta: dict) -> str:
     ok = sum(r.verdict == "OK" for r in rows)
     lines = ["# Threshold calibration", "",
@@ -170,25 +269,30 @@ def render_markdown(rows: list[Row], meta: dict) -> str:
              f"profile N = {meta.get('profile_n', '?')}, clock control {meta.get('clock_control', '?')}",
              f"- Nsight Compute: {meta.get('ncu', '?')}",
              f"- grading time per submission (s): reference {meta.get('seconds_reference', '-')}, "
-             f"shifted {meta.get('seconds_shifted', '-')}",
+             f"shifted {meta.get('seconds_shifted', '-')}, textbook {meta.get('seconds_textbook', '-')}",
+             f"- textbook population: {meta.get('textbook', 'none')}",
              f"- verdicts: {ok} OK of {len(rows)}", "",
-             "Reference = `solutions/`; predecessor = the same stage in the one-stage-shifted submission "
-             "(each stage's file holds the previous stage's reference kernel). Values are min / median / max "
-             f"over the repeats. Margin: the worst reference repeat's distance to the threshold, relative "
-             f"to the threshold. OK = the reference passes every repeat with >= {100 * MIN_MARGIN:.0f}% "
-             "margin and the predecessor fails every repeat; integrity items (`==`) must pass the reference "
-             "every repeat (their predecessor value is for information).", "",
-             "| item | criterion | reference | predecessor | margin | verdict |",
-             "|---|---|---|---|---|---|"]
+             "Reference = `solutions/`; textbook = each stage's plainest faithful kernel, as the handout teaches it; "
+             "predecessor = the same stage in the one-stage-shifted submission of each (each stage's file holds the "
+             "previous stage's kernel). Values are min / median / max over the repeats. Margin: the worst reference "
+             "repeat's distance to the threshold, relative to the threshold. The rule, by role: *technique* items "
+             f"pass the reference with >= {100 * MIN_MARGIN:.0f}% margin and the textbook kernel, and fail both "
+             "predecessors, every repeat; *speed* items give the reference all their points with that margin and the "
+             f"textbook kernel at least {100 * HALF:.0f}% of them (they count only once the technique items pass); "
+             "*integrity* items pass the reference; other items pass the reference with margin.", "",
+             "| item | role | criterion | reference | textbook | predecessor (reference) | predecessor (textbook) "
+             "| margin | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        crit = f"{r.op} {_num(r.threshold)}"
-        pred = _triple(r.predecessor) if r.predecessor else r.predecessor_source or "-"
-        if r.predecessor:
-            fails = len(r.predecessor_passed) - sum(r.predecessor_passed)
-            pred += f" (fails {fails}/{len(r.predecessor_passed)})"
+        crit = "SASS" if r.op == "sass" else f"{r.op} {_num(r.threshold)}"
+        speed = r.role == "speed"
+        ref = _cell(r.reference, r.reference_passed, r.reference_earned, speed)
+        pred = _cell(r.predecessor, r.predecessor_passed) if r.predecessor_passed else r.predecessor_source or "-"
+        tb = _cell(r.textbook.values, r.textbook.passed, r.textbook.earned, speed)
+        tbp = _cell(r.textbook_predecessor.values, r.textbook_predecessor.passed)
         mg = "-" if r.margin is None else f"{100 * r.margin:.0f}%"
         verdict = r.verdict + (f": {r.why}" if r.why else "")
-        lines.append(f"| {r.number}.{r.item} {r.title} | {crit} | {_triple(r.reference)} | {pred} | {mg} | "
+        lines.append(f"| {r.number}.{r.item} {r.title} | {r.role} | {crit} | {ref} | {tb} | {pred} | {tbp} | {mg} | "
                      f"{verdict} |")
     return "\n".join(lines) + "\n"
 
@@ -213,8 +317,9 @@ def _seconds(gradings: list) -> str:
 
 def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats: int = 3,
                     grade_fn: Callable[..., Grading] | None = None,
-                    progress: Callable[[str], None] = print) -> list[Row]:
-    """Grade the reference and the shifted submission ``repeats`` times each; write the report."""
+                    progress: Callable[[str], None] = print, textbook_dir: Path | None = None) -> list[Row]:
+    """Grade the reference, the textbook population (when ``textbook_dir`` is given) and the shifted
+    submission of each ``repeats`` times, interleaved; write the report."""
     from grader.instructor.shifted import write_shifted
 
     if grade_fn is None:
@@ -225,18 +330,28 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
     notes = write_shifted(solutions_dir, rubric, shifted_dir)
     refs: list[Grading] = []
     preds: list[Grading] = []
+    books: list[Grading] = []
+    book_preds: list[Grading] = []
+    plan: list[tuple[str, Path, list]] = [("reference", solutions_dir, refs), ("shifted", shifted_dir, preds)]
+    if textbook_dir is not None:
+        textbook_dir = Path(textbook_dir).resolve()
+        book_shifted = out_dir / "textbook_shifted_submission"
+        write_shifted(textbook_dir, rubric, book_shifted)
+        plan += [("textbook", textbook_dir, books), ("textbook_shifted", book_shifted, book_preds)]
     env: Environment | None = None
     for k in range(repeats):
-        for label, sub, bucket in (("reference", solutions_dir, refs), ("shifted", shifted_dir, preds)):
+        for label, sub, bucket in plan:
             progress(f"calibration {k + 1}/{repeats}: grading the {label} submission")
             # GEMM stages only: the occupancy exercises have no thresholds to calibrate here.
             g = grade_fn(sub, rubric, out_dir / f"{label}_{k}", stages=[s.id for s in rubric.stages],
                          progress=lambda _m: None, env=env)
             env = env or getattr(g, "env", None)
             bucket.append(g)
-    rows = calibration_rows(rubric, refs, preds, notes)
+    rows = calibration_rows(rubric, refs, preds, notes, books, book_preds)
     limits = limit_proposals(rubric, refs)
-    write_report(rows, _meta(rubric, refs, preds, env), out_dir, limits)
+    meta = _meta(rubric, refs, preds, env)
+    meta.update(seconds_textbook=_seconds(books), textbook=str(textbook_dir) if textbook_dir else "none")
+    write_report(rows, meta, out_dir, limits)
     for line in limit_lines(limits):
         progress(line)
     return rows

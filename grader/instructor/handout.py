@@ -21,7 +21,7 @@ from grader import REPO_ROOT as ROOT  # noqa: E402
 from grader.build.compile import ELEMENT_TYPES, SIGNATURES
 from grader.model import Bonus
 from grader.spec.errors import ConfigError
-from grader.spec.items import Item
+from grader.spec.items import SPEED_KINDS, Item, curve, is_technique
 from grader.spec.rubric import load_rubric
 from grader.spec.types import BASELINES, Rubric, Stage
 
@@ -66,7 +66,7 @@ def threshold(item: Item, stage: Stage, rubric: Rubric) -> str:
         return (f"every element within rtol = {stage.rtol:g} at N = {_sizes(rubric)} and again at N = "
                 f"{stage.bench.n} after timing")
     if kind == "sass":
-        parts = []
+        parts = ["*technique*"] if is_technique(item) else []
         if p.get("require"):
             parts.append("the SASS contains " + ", ".join(p["require"]))
         if p.get("forbid"):
@@ -74,20 +74,28 @@ def threshold(item: Item, stage: Stage, rubric: Rubric) -> str:
         return "; ".join(parts)
     if kind == "no_spills":
         return "`ptxas -v`: 0 bytes spill stores and 0 bytes spill loads, and the kernel is correct"
-    partial = (f"; partial credit from {100 * p['partial_from']:g}%" if "partial_from" in p else "")
+    gate = ""
+    if kind in SPEED_KINDS and any(is_technique(it) for it in stage.items):
+        gate = "; counts once the stage's technique items (marked *technique*) pass"
     if kind == "fraction_of_baseline":
+        words = curve(item).words(lambda v: f"{100 * v:g}%")
         return (f"at least {100 * p['min']:g}% of {BASELINES[stage.baseline].words}'s speed (its median time / yours, "
-                f"interleaved runs at N = {stage.bench.n}){partial}")
+                f"interleaved runs at N = {stage.bench.n}) for full points{'; ' + words if words else ''}{gate}")
     if kind == "fraction_of_peak":
-        return f"at least {p['min']:g} x the {PEAK_WORDS[p['peak']]} (TFLOP/s at N = {stage.bench.n}){partial}"
+        words = curve(item).words(lambda v: f"{v:g} x")
+        return (f"at least {p['min']:g} x the {PEAK_WORDS[p['peak']]} (TFLOP/s at N = {stage.bench.n}) for full "
+                f"points{'; ' + words if words else ''}{gate}")
     if kind == "speedup_over_stage":
-        return f"at least {p['min']:g} x faster than your `{p['stage']}` kernel{partial}"
+        words = curve(item).words(lambda v: f"{v:g} x")
+        return f"at least {p['min']:g} x faster than your `{p['stage']}` kernel{'; ' + words if words else ''}{gate}"
     if kind == "ncu":
         unit = p.get("unit", "")
         unit = "%" if unit == "%" else (f" {unit}" if unit else "")
         value = str(p["value"]).replace("**", "^")
-        return (f"`{p['expr']}` {p['op']} {value}{unit} (Nsight Compute, one launch at N = "
-                f"{rubric.profile.n})")
+        words = curve(item).words(lambda v: f"{v:g}{unit}") if not isinstance(p["value"], str) else ""
+        mark = "*technique*: " if is_technique(item) else ""
+        return (f"{mark}`{p['expr']}` {p['op']} {value}{unit} (Nsight Compute, one launch at N = "
+                f"{rubric.profile.n}){'; ' + words if words else ''}")
     return kind or ""  # a kind with no wording is shown by name; every stage item has a kind
 
 

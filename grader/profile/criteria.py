@@ -19,7 +19,7 @@ from grader.model import Cause, Gap, ItemResult, Status
 from grader.profile.collect import missing_metric_message
 from grader.profile.ncu import NOT_PROFILED_PREFIX
 from grader.spec.expr import METRIC_RE, ExprError, MissingMetric, evaluate_expr, fmt, passes
-from grader.spec.items import Item
+from grader.spec.items import Item, curve
 
 
 def measure(item: Item, metrics: dict, n: int) -> tuple[float, float]:
@@ -34,10 +34,11 @@ def _with_unit(x: float, unit: str) -> str:
 
 
 def _result(o: StageOutcome, item: Item, status: Status, message: str, *, needs_gpu: bool = False,
-            **values) -> ItemResult:
+            fraction: float = 0.0, **values) -> ItemResult:
     st = o.stage
+    score = item.points if status == Status.PASSED else round(item.points * fraction, 4)
     return ItemResult(stage=st.id, item=item.id, title=item.title, status=status,
-                      score=item.points if status == Status.PASSED else 0.0, max_score=item.points,
+                      score=score, max_score=item.points,
                       message=message, visibility=item.visibility, number=f"{st.number}.{item.id}",
                       values=values, needs_gpu=needs_gpu, bonus=st.bonus)
 
@@ -72,6 +73,11 @@ def evaluate_ncu_item(item: Item, outcome: StageOutcome) -> ItemResult:
     verdict = "passed" if ok else "not met"
     ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in str(p["expr"]) and p["op"] == "==" and n else ""
     # The explanation ends with what to look at next: it belongs to a failed item only.
+    # A declared curve gives part of the points short of the threshold (its value is a number then).
+    c = curve(item)
+    frac = 1.0 if ok else c.fraction(value) if c.knees else 0.0
+    note = "" if ok or not c.knees else c.note(item.points, value, lambda v: _with_unit(v, unit))
     message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {p['op']} {_with_unit(threshold, unit)} "
-               f"(Nsight Compute, one launch at N={n}; {inputs})." + ("" if ok else tail))
-    return _result(o, item, Status.PASSED if ok else Status.FAILED, message, value=value, threshold=threshold)
+               f"(Nsight Compute, one launch at N={n}; {inputs}){note}." + ("" if ok else tail))
+    return _result(o, item, Status.PASSED if ok else Status.FAILED, message, fraction=frac, value=value,
+                   threshold=threshold)

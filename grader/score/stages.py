@@ -13,9 +13,11 @@ the starter's empty kernels compile, but score nothing.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, ItemResult, Status
-from grader.spec.items import Item
+from grader.spec.items import SPEED_KINDS, Item, curve, is_technique
 from grader.spec.peaks import Peaks
 from grader.spec.types import Stage
 
@@ -31,7 +33,8 @@ def _result(stage: Stage, item: Item, status: Status, fraction: float, message: 
 def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
     """A failed speed item points at the stage's Nsight Compute diagnosis."""
     if r.status == Status.FAILED and o.ncu:
-        r.message += (f". {'Partial credit: ' + format(r.score, 'g') + ' points. ' if r.score else ''}"
+        partial = r.score and "on the curve this earns" not in r.message  # the curve's note says it already
+        r.message += (f". {'Partial credit: ' + format(r.score, 'g') + ' points. ' if partial else ''}"
                       "summary.md ('What Nsight Compute says') names this kernel's bottleneck and the next step")
     return r
 
@@ -82,13 +85,14 @@ def attempt(o: StageOutcome, *, arithmetic: bool = False) -> tuple[bool | None, 
 
 
 def _threshold(value: float, item: Item) -> tuple[Status, float]:
-    """(status, fraction of points) for a value against min, with optional linear partial credit."""
-    lo, hi = item.params.get("partial_from"), item.params["min"]
-    if value >= hi:
-        return Status.PASSED, 1.0
-    if lo is not None and value > lo:
-        return Status.FAILED, (value - lo) / (hi - lo)
-    return Status.FAILED, 0.0
+    """(status, fraction of points) for a value on the item's curve (grader/spec/curve.py)."""
+    frac = curve(item).fraction(value)
+    return (Status.PASSED, 1.0) if frac >= 1.0 else (Status.FAILED, frac)
+
+
+def curve_note(item: Item, value: float, show) -> str:
+    """What ``value`` earned on the item's curve and what the next points need (grader/spec/curve.py)."""
+    return curve(item).note(item.points, value, show)
 
 
 def _timing_gap(o: StageOutcome) -> Gap | None:
@@ -201,7 +205,8 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         base = st.baseline_label
         msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
                f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
-               f"runs at N={t.n}); needs at least {100 * item.params['min']:.0f}%")
+               f"runs at N={t.n}); needs at least {100 * item.params['min']:.0f}% for full points"
+               + curve_note(item, t.fraction_of_baseline, lambda v: f"{100 * v:.1f}%"))
         return _with_next_step(_result(st, item, status, frac, msg, fraction_of_baseline=t.fraction_of_baseline), o)
     if kind == "fraction_of_peak":
         peak = peaks.get(item.params["peak"])
@@ -211,7 +216,8 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         status, frac = _threshold(value, item)
         label = "FP32 CUDA-core" if item.params["peak"] == "fp32" else "FP16 Tensor Core"
         msg = (f"{t.tflops:.1f} TFLOP/s = {value:.2f} x the {label} peak of {peak:.1f} TFLOP/s "
-               f"({peaks.source}); needs at least {item.params['min']:g} x")
+               f"({peaks.source}); needs at least {item.params['min']:g} x for full points"
+               + curve_note(item, value, lambda v: f"{v:.2f} x"))
         return _with_next_step(_result(st, item, status, frac, msg, tflops=t.tflops, ratio=value), o)
     if kind == "speedup_over_stage":
         other = outcomes.get(item.params["stage"])
@@ -224,10 +230,41 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
         # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
         value = t.fraction_of_baseline / other.timing.fraction_of_baseline
         status, frac = _threshold(value, item)
-        msg = f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {item.params['min']:g}x"
+        msg = (f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {item.params['min']:g}x"
+               " for full points" + curve_note(item, value, lambda v: f"{v:.2f}x"))
         return _result(st, item, status, frac, msg, speedup=value)
     raise ValueError(f"unknown item kind {kind}")  # rubric validation prevents this
 
 
+def gate_speed(stage: Stage, results: list[ItemResult]) -> list[ItemResult]:
+    """A stage's speed items earn points only once every technique item of the stage passed: the
+    speed is real, but it is this stage's only when the evidence shows this stage's technique."""
+    technique = [r for r, it in zip(results, stage.items) if is_technique(it)]
+    waiting = [r for r in technique if r.status != Status.PASSED]
+    if not waiting:
+        return results
+    unread = [r for r in waiting if r.status == Status.NOT_EVALUATED]
+    names = ", ".join(r.number for r in waiting)
+    out = []
+    for r, it in zip(results, stage.items):
+        if it.kind not in SPEED_KINDS or r.status not in (Status.PASSED, Status.FAILED) or not r.values:
+            out.append(r)
+            continue
+        would = f" (the speed alone would earn {r.score:g} of {r.max_score:g} points)" if r.score else ""
+        if unread:
+            why = "; ".join(dict.fromkeys(u.message for u in unread))
+            out.append(replace(r, status=Status.NOT_EVALUATED, score=0.0, needs_gpu=any(u.needs_gpu for u in unread),
+                               values={**r.values, "gated_by": [u.number for u in waiting]},
+                               message=f"{r.message}. Speed points wait on this stage's technique evidence "
+                                       f"({names}), which could not be read: {why}{would}"))
+            continue
+        out.append(replace(r, status=Status.FAILED, score=0.0,
+                           values={**r.values, "gated_by": [u.number for u in waiting]},
+                           message=f"{r.message}. No speed points yet: they count once this stage's technique "
+                                   f"items pass ({names}: see those items){would}"))
+    return out
+
+
 def score(outcomes: dict[str, StageOutcome], peaks: Peaks) -> list[ItemResult]:
-    return [evaluate(item, o, outcomes, peaks) for o in outcomes.values() for item in o.stage.items]
+    return [r for o in outcomes.values()
+            for r in gate_speed(o.stage, [evaluate(item, o, outcomes, peaks) for item in o.stage.items])]

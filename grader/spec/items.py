@@ -7,9 +7,11 @@ number is its stage's number and its id (``3.reuse``), given when it is scored.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.spec.curve import Curve, check_curve, curve_of
 from grader.spec.errors import RubricError
 from grader.spec.expr import COMPARE, check_expression
 from grader.spec.peaks import PEAKS
@@ -22,24 +24,32 @@ KINDS = (
     "fraction_of_baseline", "speedup_over_stage", "fraction_of_peak", "ncu",
 )
 NCU_OPS = tuple(COMPARE)
+# The speed kinds: their points count only once the stage's technique items pass (see TECHNIQUE).
+SPEED_KINDS = ("fraction_of_baseline", "speedup_over_stage", "fraction_of_peak")
+# A threshold item's partial credit (grader/spec/curve.py), one of these keys at most.
+_CURVE: dict[str, tuple[Types, bool]] = {"partial_from": ((int, float), False), "curve": (list, False),
+                                         "steps": (list, False)}
+# `technique: true` on a sass or ncu item: the evidence that the stage's technique is there. The stage's
+# speed items earn nothing until every technique item passes, so a fast kernel of the previous stage
+# earns no speed points here; the calibration asks that the stage's textbook kernel passes it and that
+# the previous stage's kernels fail it.
+TECHNIQUE: dict[str, tuple[Types, bool]] = {"technique": (bool, False)}
 # Parameters each stage item kind takes: name -> (type, required).
 KIND_PARAMS: dict[str, dict[str, tuple[Types, bool]]] = {
     "compiles": {},
     "correct": {},
     "no_spills": {},
-    "sass": {"forbid": (list, False), "require": (list, False)},
-    "fraction_of_baseline": {"min": ((int, float), True), "partial_from": ((int, float), False)},
-    "speedup_over_stage": {"stage": (str, True), "min": ((int, float), True),
-                           "partial_from": ((int, float), False)},
-    "fraction_of_peak": {"peak": (str, True), "min": ((int, float), True),
-                         "partial_from": ((int, float), False)},
+    "sass": {"forbid": (list, False), "require": (list, False), **TECHNIQUE},
+    "fraction_of_baseline": {"min": ((int, float), True), **_CURVE},
+    "speedup_over_stage": {"stage": (str, True), "min": ((int, float), True), **_CURVE},
+    "fraction_of_peak": {"peak": (str, True), "min": ((int, float), True), **_CURVE},
     # An Nsight Compute criterion: `expr` over metric names (and N, the profile size),
     # compared with `value` (a number or an expression in N). See grader/spec/expr.py.
     # `integrity: true`: the criterion checks that the work is done honestly, not that the stage moved
     # on, so the previous stage's kernel may pass it too (the calibration then asks only that the
     # reference passes). Without it, only an `==` criterion is one.
     "ncu": {"expr": (str, True), "op": (str, True), "value": ((int, float, str), True),
-            "explain": (str, False), "unit": (str, False), "integrity": (bool, False)},
+            "explain": (str, False), "unit": (str, False), "integrity": (bool, False), **TECHNIQUE, **_CURVE},
 }
 
 
@@ -93,7 +103,25 @@ def stage_item(raw: Any, where: str) -> Item:
                 raise RubricError(r.path(key), f"is {params[key]!r}", "a list of SASS opcodes (strings)")
         if not (params.get("forbid") or params.get("require")):
             raise RubricError(where, "has neither forbid nor require", "a list of SASS opcodes in one of them")
-    if "partial_from" in params and not 0 <= params["partial_from"] < params["min"]:
-        raise RubricError(r.path("partial_from"), f"is {params['partial_from']!r}",
-                          f"a number from 0 up to (not including) min = {params['min']}")
+    if kind in SPEED_KINDS:
+        check_curve(params, float(params["min"]), ">=", r.path)
+    if kind == "ncu":
+        value = params["value"]
+        check_curve(params, None if isinstance(value, str) else float(value), params["op"], r.path)
+        if params.get("technique") and params.get("integrity"):
+            raise RubricError(r.path("technique"), "is given beside integrity: true",
+                              "one of them: technique evidence tells a stage from the one before, integrity does not")
     return item
+
+
+def is_technique(item: Item) -> bool:
+    """Whether the item is technique evidence (it gates its stage's speed items)."""
+    return bool(item.params.get("technique"))
+
+
+def curve(item: Item) -> Curve:
+    """The item's partial-credit curve (all or nothing without one); a threshold kind's only."""
+    if item.kind == "ncu":
+        value = item.params["value"]
+        return curve_of(item.params, float(value) if not isinstance(value, str) else math.nan, item.params["op"])
+    return curve_of(item.params, float(item.params["min"]))

@@ -322,9 +322,11 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
     submission of each ``repeats`` times, interleaved; write the report."""
     from grader.instructor.shifted import write_shifted
 
+    write = None
     if grade_fn is None:
+        from grader.outputs.write import write_outputs
         from grader.pipeline import grade
-        grade_fn = grade
+        grade_fn, write = grade, write_outputs
     out_dir, solutions_dir = Path(out_dir).resolve(), Path(solutions_dir).resolve()
     shifted_dir = out_dir / "shifted_submission"
     notes = write_shifted(solutions_dir, rubric, shifted_dir)
@@ -345,6 +347,8 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
             # GEMM stages only: the occupancy exercises have no thresholds to calibrate here.
             g = grade_fn(sub, rubric, out_dir / f"{label}_{k}", stages=[s.id for s in rubric.stages],
                          progress=lambda _m: None, env=env)
+            if write is not None:  # each grading's results.json and grading.json, for rescore and what-if
+                write(g, out_dir / f"{label}_{k}")
             env = env or getattr(g, "env", None)
             bucket.append(g)
     rows = calibration_rows(rubric, refs, preds, notes, books, book_preds)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One device call for the fair-criteria calibration (docs/measurements/2026-12-01-h200-fair-criteria.md):
+# the three populations through `python -m grader calibrate`, the textbook refinements, more gradings of
+# solutions/, and a demo class; every grading's grading.json/results.json comes back in one tarball.
+# On the device machine, from the repo root, with .whl and .deb carried:
+#   bash docs/measurements/scripts/2026-12-01-fair-criteria.sh [calibrate] [variants] [solutions] [demo]
+set -u
+OUT=${OUT:-/tmp/fair-out}
+W=/tmp/fair
+mkdir -p "$W" "$OUT"
+export PYTHONUNBUFFERED=1
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.txt"; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+if ! command -v bwrap >/dev/null; then
+  mkdir -p /tmp/bw && dpkg -x .deb/bubblewrap_*.deb /tmp/bw && ln -sf /tmp/bw/usr/bin/bwrap /usr/local/bin/bwrap
+fi
+{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; bwrap --version
+  python3 -V; nvcc --version | tail -1; python3 -c 'import cupy; print("cupy", cupy.__version__)'
+  python3 -m grader.run.sandbox; git log --oneline -1 2>/dev/null; } 2>&1 | tee -a "$OUT/run.txt"
+
+# grade NAME SUBMISSION [grade args...]: one timed grading, one summary line
+grade() {
+  local name=$1 sub=$2; shift 2
+  local t0=$(date +%s.%N)
+  timeout 300 python3 -m grader grade "$sub" --out "$W/$name" --quiet "$@" > "$W/$name.log" 2>&1
+  local rc=$? t1=$(date +%s.%N)
+  python3 docs/measurements/scripts/summarize_grading.py "$W/$name" "$name" "$rc" "$t0" "$t1" | tee -a "$OUT/run.txt"
+}
+
+steps=${*:-calibrate variants solutions demo}
+for step in $steps; do
+  case $step in
+  calibrate)
+    log "calibrate: reference, textbook/course and both shifted submissions, 3 repeats"
+    timeout 480 python3 -m grader calibrate --repeats 3 --textbook tests/submissions/textbook/course \
+      --out "$W/calibration" --quiet 2>&1 | tail -40 | tee -a "$OUT/run.txt"
+    cp "$W/calibration/calibration.md" "$W/calibration/calibration.json" "$OUT/" 2>/dev/null
+    for d in "$W"/calibration/*_[0-9]; do
+      python3 docs/measurements/scripts/summarize_grading.py "$d" "cal-$(basename "$d")" 0 0 0 | tee -a "$OUT/run.txt"
+    done ;;
+  variants)
+    for k in 1 2 3; do
+      grade "vectorized-$k" tests/submissions/textbook/vectorized --stages blocktiling_2d,wmma
+      grade "warptiling-$k" tests/submissions/textbook/warptiling --stages blocktiling_2d
+    done ;;
+  solutions)
+    for k in 4 5; do grade "solutions-$k" solutions; done ;;
+  demo)
+    grade demo-starter starter
+    for s in wrong_index race_missing_sync compile_error zero_output; do
+      grade "demo-$s" "tests/submissions/$s"
+    done ;;
+  esac
+done
+log "packing"
+(cd "$W" && find . -name grading.json -o -name results.json -o -name intake.json -o -name "*.log" \
+   -o -name calibration.md -o -name calibration.json -o -name SHIFTED.md | grep -v /work/ | tar czf "$OUT/gradings.tgz" -T -)
+ls -la "$OUT"

@@ -88,6 +88,9 @@ def grade_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     console = _console(args.quiet)
+    from grader.run.process import sweep_after_steps
+
+    sweep_after_steps()  # a daemon a step leaves dies at that step's end (python -m grader only)
     try:
         from grader.spec.rubric import load_rubric
 

@@ -52,7 +52,7 @@ def _wait_for(path: Path, timeout_s: float = 20.0) -> int:
 @pytest.mark.parametrize("ends", ["by its time limit", "by itself"])
 def test_a_step_leaves_no_daemon_that_left_its_session(tmp_path, ends):
     """The daemon left its session and its parent. The grader is its subreaper here, as
-    `python -m grader` is, so it is adopted, not lost to init, and killed when its step ends."""
+    `python -m grader grade` is, so it is adopted, not lost to init, and killed when its step ends."""
     pid_file = tmp_path / "daemon.pid"
     child = DAEMON
     if ends == "by itself":  # the step's own process returns once the daemon is up
@@ -62,8 +62,8 @@ def test_a_step_leaves_no_daemon_that_left_its_session(tmp_path, ends):
         """)
     probe = textwrap.dedent(f"""
         import subprocess, sys, time
-        from grader.run.process import become_subreaper, run_process
-        assert become_subreaper()
+        from grader.run.process import become_subreaper, run_process, sweep_after_steps
+        assert become_subreaper() and sweep_after_steps()
         rec = run_process([sys.executable, "-c", {child!r}, {str(pid_file)!r}], timeout_s=3.0, cwd=None,
                           env=dict(__import__("os").environ), output_limit=1000)
         print(rec.limit.value if rec.limit else "none")
@@ -116,3 +116,29 @@ def test_python_m_grader_is_a_subreaper_and_ends_its_tree():
     """)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert status.returncode == 0, status.stderr
     assert "subreaper 1" in status.stdout
+
+
+def test_a_batch_or_worker_keeps_its_kept_context_and_a_sweep_spares_running_steps(tmp_path):
+    """A batch or a service worker (a subreaper that does not sweep after steps) keeps a CUDA context
+    in a child it started in a session of its own: a step it runs must never take it. A sweep (a
+    grading's, after each step) spares the steps other threads are still running."""
+    probe = textwrap.dedent("""
+        import subprocess, sys, threading, time
+        from grader.run.process import become_subreaper, kill_adopted, run_process
+        become_subreaper()
+        kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        step = run_process([sys.executable, "-c", "pass"], timeout_s=30, cwd=None, env={}, output_limit=100)
+        print(step.returncode, kept.poll() is None)
+        kept.kill(); kept.wait()
+        other = []
+        t = threading.Thread(target=lambda: other.append(run_process(
+            [sys.executable, "-c", "import time; time.sleep(2)"], timeout_s=30, cwd=None, env={}, output_limit=100)))
+        t.start()
+        time.sleep(0.5)
+        print(kill_adopted())
+        t.join()
+        print(other[0].returncode)
+    """)
+    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["0 True", "[]", "0"]

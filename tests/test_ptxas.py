@@ -42,3 +42,16 @@ def test_nvrtc_prefix_and_older_cmem_format():
 
 def test_compile_error_output_has_no_kernels():
     assert parse_ptxas((FIX / "nvcc13.0_syntax_error.txt").read_text()) == {}
+
+
+def test_a_missing_kernel_gets_the_hint_that_fits_what_was_found():
+    from grader.build.ptxas import name_hint
+
+    mangled = name_hint("mmNaive", ["_Z7mmNaivePKfS0_Pfi"])
+    assert 'declare it extern "C"' in mangled and "_Z7mmNaivePKfS0_Pfi" in mangled
+    renamed = name_hint("mmTiled", ["mmTiledKernel"])  # already extern "C": only the name is off
+    assert "mangled" not in renamed and "rename `mmTiledKernel` to `mmTiled`" in renamed
+    assert "rename `mmTilde` to `mmTiled`" in name_hint("mmTiled", ["mmTilde"])
+    assert name_hint("mmTiled", ["work", "heavy"]) == ""
+    # a mangled name of another kernel that merely contains the expected one is not called mangled
+    assert "mangled" not in name_hint("mmTiled", ["_Z13mmTiledKernelv"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from grader.build.cubin import CubinFormatError, kernel_param_sizes, read_int_array
 from grader.build.locate import Problem, locate
-from grader.build.ptxas import KernelResources, entry_names, parse_ptxas
+from grader.build.ptxas import KernelResources, entry_names, name_hint, parse_ptxas
 from grader.build.student import CompileRecord, CompileStatus, Fence, Scratch, compile_student, prepare_scratch
 from grader.build.tool_search import Tool
 from grader.children.tma import Boxes, check_boxes
@@ -123,9 +123,7 @@ def _read_build(result: CompileResult, built: CompileRecord, stage: Stage, sizes
     result.cubin = str(cubin)
     if stage.kernel not in kernels:
         names = ", ".join(result.found_kernels) or "no kernels"
-        hint = ""
-        if any(stage.kernel in name for name in result.found_kernels):
-            hint = ' (the name is C++-mangled: declare it extern "C" __global__)'
+        hint = name_hint(stage.kernel, result.found_kernels)
         result.problem = f"expected `{stage.kernel}` in {stage.file}; found: {names}{hint}"
         return result
     result.kernel = kernels[stage.kernel]

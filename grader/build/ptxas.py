@@ -7,6 +7,7 @@ adds or drops a field (nvcc 13 no longer prints ``cmem[0]``) still parses.
 """
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -77,3 +78,18 @@ def parse_ptxas(text: str) -> dict[str, KernelResources]:
 def entry_names(text: str) -> list[str]:
     """Entry functions ptxas compiled, in report order (for "found: ..." messages)."""
     return [m.group(1) for m in _ENTRY.finditer(text)]
+
+
+def name_hint(expected: str, found: list[str]) -> str:
+    """What to change when the kernel ``expected`` is not among ``found`` ("" when nothing found is near):
+    a C++-mangled name (``_Z7mmNaive...``) needs ``extern "C"``; a name that is only near (``mmTiledKernel``
+    for ``mmTiled``) needs renaming, and says which to which."""
+    for name in found:
+        if name.startswith("_Z") and f"{len(expected)}{expected}" in name:
+            return f' (`{name}` is `{expected}` with a C++-mangled name: declare it extern "C" __global__)'
+    near = [n for n in found if not n.startswith("_Z") and (expected.lower() in n.lower() or n.lower() in
+                                                            expected.lower())]
+    near = near or difflib.get_close_matches(expected, [n for n in found if not n.startswith("_Z")], n=1, cutoff=0.7)
+    if near:
+        return f" (rename `{near[0]}` to `{expected}`: the grader loads the kernel by that exact name)"
+    return ""

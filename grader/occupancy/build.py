@@ -13,7 +13,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.build.ptxas import KernelResources, entry_names, parse_ptxas
+from grader.build.ptxas import KernelResources, entry_names, name_hint, parse_ptxas
 from grader.build.student import CompileStatus, Fence, compile_student, prepare_scratch
 from grader.build.tool_search import Tool
 from grader.model import ProcRecord
@@ -66,9 +66,7 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
     missing = [k for k in need if k not in build.kernels]
     if missing:
         found = entry_names(report)
-        hint = ""
-        if any(m in f for m in missing for f in found):
-            hint = ' (the name is C++-mangled: declare it extern "C" __global__)'
+        hint = "".join(name_hint(m, found) for m in missing)
         build.problem = (f"{file} has no kernel named " + ", ".join(f"`{m}`" for m in missing)
                          + f"; found: {', '.join(found) or 'no kernels'}{hint}")
         return build

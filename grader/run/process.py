@@ -286,18 +286,32 @@ def kill_tree(root: int, *, include_root: bool = True, wait_s: float = KILL_WAIT
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
+_SUBREAPER = {"on": False, "sweep_steps": False}
+
+
 def become_subreaper() -> bool:
     """Make this process a child subreaper (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``): an orphaned
     descendant is reparented to it rather than to init, so :func:`process_tree` still finds it.
     False where the call is not available."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        _SUBREAPER["on"] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        return False
+        _SUBREAPER["on"] = False
+    return _SUBREAPER["on"]
 
 
-# The children run_process has started and not yet reaped, each the leader of its own session.
+def sweep_after_steps() -> bool:
+    """From now on, each step's end kills what this subreaper adopted (:func:`kill_adopted`). Only for
+    a process that starts its long-lived children through run_process alone (a grading): a batch or a
+    service worker also holds a kept CUDA context started otherwise. False (and nothing changes)
+    unless this process is a subreaper (``python -m grader``; never a test's own process)."""
+    _SUBREAPER["sweep_steps"] = _SUBREAPER["on"]
+    return _SUBREAPER["sweep_steps"]
+
+
+# The children run_process has started and not yet reaped, each the leader of its own session. Starting
+# one holds the lock from Popen until its pid is here, so that a sweep never sees it unregistered.
 _LIVE: set[int] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -305,20 +319,20 @@ _LIVE_LOCK = threading.Lock()
 def kill_adopted() -> list[int]:
     """Kill (tree and all) the orphans this process adopted as a subreaper: children of its own that
     run_process did not start and that are in a session neither this process's nor a live step's
-    (a daemon that left its step's session and its parent). Safe beside running steps and beside
-    children started otherwise (they share this process's session). Returns their pids."""
+    (a daemon that left its step's session and its parent). Children started otherwise share this
+    process's session, so they are spared. Returns their pids."""
     me = os.getpid()
-    with _LIVE_LOCK:
-        live = set(_LIVE)
     own_sid = os.getsid(0)
     adopted: list[int] = []
-    for pid, fields in live_stat_fields():
-        try:
-            ppid, sid = int(fields[1]), int(fields[3])
-        except (IndexError, ValueError):
-            continue
-        if ppid == me and pid not in live and sid != own_sid and sid not in live:
-            adopted.append(pid)
+    with _LIVE_LOCK:
+        live = set(_LIVE)
+        for pid, fields in live_stat_fields():
+            try:
+                ppid, sid = int(fields[1]), int(fields[3])
+            except (IndexError, ValueError):
+                continue
+            if ppid == me and pid not in live and sid != own_sid and sid not in live:
+                adopted.append(pid)
     for pid in adopted:
         kill_tree(pid)
         try:
@@ -379,23 +393,23 @@ def run_process(
     start = time.monotonic()
     if control is not None:
         control.started()
-    try:
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            close_fds=True,
-            **(popen_extra or PopenExtra()),
-        )
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        name = command[0] if command else "(empty command)"
-        return ProcRecord(command=command, returncode=None, wall_s=time.monotonic() - start,
-                          stderr=f"could not start {name}: {exc}", timeout_s=float(timeout_s))
     with _LIVE_LOCK:
+        try:
+            proc = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+                **(popen_extra or PopenExtra()),
+            )
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            name = command[0] if command else "(empty command)"
+            return ProcRecord(command=command, returncode=None, wall_s=time.monotonic() - start,
+                              stderr=f"could not start {name}: {exc}", timeout_s=float(timeout_s))
         _LIVE.add(proc.pid)
 
     stop = threading.Event()
@@ -476,7 +490,8 @@ def run_process(
             _LIVE.discard(proc.pid)
         # A daemon of this step that left its session and its parent is this process's now (a
         # subreaper's): killed here, at the step's end, not at the grading's.
-        kill_adopted()
+        if _SUBREAPER["sweep_steps"]:
+            kill_adopted()
         waiter.close()
         stop.set()
         for t in threads:

@@ -42,7 +42,7 @@ JOBS = "/api/v1/jobs"
 def svc(tmp_path_factory):
     data = tmp_path_factory.mktemp("serve") / "data"
     service = ServiceProcess(data, "--workers", "1", "--per-hour", "3", "--concurrent", "1", "--archive-mib", "1")
-    service.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu", "c@x.edu", "k@x.edu", "gone@x.edu"])
+    service.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu", "c@x.edu", "k@x.edu", "r@x.edu", "gone@x.edu"])
     service.secret = make_secret(data, "hw1")
     with service:
         service.wait_workers(1)
@@ -94,6 +94,24 @@ def test_a_selfcheck_is_graded_like_the_grader_then_deduplicated_or_forced(svc, 
         assert wait_job(c, forced.json()["id"], service=svc)["score"] == results["score"]
     store = store_of(svc)
     assert [store.get(i).gradings for i in (sub["id"], other.json()["id"], forced.json()["id"])] == [1, 0, 1]
+
+
+def test_a_gradescope_grade_never_comes_from_a_selfcheck(svc):
+    """A student may repeat a self-check (--force) until a timing or a race happens to pass: the
+    Gradescope post of the same bytes is graded on its own, and only a Gradescope post of them again (a
+    Regrade) gets that Gradescope job back."""
+    body = starter("no re-rolled grades")
+    with svc.client() as c:
+        mine = c.post(JOBS, content=body, headers=bearer(svc.tokens["r@x.edu"]))
+        assert mine.status_code == 202, mine.text
+        assert wait_job(c, mine.json()["id"], service=svc)["state"] == "done"
+        gs = c.post(JOBS, content=body, headers=signed(svc.secret, "hw1", body))
+        assert gs.status_code == 202 and not gs.json()["deduplicated"], gs.text
+        assert wait_job(c, gs.json()["id"], service=svc)["state"] == "done"
+        regrade = c.post(JOBS, content=body, headers=signed(svc.secret, "hw1", body))
+        assert regrade.status_code == 200 and regrade.json()["id"] == gs.json()["id"], regrade.text
+    graded = store_of(svc).get(gs.json()["id"])
+    assert (graded.kind.value, graded.copied_from, graded.gradings) == ("gradescope", "", 1)
 
 
 def test_refusals_say_why(svc, tmp_path):

@@ -89,14 +89,15 @@ def test_dedup_lookups_and_dispatch_order(store):
     # Gradescope first, then the oldest.
     assert [j.id for j in store.jobs_in(State.QUEUED)] == ["gs", "old", "new", "other"]
     assert store.find_same("token:a", "s1", "k").id == "new"
-    assert store.find_done("s1", "k") is None
+    assert store.find_done("s1", "k", Kind.SELFCHECK) is None
     store.claim("new", "w", 1, lease_s=30)
     store.finish("new", "w", 1, results=b"t", state=State.FAILED, graded=True, error="boom")
     assert store.find_same("token:a", "s1", "k").id == "old"  # a failed job is not a match
     store.claim("other", "w", 1, lease_s=30)
     store.finish("other", "w", 1, results=b"t", state=State.DONE, graded=True,
                  leaderboard=[{"name": "WMMA: TFLOP/s", "value": 1.0}])
-    assert store.find_done("s1", "k").id == "other"  # anyone's done job can lend its results
+    assert store.find_done("s1", "k", Kind.SELFCHECK).id == "other"  # anyone's done self-check can lend its results
+    assert store.find_done("s1", "k", Kind.GRADESCOPE) is None  # but never to a Gradescope job
     assert {j.id for j in store.owner_jobs("token:a", since=t - 25)} == {"old", "new"}  # old: still queued
     assert [j.id for j in store.finished_since(t - 60)] == ["other", "new"]
     assert [j.id for j in store.leaderboard_jobs()] == ["other"]

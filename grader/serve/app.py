@@ -129,9 +129,9 @@ class Service:
                       key=self.key, created=now, force=force, submission_id=submission_id[:200],
                       submitter=up.submitter, demoted=self._over_fair_share(up, now))
             body = up.path.read_bytes()
-            source = None if force else self.store.find_done(sha, self.key)
+            source = None if force else self.store.find_done(sha, self.key, kind)
             blob = self.store.results(source.id) if source is not None else None
-            if source is not None and blob is not None:  # someone else's identical archive: copy, never regrade
+            if source is not None and blob is not None:  # someone else's identical archive, same kind: copy, never regrade
                 job.state, job.started, job.finished, job.copied_from = State.DONE, now, now, source.id
                 job.score, job.max_score, job.files = source.score, source.max_score, list(source.files)
                 job.leaderboard, job.grade_s = list(source.leaderboard), 0.0

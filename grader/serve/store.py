@@ -147,8 +147,10 @@ class JobStore(abc.ABC):
         """The newest job of ``owner`` for this content and grading key that did not fail."""
 
     @abc.abstractmethod
-    def find_done(self, archive_sha: str, key: str) -> Job | None:
-        """A done job (anyone's) for this content and grading key, whose results can be copied."""
+    def find_done(self, archive_sha: str, key: str, kind: Kind) -> Job | None:
+        """A done job of ``kind`` (anyone's) for this content and grading key, whose results can be
+        copied: a Gradescope grade only ever comes from a Gradescope grading of these bytes, never from
+        a self-check a student could repeat (``--force``) until a timing or a race happened to pass."""
 
     @abc.abstractmethod
     def jobs_in(self, state: State) -> list[Job]:

@@ -125,8 +125,8 @@ class RedisStore(JobStore):
         return next((j for j in self._content(archive_sha, key)
                      if j.owner == owner and j.state is not State.FAILED), None)
 
-    def find_done(self, archive_sha: str, key: str) -> Job | None:
-        done = [j for j in self._content(archive_sha, key) if j.state is State.DONE]
+    def find_done(self, archive_sha: str, key: str, kind: Kind) -> Job | None:
+        done = [j for j in self._content(archive_sha, key) if j.state is State.DONE and j.kind is kind]
         return max(done, key=lambda j: j.finished or 0.0) if done else None
 
     def jobs_in(self, state: State) -> list[Job]:

@@ -114,9 +114,9 @@ class SqliteStore(JobStore):
                            (owner, archive_sha, key, State.FAILED.value), limit=1)
         return found[0] if found else None
 
-    def find_done(self, archive_sha: str, key: str) -> Job | None:
-        found = self._jobs("archive_sha = ? and key = ? and state = ?", (archive_sha, key, State.DONE.value),
-                           order="finished desc", limit=1)
+    def find_done(self, archive_sha: str, key: str, kind: Kind) -> Job | None:
+        found = self._jobs("archive_sha = ? and key = ? and kind = ? and state = ?",
+                           (archive_sha, key, kind.value, State.DONE.value), order="finished desc", limit=1)
         return found[0] if found else None
 
     def jobs_in(self, state: State) -> list[Job]:

@@ -142,3 +142,31 @@ def test_a_gpu_workers_gradings_get_its_gpus_description_and_static_ones_do_not(
     assert "--device" not in grade_command(Settings(), archive, out, None)  # its probe failed: each grading probes
     static = grade_command(Settings(no_gpu=True), archive, out, described)
     assert "--no-gpu" in static and "--device" not in static
+
+
+def test_a_full_disk_shows_sqlites_own_error_and_a_broken_store_fails_its_check(tmp_path):
+    """SQLite rolls a transaction back by itself when the disk fills: the store's own rollback must not
+    replace that error with "cannot rollback - no transaction is active"."""
+    import sqlite3
+
+    store = SqliteStore(tmp_path / "jobs.sqlite")
+    store._conn().execute("pragma max_page_count = 40")  # this thread's connection: a disk that fills up
+    with pytest.raises(Exception) as raised:
+        store.add(job("big"), b"x" * 1_000_000)
+    assert "database or disk is full" in str(raised.value), raised.value
+    from grader.serve.store import StoreUnavailable
+
+    assert isinstance(raised.value, StoreUnavailable)
+    assert store.get("big") is None  # nothing half-written
+    store.add(job("small"), b"zip")
+    store.check()
+    db = sqlite3.connect(tmp_path / "jobs.sqlite")
+    db.execute("drop table nonces")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreUnavailable, match="lacks its table"):
+        store.check()
+    (tmp_path / "jobs.sqlite").unlink()
+    with pytest.raises(StoreUnavailable, match="is gone"):
+        store.get("small")
+    assert not (tmp_path / "jobs.sqlite").exists()

@@ -118,6 +118,12 @@ class WorkerInfo:
 Change = Callable[[Job], "Job | None"]
 
 
+class StoreUnavailable(Exception):
+    """The job store is gone or cannot write (its file deleted or replaced, a table missing, the disk
+    full, its server away). The message is the real error, for the log; clients get a 503 that says
+    nothing was stored, and /healthz reports not ok, until the store is repaired."""
+
+
 class JobStore(abc.ABC):
     """The primitives each backend implements, and the transitions built on them."""
 
@@ -180,6 +186,15 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def leaderboard_jobs(self) -> list[Job]:
         """Done self-check jobs whose results had leaderboard entries."""
+
+    @abc.abstractmethod
+    def use_nonce(self, name: str, until: float) -> bool:
+        """Record a signed request's nonce until ``until`` (unix seconds); False when it is recorded
+        already (the request is a replay). Entries past their ``until`` may be dropped."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the store is there, whole, and answers."""
 
     @abc.abstractmethod
     def put_worker(self, info: WorkerInfo) -> None: ...

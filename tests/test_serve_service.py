@@ -129,7 +129,7 @@ def test_refusals_say_why(svc, tmp_path):
         (signed(b"wrong secret", "hw1", body), "signature refused: signature does not match"),
         (signed(svc.secret, "hw1", body, timestamp=int(time.time()) - 900), "signature refused: timestamp 9"),
         (signed(svc.secret, "hw1", b"other body"), "signature does not match"),
-        (signed(svc.secret, "hw9", body), "no secret for assignment 'hw9'"),
+        (signed(svc.secret, "hw9", body), "signature refused: signature does not match"),  # names no assignment
     ]
     with svc.client() as c:
         for headers, words in cases:
@@ -254,8 +254,9 @@ def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
 
 
 def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):
-    """The query string is signed: one signed upload replayed with ?force=1 (within the clock skew)
-    would otherwise be as many gradings as the replayer likes, each ahead of every self-check."""
+    """Each signed request is good once (its nonce), and its query string is signed: one captured
+    upload, replayed as it is or with ?force=1 within the clock skew, queues nothing, even after a
+    restart of the service; the Gradescope package's client signs each request afresh."""
     from grader.serve.client import Client
 
     data = tmp_path / "data"
@@ -265,16 +266,52 @@ def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):
         headers = signed(secret, "hw1", body)
         first = c.post(JOBS, content=body, headers=headers)
         assert first.status_code == 202, first.text
-        replay = c.post(JOBS, content=body, headers=headers)  # the same request: the same job
-        assert replay.status_code == 200 and replay.json()["id"] == first.json()["id"]
+        replay = c.post(JOBS, content=body, headers=headers)
+        assert replay.status_code == 401 and "used already" in replay.json()["error"], replay.text
         for _ in range(3):
             r = c.post(JOBS + "?force=1", content=body, headers=headers)
             assert r.status_code == 401 and "signature does not match" in r.json()["error"], r.text
-        assert len(c.get("/api/v1/queue").json()["queued"]) == 1
-        with Client(s.url, assignment="hw1", secret=secret) as gradescope:  # a signed ?force=1 is taken
-            forced = gradescope.submit(body, force=True)
-        assert forced.state == "queued" and forced.id != first.json()["id"] and not forced.deduplicated
+        forced_headers = signed(secret, "hw1", body, path=JOBS + "?force=1")
+        forced = c.post(JOBS + "?force=1", content=body, headers=forced_headers)
+        assert forced.status_code == 202 and forced.json()["id"] != first.json()["id"], forced.text
+        for _ in range(3):  # the signed ?force=1 itself, replayed
+            r = c.post(JOBS + "?force=1", content=body, headers=forced_headers)
+            assert r.status_code == 401 and "used already" in r.json()["error"], r.text
         assert len(c.get("/api/v1/queue").json()["queued"]) == 2
+        with Client(s.url, assignment="hw1", secret=secret) as gradescope:  # a signed ?force=1 is taken
+            again = gradescope.submit(body, force=True)
+            regrade = gradescope.submit(body)
+        assert again.state == "queued" and again.id not in (first.json()["id"], forced.json()["id"])
+        assert regrade.deduplicated and not again.deduplicated
+        assert len(c.get("/api/v1/queue").json()["queued"]) == 3
+    with ServiceProcess(data, "--no-workers") as s, s.client() as c:  # the nonces outlive a restart
+        r = c.post(JOBS + "?force=1", content=body, headers=forced_headers)
+        assert r.status_code == 401 and "used already" in r.json()["error"], r.text
+        assert len(c.get("/api/v1/queue").json()["queued"]) == 3
+
+
+def test_the_job_store_deleted_under_a_running_service_fails_closed(tmp_path):
+    """The SQLite file deleted while the service runs: connections still open would write into the
+    unlinked file and new ones make an empty one, so jobs would be accepted and then lost. Instead
+    /healthz says not ok and every submission is refused with a 503 that says nothing was stored."""
+    from grader.serve.app import STORE_DOWN
+
+    data = tmp_path / "data"
+    token = issue_tokens(data, ["d@x.edu", "e@x.edu"])
+    with ServiceProcess(data, "--no-workers") as s, s.client() as c:
+        before = c.post(JOBS, content=starter("before"), headers=bearer(token["d@x.edu"]))
+        assert before.status_code == 202, before.text
+        for suffix in ("", "-wal", "-shm"):
+            (data / f"jobs.sqlite{suffix}").unlink(missing_ok=True)
+        health = c.get("/healthz")
+        assert health.status_code == 503 and health.json()["ok"] is False, health.text
+        assert str(data) not in health.text and "sqlite" not in health.json()["error"]  # the details: in the log
+        for _ in range(3):  # several requests, on whichever threads serve them
+            r = c.post(JOBS, content=starter("after"), headers=bearer(token["e@x.edu"]))
+            assert r.status_code == 503 and r.json()["error"] == STORE_DOWN, r.text
+        assert c.get(f"{JOBS}/{before.json()['id']}").status_code == 503
+        assert not (data / "jobs.sqlite").exists()  # no empty store made behind the service's back
+        assert "jobs.sqlite is gone" in s.log_text()
 
 
 def test_bad_settings_stop_the_service_with_a_sentence(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +18,7 @@ import time
 import httpx
 import pytest
 
+from grader.grading import Grading
 from grader.serve.store import State
 from grader.serve.store_sqlite import SqliteStore
 from tests.serve_helpers import (
@@ -88,6 +90,15 @@ def test_a_selfcheck_is_graded_like_the_grader_then_deduplicated_or_forced(svc, 
         assert other.status_code == 200 and other.json()["deduplicated"] and other.json()["id"] != sub["id"]
         assert other.json()["state"] == "done"
         assert c.get(f"{JOBS}/{other.json()['id']}/files/results.json").json()["score"] == results["score"]
+        # The copy names neither the first job nor any place on the server; grading.json still reads.
+        for name in ("grading.json", "intake.json"):
+            text = c.get(f"{JOBS}/{other.json()['id']}/files/{name}").text
+            assert sub["id"] not in text and str(svc.data) not in text and str(ROOT) not in text, text[:2000]
+            assert not re.search(r'"/[^"]*/', text), re.search(r'"/[^"]*/', text)
+            assert len(socket.gethostname()) < 4 or socket.gethostname() not in text
+        grading = c.get(f"{JOBS}/{other.json()['id']}/files/grading.json").json()
+        assert Grading.from_json(grading).score == results["score"] and grading["submission"] == "submission.zip"
+        assert c.get("/openapi.json").status_code == 404  # the API is not advertised
 
         forced = c.post(JOBS + "?force=1", content=body, headers=bearer(svc.tokens["a@x.edu"]))
         assert forced.status_code == 202 and forced.json()["id"] != sub["id"]

@@ -77,7 +77,7 @@ def test_prune_deletes_old_archives_keeps_results_and_never_touches_active_jobs(
     whole = prune(store, data, 7, results_too=True, now=now)
     assert [(p.job, p.results_bytes) for p in whole] == [("old-done", 500), ("old-failed", 500)]
     assert store.get("old-done") is None and store.results("old-done") is None
-    assert store.find_same("token:a", "s0", "k") is None and store.find_done("s0", "k") is None
+    assert store.find_same("token:a", "s0", "k") is None and store.find_done("s0", "k", Kind.SELFCHECK) is None
     assert [j.id for j in store.finished_since(0)] == ["new-done"]
     assert {j.id for j in store.owner_jobs("token:a", 0)} == {"old-queued", "old-running", "new-done"}
     assert store.get("old-queued").state is State.QUEUED and store.get("old-running").state is State.RUNNING

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,6 +18,7 @@ import time
 import httpx
 import pytest
 
+from grader.grading import Grading
 from grader.serve.store import State
 from grader.serve.store_sqlite import SqliteStore
 from tests.serve_helpers import (
@@ -42,7 +44,7 @@ JOBS = "/api/v1/jobs"
 def svc(tmp_path_factory):
     data = tmp_path_factory.mktemp("serve") / "data"
     service = ServiceProcess(data, "--workers", "1", "--per-hour", "3", "--concurrent", "1", "--archive-mib", "1")
-    service.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu", "c@x.edu", "k@x.edu", "gone@x.edu"])
+    service.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu", "c@x.edu", "k@x.edu", "r@x.edu", "gone@x.edu"])
     service.secret = make_secret(data, "hw1")
     with service:
         service.wait_workers(1)
@@ -88,12 +90,39 @@ def test_a_selfcheck_is_graded_like_the_grader_then_deduplicated_or_forced(svc, 
         assert other.status_code == 200 and other.json()["deduplicated"] and other.json()["id"] != sub["id"]
         assert other.json()["state"] == "done"
         assert c.get(f"{JOBS}/{other.json()['id']}/files/results.json").json()["score"] == results["score"]
+        # The copy names neither the first job nor any place on the server; grading.json still reads.
+        for name in ("grading.json", "intake.json"):
+            text = c.get(f"{JOBS}/{other.json()['id']}/files/{name}").text
+            assert sub["id"] not in text and str(svc.data) not in text and str(ROOT) not in text, text[:2000]
+            assert not re.search(r'"/[^"]*/', text), re.search(r'"/[^"]*/', text)
+            assert len(socket.gethostname()) < 4 or socket.gethostname() not in text
+        grading = c.get(f"{JOBS}/{other.json()['id']}/files/grading.json").json()
+        assert Grading.from_json(grading).score == results["score"] and grading["submission"] == "submission.zip"
+        assert c.get("/openapi.json").status_code == 404  # the API is not advertised
 
         forced = c.post(JOBS + "?force=1", content=body, headers=bearer(svc.tokens["a@x.edu"]))
         assert forced.status_code == 202 and forced.json()["id"] != sub["id"]
         assert wait_job(c, forced.json()["id"], service=svc)["score"] == results["score"]
     store = store_of(svc)
     assert [store.get(i).gradings for i in (sub["id"], other.json()["id"], forced.json()["id"])] == [1, 0, 1]
+
+
+def test_a_gradescope_grade_never_comes_from_a_selfcheck(svc):
+    """A student may repeat a self-check (--force) until a timing or a race happens to pass: the
+    Gradescope post of the same bytes is graded on its own, and only a Gradescope post of them again (a
+    Regrade) gets that Gradescope job back."""
+    body = starter("no re-rolled grades")
+    with svc.client() as c:
+        mine = c.post(JOBS, content=body, headers=bearer(svc.tokens["r@x.edu"]))
+        assert mine.status_code == 202, mine.text
+        assert wait_job(c, mine.json()["id"], service=svc)["state"] == "done"
+        gs = c.post(JOBS, content=body, headers=signed(svc.secret, "hw1", body))
+        assert gs.status_code == 202 and not gs.json()["deduplicated"], gs.text
+        assert wait_job(c, gs.json()["id"], service=svc)["state"] == "done"
+        regrade = c.post(JOBS, content=body, headers=signed(svc.secret, "hw1", body))
+        assert regrade.status_code == 200 and regrade.json()["id"] == gs.json()["id"], regrade.text
+    graded = store_of(svc).get(gs.json()["id"])
+    assert (graded.kind.value, graded.copied_from, graded.gradings) == ("gradescope", "", 1)
 
 
 def test_refusals_say_why(svc, tmp_path):
@@ -111,7 +140,7 @@ def test_refusals_say_why(svc, tmp_path):
         (signed(b"wrong secret", "hw1", body), "signature refused: signature does not match"),
         (signed(svc.secret, "hw1", body, timestamp=int(time.time()) - 900), "signature refused: timestamp 9"),
         (signed(svc.secret, "hw1", b"other body"), "signature does not match"),
-        (signed(svc.secret, "hw9", body), "no secret for assignment 'hw9'"),
+        (signed(svc.secret, "hw9", body), "signature refused: signature does not match"),  # names no assignment
     ]
     with svc.client() as c:
         for headers, words in cases:
@@ -237,8 +266,9 @@ def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
 
 
 def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):
-    """The query string is signed: one signed upload replayed with ?force=1 (within the clock skew)
-    would otherwise be as many gradings as the replayer likes, each ahead of every self-check."""
+    """Each signed request is good once (its nonce), and its query string is signed: one captured
+    upload, replayed as it is or with ?force=1 within the clock skew, queues nothing, even after a
+    restart of the service; the Gradescope package's client signs each request afresh."""
     from grader.serve.client import Client
 
     data = tmp_path / "data"
@@ -248,16 +278,52 @@ def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):
         headers = signed(secret, "hw1", body)
         first = c.post(JOBS, content=body, headers=headers)
         assert first.status_code == 202, first.text
-        replay = c.post(JOBS, content=body, headers=headers)  # the same request: the same job
-        assert replay.status_code == 200 and replay.json()["id"] == first.json()["id"]
+        replay = c.post(JOBS, content=body, headers=headers)
+        assert replay.status_code == 401 and "used already" in replay.json()["error"], replay.text
         for _ in range(3):
             r = c.post(JOBS + "?force=1", content=body, headers=headers)
             assert r.status_code == 401 and "signature does not match" in r.json()["error"], r.text
-        assert len(c.get("/api/v1/queue").json()["queued"]) == 1
-        with Client(s.url, assignment="hw1", secret=secret) as gradescope:  # a signed ?force=1 is taken
-            forced = gradescope.submit(body, force=True)
-        assert forced.state == "queued" and forced.id != first.json()["id"] and not forced.deduplicated
+        forced_headers = signed(secret, "hw1", body, path=JOBS + "?force=1")
+        forced = c.post(JOBS + "?force=1", content=body, headers=forced_headers)
+        assert forced.status_code == 202 and forced.json()["id"] != first.json()["id"], forced.text
+        for _ in range(3):  # the signed ?force=1 itself, replayed
+            r = c.post(JOBS + "?force=1", content=body, headers=forced_headers)
+            assert r.status_code == 401 and "used already" in r.json()["error"], r.text
         assert len(c.get("/api/v1/queue").json()["queued"]) == 2
+        with Client(s.url, assignment="hw1", secret=secret) as gradescope:  # a signed ?force=1 is taken
+            again = gradescope.submit(body, force=True)
+            regrade = gradescope.submit(body)
+        assert again.state == "queued" and again.id not in (first.json()["id"], forced.json()["id"])
+        assert regrade.deduplicated and not again.deduplicated
+        assert len(c.get("/api/v1/queue").json()["queued"]) == 3
+    with ServiceProcess(data, "--no-workers") as s, s.client() as c:  # the nonces outlive a restart
+        r = c.post(JOBS + "?force=1", content=body, headers=forced_headers)
+        assert r.status_code == 401 and "used already" in r.json()["error"], r.text
+        assert len(c.get("/api/v1/queue").json()["queued"]) == 3
+
+
+def test_the_job_store_deleted_under_a_running_service_fails_closed(tmp_path):
+    """The SQLite file deleted while the service runs: connections still open would write into the
+    unlinked file and new ones make an empty one, so jobs would be accepted and then lost. Instead
+    /healthz says not ok and every submission is refused with a 503 that says nothing was stored."""
+    from grader.serve.app import STORE_DOWN
+
+    data = tmp_path / "data"
+    token = issue_tokens(data, ["d@x.edu", "e@x.edu"])
+    with ServiceProcess(data, "--no-workers") as s, s.client() as c:
+        before = c.post(JOBS, content=starter("before"), headers=bearer(token["d@x.edu"]))
+        assert before.status_code == 202, before.text
+        for suffix in ("", "-wal", "-shm"):
+            (data / f"jobs.sqlite{suffix}").unlink(missing_ok=True)
+        health = c.get("/healthz")
+        assert health.status_code == 503 and health.json()["ok"] is False, health.text
+        assert str(data) not in health.text and "sqlite" not in health.json()["error"]  # the details: in the log
+        for _ in range(3):  # several requests, on whichever threads serve them
+            r = c.post(JOBS, content=starter("after"), headers=bearer(token["e@x.edu"]))
+            assert r.status_code == 503 and r.json()["error"] == STORE_DOWN, r.text
+        assert c.get(f"{JOBS}/{before.json()['id']}").status_code == 503
+        assert not (data / "jobs.sqlite").exists()  # no empty store made behind the service's back
+        assert "jobs.sqlite is gone" in s.log_text()
 
 
 def test_bad_settings_stop_the_service_with_a_sentence(tmp_path):

@@ -89,14 +89,15 @@ def test_dedup_lookups_and_dispatch_order(store):
     # Gradescope first, then the oldest.
     assert [j.id for j in store.jobs_in(State.QUEUED)] == ["gs", "old", "new", "other"]
     assert store.find_same("token:a", "s1", "k").id == "new"
-    assert store.find_done("s1", "k") is None
+    assert store.find_done("s1", "k", Kind.SELFCHECK) is None
     store.claim("new", "w", 1, lease_s=30)
     store.finish("new", "w", 1, results=b"t", state=State.FAILED, graded=True, error="boom")
     assert store.find_same("token:a", "s1", "k").id == "old"  # a failed job is not a match
     store.claim("other", "w", 1, lease_s=30)
     store.finish("other", "w", 1, results=b"t", state=State.DONE, graded=True,
                  leaderboard=[{"name": "WMMA: TFLOP/s", "value": 1.0}])
-    assert store.find_done("s1", "k").id == "other"  # anyone's done job can lend its results
+    assert store.find_done("s1", "k", Kind.SELFCHECK).id == "other"  # anyone's done self-check can lend its results
+    assert store.find_done("s1", "k", Kind.GRADESCOPE) is None  # but never to a Gradescope job
     assert {j.id for j in store.owner_jobs("token:a", since=t - 25)} == {"old", "new"}  # old: still queued
     assert [j.id for j in store.finished_since(t - 60)] == ["other", "new"]
     assert [j.id for j in store.leaderboard_jobs()] == ["other"]
@@ -141,3 +142,31 @@ def test_a_gpu_workers_gradings_get_its_gpus_description_and_static_ones_do_not(
     assert "--device" not in grade_command(Settings(), archive, out, None)  # its probe failed: each grading probes
     static = grade_command(Settings(no_gpu=True), archive, out, described)
     assert "--no-gpu" in static and "--device" not in static
+
+
+def test_a_full_disk_shows_sqlites_own_error_and_a_broken_store_fails_its_check(tmp_path):
+    """SQLite rolls a transaction back by itself when the disk fills: the store's own rollback must not
+    replace that error with "cannot rollback - no transaction is active"."""
+    import sqlite3
+
+    store = SqliteStore(tmp_path / "jobs.sqlite")
+    store._conn().execute("pragma max_page_count = 40")  # this thread's connection: a disk that fills up
+    with pytest.raises(Exception) as raised:
+        store.add(job("big"), b"x" * 1_000_000)
+    assert "database or disk is full" in str(raised.value), raised.value
+    from grader.serve.store import StoreUnavailable
+
+    assert isinstance(raised.value, StoreUnavailable)
+    assert store.get("big") is None  # nothing half-written
+    store.add(job("small"), b"zip")
+    store.check()
+    db = sqlite3.connect(tmp_path / "jobs.sqlite")
+    db.execute("drop table nonces")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreUnavailable, match="lacks its table"):
+        store.check()
+    (tmp_path / "jobs.sqlite").unlink()
+    with pytest.raises(StoreUnavailable, match="is gone"):
+        store.get("small")
+    assert not (tmp_path / "jobs.sqlite").exists()

@@ -6,13 +6,15 @@
     GET  /api/v1/jobs/{id}/files/{name}    one file of the job's results folder
     GET  /api/v1/queue                     workers, queued kinds and times, running, done_last_hour, mean_grade_s
     GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
-    GET  /healthz                          {"ok", "queue", "workers"}
+    GET  /healthz                          {"ok", "queue", "workers"}; 503 {"ok": false} when the store is unavailable
     GET  /, /jobs/{id}                     static/index.html, static/job.html (their JS calls the API)
 
 Every error answers ``{"error": "<sentence>"}``; one no handler expected is a 500 that says only that
 the log has the details (:class:`JsonErrors`). A job's id is its read capability (unguessable);
 no listing shows ids or students' names. Submissions are serialised by one lock, so a token's
 dedup lookup, limits and new job are one decision (two uploads at once cannot both pass a limit).
+A job store that is gone or cannot write answers 503 (:data:`STORE_DOWN`): a job is never accepted
+into a store that would lose it.
 """
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ from grader.serve import limits, results, retention, signing, views
 from grader.serve.auth import Secrets, Tokens
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
-from grader.serve.store import Job, JobStore, Kind, State, open_store
+from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable, open_store
 from grader.serve.supervisor import Supervisor
-from grader.serve.upload import Receiver, Upload
+from grader.serve.upload import Receiver, Sender, Upload
 from grader.serve.worker import reap
 
 log = logging.getLogger("grader.serve")
@@ -55,10 +57,14 @@ SANDBOX = {"Content-Security-Policy": "sandbox; default-src 'none'; img-src 'sel
 
 
 INTERNAL_ERROR = "internal error; the service log has the details"
+STORE_DOWN = ("the service's job store is unavailable, so nothing was stored and no submission is taken until it "
+              "is repaired; try again later, and tell the course staff if it lasts")
 
 
-def error(status: int, message: str, retry_after: int | None = None) -> JSONResponse:
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+def error(status: int, message: str, retry_after: int | None = None, close: bool = False) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    if close:
+        headers["Connection"] = "close"
     return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
@@ -95,12 +101,32 @@ class Service:
         self.store = store or open_store(settings)
         self.queue = queue or JobQueue(settings)
         self.tokens, self.secrets = Tokens(settings.data), Secrets(settings.data)
-        self.receiver = Receiver(settings, self.tokens, self.secrets)
+        self.receiver = Receiver(settings, self.tokens, self.secrets, self.store)
         self.key = settings.grading_key()
         self.lock = threading.Lock()
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
 
     # --- submit -------------------------------------------------------------------------------
+    def admit(self, who: Sender, force: bool) -> JSONResponse | None:
+        """What is decided before a byte of the body is read (the sender is authenticated already):
+        the store must be whole (503, nothing taken in); the content the headers declare may be the
+        sender's stored job already (its answer, and the body is never read); a token over a limit
+        gets its 429. None: read the body."""
+        self.store.check()
+        if not force and who.declared_sha:
+            same = self.store.find_same(who.owner, who.declared_sha, self.key)
+            if same is not None:  # the sender's own job: a wrong declared sha256 can only name another of its own
+                return self._answer(same, 200, deduplicated=True)
+        if who.kind is Kind.SELFCHECK:
+            self._check_token(who.owner, time.time())
+        return None
+
+    def _check_token(self, owner: str, now: float) -> None:
+        snap = views.snapshot(self.store, self.settings, now)
+        mine = self.store.owner_jobs(owner, now - 3600)
+        active = [snap.estimate(j) or snap.mean_s for j in mine if j.state in (State.QUEUED, State.RUNNING)]
+        limits.check_token(mine, self.settings.limits, now, min(active) if active else snap.mean_s)
+
     def submit(self, up: Upload, force: bool, submission_id: str) -> JSONResponse:
         """A new job for ``up`` (or the stored one of the same content). The body is read into memory
         only here, after the credentials passed, and only when a job is stored."""
@@ -117,21 +143,19 @@ class Service:
                                       "send the submission folder zipped (python -m grader submit does)") from None
         sha, now = up.sha, time.time()
         with self.lock:
+            self.store.check()
             same = None if force else self.store.find_same(owner, sha, self.key)
             if same is not None:
                 return self._answer(same, 200, deduplicated=True)
-            if kind is Kind.SELFCHECK:
-                snap = views.snapshot(self.store, self.settings, now)
-                mine = self.store.owner_jobs(owner, now - 3600)
-                active = [snap.estimate(j) or snap.mean_s for j in mine if j.state in (State.QUEUED, State.RUNNING)]
-                limits.check_token(mine, self.settings.limits, now, min(active) if active else snap.mean_s)
+            if kind is Kind.SELFCHECK:  # again, under the lock: two uploads at once cannot both pass a limit
+                self._check_token(owner, now)
             job = Job(id=secrets.token_urlsafe(16), kind=kind, owner=owner, label=label, archive_sha=sha,
                       key=self.key, created=now, force=force, submission_id=submission_id[:200],
                       submitter=up.submitter, demoted=self._over_fair_share(up, now))
             body = up.path.read_bytes()
-            source = None if force else self.store.find_done(sha, self.key)
+            source = None if force else self.store.find_done(sha, self.key, kind)
             blob = self.store.results(source.id) if source is not None else None
-            if source is not None and blob is not None:  # someone else's identical archive: copy, never regrade
+            if source is not None and blob is not None:  # someone else's identical archive, same kind: copy, never regrade
                 job.state, job.started, job.finished, job.copied_from = State.DONE, now, now, source.id
                 job.score, job.max_score, job.files = source.score, source.max_score, list(source.files)
                 job.leaderboard, job.grade_s = list(source.leaderboard), 0.0
@@ -219,7 +243,9 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
                 await run_in_threadpool(workers.stop)
             log.info("service stopped")
 
-    app = FastAPI(title="GEMM-ladder grading service", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # No /openapi.json: the API is documented here and in docs/deployment.md, not advertised to anyone.
+    app = FastAPI(title="GEMM-ladder grading service", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
     app.state.service = svc
     app.add_middleware(JsonErrors)
 
@@ -234,12 +260,22 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
 
     @app.exception_handler(limits.Refusal)
     async def refused(request: Request, exc: limits.Refusal):
-        return error(exc.status, exc.message, exc.retry_after)
+        return error(exc.status, exc.message, exc.retry_after, exc.close)
+
+    @app.exception_handler(StoreUnavailable)
+    async def store_down(request: Request, exc: StoreUnavailable):
+        log.error("%s %s: the job store is unavailable: %s", request.method, request.url.path, exc)
+        return error(503, STORE_DOWN, retry_after=60)
 
     @app.post("/api/v1/jobs")
     async def post_job(request: Request):
-        async with svc.receiver.receive(request) as up:
-            force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
+        # Everything the headers decide, before a byte of the body (grader/serve/upload.py).
+        who = await run_in_threadpool(svc.receiver.sender, request)
+        force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
+        early = await run_in_threadpool(svc.admit, who, force)
+        if early is not None:
+            return early
+        async with svc.receiver.receive(request, who) as up:
             sub_id = request.headers.get(signing.SUBMISSION_ID_HEADER, "") if up.kind is Kind.GRADESCOPE else ""
             return await run_in_threadpool(svc.submit, up, force, sub_id)
 
@@ -274,9 +310,11 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
     @app.get("/healthz")
     def healthz():
         try:
+            svc.store.check()
             snap = views.snapshot(svc.store, svc.settings)
-        except Exception as exc:
-            return JSONResponse({"ok": False, "queue": svc.queue.kind, "error": f"{type(exc).__name__}: {exc}"},
+        except Exception as exc:  # the details go to the log only: /healthz answers anyone
+            log.error("healthz: the job store is unavailable: %s: %s", type(exc).__name__, exc)
+            return JSONResponse({"ok": False, "queue": svc.queue.kind, "error": "the job store is unavailable"},
                                 status_code=503)
         return {"ok": True, "queue": svc.queue.kind, "workers": snap.live_workers}
 

@@ -69,12 +69,13 @@ def serve_command(args: argparse.Namespace) -> int:
 
     from grader.serve.app import Service, create_app
     from grader.serve.supervisor import Supervisor
+    from grader.serve.upload import server_config
 
     log = logging.getLogger("grader.serve")
     app = create_app(s, Service(s, store, queue), Supervisor(s, gpus))
     log.info("service on http://%s:%d (public %s), queue %s, %d worker(s)%s", s.host, s.port, s.base_url,
              queue.kind, len(gpus), " static" if s.no_gpu else "")
-    server = uvicorn.Server(uvicorn.Config(app, host=s.host, port=s.port, log_level="warning", access_log=False))
+    server = uvicorn.Server(server_config(app, s))
     server.run()
     return EXIT_OK if server.started else EXIT_ERROR
 

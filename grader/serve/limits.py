@@ -15,9 +15,12 @@ from grader.serve.store import Job, State
 
 
 class Refusal(Exception):
-    def __init__(self, status: int, message: str, retry_after: int | None = None):
+    """``close``: the body was not read to its end, so the connection is closed after the answer
+    (else a slow client would hold it while it sends what nobody reads)."""
+
+    def __init__(self, status: int, message: str, retry_after: int | None = None, close: bool = False):
         super().__init__(message)
-        self.status, self.message, self.retry_after = status, message, retry_after
+        self.status, self.message, self.retry_after, self.close = status, message, retry_after, close
 
 
 def _mib(n: float) -> str:
@@ -27,7 +30,7 @@ def _mib(n: float) -> str:
 def too_large(limit: int, size: int | None = None) -> Refusal:
     got = f" ({_mib(size)})" if size is not None else ""
     return Refusal(413, f"the archive is too large{got}: at most {_mib(limit)}; leave out build outputs, "
-                        "data files and profiler reports")
+                        "data files and profiler reports", close=True)
 
 
 def check_length(content_length: str | None, limit: int) -> None:

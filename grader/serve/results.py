@@ -2,7 +2,11 @@
 
 Only the folder's top-level files whose names are plain (no separators, a known suffix) are
 packed: results.json, summary.md, grading.json, the plots and the profile pages. The blob is read
-back one member at a time for ``GET /api/v1/jobs/{id}/files/{name}``.
+back one member at a time for ``GET /api/v1/jobs/{id}/files/{name}``, as :func:`public` makes it:
+a grading names the server's absolute paths (its work folder under --data, which carries the job's
+id; the toolchain's folders), and a job whose results were copied serves another job's files, so
+every such path is cut to its last component. That is done when a file is served, not when it is
+packed, so results stored before this rule are served the same way.
 """
 from __future__ import annotations
 
@@ -19,6 +23,10 @@ from grader.serve.store import State
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}\.(json|md|png|html|svg|csv|txt)$")
 FIRST = ("results.json", "summary.md", "grading.json")
 FILE_LIMIT = 32 * 1024 * 1024
+# An absolute path of two components or more, not inside a word, a URL (``//host/...``), an HTML end
+# tag (``</td>``) or base64 text (``...+/ab/cd``, ``base64,/9j/...``).
+SERVER_PATH = re.compile(r"(?<![\w.~/<+=,:-])(?:/[\w.+@%-]+){2,}")
+TEXT_SUFFIXES = (".json", ".md", ".html", ".txt", ".csv")
 TOTAL_LIMIT = 96 * 1024 * 1024
 
 
@@ -54,14 +62,27 @@ def pack(out: Path, names: list[str]) -> tuple[bytes, list[str]]:
     return buf.getvalue(), kept
 
 
+def public(name: str, data: bytes) -> bytes:
+    """``data`` of the results file ``name`` with every server path cut to its last component
+    (``/srv/grader/work/host-gpu0/<job>-1/out/work/naive/build/naive.cubin`` → ``naive.cubin``)."""
+    if not name.endswith(TEXT_SUFFIXES):
+        return data
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
+    return SERVER_PATH.sub(lambda m: m.group(0).rsplit("/", 1)[1], text).encode("utf-8")
+
+
 def member(blob: bytes, name: str) -> bytes | None:
+    """The results file ``name`` of ``blob``, as it is served (:func:`public`)."""
     with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
         try:
             info = tar.getmember(name)
         except KeyError:
             return None
         f = tar.extractfile(info) if info.isfile() else None
-        return f.read() if f is not None else None
+        return public(name, f.read()) if f is not None else None
 
 
 def _summary(results: dict) -> tuple[float | None, float | None, list[dict]]:

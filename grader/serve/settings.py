@@ -20,6 +20,11 @@ Every key is optional; the defaults are in :class:`Settings`::
                                # finished longer ago than this; results stay (grader/serve/retention.py)
     gradescope_fair_share: 3   # a Gradescope submitter's jobs beyond this many in the last hour wait
                                # with the self-checks, behind other students' (0: no such rule)
+    header_timeout_s: 10       # a connection's request head must arrive within this (else it is closed)
+    upload_timeout_s: 120      # an upload's body must arrive within this (else 408, the file deleted)
+    uploads_at_once: 16        # bodies being received at once, in all (503 with Retry-After above it)
+    uploads_per_token: 2       # of them, one student token's (429 above it)
+    max_connections: 200       # open connections; above it each request is answered 503 at once
     limits:                    # per student token; Gradescope (signed) jobs are not limited but by size
       submissions_per_hour: 6  # (--per-hour)
       concurrent_jobs: 1       # queued or running at once (--concurrent)
@@ -80,6 +85,11 @@ class Settings:
     estimate_default_s: float = 120.0
     retention_days: float = 0.0
     gradescope_fair_share: int = 3
+    header_timeout_s: float = 10.0
+    upload_timeout_s: float = 120.0
+    uploads_at_once: int = 16
+    uploads_per_token: int = 2
+    max_connections: int = 200
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -156,6 +166,9 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "signature_skew_s": (int, "seconds"), "estimate_default_s": (float, "seconds"),
     "retention_days": (float, "a number of days (0: keep everything)"),
     "gradescope_fair_share": (int, "a number of jobs per hour (0: no limit)"),
+    "header_timeout_s": (float, "seconds"), "upload_timeout_s": (float, "seconds"),
+    "uploads_at_once": (int, "a count"), "uploads_per_token": (int, "a count"),
+    "max_connections": (int, "a count"),
 }
 _LIMITS: dict[str, tuple[type, str]] = {
     "submissions_per_hour": (int, "a count"), "concurrent_jobs": (int, "a count"), "archive_mib": (float, "MiB"),
@@ -227,6 +240,10 @@ def load(args: argparse.Namespace) -> Settings:
         raise SettingsError(f"rubric: {s.rubric} is not a file")
     if s.workers < 1 or s.lease_s < 2 or s.max_attempts < 1:
         raise SettingsError("workers and max_attempts must be at least 1, and lease_s at least 2 seconds")
+    if min(s.uploads_at_once, s.uploads_per_token, s.max_connections) < 1 or min(s.header_timeout_s,
+                                                                                 s.upload_timeout_s) <= 0:
+        raise SettingsError("uploads_at_once, uploads_per_token and max_connections must be at least 1, and "
+                            "header_timeout_s and upload_timeout_s more than 0 seconds")
     return s
 
 

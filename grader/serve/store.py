@@ -118,6 +118,12 @@ class WorkerInfo:
 Change = Callable[[Job], "Job | None"]
 
 
+class StoreUnavailable(Exception):
+    """The job store is gone or cannot write (its file deleted or replaced, a table missing, the disk
+    full, its server away). The message is the real error, for the log; clients get a 503 that says
+    nothing was stored, and /healthz reports not ok, until the store is repaired."""
+
+
 class JobStore(abc.ABC):
     """The primitives each backend implements, and the transitions built on them."""
 
@@ -147,8 +153,10 @@ class JobStore(abc.ABC):
         """The newest job of ``owner`` for this content and grading key that did not fail."""
 
     @abc.abstractmethod
-    def find_done(self, archive_sha: str, key: str) -> Job | None:
-        """A done job (anyone's) for this content and grading key, whose results can be copied."""
+    def find_done(self, archive_sha: str, key: str, kind: Kind) -> Job | None:
+        """A done job of ``kind`` (anyone's) for this content and grading key, whose results can be
+        copied: a Gradescope grade only ever comes from a Gradescope grading of these bytes, never from
+        a self-check a student could repeat (``--force``) until a timing or a race happened to pass."""
 
     @abc.abstractmethod
     def jobs_in(self, state: State) -> list[Job]:
@@ -178,6 +186,15 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def leaderboard_jobs(self) -> list[Job]:
         """Done self-check jobs whose results had leaderboard entries."""
+
+    @abc.abstractmethod
+    def use_nonce(self, name: str, until: float) -> bool:
+        """Record a signed request's nonce until ``until`` (unix seconds); False when it is recorded
+        already (the request is a replay). Entries past their ``until`` may be dropped."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the store is there, whole, and answers."""
 
     @abc.abstractmethod
     def put_worker(self, info: WorkerInfo) -> None: ...

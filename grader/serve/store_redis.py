@@ -4,17 +4,18 @@ Keys (prefix ``grader:``): ``job:<id>`` (the record as JSON), ``archive:<id>`` a
 (bytes), and indexes kept in the same MULTI as the record: ``state:<state>`` (sorted sets; the
 queued one scored in dispatch order), ``owner:<owner>`` and ``content:<sha>:<key>`` (by creation),
 ``finished`` (by finish time), ``ranked`` (done self-checks with leaderboard entries), ``workers``
-(a hash). A transition WATCHes the job's key, so a concurrent change makes it retry, never overwrite.
+(a hash), and ``nonce:<assignment>:<nonce>`` (signed requests already taken, each expiring with its skew). A transition WATCHes the job's key, so a concurrent change makes it retry, never overwrite.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import redis
 from redis.client import Pipeline
 
-from grader.serve.store import Change, Job, JobStore, Kind, State, WorkerInfo
+from grader.serve.store import Change, Job, JobStore, Kind, State, StoreUnavailable, WorkerInfo
 
 PREFIX = "grader:"
 R = TypeVar("R")
@@ -125,8 +126,8 @@ class RedisStore(JobStore):
         return next((j for j in self._content(archive_sha, key)
                      if j.owner == owner and j.state is not State.FAILED), None)
 
-    def find_done(self, archive_sha: str, key: str) -> Job | None:
-        done = [j for j in self._content(archive_sha, key) if j.state is State.DONE]
+    def find_done(self, archive_sha: str, key: str, kind: Kind) -> Job | None:
+        done = [j for j in self._content(archive_sha, key) if j.state is State.DONE and j.kind is kind]
         return max(done, key=lambda j: j.finished or 0.0) if done else None
 
     def jobs_in(self, state: State) -> list[Job]:
@@ -171,6 +172,17 @@ class RedisStore(JobStore):
             return write
 
         return bool(self._transact(job_id, plan))
+
+    def use_nonce(self, name: str, until: float) -> bool:
+        # SET NX with an expiry: one atomic step, and Redis drops the entry once it is of no use.
+        ttl = max(int(until - time.time()) + 1, 1)
+        return bool(self.r.set(self._k("nonce", name), b"1", nx=True, ex=ttl))
+
+    def check(self) -> None:
+        try:
+            self.r.ping()
+        except redis.RedisError as exc:
+            raise StoreUnavailable(f"the job store's Redis does not answer: {type(exc).__name__}: {exc}") from exc
 
     def put_worker(self, info: WorkerInfo) -> None:
         self.r.hset(self._k("workers"), info.name, info.to_json())

@@ -1,33 +1,47 @@
 """An upload's way in: who sent it, decided from the headers alone, then its body, streamed to a
-temporary file under ``<data>/uploads/`` while hashing, never past the archive limit.
+temporary file under ``<data>/uploads/`` while hashing, never past the archive limit nor the time.
 
-Nothing of the body is read before the headers pass: a student's token is looked up; a Gradescope
-request must name an assignment this service has a secret for and carry the signature headers with
-a timestamp within the skew. Only the HMAC itself needs the body (it binds its sha256), so it is
-checked after the read, which is bounded by the limit and goes to disk: an unsigned or stale request
-costs the service no memory and no disk at all, a signed-looking one at most one archive on disk.
+Nothing of the body is read before the sender is authenticated in full: a student's token is looked
+up; a Gradescope request's signature is verified over the headers (it binds the body's declared
+sha256, grader/serve/signing.py) and its nonce taken once, in the job store, so a replay within the
+skew is refused. An unknown assignment is refused with the same sentence as a wrong secret, after the
+same HMAC work, so a refusal never says which names exist. Then (grader/serve/app.py) the service's
+own checks that need no body: its store is whole, the declared content is not already the sender's
+job, a token is within its limits. Only then is the body read, holding one of ``uploads_at_once``
+slots (``uploads_per_token`` per token), within ``upload_timeout_s``, and held to the signed sha256.
+
+The connection itself is bounded by :func:`server_config`: a request head must arrive within
+``header_timeout_s`` and at most ``max_connections`` are served at once.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
+import secrets
 import tempfile
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import h11
+import uvicorn
 from starlette.requests import ClientDisconnect, Request
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from grader.serve import limits, signing
 from grader.serve.auth import AuthError, Secrets, Tokens
 from grader.serve.settings import Settings
-from grader.serve.store import Kind
+from grader.serve.store import JobStore, Kind
 
 log = logging.getLogger("grader.serve")
 UPLOADS = "uploads"
+# The HMAC key of an assignment the service does not have: the same work, and the same refusal, as a wrong secret.
+_NO_SUCH_SECRET = secrets.token_bytes(32)
 
 
 @dataclass
@@ -42,18 +56,21 @@ class Upload:
 
 
 @dataclass
-class _Sender:
+class Sender:
+    """Who sends a request, authenticated from its headers alone."""
     kind: Kind
     owner: str
     label: str
-    secret: bytes | None = None  # Gradescope's: the HMAC is checked once the body's hash is known
-    headers_at: float = 0.0
+    declared_sha: str = ""  # the body's sha256 as the headers give it (signed, for Gradescope)
+    signed: bool = False  # the body must then have exactly ``declared_sha``
+    submitter: str = ""
 
 
 class Receiver:
-    def __init__(self, settings: Settings, tokens: Tokens, secrets: Secrets):
-        self.settings, self.tokens, self.secrets = settings, tokens, secrets
+    def __init__(self, settings: Settings, tokens: Tokens, secrets: Secrets, store: JobStore):
+        self.settings, self.tokens, self.secrets, self.store = settings, tokens, secrets, store
         self.dir = settings.data / UPLOADS
+        self._receiving: Counter[str] = Counter()  # bodies being read, per owner (the event loop's only)
 
     def clear(self) -> None:
         """Remove what a service killed mid-upload left (only this service writes here)."""
@@ -62,8 +79,9 @@ class Receiver:
                 if p.is_file() and not p.is_symlink():
                     p.unlink(missing_ok=True)
 
-    def sender(self, request: Request) -> _Sender:
-        """Who sends ``request``, from its headers alone; Refusal otherwise."""
+    def sender(self, request: Request) -> Sender:
+        """Who sends ``request``, from its headers alone; Refusal otherwise. (Blocking: the token file
+        and the store's nonces; run it in a thread.)"""
         auth = request.headers.get("authorization")
         assignment = request.headers.get(signing.ASSIGNMENT_HEADER)
         if auth is not None:
@@ -74,7 +92,8 @@ class Receiver:
                 rec = self.tokens.authenticate(token)
             except AuthError as exc:
                 raise limits.Refusal(401, str(exc)) from None
-            return _Sender(Kind.SELFCHECK, rec.owner, rec.pseudonym)
+            declared = (request.headers.get(signing.CONTENT_HEADER) or "").strip().lower()
+            return Sender(Kind.SELFCHECK, rec.owner, rec.pseudonym, declared if signing.SHA256.match(declared) else "")
         if assignment is None:
             if request.headers.get(signing.SIGNATURE_HEADER):
                 raise limits.Refusal(401, f"a signed request must name its assignment ({signing.ASSIGNMENT_HEADER})")
@@ -83,22 +102,52 @@ class Receiver:
         name = assignment.strip()
         try:
             secret = self.secrets.get(name)
-        except AuthError as exc:
-            raise limits.Refusal(401, str(exc)) from None
-        now = time.time()
-        why = signing.check_time(request.headers, now=now, skew_s=self.settings.signature_skew_s)
-        if why is not None:
-            raise limits.Refusal(401, f"signature refused: {why}")
-        return _Sender(Kind.GRADESCOPE, f"gradescope:{name}", name, secret, now)
+        except AuthError:
+            secret = _NO_SUCH_SECRET
+        skew = self.settings.signature_skew_s
+        signed = signing.verify_headers(secret, request.method, signing.target(request.url.path, request.url.query),
+                                        request.headers, now=time.time(), skew_s=skew)
+        if isinstance(signed, str):
+            raise limits.Refusal(401, f"signature refused: {signed}")
+        if not self.store.use_nonce(f"{name}:{signed.nonce}", until=signed.timestamp + skew + 1):
+            raise limits.Refusal(401, "signature refused: this signed request was used already (each one is good "
+                                      "once; the Gradescope package signs every request afresh)")
+        return Sender(Kind.GRADESCOPE, f"gradescope:{name}", name, signed.digest, True, signed.submitter)
+
+    @asynccontextmanager
+    async def _slot(self, who: Sender) -> AsyncIterator[None]:
+        """One of the bodies the service reads at once (Refusal when none is free)."""
+        s = self.settings
+        if sum(self._receiving.values()) >= s.uploads_at_once:
+            raise limits.Refusal(503, f"the service is receiving {s.uploads_at_once} uploads already; "
+                                      "try again in a few seconds", retry_after=5)
+        if who.kind is Kind.SELFCHECK and self._receiving[who.owner] >= s.uploads_per_token:
+            raise limits.Refusal(429, f"this token is sending {s.uploads_per_token} upload(s) already, and at most "
+                                      f"{s.uploads_per_token} at a time are allowed; wait for it to finish",
+                                 retry_after=5)
+        self._receiving[who.owner] += 1
+        try:
+            yield
+        finally:
+            self._receiving[who.owner] -= 1
+            if self._receiving[who.owner] <= 0:
+                del self._receiving[who.owner]
 
     async def _stream(self, request: Request, path: Path) -> tuple[str, int]:
-        """The body into ``path``: its sha256 and size; Refusal past the limit or when cut off."""
-        cap = self.settings.limits.archive_bytes
+        """The body into ``path``: its sha256 and size; Refusal past the limit, the time, or when cut off."""
+        cap, budget = self.settings.limits.archive_bytes, self.settings.upload_timeout_s
         limits.check_length(request.headers.get("content-length"), cap)
         digest, size = hashlib.sha256(), 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        chunks = request.stream().__aiter__()
         with open(path, "wb") as f:
             try:
-                async for chunk in request.stream():
+                while True:  # one deadline for the whole body, however it trickles in
+                    try:
+                        chunk = await asyncio.wait_for(chunks.__anext__(), max(deadline - loop.time(), 0.0))
+                    except StopAsyncIteration:
+                        break
                     size += len(chunk)
                     if size > cap:
                         raise limits.too_large(cap)
@@ -108,27 +157,66 @@ class Receiver:
                 # Nobody is left to answer: one line in the log, no traceback, the file goes.
                 log.info("an upload was cut off by its client after %d bytes", size)
                 raise limits.Refusal(400, "the upload ended before its body was complete") from None
+            except asyncio.TimeoutError:
+                log.info("an upload was stopped after %g s and %d bytes: too slow", budget, size)
+                raise limits.Refusal(408, f"the upload took longer than {budget:g} s and was stopped; "
+                                          "send it again over a faster connection", close=True) from None
         return digest.hexdigest(), size
 
     @asynccontextmanager
-    async def receive(self, request: Request) -> AsyncIterator[Upload]:
-        """The authorised upload of ``request``, its file deleted when the block ends."""
-        who = self.sender(request)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix="upload-", suffix=".zip", dir=self.dir)  # mode 0600
-        os.close(fd)
-        path = Path(name)
-        try:
-            sha, size = await self._stream(request, path)
-            submitter = ""
-            if who.secret is not None:
-                why = signing.verify_digest(who.secret, request.method,
-                                            signing.target(request.url.path, request.url.query), sha,
-                                            request.headers, now=who.headers_at,
-                                            skew_s=self.settings.signature_skew_s)
-                if why is not None:
-                    raise limits.Refusal(401, f"signature refused: {why}")
-                submitter = (request.headers.get(signing.SUBMITTER_HEADER) or "").strip()
-            yield Upload(who.kind, who.owner, who.label, path, sha, size, submitter)
-        finally:
-            path.unlink(missing_ok=True)
+    async def receive(self, request: Request, who: Sender) -> AsyncIterator[Upload]:
+        """The body of ``who``'s request, its file deleted when the block ends."""
+        async with self._slot(who):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix="upload-", suffix=".zip", dir=self.dir)  # mode 0600
+            os.close(fd)
+            path = Path(name)
+            try:
+                sha, size = await self._stream(request, path)
+                if who.signed:
+                    why = signing.body_mismatch(who.declared_sha, sha)
+                    if why is not None:
+                        raise limits.Refusal(401, f"signature refused: {why}")
+                yield Upload(who.kind, who.owner, who.label, path, sha, size, who.submitter)
+            finally:
+                path.unlink(missing_ok=True)
+
+
+class _HeadTimeout(H11Protocol):
+    """uvicorn's h11 protocol, with a deadline on each request head: a connection that has not sent a
+    whole head within ``header_timeout_s`` of opening (or of its last answer) is closed. uvicorn's
+    own keep-alive timer is cancelled by any byte, so alone it lets a head trickle in for ever."""
+
+    head_timeout_s = 10.0
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+        if not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_late)
+
+    def _head_late(self) -> None:
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # no whole head since armed
+            self.transport.close()
+
+
+def server_config(app, settings: Settings) -> uvicorn.Config:
+    """uvicorn's configuration for the service: the head deadline, the connection cap."""
+    protocol = type("HeadTimeout", (_HeadTimeout,), {"head_timeout_s": settings.header_timeout_s})
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                          http=protocol, limit_concurrency=settings.max_connections)

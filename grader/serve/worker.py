@@ -187,7 +187,7 @@ class Worker:
                 f"worker {self.name} grades with a different rubric, mode or stages than the service that "
                 "queued this job; every host must run the same settings"))
             return
-        source = None if job.force else self.store.find_done(job.archive_sha, job.key)
+        source = None if job.force else self.store.find_done(job.archive_sha, job.key, job.kind)
         if source is not None and source.id != job.id:
             blob = self.store.results(source.id)
             if blob is not None:

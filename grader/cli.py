@@ -6,6 +6,7 @@
     python -m grader check-rubric [--rubric PATH]
     python -m grader calibrate [SOLUTIONS] [--repeats N] [--out DIR]            (grader/instructor/calibrate.py)
     python -m grader handout --write|--check                                    (grader/instructor/handout.py)
+    python -m grader rescore GRADING_OR_BATCH --rubric NEW.yaml [--out DIR]     (grader/instructor/rescore.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
     python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
 
@@ -221,6 +222,67 @@ def handout_command(args: argparse.Namespace) -> int:
     return handout.main(argv)
 
 
+def _known_rubrics(was: list[str]) -> list:
+    """The rubrics a stored grading may have been measured under: --was files, then the repository's."""
+    from grader.spec.rubric import load_rubric
+
+    known = [load_rubric(p) for p in was]  # a bad --was is a usage error (ConfigError)
+    try:
+        known.append(load_rubric(DEFAULT_RUBRIC))
+    except ConfigError:
+        pass  # the repository's rubric is only a candidate
+    return known
+
+
+def _same_or_inside(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or b in a.parents or a in b.parents
+
+
+def rescore_command(args: argparse.Namespace) -> int:
+    """Stored gradings under an edited rubric, without a GPU (grader/instructor/rescore.py)."""
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    console = _console(args.quiet)
+    try:
+        from grader.instructor.rescore import REGRADE, rescore
+        from grader.spec.rubric import load_rubric
+
+        if not os.path.lexists(args.source):
+            return fail(out, f"{args.source} does not exist (expected a grading's folder, a batch's output folder "
+                        "or a folder of grading folders)", EXIT_USAGE, started)
+        if _same_or_inside(Path(args.source), out):
+            # Said, and no results.json written there: it would replace a stored grading's own.
+            print(f"error: --out {args.out}: it must be another folder than {args.source} (and neither inside the "
+                  "other): the stored gradings are the measurements", file=sys.stderr)
+            return EXIT_USAGE
+        rubric = load_rubric(args.rubric)
+        known = _known_rubrics(args.was)
+        run = rescore(Path(args.source), rubric, out, known)
+    except ConfigError as exc:
+        return fail(out, str(exc), EXIT_USAGE, started)
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    unread = [r for r in run.gradings if r.problem]
+    if run.layout == "grading" and unread:
+        return fail(out, unread[0].problem, EXIT_USAGE, started)
+    for r in run.gradings:
+        g = r.grading
+        if g is None:
+            console.print(f"{r.name}: not re-scored: {r.problem}", highlight=False)
+            continue
+        console.print(f"{r.name}: {r.before:g} -> {g.score:g} of {g.max_score:g}"
+                      + (f"; {len(r.refused)} item(s) {REGRADE}" if r.refused else ""), highlight=False)
+        for f in r.refused:
+            console.print(f"  {f.number}: {REGRADE}: {f.why}", highlight=False)
+    for note in run.notes:
+        console.print(f"note: {note}", highlight=False)
+    console.print(f"re-scored {len(run.gradings) - len(unread)} grading(s) into {out}"
+                  + (f"; grades in {run.csv}" if run.csv else "") + f" ({time.monotonic() - started:.1f} s)",
+                  highlight=False)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
@@ -259,6 +321,17 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--rubric", help="rubric file (default: the repo's rubric.yaml)")
     h.add_argument("--handout", help="the handout (default: assignment/README.md)")
     h.set_defaults(func=handout_command)
+
+    rs = sub.add_parser("rescore", help="instructors, no GPU: re-score stored gradings under an edited rubric")
+    rs.add_argument("source", help="a grading's folder (or its grading.json), a batch's output folder, or a folder "
+                                   "of grading folders")
+    rs.add_argument("--rubric", required=True, help="the edited rubric")
+    rs.add_argument("--out", default="rescore-out", help="where the re-scored outputs go (default: %(default)s)")
+    rs.add_argument("--was", action="append", default=[], metavar="OLD.yaml",
+                    help="a rubric the gradings may have been measured under (matched by sha256), for gradings "
+                         "that kept no copy of theirs; repeatable")
+    rs.add_argument("--quiet", action="store_true", help="no per-grading lines")
+    rs.set_defaults(func=rescore_command)
 
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
     add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))

@@ -7,6 +7,7 @@
     python -m grader calibrate [SOLUTIONS] [--repeats N] [--out DIR]            (grader/instructor/calibrate.py)
     python -m grader handout --write|--check                                    (grader/instructor/handout.py)
     python -m grader rescore GRADING_OR_BATCH --rubric NEW.yaml [--out DIR]     (grader/instructor/rescore.py)
+    python -m grader whatif BATCH_OR_GRADINGS [--rubric PROPOSED.yaml] --out DIR (grader/instructor/whatif.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
     python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
 
@@ -283,6 +284,31 @@ def rescore_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def whatif_command(args: argparse.Namespace) -> int:
+    """The class's measured distributions against current and proposed thresholds (grader/instructor/whatif.py)."""
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    console = _console(args.quiet)
+    try:
+        from grader.instructor.whatif import what_if
+        from grader.spec.rubric import load_rubric
+
+        if not os.path.lexists(args.source):
+            return fail(out, f"{args.source} does not exist (expected a batch's output folder, a folder of grading "
+                        "folders or a grading's folder)", EXIT_USAGE, started)
+        proposed = load_rubric(args.rubric) if args.rubric else None
+        report = what_if(Path(args.source), proposed, out, _known_rubrics(args.was))
+    except ConfigError as exc:
+        return fail(out, str(exc), EXIT_USAGE, started)
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    for problem in report.problems:
+        console.print(f"not read: {problem}", highlight=False)
+    console.print(f"what-if over {report.gradings} grading(s), {len(report.items)} threshold item(s): {report.path}",
+                  highlight=False)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
@@ -332,6 +358,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "that kept no copy of theirs; repeatable")
     rs.add_argument("--quiet", action="store_true", help="no per-grading lines")
     rs.set_defaults(func=rescore_command)
+
+    wi = sub.add_parser("whatif", help="instructors, no GPU: the class's measured values against current and "
+                                       "proposed thresholds, histograms and a report")
+    wi.add_argument("source", help="a batch's output folder, a folder of grading folders, or one grading's folder")
+    wi.add_argument("--rubric", help="the proposed rubric (default: none, the current thresholds only)")
+    wi.add_argument("--out", required=True, help="where report.md and its PNGs go")
+    wi.add_argument("--was", action="append", default=[], metavar="OLD.yaml",
+                    help="as for rescore: a rubric the gradings may have been measured under; repeatable")
+    wi.add_argument("--quiet", action="store_true", help="no summary line")
+    wi.set_defaults(func=whatif_command)
 
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
     add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))

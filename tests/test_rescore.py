@@ -208,6 +208,7 @@ def test_bad_usage_exits_2_and_still_writes_results_json(tmp_path):
         (["rescore", str(tmp_path / "empty"), "--rubric", "rubric.yaml"], "holds no grading.json"),
         (["rescore", str(FIXTURES), "--rubric", "rubric.yaml", "--out", str(FIXTURES / "reference")],
          "another folder"),
+        (["whatif", str(FIXTURES), "--rubric", str(bad)], "version"),
     ]
     (tmp_path / "empty").mkdir()
     (tmp_path / "not-json").mkdir()

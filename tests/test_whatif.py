@@ -73,3 +73,21 @@ def test_whatif_without_a_proposal_shows_the_current_rubric(tmp_path):
     assert all(s["current"] == s["proposed"] for s in data["scores"])
     assert _valid_png(tmp_path / "o" / "scores.png")
     assert "no proposed rubric" in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_whatif_says_when_the_gradings_were_graded_with_different_thresholds(tmp_path):
+    import shutil
+
+    for name in NAMES:
+        shutil.copytree(FIXTURES / name, tmp_path / "class" / name)
+    path = tmp_path / "class" / "textbook" / "grading.json"
+    data = json.loads(path.read_text())
+    item = next(i for i in data["stages"]["blocktiling_1d"]["stage"]["items"] if i["id"] == "speed")
+    item["params"]["min"] = 0.5  # graded under another rubric
+    path.write_text(json.dumps(data))
+    proc = grader("whatif", str(tmp_path / "class"), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "o" / "report.md").read_text()
+    section = report[report.index("### 4a.speed"):report.index("### 4a.ffma_count")]
+    assert "graded with different thresholds: >= 0.36, >= 0.5" in section
+    assert "different thresholds" not in report[report.index("### 4b.speed"):]

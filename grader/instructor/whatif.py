@@ -63,6 +63,8 @@ class ThresholdItem:
     proposed: float | None
     points: tuple[float | None, float | None]
     rows: list[Row] = field(default_factory=list)
+    # Every current threshold the gradings were graded with (more than one: they were graded under different rubrics).
+    graded_with: list[float] = field(default_factory=list)
     png: str = ""
     png_problem: str = ""
 
@@ -157,6 +159,9 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
         for name, g, after in pairs:
             before_r = next((r for r in g.items if (r.stage, r.item) == (sid, iid)), None)
             after_r = next((r for r in after.items if (r.stage, r.item) == (sid, iid)), None)
+            own = next((i for i in g.outcomes[sid].stage.items if i.id == iid), None) if sid in g.outcomes else None
+            if own is not None and (level := threshold_of(own, before_r)) is not None and level not in ti.graded_with:
+                ti.graded_with.append(level)
             if ti.current is None and cur is not None:
                 ti.current = threshold_of(cur, before_r)
             if ti.proposed is None and prop is not None:
@@ -241,6 +246,9 @@ def _markdown(r: WhatIf, source: Path, score_png: str, score_problem: str) -> st
         lines += ["", f"### {ti.number}: {ti.title}", "",
                   f"Kind `{ti.kind}`; current threshold {ti.op} {_num(ti.current)} ({_num(ti.points[0])} points): "
                   f"{ti.passing('current')} of {len(ti.rows)} pass, {ti.measured('current')} measured."]
+        if len(ti.graded_with) > 1:
+            lines += ["", "The gradings were graded with different thresholds: "
+                      + ", ".join(f"{ti.op} {_num(v)}" for v in ti.graded_with) + " (each one's own verdict is shown)."]
         if proposed:
             lines += ["", f"Proposed threshold {ti.op} {_num(ti.proposed)} ({_num(ti.points[1])} points): "
                           f"{ti.passing('proposed')} of {len(ti.rows)} pass, {ti.measured('proposed')} measured"

@@ -258,15 +258,17 @@ def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str
             fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=100)
             values = [v for vs in series.values() for v in vs]
             bins = _bins(values, [v for v in thresholds.values() if v is not None])
-            for name, vs in series.items():
-                color = WHATIF_COLORS.get(name, "#777777")
-                ax.hist(vs, bins=bins, color=color, alpha=0.55 if len(series) > 1 else 0.8, edgecolor="black",
-                        linewidth=0.5, label=f"{name} rubric: {len(vs)} {counted}")
+            names = list(series)
+            # Side by side in each bin, so two rubrics' counts are both readable where they agree.
+            ax.hist([series[n] for n in names], bins=bins, color=[WHATIF_COLORS.get(n, "#777777") for n in names],
+                    alpha=0.85, edgecolor="black", linewidth=0.5,
+                    label=[f"{n} rubric: {len(series[n])} {counted}" for n in names])
             for k, (label, v) in enumerate(thresholds.items()):
                 if v is None:
                     continue
                 color = WHATIF_COLORS.get(label.split()[0], "#555555")
                 ax.axvline(v, color=color, linestyle=LINE_STYLES[k % len(LINE_STYLES)], linewidth=2, label=label)
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.45)  # head room for the legend
             ax.set_xlabel(xlabel)
             ax.set_ylabel("gradings")
             ax.set_title(title, fontsize=10)

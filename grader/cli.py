@@ -6,6 +6,8 @@
     python -m grader check-rubric [--rubric PATH]
     python -m grader calibrate [SOLUTIONS] [--repeats N] [--out DIR]            (grader/instructor/calibrate.py)
     python -m grader handout --write|--check                                    (grader/instructor/handout.py)
+    python -m grader rescore GRADING_OR_BATCH --rubric NEW.yaml [--out DIR]     (grader/instructor/rescore.py)
+    python -m grader whatif BATCH_OR_GRADINGS [--rubric PROPOSED.yaml] --out DIR (grader/instructor/whatif.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
     python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
 
@@ -232,6 +234,92 @@ def handout_command(args: argparse.Namespace) -> int:
     return handout.main(argv)
 
 
+def _known_rubrics(was: list[str]) -> list:
+    """The rubrics a stored grading may have been measured under: --was files, then the repository's."""
+    from grader.spec.rubric import load_rubric
+
+    known = [load_rubric(p) for p in was]  # a bad --was is a usage error (ConfigError)
+    try:
+        known.append(load_rubric(DEFAULT_RUBRIC))
+    except ConfigError:
+        pass  # the repository's rubric is only a candidate
+    return known
+
+
+def _same_or_inside(a: Path, b: Path) -> bool:
+    a, b = a.resolve(), b.resolve()
+    return a == b or b in a.parents or a in b.parents
+
+
+def rescore_command(args: argparse.Namespace) -> int:
+    """Stored gradings under an edited rubric, without a GPU (grader/instructor/rescore.py)."""
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    console = _console(args.quiet)
+    try:
+        from grader.instructor.rescore import REGRADE, rescore
+        from grader.spec.rubric import load_rubric
+
+        if not os.path.lexists(args.source):
+            return fail(out, f"{args.source} does not exist (expected a grading's folder, a batch's output folder "
+                        "or a folder of grading folders)", EXIT_USAGE, started)
+        if _same_or_inside(Path(args.source), out):
+            # Said, and no results.json written there: it would replace a stored grading's own.
+            print(f"error: --out {args.out}: it must be another folder than {args.source} (and neither inside the "
+                  "other): the stored gradings are the measurements", file=sys.stderr)
+            return EXIT_USAGE
+        rubric = load_rubric(args.rubric)
+        known = _known_rubrics(args.was)
+        run = rescore(Path(args.source), rubric, out, known)
+    except ConfigError as exc:
+        return fail(out, str(exc), EXIT_USAGE, started)
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    unread = [r for r in run.gradings if r.problem]
+    if run.layout == "grading" and unread:
+        return fail(out, unread[0].problem, EXIT_USAGE, started)
+    for r in run.gradings:
+        g = r.grading
+        if g is None:
+            console.print(f"{r.name}: not re-scored: {r.problem}", highlight=False)
+            continue
+        console.print(f"{r.name}: {r.before:g} -> {g.score:g} of {g.max_score:g}"
+                      + (f"; {len(r.refused)} item(s) {REGRADE}" if r.refused else ""), highlight=False)
+        for f in r.refused:
+            console.print(f"  {f.number}: {REGRADE}: {f.why}", highlight=False)
+    for note in run.notes:
+        console.print(f"note: {note}", highlight=False)
+    console.print(f"re-scored {len(run.gradings) - len(unread)} grading(s) into {out}"
+                  + (f"; grades in {run.csv}" if run.csv else "") + f" ({time.monotonic() - started:.1f} s)",
+                  highlight=False)
+    return EXIT_OK
+
+
+def whatif_command(args: argparse.Namespace) -> int:
+    """The class's measured distributions against current and proposed thresholds (grader/instructor/whatif.py)."""
+    started = time.monotonic()
+    out = Path(args.out).resolve()
+    console = _console(args.quiet)
+    try:
+        from grader.instructor.whatif import what_if
+        from grader.spec.rubric import load_rubric
+
+        if not os.path.lexists(args.source):
+            return fail(out, f"{args.source} does not exist (expected a batch's output folder, a folder of grading "
+                        "folders or a grading's folder)", EXIT_USAGE, started)
+        proposed = load_rubric(args.rubric) if args.rubric else None
+        report = what_if(Path(args.source), proposed, out, _known_rubrics(args.was))
+    except ConfigError as exc:
+        return fail(out, str(exc), EXIT_USAGE, started)
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    for problem in report.problems:
+        console.print(f"not read: {problem}", highlight=False)
+    console.print(f"what-if over {report.gradings} grading(s), {len(report.items)} threshold item(s): {report.path}",
+                  highlight=False)
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
@@ -273,6 +361,27 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--rubric", help="rubric file (default: the repo's rubric.yaml)")
     h.add_argument("--handout", help="the handout (default: assignment/README.md)")
     h.set_defaults(func=handout_command)
+
+    rs = sub.add_parser("rescore", help="instructors, no GPU: re-score stored gradings under an edited rubric")
+    rs.add_argument("source", help="a grading's folder (or its grading.json), a batch's output folder, or a folder "
+                                   "of grading folders")
+    rs.add_argument("--rubric", required=True, help="the edited rubric")
+    rs.add_argument("--out", default="rescore-out", help="where the re-scored outputs go (default: %(default)s)")
+    rs.add_argument("--was", action="append", default=[], metavar="OLD.yaml",
+                    help="a rubric the gradings may have been measured under (matched by sha256), for gradings "
+                         "that kept no copy of theirs; repeatable")
+    rs.add_argument("--quiet", action="store_true", help="no per-grading lines")
+    rs.set_defaults(func=rescore_command)
+
+    wi = sub.add_parser("whatif", help="instructors, no GPU: the class's measured values against current and "
+                                       "proposed thresholds, histograms and a report")
+    wi.add_argument("source", help="a batch's output folder, a folder of grading folders, or one grading's folder")
+    wi.add_argument("--rubric", help="the proposed rubric (default: none, the current thresholds only)")
+    wi.add_argument("--out", required=True, help="where report.md and its PNGs go")
+    wi.add_argument("--was", action="append", default=[], metavar="OLD.yaml",
+                    help="as for rescore: a rubric the gradings may have been measured under; repeatable")
+    wi.add_argument("--quiet", action="store_true", help="no summary line")
+    wi.set_defaults(func=whatif_command)
 
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
     add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))

@@ -138,6 +138,9 @@ class Grading:
     # Of which the grading process itself (its threads watch, feed and read every child): when this
     # nears the wall time, the process is what the children wait on. None: not measured.
     cpu_self_s: float | None = None
+    # The text of the rubric that graded it (``rubric_sha256`` is its hash): what a re-score under an
+    # edited rubric compares with (grader/instructor/rescore.py). "": not kept (an older grading).
+    rubric_text: str = ""
 
     @property
     def gpu_graded(self) -> bool:
@@ -175,7 +178,7 @@ class Grading:
             "device": env.device, "device_reason": env.device_reason, "arch_flags": env.arch_flags,
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
             "ncu": self.profile, "stages": stages, "items": self.items, "timeline": self.timeline,
-            "cpu_seconds": self.cpu_s, "cpu_seconds_grader": self.cpu_self_s,
+            "cpu_seconds": self.cpu_s, "cpu_seconds_grader": self.cpu_self_s, "rubric": self.rubric_text,
         })
 
     @classmethod
@@ -196,6 +199,7 @@ class Grading:
             "phases": data.get("phases", []), "rubric_sha256": data.get("rubric_sha256", ""),
             "grader_version": data.get("grader_version", ""), "timeline": data.get("timeline", []),
             "cpu_s": data.get("cpu_seconds"), "cpu_self_s": data.get("cpu_seconds_grader"),
+            "rubric_text": data.get("rubric") or "",
         }
         # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
         # without it still grades.
@@ -279,4 +283,4 @@ class Job:
 
         return Grading(str(self.submission), self.env, self.outcomes, self.items,
                        time.monotonic() - self.started, self.notes, self.profile, list(self.clock.phases),
-                       self.rubric.sha256, code_version(), self.timeline)
+                       self.rubric.sha256, code_version(), self.timeline, rubric_text=self.rubric.text)

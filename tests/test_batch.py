@@ -160,9 +160,24 @@ def test_stale_gradings_are_graded_again_and_said(tmp_path, fake, monkeypatch):
     proc, info = cli()  # nothing changed: nothing graded
     assert info["graded_now"] == 0 and info["skipped"] == 1 and "0 to grade" in proc.stderr
 
-    # the rubric changes (naive.compiles is worth 3 points, not 2): graded again, and said so
+    # a score-only rubric change (naive.compiles is worth 3 points, not 2): re-scored from the stored
+    # measurements, not graded again, and said so
     rubric.write_text(rubric.read_text().replace('title: "compiles and defines mmNaive", points: 2',
                                                  'title: "compiles and defines mmNaive", points: 3'))
+    proc, info = cli()
+    assert info["graded_now"] == 0 and info["rescored"] == ["submission_310000"] and info["regraded"] == {}
+    assert "1 re-scored without a GPU: the rubric change is score-only" in " ".join(proc.stderr.split())
+    grading = json.loads((out / "submissions" / "submission_310000" / "grading.json").read_text())
+    assert grading["rubric_sha256"] == load_rubric(rubric).sha256
+    _, rows = read_csv(out / "grades.csv")
+    assert {r["max_total"] for r in rows.values()} == {"11.0"}
+    assert float(rows["submission_310000"]["naive.compiles"]) == 3.0
+    proc, info = cli()  # and it is current now
+    assert info["graded_now"] == 0 and info["rescored"] == [] and info["skipped"] == 1
+
+    # a rubric change of what is measured (the naive stage's tolerance): graded again, and said so
+    rubric.write_text(rubric.read_text().replace("tolerance: {rtol: 1.0e-3}", "tolerance: {rtol: 2.0e-4}", 1))
+    assert load_rubric(rubric).stage("naive").rtol == 2.0e-4
     proc, info = cli()
     assert info["graded_now"] == 1 and info["regraded"] == {"rubric changed": 1}
     assert {r["why"] for r in info["records"]} == {"rubric changed"}

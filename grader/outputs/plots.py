@@ -229,3 +229,63 @@ def roofline_png(points: list[dict], peaks: dict[str, float], bandwidth: dict[st
 
 
 _PATH_ARG = {"ladder_png": 1, "roofline_png": 3}  # where each plot function takes its output path
+
+
+# The what-if report's pictures (grader/instructor/whatif.py): the current rubric in blue, the proposed in red.
+WHATIF_COLORS = {"current": COLORS["fp32"], "proposed": COLORS["fp16_tensor"]}
+
+
+def _bins(values: list[float], lines: list[float], count: int = 20) -> list[float]:
+    known = values + lines
+    lo, hi = (min(known), max(known)) if known else (0.0, 1.0)
+    if hi <= lo:
+        lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
+    pad = (hi - lo) * 0.05
+    step = (hi - lo + 2 * pad) / count
+    return [lo - pad + k * step for k in range(count + 1)]
+
+
+def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str, float | None], path: str | Path,
+                            title: str, xlabel: str, counted: str = "measured") -> tuple[str | None, str]:
+    """The class's measured values of one item as a histogram, one series per rubric ("current", "proposed":
+    drawn once when equal), with each rubric's threshold as a vertical line labelled with how many pass it
+    (``thresholds``: {legend label: value}; the label's first word names the rubric)."""
+    plt = _pyplot()
+    if plt is None:
+        return _no_matplotlib()
+    with PLOT_LOCK:
+        try:
+            fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=100)
+            values = [v for vs in series.values() for v in vs]
+            bins = _bins(values, [v for v in thresholds.values() if v is not None])
+            names = list(series)
+            # Side by side in each bin, so two rubrics' counts are both readable where they agree.
+            ax.hist([series[n] for n in names], bins=bins, color=[WHATIF_COLORS.get(n, "#777777") for n in names],
+                    alpha=0.85, edgecolor="black", linewidth=0.5,
+                    label=[f"{n} rubric: {len(series[n])} {counted}" for n in names])
+            for k, (label, v) in enumerate(thresholds.items()):
+                if v is None:
+                    continue
+                color = WHATIF_COLORS.get(label.split()[0], "#555555")
+                ax.axvline(v, color=color, linestyle=LINE_STYLES[k % len(LINE_STYLES)], linewidth=2, label=label)
+            ax.set_ylim(0, ax.get_ylim()[1] * 1.45)  # head room for the legend
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("gradings")
+            ax.set_title(title, fontsize=10)
+            ax.yaxis.get_major_locator().set_params(integer=True)
+            ax.legend(fontsize=8, framealpha=0.9, loc="best")
+            ax.grid(axis="y", alpha=0.25)
+            fig.tight_layout()
+            fig.savefig(path)
+            plt.close(fig)
+            return str(path), ""
+        except Exception as exc:  # noqa: BLE001 - a plot must never stop the report
+            plt.close("all")
+            return None, f"the histogram failed: {type(exc).__name__}: {exc}"
+
+
+def score_histogram_png(series: dict[str, list[float]], max_score: float, path: str | Path,
+                        title: str) -> tuple[str | None, str]:
+    """Total scores under each rubric ({"current": [...], "proposed": [...]}), on a 0..max_score axis."""
+    return threshold_histogram_png(series, {}, path, title, f"points (of {max_score:g})", "graded") if series else (
+        None, "no grading to show")

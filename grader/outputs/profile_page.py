@@ -8,6 +8,7 @@ inputs of grader/outputs/plots.py and grader/profile/diagnosis.py, and writes in
 from __future__ import annotations
 
 import html
+import shutil
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,15 +84,36 @@ def stage_diagnosis_text(o: StageOutcome) -> str:
     return o.ncu_reason or "not evaluated: no Nsight Compute metrics for this stage"
 
 
-def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, float] | None = None) -> ProfileReport:
-    """Draw both plots and write profile.md / profile.html into ``out_dir``. Never raises for a plot."""
+def plot_inputs(grading: Grading) -> tuple:
+    """Everything the two plots are drawn from: two gradings with equal inputs get the same pictures."""
+    profiled = {stage_label(o.stage): o.ncu for o in grading.outcomes.values() if o.ncu}
+    n_prof = next((o.profile_n for o in grading.outcomes.values() if o.ncu), 0)
+    n_bench = next((o.timing.n for o in grading.outcomes.values() if o.timing), None)
+    return (ladder_inputs(grading), n_bench, roofline_points(profiled, n_prof), n_prof,
+            hbm_bandwidth(grading.env.device))
+
+
+def _drawn(drawn: Path | None, name: str, out_dir: Path) -> tuple[str | None, str] | None:
+    """The picture ``name`` copied from ``drawn`` (None when it is not there: it is drawn)."""
+    if drawn is None or not (Path(drawn) / name).is_file() or (Path(drawn) / name).is_symlink():
+        return None
+    if Path(drawn).resolve() != out_dir.resolve():
+        shutil.copyfile(Path(drawn) / name, out_dir / name)
+    return str(out_dir / name), ""
+
+
+def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, float] | None = None,
+                         drawn: Path | None = None) -> ProfileReport:
+    """Draw both plots and write profile.md / profile.html into ``out_dir``. Never raises for a plot.
+    ``drawn``: a folder whose ladder.png and roofline.png were drawn from the same :func:`plot_inputs` (a stored
+    grading being re-scored): they are copied, not drawn again."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = ProfileReport()
     peaks = peak_lines(grading.env.peaks)
     ladder = ladder_plot(grading.outcomes, grading.env.peaks, out_dir)
     if ladder is not None:
-        rep.images["ladder"], why = ladder_png(*ladder)
+        rep.images["ladder"], why = _drawn(drawn, "ladder.png", out_dir) or ladder_png(*ladder)
     else:
         rep.images["ladder"], why = None, "no stage was timed (no GPU, or no stage passed correctness)"
     if why:
@@ -101,8 +123,8 @@ def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, f
     points = roofline_points(profiled, n_prof)
     if points:
         bw = hbm_bandwidth(grading.env.device) if bandwidth is None else bandwidth
-        rep.images["roofline"], why = roofline_png(points, peaks, bw, out_dir / "roofline.png",
-                                                   f"Roofline at N={n_prof} (Nsight Compute, one launch per stage)")
+        rep.images["roofline"], why = _drawn(drawn, "roofline.png", out_dir) or roofline_png(
+            points, peaks, bw, out_dir / "roofline.png", f"Roofline at N={n_prof} (Nsight Compute, one launch per stage)")
     else:
         reasons = {o.ncu_reason for o in grading.outcomes.values() if o.ncu_reason}
         rep.images["roofline"], why = None, "no stage was profiled" + (f" ({'; '.join(sorted(reasons))})"

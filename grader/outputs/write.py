@@ -17,22 +17,23 @@ from grader.outputs.results import build_results, write_results
 from grader.outputs.summary import summary_markdown
 
 
-def build_outputs(grading: Grading, out: Path) -> dict:
-    """Write the profile report into ``out``; return results.json's dict (summary.md is its output)."""
+def build_outputs(grading: Grading, out: Path, drawn: Path | None = None) -> dict:
+    """Write the profile report into ``out``; return results.json's dict (summary.md is its output).
+    ``drawn``: where this grading's plots were drawn already (grader/outputs/profile_page.py: write_profile_report)."""
     from grader.outputs.profile_page import write_profile_report
 
-    profile = write_profile_report(grading, Path(out))
+    profile = write_profile_report(grading, Path(out), drawn=drawn)
     summary = summary_markdown(grading, profile)
     return build_results(grading.items, execution_time=grading.seconds, output=summary,
                          extra={"device": grading.env.device, "peaks": grading.env.peaks},
                          leaderboard=leaderboard_entries(grading))
 
 
-def write_outputs(grading: Grading, out: Path) -> dict:
-    """Write every output file; return the results.json dict."""
+def write_outputs(grading: Grading, out: Path, drawn: Path | None = None) -> dict:
+    """Write every output file; return the results.json dict. ``drawn``: see :func:`build_outputs`."""
     out = Path(out)
     t0 = time.monotonic()
-    results = build_outputs(grading, out)
+    results = build_outputs(grading, out, drawn)
     write_results(out / "results.json", results)
     (out / "summary.md").write_text(results["output"] + "\n")
     # The outputs' own time goes into grading.json (written last), not into summary.md or results.json.

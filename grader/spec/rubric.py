@@ -217,11 +217,17 @@ def load_rubric(path: str | Path) -> Rubric:
         raise RubricError(str(path), f"cannot be read ({exc.strerror or exc})", "a readable YAML file") from None
     except UnicodeDecodeError:
         raise RubricError(str(path), "is not UTF-8 text", "a UTF-8 YAML file") from None
+    return rubric_from_text(text, path.name)
+
+
+def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
+    """A rubric file's text (a file's, or the one a grading.json keeps) -> the validated Rubric."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RubricError(f"{path.name}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
-    return dataclasses.replace(parse_rubric(raw, path.name), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest())
+        raise RubricError(f"{source}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
+    return dataclasses.replace(parse_rubric(raw, source), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                               text=text)

@@ -177,6 +177,9 @@ class Rubric:
     # sha256 of the rubric file's bytes ("" when built from a dict): recorded in every grading, so a
     # batch re-grades what an older rubric graded.
     sha256: str = ""
+    # The rubric file's text, as graded (""  when built from a dict): kept in every grading, so a stored
+    # grading can be re-scored under an edited rubric knowing what its measurements were taken under.
+    text: str = ""
 
     def stage(self, stage_id: str) -> Stage:
         for s in self.stages:

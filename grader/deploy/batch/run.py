@@ -31,9 +31,19 @@ from grader.deploy.batch.pool import (
     probe_gpus,
     run_pool,
 )
-from grader.deploy.batch.stale import GradedBy, Why, describe, kept_gpu_gradings, plan_todo, stage_list
+from grader.deploy.batch.stale import (
+    GradedBy,
+    Todo,
+    Why,
+    describe,
+    kept_gpu_gradings,
+    only_the_rubric_changed,
+    plan_todo,
+    stage_list,
+)
 from grader.deploy.batch.table import RowStatus, automatic_points, csv_rows, write_csv
 from grader.run.keeper import Keeper, keep_gpus
+from grader.spec.types import Rubric
 
 
 @dataclass
@@ -50,6 +60,7 @@ class BatchSummary:
     csv: Path | None = None
     regraded: dict[str, int] = field(default_factory=dict)  # {why: how many} of the submissions graded again
     gpu_busy: dict[str, float] = field(default_factory=dict)  # {GPU: share of the wall time its lock was held}
+    rescored: list[str] = field(default_factory=list)  # folders re-scored, not re-graded: a score-only rubric change
 
 
 def _console(quiet: bool):
@@ -72,6 +83,21 @@ def busy_shares(records: list[dict], gpus: list[str], wall_s: float) -> dict[str
 
 def _busy_text(busy: dict[str, float]) -> str:
     return ", ".join(f"GPU {g} {100 * share:.0f}%" for g, share in busy.items())
+
+
+def rescore_score_only(plan: Todo, subs_dir: Path, rubric: Rubric, now: GradedBy) -> list[str]:
+    """Re-score, where they are, the gradings stale only for a score-only rubric change; they move from ``plan``'s
+    gradings to its kept ones. Returns their folders."""
+    from grader.instructor.rescore import rescore_in_place
+
+    done = []
+    for sub, why in list(plan.grade):
+        folder = subs_dir / sub.folder
+        if why is Why.RUBRIC and only_the_rubric_changed(folder, now) and rescore_in_place(folder, rubric) == []:
+            plan.grade.remove((sub, why))
+            plan.kept.append(sub)
+            done.append(sub.folder)
+    return done
 
 
 def grade_export(export: Path, out: Path, *, workers: int | None = None, force: bool = False,
@@ -118,6 +144,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     opts = dataclasses.replace(opts, lock_dir=out / "locks" if gpus else None, graded_by=now)
     summary = BatchSummary(out=out, total=len(subs), workers=slots, notes=notes)
     plan = plan_todo(subs, subs_dir, now, force=force, retry_failed=retry_failed)
+    summary.rescored = rescore_score_only(plan, subs_dir, rubric, now)
     why = {sub.folder: reason for sub, reason in plan.grade}
     kept_gpu = kept_gpu_gradings([subs_dir / s.folder for s in plan.kept], now)
     if kept_gpu:
@@ -136,7 +163,9 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     again = describe(plan.regraded())
     say(f"batch: {len(subs)} submissions in {root}" + (f" (shard {shard[0]}/{shard[1]})" if shard else "")
         + f"; {len(todo)} to grade ({new} new" + (f", {again}" if again else "") + f"), {summary.skipped} "
-        f"already graded and current; {len(slots)} worker(s), {where}"
+        f"already graded and current"
+        + (f" ({len(summary.rescored)} re-scored without a GPU: the rubric change is score-only)"
+           if summary.rescored else "") + f"; {len(slots)} worker(s), {where}"
         + (f", {len(slots) // len(gpus)} per GPU sharing its lock" if gpus and len(slots) > len(gpus) else ""))
     if ordered:
         say(f"batch: longest first, by {sum(1 for s in todo if s.folder in times)} earlier grading time(s)")
@@ -204,7 +233,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
         "devices_probed": sorted(g for g, problem in probed.items() if not problem),
         "contexts_kept": kept,
         "gpu_busy": summary.gpu_busy, "graded_by": now.to_json(), "regraded": summary.regraded,
-        "kept_gpu_gradings": kept_gpu, "longest_first": ordered,
+        "kept_gpu_gradings": kept_gpu, "longest_first": ordered, "rescored": summary.rescored,
         "interrupted": interrupted, "notes": notes, "records": sorted(records, key=lambda r: r["folder"]),
     }, indent=1, default=str) + "\n")
     say(f"batch: {len(records)} graded in {summary.wall_s:.1f} s ({summary.graded} ok, "

@@ -7,6 +7,10 @@ A grading is stale when what graded it is not what this batch would grade with:
 - other parts (``--stages``; recorded by the batch in ``batch_status.json``);
 - no GPU (``gpu_graded`` false) while this batch has one.
 
+A grading stale only for its rubric, whose rubric change is score-only (thresholds, points, titles), is
+re-scored in place from its measurements instead of re-graded (:func:`only_the_rubric_changed`,
+grader/instructor/rescore.py: rescore_in_place); one whose change reaches what was measured is re-graded.
+
 A batch without a GPU (``--no-gpu``, or none visible) keeps GPU gradings of the same rubric and
 grader: their static items are the same checks it would run, and re-grading would only turn their
 judged GPU items into "not evaluated" (``--force`` re-grades them anyway).
@@ -103,6 +107,15 @@ def why_grade(folder_dir: Path, now: GradedBy, *, force: bool = False, retry_fai
     if retry_failed and (read_json(folder_dir / STATUS_FILE) or {}).get("status") in FAILED_STATUSES:
         return Why.RETRY
     return None
+
+
+def only_the_rubric_changed(folder_dir: Path, now: GradedBy) -> bool:
+    """Whether the grading in ``folder_dir`` is stale for its rubric alone (same grader, stages and GPU use): then
+    a score-only rubric change is re-scored from its measurements instead (grader/instructor/rescore.py)."""
+    before = _recorded(folder_dir)
+    return (before is not None and before.rubric_sha256 != now.rubric_sha256
+            and before.grader_version == now.grader_version and before.stages == now.stages
+            and not (now.gpu and not before.gpu))
 
 
 def kept_gpu_gradings(folder_dirs: list[Path], now: GradedBy) -> int:

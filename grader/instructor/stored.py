@@ -1,0 +1,130 @@
+"""Stored gradings, as the instructor's commands (rescore, whatif) read them, and what each item measured.
+
+A stored grading is a folder holding ``grading.json`` (with the results.json, summary.md and side files the
+grading wrote beside it). :func:`find_gradings` takes any of:
+
+- a grading.json file, or a grading's folder (``python -m grader grade --out DIR``): one grading;
+- a batch's output folder (``python -m grader batch --out DIR``): ``DIR/submissions/<folder>/``, one folder per
+  submission (its grading.json, results.json, batch_status.json, intake.json), with ``grades.csv`` and
+  ``batch.json`` beside ``submissions/``;
+- a folder of grading folders (``DIR/<name>/grading.json``, e.g. tests/fixtures/gradings/).
+
+:func:`measured_value` is the one place that knows where an item kind's measured value sits in its stored
+:class:`~grader.model.ItemResult` (``values``), and :func:`threshold_of` where its threshold sits in the item.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.model import ItemResult
+from grader.spec.errors import ConfigError
+from grader.spec.items import Item
+
+GRADING_FILE = "grading.json"
+SUBMISSIONS = "submissions"  # a batch's folder of submission folders (grader/deploy/batch/run.py)
+MAX_GRADING_BYTES = 64 * 1024 * 1024  # a grading.json is 100-300 KB; a file past this is not one of ours
+
+
+class Layout:
+    GRADING = "grading"  # one grading's folder
+    BATCH = "batch"  # a batch's output folder: submissions/<folder>/
+    SET = "set"  # a folder of grading folders
+
+
+@dataclass
+class Collection:
+    """The gradings found under one path: their folders by name, in name order."""
+
+    layout: str
+    root: Path  # the path given (a grading.json's folder when a file was given)
+    folders: dict[str, Path] = field(default_factory=dict)  # name -> folder holding grading.json
+    ungraded: dict[str, Path] = field(default_factory=dict)  # a batch's submission folders without one
+
+    @property
+    def subs_dir(self) -> Path:
+        """Where the submission folders are (a batch's submissions/, a set's own folder)."""
+        return self.root / SUBMISSIONS if self.layout == Layout.BATCH else self.root
+
+
+def _has_grading(d: Path) -> bool:
+    return (d / GRADING_FILE).is_file() and not (d / GRADING_FILE).is_symlink()
+
+
+def _subfolders(d: Path) -> list[Path]:
+    return sorted(c for c in d.iterdir() if c.is_dir() and not c.is_symlink() and not c.name.startswith("."))
+
+
+def find_gradings(path: Path) -> Collection:
+    """The gradings under ``path`` (see the module docstring). ConfigError when there are none."""
+    path = Path(path)
+    if path.is_file() and path.name == GRADING_FILE:
+        return Collection(Layout.GRADING, path.parent, {path.parent.name: path.parent})
+    if not path.is_dir():
+        raise ConfigError(str(path), "is neither a folder nor a grading.json",
+                          "a grading's folder, a batch's output folder or a folder of grading folders")
+    if _has_grading(path):
+        return Collection(Layout.GRADING, path, {path.name: path})
+    layout, base = (Layout.BATCH, path / SUBMISSIONS) if (path / SUBMISSIONS).is_dir() else (Layout.SET, path)
+    found = Collection(layout, path)
+    for d in _subfolders(base):
+        if _has_grading(d):
+            found.folders[d.name] = d
+        elif layout == Layout.BATCH and not d.name.endswith(".partial"):
+            found.ungraded[d.name] = d
+    if not found.folders:
+        raise ConfigError(str(path), f"holds no {GRADING_FILE} (nor {SUBMISSIONS}/*/{GRADING_FILE}, */{GRADING_FILE})",
+                          "a grading's folder, a batch's output folder or a folder of grading folders")
+    return found
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file the grader wrote, or None when it is missing, too big or not JSON."""
+    try:
+        if path.stat().st_size > MAX_GRADING_BYTES:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# What an item measured, and what it is measured against
+# ---------------------------------------------------------------------------------------------
+# The kinds graded by a number against a threshold, and the key of ItemResult.values holding that number
+# (grader/score/stages.py and grader/profile/criteria.py write them).
+MEASURED_KEYS = {
+    "fraction_of_baseline": "fraction_of_baseline",
+    "fraction_of_peak": "ratio",
+    "speedup_over_stage": "speedup",
+    "ncu": "value",
+}
+
+
+def is_threshold_item(item: Item) -> bool:
+    return item.kind in MEASURED_KEYS
+
+
+def measured_value(item: Item, result: ItemResult | None) -> float | None:
+    """The number ``item`` was graded on, from its stored result; None when nothing was measured (not timed,
+    not profiled, no GPU) or the item is not graded by a number."""
+    key = MEASURED_KEYS.get(item.kind or "")
+    if key is None or result is None:
+        return None
+    value = result.values.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value)
+
+
+def threshold_of(item: Item, result: ItemResult | None = None) -> float | None:
+    """The level ``item`` must reach: its ``min`` (speed kinds), its ``value`` (ncu; an expression in N is read from
+    a stored result's ``threshold``); None when unknown."""
+    params = item.params
+    value = params.get("min") if item.kind != "ncu" else params.get("value")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    stored = result.values.get("threshold") if result is not None else None
+    return float(stored) if isinstance(stored, (int, float)) and not isinstance(stored, bool) else None

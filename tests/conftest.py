@@ -81,7 +81,7 @@ def scratch(tmp_path):
 # fixture name -> the grading it returns. The first GPU test that asks for one starts every grading the
 # session's collected tests need, side by side (their GPU steps take turns on one lock file).
 GPU_JOB_FIXTURES = {"solutions_graded": "solutions", "starter_graded": "starter", "hostile_graded": "hostile",
-                    "shifted_profiled": "shifted", "attacks_graded": "attacks"}
+                    "shifted_profiled": "shifted", "attacks_graded": "attacks", "textbook_graded": "textbook"}
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +99,12 @@ def gpu_jobs(request, tmp_path_factory):
 def solutions_graded(gpu_jobs):
     """solutions/, fully graded (tests/gpu_jobs.py: Graded)."""
     return gpu_jobs.result("solutions")
+
+
+@pytest.fixture(scope="session")
+def textbook_graded(gpu_jobs):
+    """tests/submissions/textbook/course's GEMM stages, graded (tests/gpu_jobs.py: Graded)."""
+    return gpu_jobs.result("textbook")
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
+TEXTBOOK_STAGES = "naive,coalesced,tiled,blocktiling_1d,blocktiling_2d,wmma,hopper"
 EXPECTED = yaml.safe_load((SUBS / "EXPECTED.yaml").read_text())
 HOSTILE_CASES = [c for c, e in EXPECTED.items() if e.get("gpu")]
 ATTACK_CASES = [c for c, e in EXPECTED.items() if e.get("attack_gpu")]
@@ -191,6 +192,8 @@ def attack_rubric(dest: Path) -> Path:
 
 BUILDERS: dict[str, Callable[[Path, Path], Any]] = {
     "solutions": lambda w, lock: grade(ROOT / "solutions", w / "out", lock),
+    # the textbook kernels' GEMM stages (tests/test_textbook_gpu.py)
+    "textbook": lambda w, lock: grade(SUBS / "textbook" / "course", w / "out", lock, "--stages", TEXTBOOK_STAGES),
     "starter": lambda w, lock: grade(ROOT / "starter", w / "out", lock, "--keep-work"),
     "hostile": _hostile,
     "shifted": _shifted,

@@ -4,6 +4,7 @@ These run nvcc (CI has it; a fresh machine gets it from NVIDIA's wheels through
 grader/bootstrap.sh). `--no-gpu` makes them behave the same on a GPU machine.
 """
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,26 @@ def test_removing_the_work_folder_follows_no_link(tmp_path):
     (tmp_path / "out2" / "work").symlink_to(outside, target_is_directory=True)
     remove_work(tmp_path / "out2")
     assert (outside / "keep.png").exists()
+
+
+@needs_nvcc
+def test_without_a_gpu_the_console_says_so_once_and_shows_the_whole_table(tmp_path):
+    """A grade on a machine with no GPU at all: no CuPy hint (there is no GPU to use it with), one line
+    for the GPU and every item that waits on it, the whole stage names in an 80-column terminal, the
+    bonus line, and the cuBLAS column named as such."""
+    from grader.children.probe import nvidia_gpu_visible
+
+    if nvidia_gpu_visible():
+        pytest.skip("this machine shows an NVIDIA GPU")
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(ROOT / "solutions"), "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "80", "TERM": "xterm"})
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout + proc.stderr
+    assert "CuPy" not in text and "cupy" not in text
+    gpu_lines = [ln for ln in text.splitlines() if "GPU" in ln]
+    assert len(gpu_lines) == 1 and "this machine has no NVIDIA GPU" in gpu_lines[0], gpu_lines
+    assert "items wait for a GPU run" in gpu_lines[0]
+    assert "4a blocktiling_1d" in text and "4b blocktiling_2d" in text
+    assert "% of cuBLAS" in text and "% baseline" not in text
+    assert "Bonus: " in text

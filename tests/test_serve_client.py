@@ -116,7 +116,7 @@ def test_submit_prints_the_table_and_writes_the_results(service, tmp_path):
     assert "sending" in err and "3 files" in err and "KiB" in err
     assert "queued" in err and "done" in err  # the progress lines (not a terminal: one line per change)
     # the table of `python -m grader grade`, titled with the student's own path
-    assert "stage" in err and "correct" in err and "% baseline" in err and "1 naive" in err
+    assert "stage" in err and "correct" in err and "% of cuBLAS" in err and "1 naive" in err
     assert f"{sub}:" in err and "points" in err
     job = json.loads((out / "service-job.json").read_text())
     assert f"{svc.url}/jobs/{job['id']}" in err

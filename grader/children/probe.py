@@ -6,6 +6,8 @@ or a missing CuPy costs one failed child, not the grader.
 """
 from __future__ import annotations
 
+import glob
+import shutil
 from pathlib import Path
 
 from grader.children.protocol import write_result
@@ -19,11 +21,19 @@ _ATTR_CC_MAJOR = 75
 _ATTR_CC_MINOR = 76
 
 
+def nvidia_gpu_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU at all (its device files, or nvidia-smi): only then is a
+    CuPy that does not import worth a word."""
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or shutil.which("nvidia-smi") is not None
+
+
 def describe() -> dict:
     try:
         import cupy  # noqa: F401
         from cupy.cuda import runtime
     except Exception as exc:  # ImportError, or a CuPy built for another CUDA
+        if not nvidia_gpu_visible():
+            return {"ok": False, "reason": "no CUDA device (this machine has no NVIDIA GPU)"}
         return {"ok": False, "reason": f"no CUDA device (CuPy is not usable here: {type(exc).__name__}: {exc})"}
     try:
         count = runtime.getDeviceCount()

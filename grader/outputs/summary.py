@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 PLOTS_WHERE = ("Plots (files in the results folder, next to results.json; Gradescope does not show files: when the "
                "course's GPU service graded this submission, its job page shows them): ")
 
-COLUMNS = ["stage", "correct", "ms", "GFLOP/s", "% peak", "% baseline", "vs first", "regs", "spills", "points"]
+COLUMNS = ["stage", "correct", "ms", "GFLOP/s", "% peak", "% of cuBLAS", "vs first", "regs", "spills", "points"]
 
 
 def ladder_rows(grading: Grading) -> list[list[str]]:
@@ -128,7 +128,7 @@ def summary_markdown(grading: Grading, profile: ProfileReport | None = None) -> 
         parts += [f"- {i.number} {i.title}: {i.max_score:g} point{'' if i.max_score == 1 else 's'}" for i in hand]
         parts.append("")
     parts.append("`% peak` is against the stage's own ceiling (FP32 CUDA cores for stages 1-4b, FP16/BF16 "
-                 "Tensor Cores for WMMA and Hopper); `% baseline` is against cuBLAS on the same inputs, timed "
+                 "Tensor Cores for WMMA and Hopper); `% of cuBLAS` is against the stage's cuBLAS baseline on the same inputs, timed "
                  "interleaved. Speeds are shown only for kernels that passed every correctness check.")
     diagnoses = profile.diagnoses if profile else {}
     if diagnoses:
@@ -156,6 +156,14 @@ def time_line(grading: Grading) -> str:
             + "; every phase: grading.json)")
 
 
+def waiting_for_gpu(grading: Grading) -> list[ItemResult]:
+    """The items not evaluated only because this run had no GPU: flagged so (``needs_gpu``), or, in a run
+    without a device, saying so in their message (the report's and occupancy's GPU-measured items)."""
+    reason = "" if grading.env.has_gpu else (grading.env.device_reason or "no CUDA device")
+    return [i for i in grading.items if i.status == Status.NOT_EVALUATED
+            and (i.needs_gpu or (reason and reason in i.message))]
+
+
 def render_terminal(grading: Grading, console) -> None:
     """Rich table for a TA's terminal."""
     from rich.table import Table
@@ -163,18 +171,25 @@ def render_terminal(grading: Grading, console) -> None:
     hand = sum(i.max_score for i in hand_graded(grading.items))
     table = Table(title=f"{grading.submission}: {grading.score:g} / {automatic_max(grading.items):g} automatic points"
                   + (f" (+ {hand:g} graded by hand)" if hand else ""))
-    for col in COLUMNS:
-        table.add_column(col, justify="left" if col == "stage" else "right")
+    for col in COLUMNS:  # the stage names are never cut, whatever the terminal's width
+        table.add_column(col, justify="left" if col == "stage" else "right", no_wrap=col == "stage",
+                         min_width=max(len(r[0]) for r in ladder_rows(grading)) if col == "stage" else None)
     for row in ladder_rows(grading):
         style = {"NO": "red", "no build": "red", "yes": ""}.get(row[1], "yellow")
         table.add_row(*row, style=style or None)
     console.print(table)
+    if bonus := bonus_line(grading):
+        console.print(f"  {bonus.replace('**', '')}", highlight=False)
+    waiting = waiting_for_gpu(grading)
     for line in environment_lines(grading):
+        if waiting and line.startswith("GPU: none"):  # one line for the GPU and every item that waits on it
+            line = (f"GPU: none ({grading.env.device_reason or 'no CUDA device'}): {len(waiting)} items wait for a "
+                    "GPU run and are not evaluated here")
         console.print(f"  {line}", highlight=False)
     marks = {Status.PASSED: "[green]pass[/]", Status.FAILED: "[red]FAIL[/]", Status.NOT_EVALUATED: "[yellow]n/e[/]",
              Status.MANUAL: "[cyan]by hand[/]", Status.REVIEW: "[yellow]review[/]"}
     for item in grading.items:
-        if item.status != Status.PASSED:
+        if item.status != Status.PASSED and item not in waiting:
             first = item.message.splitlines()[0] if item.message else ""
             console.print(f"  {marks.get(item.status, item.status)} {item.number} {item.title}: {first}",
                           highlight=False)

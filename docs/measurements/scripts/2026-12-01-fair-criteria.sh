@@ -3,7 +3,8 @@
 # the three populations through `python -m grader calibrate`, the textbook refinements, more gradings of
 # solutions/, and a demo class; every grading's grading.json/results.json comes back in one tarball.
 # On the device machine, from the repo root, with .whl and .deb carried:
-#   bash docs/measurements/scripts/2026-12-01-fair-criteria.sh [calibrate] [variants] [solutions] [demo]
+#   bash docs/measurements/scripts/2026-12-01-fair-criteria.sh [calibrate] [variants] [solutions] [demo] \
+#        [fixtures] [again] [external] [gpu-tests]   (default: the first four, run F1)
 set -u
 OUT=${OUT:-/tmp/fair-out}
 W=/tmp/fair
@@ -51,9 +52,34 @@ for step in $steps; do
     for s in wrong_index race_missing_sync compile_error zero_output; do
       grade "demo-$s" "tests/submissions/$s"
     done ;;
+  fixtures)
+    # The demo class of tests/fixtures/gradings/: full gradings of five complete submissions.
+    F=/tmp/fixture-subs; rm -rf "$F"; mkdir -p "$F"
+    cp -r tests/submissions/textbook/course "$F/textbook"
+    cp -r solutions/occupancy solutions/report.md "$F/textbook/"
+    python3 -c "from pathlib import Path; from grader.instructor.shifted import write_shifted; \
+from grader.spec.rubric import load_rubric; write_shifted(Path('solutions'), load_rubric(Path('rubric.yaml')), Path('$F/shifted'))"
+    cp -r solutions "$F/broken"  # a stage failing in each way: crash, wrong, race, partial write, missing
+    cp tests/submissions/illegal_address/gemm/naive.cu tests/submissions/wrong_index/gemm/coalesced.cu \
+       tests/submissions/race_missing_sync/gemm/tiled.cu tests/submissions/partial_write/gemm/blocktiling_2d.cu \
+       "$F/broken/gemm/"
+    rm "$F/broken/gemm/hopper.cu"
+    grade fixture-reference solutions
+    for s in textbook shifted broken; do grade "fixture-$s" "$F/$s"; done
+    grade fixture-starter starter ;;
+  again)
+    for k in 1 2 3; do grade "solutions-again-$k" solutions; done ;;
+  external)
+    [ -f .external/grade_external.sh ] && OUT="$OUT" timeout 300 bash .external/grade_external.sh 2>&1 | tail -40 | tee -a "$OUT/run.txt" ;;
+  gpu-tests)
+    log "GPU tests"
+    t0=$(date +%s)
+    timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -x 2>&1 | tail -30 | tee -a "$OUT/run.txt"
+    log "GPU tests took $(( $(date +%s) - t0 )) s" ;;
   esac
 done
 log "packing"
 (cd "$W" && find . -name grading.json -o -name results.json -o -name intake.json -o -name "*.log" \
-   -o -name calibration.md -o -name calibration.json -o -name SHIFTED.md | grep -v /work/ | tar czf "$OUT/gradings.tgz" -T -)
+   -o -name calibration.md -o -name calibration.json -o -name SHIFTED.md | grep -v /work/ | tar czf "$OUT/gradings.tgz" -T -) \
+   2>/dev/null || true
 ls -la "$OUT"

@@ -108,6 +108,16 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
     group = rows["submission_310005"]
     assert group["names"] == "Student 010; Student 011" and group["sids"] == "900010; 900011"
     assert float(rows["submission_310002"]["naive.compiles"]) == 0.0  # compile_error kind: naive missing
+    # a 0 says why, in the note: the first item that earned nothing, with its reason
+    assert "first item lost: 1.compiles:" in rows["submission_310002"]["note"], rows["submission_310002"]["note"]
+    # the class view beside grades.csv: scores, pass rates, each submission's first lost item
+    page = (out / "class-summary.md").read_text()
+    assert f"{N + 4} submissions: " in page and f"{N + 2} graded" in page and "1 refused" in page
+    assert "![score distribution](scores.png)" in page and (out / "scores.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rate = next(ln for ln in page.splitlines() if ln.startswith("| naive.compiles |"))
+    compiled = sum(1 for r in graded if float(r["naive.compiles"]) == 2.0)
+    assert rate.startswith(f"| naive.compiles | {compiled} (") and "| n/e" not in rate
+    assert any(ln.startswith("| submission_310002 | graded |") and "1.compiles:" in ln for ln in page.splitlines())
     corrupt = rows["submission_399001"]
     assert corrupt["names"] == "Corrupt Upload" and float(corrupt["naive.compiles"]) == 0.0
     orphan = rows["submission_399002"]

@@ -393,6 +393,7 @@ def _batch_stages(col: Collection) -> list[str] | None:
 def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric]) -> RescoreRun:
     """Re-score every grading under ``source`` (grader/instructor/stored.py: find_gradings) into ``out``.
     ConfigError when ``source`` holds no grading."""
+    from grader.deploy.batch.summary import write_class_summary
     from grader.deploy.batch.table import automatic_points, csv_rows, write_csv
 
     col = find_gradings(source)
@@ -409,9 +410,11 @@ def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric]) -> Rescor
             if (folder / "results.json").is_file():
                 shutil.copyfile(folder / "results.json", subs_out / name / "results.json")
         subs = _submissions(col, subs_out, run.notes)
-        columns, rows = csv_rows(subs, subs_out, automatic_points(new, _batch_stages(col)))
+        max_total = automatic_points(new, _batch_stages(col))
+        columns, rows = csv_rows(subs, subs_out, max_total)
         run.csv = out / "grades.csv"
         write_csv(run.csv, columns, rows)
+        write_class_summary(out, columns, rows, max_total)
     (out / RESCORE_FILE).write_text(json.dumps({
         "source": str(Path(source).resolve()), "rubric": new.source, "rubric_sha256": new.sha256,
         "layout": col.layout, "notes": run.notes, "gradings": {r.name: r.to_json() for r in run.gradings},

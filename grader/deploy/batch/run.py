@@ -41,6 +41,7 @@ from grader.deploy.batch.stale import (
     plan_todo,
     stage_list,
 )
+from grader.deploy.batch.summary import write_class_summary
 from grader.deploy.batch.table import RowStatus, automatic_points, csv_rows, write_csv
 from grader.run.keeper import Keeper, keep_gpus
 from grader.spec.types import Rubric
@@ -221,9 +222,11 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     summary.gpu_busy = busy_shares(records, gpus, summary.wall_s) if records else {}
     regraded = Counter(why[r["folder"]] for r in records if why.get(r["folder"], Why.NEW) is not Why.NEW)
     summary.regraded = {str(k): n for k, n in regraded.items()}
-    columns, rows = csv_rows(subs, subs_dir, automatic_points(rubric, now.stages))
+    max_total = automatic_points(rubric, now.stages)
+    columns, rows = csv_rows(subs, subs_dir, max_total)
     summary.csv = out / "grades.csv"
     write_csv(summary.csv, columns, rows)
+    write_class_summary(out, columns, rows, max_total)
     (out / "batch.json").write_text(json.dumps({
         "export": str(root), "shard": list(shard) if shard else None, "submissions": len(subs),
         "graded_now": len(records), "skipped": summary.skipped, "failed": summary.failed,
@@ -239,7 +242,8 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     say(f"batch: {len(records)} graded in {summary.wall_s:.1f} s ({summary.graded} ok, "
         f"{len(summary.failed)} failed: {', '.join(summary.failed) or 'none'})"
         + (f"; {describe(regraded)}" if regraded else "") + f"; {summary.skipped} skipped"
-        + (f"; busy: {_busy_text(summary.gpu_busy)}" if summary.gpu_busy else "") + f"; grades in {summary.csv}")
+        + (f"; busy: {_busy_text(summary.gpu_busy)}" if summary.gpu_busy else "") + f"; grades in {summary.csv}, "
+        f"the class in {out / 'class-summary.md'}")
     if interrupted:
         raise KeyboardInterrupt
     return summary

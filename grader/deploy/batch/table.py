@@ -161,6 +161,22 @@ def _intake_note(folder_dir: Path) -> tuple[bool, list[str]]:
     return False, [f"left out {s.get('path')}: {s.get('detail')}" for s in skipped]
 
 
+# How much of a failed item's message a row's note keeps (its first line).
+_REASON_CHARS = 200
+
+
+def first_failure(tests: list[dict]) -> str:
+    """The first automatic item that earned nothing, with the first line of its message: why a row
+    reads 0 (a compile error, a wrong name) in the note ("" when every item earned something)."""
+    for t in tests:
+        status = (t.get("extra_data") or {}).get("status", t.get("status"))
+        if status == "failed" and not t.get("score") and t.get("max_score"):
+            line = (str(t.get("output") or "").strip().splitlines() or [""])[0]
+            line = line if len(line) <= _REASON_CHARS else line[:_REASON_CHARS - 3] + "..."
+            return f"first item lost: {t.get('number') or t.get('name')}: {line}"
+    return ""
+
+
 def _note(parts: list[str]) -> str:
     shown = parts[:_NOTE_ITEMS] + ([f"... {len(parts) - _NOTE_ITEMS} more"] if len(parts) > _NOTE_ITEMS else [])
     return "; ".join(shown)
@@ -207,7 +223,9 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
         row["not_evaluated"] = round(sum(float(t.get("max_score") or 0) for c, t in cells.values()
                                          if c == NOT_EVALUATED_CELL), 4)
         review = [key for key, (c, _) in cells.items() if c == REVIEW_CELL]
-        row["note"] = _note(sub.problems + left_out + ([f"held for review: {', '.join(review)}"] if review else []))
+        lost = first_failure(tests)
+        row["note"] = _note(sub.problems + left_out + ([f"held for review: {', '.join(review)}"] if review else [])
+                            + ([lost] if lost else []))
         for key, (cell, _) in cells.items():
             if key not in item_cols:
                 item_cols.append(key)

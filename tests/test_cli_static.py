@@ -240,3 +240,20 @@ def test_removing_the_work_folder_follows_no_link(tmp_path):
     (tmp_path / "out2" / "work").symlink_to(outside, target_is_directory=True)
     remove_work(tmp_path / "out2")
     assert (outside / "keep.png").exists()
+
+
+@needs_nvcc
+def test_a_zip_of_a_1500_deep_folder_chain_is_graded_and_names_the_depth_limit(tmp_path):
+    import zipfile
+
+    z = tmp_path / "deep.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.write(ROOT / "solutions" / "gemm" / "naive.cu", "gemm/naive.cu")
+        zf.writestr("d/" * 1500 + "x.txt", "1500 folders down")  # ~3 KiB of name: the zip is a few KiB
+    assert z.stat().st_size < 40_000
+    proc = run_m("grade", z, "--no-gpu", "--stages", "naive", "--quiet", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "lies under more than 32 nested folders (the limit is 32)" in res["output"]
+    assert _by_number(res)["1.compiles"]["status"] == "passed"  # only what lies too deep is left out
+    assert not (tmp_path / "out" / "work").exists()

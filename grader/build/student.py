@@ -38,6 +38,7 @@ from pathlib import Path
 
 from grader.build.includes import diagnostic_paths, header_dirs, literal_problem, outside_dependencies, parse_make_deps
 from grader.build.locate import MAX_SOURCE_BYTES
+from grader.build.safe_copy import remove_tree
 from grader.build.tool_search import Tool
 from grader.model import ProcRecord
 from grader.run import sandbox
@@ -141,7 +142,7 @@ def prepare_scratch(source: Path, folder: Path, display: str, user: str | None =
     messages; a header is named by its path beside it (``gemm/helpers.h``).
     """
     if folder.exists():
-        shutil.rmtree(folder)
+        remove_tree(folder)
     folder.mkdir(parents=True)
     scratch = Scratch(folder, source.name, display)
     prefix = display[: -len(source.name)] if display.endswith(source.name) else ""

@@ -72,7 +72,7 @@ def test_compile_error_fails_only_its_stage_and_shows_the_message(tmp_path):
 def test_wrong_kernel_name_lists_what_was_found(tmp_path):
     proc, res = run_cli(SUBS / "wrong_name", "--no-gpu", "--stages", "coalesced", out=tmp_path)
     out = _by_number(res)["2.compiles"]["output"]
-    assert "expected `mmCoalesced` in gemm/coalesced.cu; found: mmCoalesce" in out
+    assert "expected `mmCoalesced` in gemm/coalesced.cu; found: `mmCoalesce" in out
 
 
 @needs_nvcc
@@ -257,3 +257,30 @@ def test_a_zip_of_a_1500_deep_folder_chain_is_graded_and_names_the_depth_limit(t
     assert "lies under more than 32 nested folders (the limit is 32)" in res["output"]
     assert _by_number(res)["1.compiles"]["status"] == "passed"  # only what lies too deep is left out
     assert not (tmp_path / "out" / "work").exists()
+
+
+@needs_nvcc
+def test_compiler_text_and_file_names_in_feedback_are_shown_never_rendered(tmp_path):
+    """An ``#error`` carrying HTML, and a linked file whose name and target are HTML: every Markdown text of
+    results.json and summary.md, rendered as a feedback page may render it (raw HTML on), holds no element
+    of the student's, and the compiler's words are still there to read."""
+    from markdown_it import MarkdownIt
+
+    evil = '<img src=x onerror=alert(1)> <h1>Score: 179 / 179</h1>'
+    sub = tmp_path / "sub"
+    (sub / "gemm").mkdir(parents=True)
+    (sub / "gemm" / "naive.cu").write_text(f'#error "{evil}"\n__global__ void mmNaive() {{}}\n')
+    (sub / "gemm" / "<img src=y onerror=alert(2)>.cu").symlink_to("<h1>link</h1>")
+    proc, res = run_cli(sub, "--no-gpu", "--stages", "naive", out=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    compiled = _by_number(res)["1.compiles"]
+    assert compiled["status"] == "failed" and compiled["output"].startswith("nvcc failed (exit code 1):")
+    assert evil in compiled["output"]  # shown in full, inside its code block
+    render = MarkdownIt("commonmark", {"html": True}).render
+    texts = {"output": res["output"], "summary.md": (tmp_path / "out" / "summary.md").read_text(),
+             **{t["number"]: t["output"] for t in res["tests"]}}
+    for where, text in texts.items():
+        html = render(text)
+        assert "<img" not in html and "<h1" not in html, (where, html)
+    assert "&lt;img src=x onerror=alert(1)&gt; &lt;h1&gt;Score: 179 / 179&lt;/h1&gt;" in render(compiled["output"])
+    assert "&lt;img src=y onerror=alert(2)&gt;.cu" in render(res["output"])  # the intake note names it, quoted

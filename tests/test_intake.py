@@ -60,7 +60,7 @@ def test_symlink_three_folders_down_is_left_out_and_named(tmp_path):
     links = {s.path for s in got.skipped if s.why is Skip.SYMLINK}
     assert links == {"a/b/c/tiled.cu", "gemm/tiled.cu"}
     assert any("a/b/c/tiled.cu" in n and "symbolic link" in n for n in got.notes)
-    assert got.why_missing("gemm/tiled.cu").startswith("gemm/tiled.cu is a symbolic link (to '")
+    assert got.why_missing("gemm/tiled.cu").startswith("gemm/tiled.cu is a symbolic link (to `")
     assert got.why_missing("gemm/naive.cu") == "" and got.why_missing("a/b/c/tiled.cu") != ""
 
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path, PurePosixPath
 
+from grader.untrusted.quote import quote_code, show_name
+
 MiB = 1024 * 1024
 # A submission is about ten source files and a report (under 1 MiB in all). The caps leave room
 # for a stray build folder, a .git folder or a few Nsight Compute reports, and keep a hostile
@@ -83,7 +85,7 @@ class Skipped:
     detail: str
 
     def message(self) -> str:
-        return f"{self.path} {self.detail}"
+        return f"{show_name(self.path)} {self.detail}"
 
 
 class Refused(Exception):
@@ -365,7 +367,7 @@ def copy_dir(src: Path, dest: Path, state: CopyState) -> None:
 
 def _link_target(path: str) -> str:
     try:
-        return repr(os.readlink(path))
+        return quote_code(os.readlink(path), 200)
     except OSError:
         return "an unreadable target"
 

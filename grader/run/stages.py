@@ -75,7 +75,8 @@ def _check_request(o: StageOutcome, report: dict, work: Path, job: Job) -> dict:
     bench = o.bench
     if bench.get("file"):
         prints = ({"file": bench["fingerprints"], "count": bench.get("timed_launches", 0),
-                   "integrity_seed": job.seeds["integrity"]} if bench.get("fingerprints") else None)
+                   "integrity_seed": job.seeds["integrity"], "vector_seeds": bench.get("vector_seeds")}
+                  if bench.get("fingerprints") else None)
         cases.append({"n": bench["n"], "seed": bench.get("last_seed", bench["seed"]), "file": bench["file"],
                       "kind": "bench", "fingerprints": prints})
     return {"id": o.stage.id, "inputs": o.stage.inputs, "rtol": o.stage.rtol, "out_dir": str(work), "cases": cases}

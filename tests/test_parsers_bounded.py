@@ -301,3 +301,23 @@ def test_markdown_safe_shows_raw_html_or_an_image_as_code_and_keeps_the_graders_
         html = _render(markdown_safe("note: " + hostile))
         assert "<img" not in html and "<h1>" not in html and html.startswith("<pre><code"), hostile
     assert show_name("gemm/naive.cu") == "gemm/naive.cu" and show_name("<img src=x>.cu") == "`<img src=x>.cu`"
+
+
+def test_every_test_output_and_the_summary_pass_the_last_guard_whatever_item_carries_the_text():
+    """A message no quoting reached (any item, manual ones too) and the summary are shown, not rendered;
+    the occupancy host check quotes the student's source line it names."""
+    from grader.model import ItemResult, Status
+    from grader.occupancy.hostcheck import Unchecked
+    from grader.outputs.results import build_results
+
+    raw = "the kernel said <img src=x onerror=alert(1)> <h1>Score: 179 / 179</h1>"
+    items = [ItemResult("tiled", "correct", "correct", Status.FAILED, 0, 1, raw),
+             ItemResult("occupancy", "ex1.why", "why", Status.MANUAL, 0, 1, raw),
+             ItemResult("report", "r", "r", Status.FAILED, 0, 1, "**bold** and `code <b>`")]
+    res = build_results(items, execution_time=1, output="**Score** " + raw)
+    for text in [res["output"], *(t["output"] for t in res["tests"])]:
+        html = _render(text)
+        assert "<img" not in html and "<h1>" not in html, text
+    assert res["tests"][2]["output"] == "**bold** and `code <b>`"  # the grader's own Markdown is kept
+    line = Unchecked(12, "cudaMalloc", "call", "cudaMalloc(&p, n); // <img src=x onerror=alert(1)>")
+    assert "<img" not in _render(line.describe())

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -149,9 +148,11 @@ def remove_work(out: Path) -> None:
     """Remove OUT/work (the submission's copy, builds, spec files). Links inside it (students' runs
     write there) are removed, never followed; nothing the feedback names lives there (plots are drawn
     into OUT itself)."""
+    from grader.build.safe_copy import remove_tree
+
     work = out / "work"
     if work.is_dir() and not work.is_symlink():
-        shutil.rmtree(work, ignore_errors=True)
+        remove_tree(work, ignore_errors=True)  # at any depth: a student's run may nest folders
 
 
 def _add_grade_arguments(p: argparse.ArgumentParser) -> None:

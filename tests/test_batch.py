@@ -553,6 +553,7 @@ def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake, pinned):
         link.create_system, link.external_attr = 3, (stat.S_IFLNK | 0o777) << 16
         zf.writestr(link, str(ROOT / "solutions" / "gemm" / "tiled.cu"))
         zf.writestr("../escaped.txt", b"never written")
+        zf.writestr(f"{top}/submission_4/" + "d/" * 1500 + "deep.txt", b"1500 folders down")
     s = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[], opts=pinned)
     assert s.graded == 4 and not s.failed
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "out" / "escaped.txt").exists()
@@ -563,6 +564,8 @@ def test_bad_export_entries_cost_only_their_own_rows(tmp_path, fake, pinned):
     assert rows["submission_2"]["status"] == "graded" and "zip bomb" in rows["submission_2"]["note"]
     assert rows["submission_3"]["status"] == "graded" and "symbolic link" in rows["submission_3"]["note"]
     assert rows["submission_1"]["note"] == "" and rows["submission_4"]["naive.compiles"] == "1.0"
+    assert "more than 34 nested folders" in rows["submission_4"]["note"]  # the export's two folders, then 32
+    assert not (tmp_path / "out" / "export" / top / "submission_4" / "d").exists()  # the member was never written
     assert any("escaped.txt" in n for n in s.notes)
     # a resumed run reads what the first extraction left out instead of extracting again
     again = batch.grade_export(zpath, tmp_path / "out", quiet=True, make_cmd=fake, gpus=[], opts=pinned)

@@ -7,28 +7,35 @@ from pathlib import Path
 import numpy as np
 
 from grader.children.check import check
-from grader.run.inputs import make_inputs_xp, rep_seed
+from grader.run.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 N, ISEED = 128, 77
 
 
-def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5):
-    """Write what the runner writes after timing; replay_from: launch after which the kernel replays."""
-    v = np.random.default_rng(ISEED).random(N, dtype=np.float32) * 2 - 1
-    prints, kept = [], None
-    for r in range(launches):
-        a, b = make_inputs_xp(np, N, rep_seed(ISEED, r), "fp32")
-        c = (a @ b).astype(np.float32)
-        if replay_from is not None and r >= replay_from:
-            c = kept  # a kernel that stopped computing and returns an earlier result
-        kept = c if kept is None or replay_from is None or r < replay_from else kept
-        prints.append(c @ v)
-    np.save(tmp_path / "fingerprints.npy", np.stack(prints))
-    np.save(tmp_path / "c_bench.npy", c)
-    case = {"n": N, "seed": rep_seed(ISEED, launches - 1), "file": "c_bench.npy", "kind": "bench",
-            "fingerprints": {"file": "fingerprints.npy", "count": launches, "integrity_seed": ISEED}}
-    return {"stages": [{"id": "tiled", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(tmp_path), "cases": [case]}]}
+def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5, stages: int = 1):
+    """Write what the runner writes after timing; replay_from: launch after which the kernel replays.
+    Each timed launch's fingerprint has its own vector, drawn after it from a fresh seed."""
+    cases = []
+    for s in range(stages):
+        prints, kept, seeds = [], None, [fresh_vector_seed() for _ in range(launches)]
+        for r in range(launches):
+            a, b = make_inputs_xp(np, N, rep_seed(ISEED, r), "fp32")
+            c = (a @ b).astype(np.float32)
+            if replay_from is not None and r >= replay_from:
+                c = kept  # a kernel that stopped computing and returns an earlier result
+            kept = c if kept is None or replay_from is None or r < replay_from else kept
+            prints.append(c @ integrity_vector(N, seeds[r]))
+        out = tmp_path / f"stage{s}"
+        out.mkdir(exist_ok=True)
+        np.save(out / "fingerprints.npy", np.stack(prints))
+        np.save(out / "c_bench.npy", c)
+        case = {"n": N, "seed": rep_seed(ISEED, launches - 1), "file": "c_bench.npy", "kind": "bench",
+                "fingerprints": {"file": "fingerprints.npy", "count": launches, "integrity_seed": ISEED,
+                                 "vector_seeds": seeds}}
+        cases.append({"id": "tiled" if s == 0 else f"tiled{s}", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(out),
+                      "cases": [case]})
+    return {"stages": cases}
 
 
 def test_honest_timed_launches_pass(tmp_path):
@@ -72,9 +79,9 @@ def test_checker_process_writes_verdicts(tmp_path):
     assert set(written["times"]) >= {"start", "load", "references", "compare", "fingerprints"}
 
 
-def test_precomputed_products_give_the_same_verdicts_and_are_reused(tmp_path):
+def test_precomputed_references_give_the_same_verdicts_and_are_reused(tmp_path):
     """Products.precompute (the checker's work while the stages still run) changes no verdict: an honest
-    run and a replaying one judge the same with and without it, the foreseen products are not
+    run and a replaying one judge the same with and without it, the foreseen references are not
     computed again, and an unforeseen one (a benchmark cut short: another last seed) still is."""
     from grader.children.check import Products
 
@@ -82,12 +89,32 @@ def test_precomputed_products_give_the_same_verdicts_and_are_reused(tmp_path):
         spec = _timed_run(tmp_path, replay_from=replay)
         plain = check(spec)
         products = Products(np)
-        products.precompute({"references": [[N, rep_seed(ISEED, 4), "fp32"]],
-                             "fingerprints": [[N, "fp32", ISEED, 5]]})
-        foreseen = (dict(products.refs), dict(products.prints))
+        products.precompute({"references": [[N, rep_seed(ISEED, 4), "fp32"]]})
+        foreseen = dict(products.refs)
         assert check(spec, products=products) == plain
-        assert all(products.refs[k] is v for k, v in foreseen[0].items())
-        assert all(products.prints[k] is v for k, v in foreseen[1].items()) and len(products.prints) == 5
+        assert all(products.refs[k] is v for k, v in foreseen.items())
     short = _timed_run(tmp_path, launches=3)  # its last seed was not foreseen
     assert all(c["passed"] for c in check(short, products=products)["tiled"]["cases"])
     assert (N, rep_seed(ISEED, 2), "fp32") in products.refs and (N, rep_seed(ISEED, 4), "fp32") in products.refs
+
+
+def test_fingerprints_need_each_launchs_own_vector_and_one_drawing_of_inputs_serves_every_stage(tmp_path, monkeypatch):
+    """Each fingerprint is checked against its own vector's seed: a wrong or missing seed fails the
+    timed launches; three stages' fingerprints of one launch come from one drawing of its inputs."""
+    from grader.children import check as check_module
+
+    spec = _timed_run(tmp_path, stages=3)
+    drawn: list[int] = []
+    made = check_module.make_inputs_xp
+    monkeypatch.setattr(check_module, "make_inputs_xp", lambda xp, n, seed, kind: (drawn.append(seed), made(xp, n, seed, kind))[1])
+    verdicts = check(spec)
+    assert all(c["passed"] for v in verdicts.values() for c in v["cases"])
+    assert sorted(drawn) == sorted([rep_seed(ISEED, r) for r in range(5)] + [rep_seed(ISEED, 4)])  # + the reference
+    fp = spec["stages"][1]["cases"][0]["fingerprints"]
+    fp["vector_seeds"] = fp["vector_seeds"][:1] + spec["stages"][2]["cases"][0]["fingerprints"]["vector_seeds"][1:]
+    timed = check(spec)["tiled1"]["cases"][1]
+    assert not timed["passed"] and "timed launch 2, 3, 4, 5 of 5 was wrong" in timed["problem"]
+    for bad in (None, [1, 2], ["x"] * 5, [-1] * 5, [True] * 5):
+        fp["vector_seeds"] = bad
+        timed = check(spec)["tiled1"]["cases"][1]
+        assert not timed["passed"] and "fingerprint vectors are missing or malformed" in timed["problem"], bad

@@ -167,3 +167,67 @@ def test_a_wrapping_tool_runs_the_child(tmp_path):
     assert got.proc.ok and got.result is not None and got.result["verdicts"] == {}
     assert "-m grader.children check" in got.proc.stderr
     assert json.loads((tmp_path / "w" / "racecheck_spec.json").read_text()) == {"stages": []}
+
+
+# ---------------------------------------------------------------------------------------
+# The stage child's timed launches on the stand-in GPU: the fingerprint vectors
+# ---------------------------------------------------------------------------------------
+BENCH_N, TIMED = 32, 4
+
+
+def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict) -> tuple[dict, dict, list[set[str]]]:
+    """Run ``grader.children stage`` on the stand-in GPU (its kernel computes A @ B, or replays): the
+    child's spec, its report, and what device memory held during each of its kernel's launches."""
+    work, log = tmp_path / name, tmp_path / f"{name}-device.log"
+    work.mkdir()
+    cubin = work / "tiled.cubin"
+    cubin.write_bytes(b"\x7fELF fake cubin: mmTiled")
+    spec = {"id": "tiled", "inputs": "fp32", "baseline": "cublas_sgemm", "out_dir": str(work), "l2_bytes": 0,
+            "correctness": [{"n": 16, "seed": 3}],
+            "bench": {"n": BENCH_N, "seed": 5, "integrity_seed": 6, "warmup": 1, "reps": TIMED, "min_reps": TIMED,
+                      "max_seconds": 600, "flush_l2": True},
+            "cubin": str(cubin), "kernel": "mmTiled", "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}}
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
+    monkeypatch.setenv("FAKE_CUPY", json.dumps({"gemm": gemm, "device_log": str(log)}))
+    got = launch("stage", spec, work, 120, 20_000, cache_dir=tmp_path / f"{name}-cache")
+    assert got.proc.ok and got.result["error"] is None, (got.proc.stderr, got.result)
+    held = [set(json.loads(line)) for line in log.read_text().splitlines()]
+    assert len(held) == 1 + 1 + TIMED  # the correctness launch, the warm-up, the timed launches
+    return spec, got.result, held
+
+
+def _digest(v: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(v, dtype=np.float32).tobytes()).hexdigest()
+
+
+def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_every_launch(tmp_path, monkeypatch):
+    """Each timed launch's fingerprint vector is drawn after that launch ended, from a seed the spec does
+    not hold (two runs of one spec draw different ones): it is in no device memory while the kernel
+    runs, nor is the vector the spec's integrity seed gives. The checker verifies every fingerprint and
+    the last launch's whole output, and still catches a kernel that replays an earlier result."""
+    from grader.children.check import check
+    from grader.children.warm import _check_entry
+    from grader.run.inputs import integrity_vector
+
+    spec, report, held = _stage_run(tmp_path, monkeypatch, "honest", {})
+    from_spec = _digest(integrity_vector(BENCH_N, spec["bench"]["integrity_seed"]))
+    assert all(from_spec not in during for during in held), "a vector the kernel could derive was in device memory"
+    seeds = report["bench"]["vector_seeds"]
+    assert report["bench"]["timed_launches"] == TIMED and len(set(seeds)) == TIMED
+    for r, seed in enumerate(seeds):
+        v = _digest(integrity_vector(BENCH_N, seed))
+        assert all(v not in during for during in held[:2 + r + 1]), f"v of timed launch {r} was there before it ended"
+    assert any(_digest(integrity_vector(BENCH_N, seeds[0])) in during for during in held[3:])  # the log sees vectors
+    cases = check({"stages": [_check_entry("tiled", spec, report, 1e-3)]})["tiled"]["cases"]
+    assert [(c["kind"], c["passed"]) for c in cases] == [("check", True), ("bench", True), ("timed", True)]
+    assert f"all {TIMED} timed launches" in cases[2]["description"]
+
+    spec, again, _ = _stage_run(tmp_path, monkeypatch, "again", {})
+    assert not set(again["bench"]["vector_seeds"]) & set(seeds)  # not from the spec: drawn afresh
+
+    spec, replayed, _ = _stage_run(tmp_path, monkeypatch, "replay", {"replay_from": 3})  # timed launches 2-4 replay
+    cases = check({"stages": [_check_entry("tiled", spec, replayed, 1e-3)]})["tiled"]["cases"]
+    assert [(c["kind"], c["passed"]) for c in cases] == [("check", True), ("bench", False), ("timed", False)]
+    assert "timed launch 2, 3, 4 of 4 was wrong" in cases[2]["problem"]

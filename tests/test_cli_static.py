@@ -73,7 +73,7 @@ def test_compile_error_fails_only_its_stage_and_shows_the_message(tmp_path):
 def test_wrong_kernel_name_lists_what_was_found(tmp_path):
     proc, res = run_cli(SUBS / "wrong_name", "--no-gpu", "--stages", "coalesced", out=tmp_path)
     out = _by_number(res)["2.compiles"]["output"]
-    assert "expected `mmCoalesced` in gemm/coalesced.cu; found: mmCoalesce" in out
+    assert "expected `mmCoalesced` in gemm/coalesced.cu; found: `mmCoalesce" in out
 
 
 @needs_nvcc
@@ -264,3 +264,47 @@ def test_without_a_gpu_the_console_says_so_once_and_shows_the_whole_table(tmp_pa
     assert "4a blocktiling_1d" in text and "4b blocktiling_2d" in text
     assert "% of cuBLAS" in text and "% baseline" not in text
     assert "Bonus: " in text
+
+
+@needs_nvcc
+def test_a_zip_of_a_1500_deep_folder_chain_is_graded_and_names_the_depth_limit(tmp_path):
+    import zipfile
+
+    z = tmp_path / "deep.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.write(ROOT / "solutions" / "gemm" / "naive.cu", "gemm/naive.cu")
+        zf.writestr("d/" * 1500 + "x.txt", "1500 folders down")  # ~3 KiB of name: the zip is a few KiB
+    assert z.stat().st_size < 40_000
+    proc = run_m("grade", z, "--no-gpu", "--stages", "naive", "--quiet", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "lies under more than 32 nested folders (the limit is 32)" in res["output"]
+    assert _by_number(res)["1.compiles"]["status"] == "passed"  # only what lies too deep is left out
+    assert not (tmp_path / "out" / "work").exists()
+
+
+@needs_nvcc
+def test_compiler_text_and_file_names_in_feedback_are_shown_never_rendered(tmp_path):
+    """An ``#error`` carrying HTML, and a linked file whose name and target are HTML: every Markdown text of
+    results.json and summary.md, rendered as a feedback page may render it (raw HTML on), holds no element
+    of the student's, and the compiler's words are still there to read."""
+    from markdown_it import MarkdownIt
+
+    evil = '<img src=x onerror=alert(1)> <h1>Score: 179 / 179</h1>'
+    sub = tmp_path / "sub"
+    (sub / "gemm").mkdir(parents=True)
+    (sub / "gemm" / "naive.cu").write_text(f'#error "{evil}"\n__global__ void mmNaive() {{}}\n')
+    (sub / "gemm" / "<img src=y onerror=alert(2)>.cu").symlink_to("<h1>link</h1>")
+    proc, res = run_cli(sub, "--no-gpu", "--stages", "naive", out=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    compiled = _by_number(res)["1.compiles"]
+    assert compiled["status"] == "failed" and compiled["output"].startswith("nvcc failed (exit code 1):")
+    assert evil in compiled["output"]  # shown in full, inside its code block
+    render = MarkdownIt("commonmark", {"html": True}).render
+    texts = {"output": res["output"], "summary.md": (tmp_path / "out" / "summary.md").read_text(),
+             **{t["number"]: t["output"] for t in res["tests"]}}
+    for where, text in texts.items():
+        html = render(text)
+        assert "<img" not in html and "<h1" not in html, (where, html)
+    assert "&lt;img src=x onerror=alert(1)&gt; &lt;h1&gt;Score: 179 / 179&lt;/h1&gt;" in render(compiled["output"])
+    assert "&lt;img src=y onerror=alert(2)&gt;.cu" in render(res["output"])  # the intake note names it, quoted

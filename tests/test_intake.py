@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from grader.build.intake import INTAKE_FILE, Intake, Limits, Skip, intake
+from grader.build.safe_copy import remove_tree, tree_size
+from tests.tree_helpers import deep_chain, unremovable
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKERS = ["gemm/naive.cu", "gemm/tiled.cu"]
@@ -58,7 +60,7 @@ def test_symlink_three_folders_down_is_left_out_and_named(tmp_path):
     links = {s.path for s in got.skipped if s.why is Skip.SYMLINK}
     assert links == {"a/b/c/tiled.cu", "gemm/tiled.cu"}
     assert any("a/b/c/tiled.cu" in n and "symbolic link" in n for n in got.notes)
-    assert got.why_missing("gemm/tiled.cu").startswith("gemm/tiled.cu is a symbolic link (to '")
+    assert got.why_missing("gemm/tiled.cu").startswith("gemm/tiled.cu is a symbolic link (to `")
     assert got.why_missing("gemm/naive.cu") == "" and got.why_missing("a/b/c/tiled.cu") != ""
 
 
@@ -236,3 +238,62 @@ def test_unreadable_file_is_left_out(tmp_path):
     secret.chmod(0)
     got = intake(sub, tmp_path / "copy")
     assert [(s.path, s.why) for s in got.skipped] == [("secret.txt", Skip.UNREADABLE)]
+
+
+# --------------------------------------------------------------------------------------------
+# Depth: a chain of nested folders is cut at the limit, and any tree is removed without recursion
+# --------------------------------------------------------------------------------------------
+def test_a_folder_chain_past_the_depth_limit_is_cut_once_and_the_rest_is_copied(tmp_path):
+    sub = make_sub(tmp_path / "sub")
+    (sub / "ok" / ("a/" * 30)).mkdir(parents=True)
+    (sub / "ok" / ("a/" * 30) / "kept.txt").write_text("at depth 31 of 32")
+    with deep_chain(sub / "deep", 1500):
+        got = intake(sub, tmp_path / "copy", markers=MARKERS)
+    assert not got.refused and {"gemm/naive.cu", "report.md", "ok/" + "a/" * 30 + "kept.txt"} <= files(got.copy)
+    cut = "deep/" + "d/" * 31 + "d"  # the 33rd folder: what it would hold lies under 33
+    assert [(s.path, s.why) for s in got.skipped] == [(cut, Skip.TOO_DEEP)]
+    assert got.notes == [f"Left out of the grading: {cut} lies under more than 32 nested folders (the limit is "
+                         "32); it and everything below it are left out"]
+    assert not (got.copy / cut).exists() and (got.copy / cut).parent.is_dir()
+
+
+def test_a_zip_of_a_1500_deep_chain_is_cut_once_at_the_limit(tmp_path):
+    chain = {"d/" * n: b"" for n in (1, 2, 3, 600, 1500)}  # folder members, and a file 1500 folders down
+    z = write_zip(tmp_path / "deep.zip", {**chain, "d/" * 1500 + "x.cu": b"deep", "gemm/naive.cu": b"// k\n"})
+    assert z.stat().st_size < 40_000
+    got = intake(z, tmp_path / "copy", limits=Limits(max_depth=4), markers=MARKERS)
+    assert not got.refused and files(got.copy) == {"gemm/naive.cu"}
+    assert [(s.path, s.why) for s in got.skipped] == [("d/d/d/d/d", Skip.TOO_DEEP)]
+    assert "more than 4 nested folders (the limit is 4)" in got.notes[0] and len(got.notes) == 1
+    assert (got.copy / "d/d/d").is_dir() and not (got.copy / "d/d/d/d/d").exists()
+
+
+def test_remove_tree_removes_a_chain_past_path_max_and_follows_no_link(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not the grader's")
+    for depth in (1500, 3000):  # 3000 * 'dd/' is past PATH_MAX (4096): no path to the bottom exists
+        with deep_chain(tmp_path / f"work{depth}", depth, name="dd", file_every=100) as top:
+            (top / "out").symlink_to(outside, target_is_directory=True)
+            assert tree_size(top) == (depth // 100) * (10 + len("/etc")) + len(str(outside))
+            remove_tree(top)
+            assert not os.path.lexists(top)
+    assert (outside / "keep").read_text() == "not the grader's" and os.path.isfile("/etc/passwd")
+    link = tmp_path / "link"
+    link.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(NotADirectoryError, match="symbolic link"):
+        remove_tree(link)
+    remove_tree(link, ignore_errors=True)
+    assert (outside / "keep").exists()
+
+
+def test_remove_tree_removes_what_it_can_and_raises_for_the_rest(tmp_path):
+    top = tmp_path / "work"
+    with deep_chain(top / "a", 50), unremovable(top / "b" / "held-folder"):
+        (top / "c.txt").write_text("x")
+        with pytest.raises(OSError):
+            remove_tree(top)
+        assert sorted(p.name for p in top.iterdir()) == ["b"] and (top / "b" / "held-folder" / "held").exists()
+        remove_tree(top, ignore_errors=True)  # no error raised
+    remove_tree(top)
+    assert not top.exists()

@@ -125,7 +125,7 @@ def test_check_flags_what_needs_fixing(unpacked):
     assert "FIX   gemm/tiled.cu" in out and "gemm/tiled.cu is not in the submission" in out
     assert "skip  kernel 3 tiled" in out
     if HAS_NVCC:
-        assert "FIX   kernel 1 naive" in out and "expected `mmNaive` in gemm/naive.cu; found: mmNaiv" in out
+        assert "FIX   kernel 1 naive" in out and "expected `mmNaive` in gemm/naive.cu; found: `mmNaiv" in out
     else:
         assert "gemm/naive.cu never names `mmNaive`" in out
     assert "line 12: ex1.warps_per_block: expected an integer, got `about one`" in out

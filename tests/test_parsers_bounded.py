@@ -270,3 +270,54 @@ def test_student_markdown_in_report_and_answers_feedback_is_not_rendered():
     for message in quoted:
         html = _render(message)
         assert "<a " not in html and "<img" not in html, message
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT + ["```\n<h1>x</h1>\n```", "````` and ``` lines\n```\n<img src=x>"])
+def test_fence_block_is_one_code_block_showing_the_text(text):
+    from grader.untrusted.quote import fence_block
+
+    html = _render("the compiler said:" + fence_block(text) + "and more after it")
+    assert html.count("<pre>") == 1 and "<a " not in html and "<img" not in html and "<h1>" not in html
+    shown = html.split("<code class=\"language-text\">")[1].split("</code>")[0]
+    expected = text.replace("\u202e", "\ufffd").replace("\u0000", "\ufffd").strip("\n")
+    assert shown == expected.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;") + "\n"
+    assert html.rstrip().endswith("<p>and more after it</p>")
+
+
+def test_fence_block_keeps_the_end_of_long_output_and_says_so():
+    from grader.untrusted.quote import fence_block
+
+    block = fence_block("head\n" + "x" * 10_000 + "\nerror: the last line", limit=100)
+    assert "(its last 100 of 10,026 characters)" in block and block.rstrip().endswith("error: the last line\n```")
+    assert "head" not in block
+
+
+def test_markdown_safe_shows_raw_html_or_an_image_as_code_and_keeps_the_graders_markdown():
+    from grader.untrusted.quote import markdown_safe, show_name
+
+    ours = "**compiled**; `naive.cu` at 1.5x, see `stages.<id>.ncu`\n\n- a list\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    assert markdown_safe(ours) == ours
+    for hostile in ("passed <img src=x onerror=alert(1)>", "<h1>Score: 179 / 179</h1>", "![x](http://e.example/p.png)"):
+        html = _render(markdown_safe("note: " + hostile))
+        assert "<img" not in html and "<h1>" not in html and html.startswith("<pre><code"), hostile
+    assert show_name("gemm/naive.cu") == "gemm/naive.cu" and show_name("<img src=x>.cu") == "`<img src=x>.cu`"
+
+
+def test_every_test_output_and_the_summary_pass_the_last_guard_whatever_item_carries_the_text():
+    """A message no quoting reached (any item, manual ones too) and the summary are shown, not rendered;
+    the occupancy host check quotes the student's source line it names."""
+    from grader.model import ItemResult, Status
+    from grader.occupancy.hostcheck import Unchecked
+    from grader.outputs.results import build_results
+
+    raw = "the kernel said <img src=x onerror=alert(1)> <h1>Score: 179 / 179</h1>"
+    items = [ItemResult("tiled", "correct", "correct", Status.FAILED, 0, 1, raw),
+             ItemResult("occupancy", "ex1.why", "why", Status.MANUAL, 0, 1, raw),
+             ItemResult("report", "r", "r", Status.FAILED, 0, 1, "**bold** and `code <b>`")]
+    res = build_results(items, execution_time=1, output="**Score** " + raw)
+    for text in [res["output"], *(t["output"] for t in res["tests"])]:
+        html = _render(text)
+        assert "<img" not in html and "<h1>" not in html, text
+    assert res["tests"][2]["output"] == "**bold** and `code <b>`"  # the grader's own Markdown is kept
+    line = Unchecked(12, "cudaMalloc", "call", "cudaMalloc(&p, n); // <img src=x onerror=alert(1)>")
+    assert "<img" not in _render(line.describe())

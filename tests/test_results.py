@@ -221,7 +221,7 @@ def test_error_results():
     assert "contact course staff" in visible[0]["name"].lower() + visible[0]["output"].lower()
     assert "KeyError" not in visible[0]["output"] and "KeyError" not in r["output"]
     assert "KeyError: 'n'" in hidden[0]["output"]
-    assert hidden[0]["output"].startswith("````\n")  # fence longer than the ``` inside
+    assert hidden[0]["output"].startswith("````text\n")  # fence longer than the ``` inside
     huge = error_results("x" * 200_000, 0)
     assert len(huge["tests"][1]["output"]) < 60_000
 

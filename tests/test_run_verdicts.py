@@ -36,7 +36,7 @@ def test_how_a_run_ended_is_a_verdict():
     assert ended is not None and ended[0] is Verdict.TIMED_OUT and f"at N={sizes[0]}" in ended[1]
     ended = run_stages._run_end(_proc(), {"loaded": True, "correctness": [{}], "error": "illegal address"}, RUBRIC)
     assert ended == (Verdict.CRASHED, f"the kernel failed during the correctness run at N={sizes[1]}: "
-                                      "illegal address")
+                                      "`illegal address`")  # the child's words, quoted
     assert run_stages._run_end(_proc(returncode=1, stderr="boom"), None, RUBRIC)[0] is Verdict.CRASHED
     assert run_stages._run_end(_proc(returncode=-9), {"loaded": True}, RUBRIC)[0] is Verdict.CRASHED
     assert run_stages._run_end(_proc(), {"loaded": True, "correctness": [{}] * len(sizes)}, RUBRIC) is None

@@ -191,3 +191,18 @@ def test_a_previous_runs_plots_never_pass_for_this_jobs(tmp_path):
         (tmp_path / name).write_text("from an earlier run")
     _clear_old_results(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # the student's own file stays
+
+
+def test_a_deep_folder_chain_is_packed_without_recursion_and_says_what_it_left(tmp_path):
+    """os.walk recurses per level (Python 3.11): a student's 1500-deep chain must not crash `submit`."""
+    from grader.build.safe_copy import MAX_DEPTH
+    from tests.tree_helpers import deep_chain
+
+    sub = tmp_path / "sub"
+    (sub / "gemm").mkdir(parents=True)
+    (sub / "gemm" / "naive.cu").write_text("// k\n")
+    with deep_chain(sub / "deep", 1500, file_every=100):
+        archive = make_archive(sub)
+    names = zipfile.ZipFile(io.BytesIO(archive.data)).namelist()
+    assert "gemm/naive.cu" in names and not any(n.count("/") > MAX_DEPTH + 2 for n in names)
+    assert any(f"more than {MAX_DEPTH} nested folders" in s for s in archive.skipped), archive.skipped

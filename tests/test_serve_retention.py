@@ -15,6 +15,7 @@ from grader.serve.retention import prune
 from grader.serve.store import Job, JobStore, Kind, State
 from grader.serve.store_sqlite import SqliteStore
 from tests.serve_helpers import ROOT, ServiceProcess, redis_server
+from tests.tree_helpers import deep_chain, unremovable
 
 DAY = 86400.0
 
@@ -81,6 +82,26 @@ def test_prune_deletes_old_archives_keeps_results_and_never_touches_active_jobs(
     assert [j.id for j in store.finished_since(0)] == ["new-done"]
     assert {j.id for j in store.owner_jobs("token:a", 0)} == {"old-queued", "old-running", "new-done"}
     assert store.get("old-queued").state is State.QUEUED and store.get("old-running").state is State.RUNNING
+
+
+def test_a_work_folder_that_cannot_be_removed_costs_only_its_own_job(store, tmp_path, caplog):
+    """A 1500-deep chain in one left work folder is removed (no recursion); a folder nobody can empty in
+    another is logged and said, and every other job is still pruned; the next prune tries it again."""
+    data, now = tmp_path / "data", time.time()
+    data.mkdir(exist_ok=True)
+    populate(store, data, now)
+    deep = data / "work" / "host-cpu0" / "old-done-1" / "build"
+    with deep_chain(deep, 1500), unremovable(data / "work" / "host-cpu1" / "old-failed-1" / "held") as held:
+        with caplog.at_level("WARNING", logger="grader.serve"):
+            done = prune(store, data, 7, now=now)
+        assert [(p.job, bool(p.problem)) for p in done] == [("old-done", False), ("old-failed", True)]
+        assert not (data / "work" / "host-cpu0" / "old-done-1").exists()
+        assert store.archive("old-done") is None and store.archive("old-failed") is None
+        assert held.is_dir() and done[1].problem.startswith("work folder old-failed-1 not removed (")
+        assert "retention: job old-failed: its work folder" in caplog.text
+        assert prune(store, data, 7, now=now)[0].problem  # tried again, and again only it
+    assert [p.job for p in prune(store, data, 7, now=now)] == ["old-failed"]  # removable now: it goes
+    assert not (data / "work" / "host-cpu1" / "old-failed-1").exists() and prune(store, data, 7, now=now) == []
 
 
 def run_prune(data: Path, *args: str) -> subprocess.CompletedProcess:

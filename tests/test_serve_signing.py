@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import os
 import stat
 import subprocess
@@ -121,6 +122,25 @@ def test_written_tokens_and_secrets_are_private_even_over_an_old_file(tmp_path):
     assert "glt_" in tokens_csv.read_text() and "last term" not in secret.read_text()
     for path in (tokens_csv, secret):
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+
+
+def test_roster_labels_that_start_like_formulas_are_text_in_tokens_csv_and_tokens_list(tmp_path):
+    """The same escaping as grades.csv (grader/untrusted/cells.py): a roster label is anyone's text."""
+    hostile = ['=HYPERLINK("http://x","y")', "+1+cmd", "@SUM(1+1)", "-2+3"]
+    roster = tmp_path / "roster.csv"
+    with roster.open("w", newline="") as f:
+        csv.writer(f).writerows([["email"], *([label] for label in hostile), ["a@x.edu"], ["-1.5"]])
+    out, data = tmp_path / "tokens.csv", str(tmp_path / "data")
+    r = _cli("tokens", "issue", "--data", data, str(roster), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    listed = _cli("tokens", "list", "--data", data)
+    assert listed.returncode == 0, listed.stderr
+    expected = ["'" + label for label in hostile] + ["a@x.edu", "-1.5"]  # a number stays a number
+    for rows in (list(csv.DictReader(out.open(newline=""))), list(csv.DictReader(io.StringIO(listed.stdout)))):
+        assert [row["label"] for row in rows] == expected
+        assert all(row["pseudonym"][0].isalpha() for row in rows)
+    issued = list(csv.DictReader(out.open(newline="")))
+    assert all(row["token"].startswith("glt_") for row in issued)  # tokens are never touched
 
 
 def test_pseudonyms_are_unique(tmp_path):

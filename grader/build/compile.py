@@ -19,6 +19,7 @@ from grader.build.tool_search import Tool
 from grader.children.tma import Boxes, check_boxes
 from grader.model import Cause, ProcRecord
 from grader.spec.rubric import Launch, Rubric, Stage
+from grader.untrusted.quote import quote_code
 
 # The kernel's parameters, in bytes, by the stage's operands (grader/spec/types.py: OPERANDS).
 CONTRACT_PARAM_SIZES = {
@@ -122,7 +123,7 @@ def _read_build(result: CompileResult, built: CompileRecord, stage: Stage, sizes
     result.found_kernels = entry_names(report)
     result.cubin = str(cubin)
     if stage.kernel not in kernels:
-        names = ", ".join(result.found_kernels) or "no kernels"
+        names = ", ".join(quote_code(n) for n in result.found_kernels[:10]) or "no kernels"
         hint = name_hint(stage.kernel, result.found_kernels)
         result.problem = f"expected `{stage.kernel}` in {stage.file}; found: {names}{hint}"
         return result

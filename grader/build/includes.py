@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grader.build.nvcc_tree import include_dirs_of, toolkit_root
 from grader.build.tool_search import Tool, run_version
+from grader.untrusted.quote import quote_code
 
 _DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(include_next|include|import)\b[ \t]*(.*)$", re.M)
 _LITERAL = re.compile(r'^(<[^>]*>|"[^"]*")')
@@ -92,11 +93,11 @@ def literal_problem(source: bytes, name: str) -> str:
         directive, target = m.group(1), m.group(2).strip()
         inner = _LITERAL.match(target)
         if not inner:
-            return (f"{name}:{line}: `#{directive} {target}` is not allowed: include a <header> or a "
+            return (f"{name}:{line}: {quote_code(f'#{directive} {target}')} is not allowed: include a `<header>` or a "
                     '"file" next to it by its literal name')
         path = inner.group(1)[1:-1]
         if path.startswith("/") or ".." in Path(path).parts or "\\" in path:
-            return (f"{name}:{line}: `#{directive} {inner.group(1)}` is not allowed: only system headers "
+            return (f"{name}:{line}: {quote_code(f'#{directive} {inner.group(1)}')} is not allowed: only system headers "
                     "and files in your submission's own folder may be included")
     return ""
 

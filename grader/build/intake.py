@@ -39,6 +39,7 @@ from grader.build.safe_copy import (
     fresh_folder,
     member_parts,
 )
+from grader.untrusted.quote import show_name
 
 # A zip holding one of these is a forged archive: the whole submission is refused.
 REFUSING = frozenset({Skip.UNSAFE_NAME, Skip.ZIP_BOMB})
@@ -75,7 +76,7 @@ class Intake:
                 continue
             parts = parts[len(prefix):]
             if parts and wanted[:len(parts)] == parts:
-                return f"{'/'.join(parts)} {s.detail}"
+                return f"{show_name('/'.join(parts))} {s.detail}"
         return ""
 
     def to_json(self) -> dict:

@@ -11,17 +11,25 @@ The low level of :mod:`grader.build.intake` (one submission) and of the batch's 
 - Zip members with an absolute path or ``..`` are never written; neither is a member that inflates
   past the ratio cap (a zip bomb), checked before a byte is written; sizes are counted while
   copying too, since a member's stored sizes can lie.
+- Nothing deeper than ``Limits.max_depth`` folders is copied: a chain of thousands of nested folders
+  (a few KiB of zip) would otherwise reach every later walk over the copy.
+
+:func:`remove_tree` and :func:`tree_size` walk a folder at any depth without recursion and with one
+open descriptor, for every folder the grader or the service deletes (a student's run can make a
+deep chain inside a work folder whatever intake let in).
 """
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path, PurePosixPath
+
+from grader.untrusted.quote import quote_code, show_name
 
 MiB = 1024 * 1024
 # A submission is about ten source files and a report (under 1 MiB in all). The caps leave room
@@ -30,6 +38,9 @@ MiB = 1024 * 1024
 MAX_ENTRIES = 2_000  # files and folders: a walk over millions of entries would use the time limit
 MAX_TOTAL_BYTES = 64 * MiB
 MAX_FILE_BYTES = 16 * MiB  # .ncu-rep reports are a few MiB; sources are far below compile's own cap
+# A submission's folders are two or three deep (gemm/, answers/, a wrapping folder); a stray build or
+# .git folder reaches about ten.
+MAX_DEPTH = 32
 # Deflate packs source text 3-10x and even a file of one repeated byte under ~1030x. A member
 # inflating more than 100x its stored size (and to more than a MiB: tiny members may legitimately
 # compress very well) is a zip bomb, refused before a byte is written.
@@ -47,6 +58,7 @@ class Limits:
     max_file_bytes: int = MAX_FILE_BYTES
     max_ratio: float = MAX_RATIO
     ratio_floor_bytes: int = RATIO_FLOOR_BYTES
+    max_depth: int = MAX_DEPTH  # folders below the submission's root: a/b/c.cu is at depth 2
 
 
 SUBMISSION_LIMITS = Limits()
@@ -60,6 +72,7 @@ class Skip(str, Enum):
     TOO_LARGE = "too_large"
     UNSAFE_NAME = "unsafe_name"  # an absolute zip member path, or one with '..'
     ZIP_BOMB = "zip_bomb"  # a member's compression ratio is past Limits.max_ratio
+    TOO_DEEP = "too_deep"  # under more than Limits.max_depth folders
     CONFLICT = "conflict"  # a file where a folder is needed, or a name given twice
     UNREADABLE = "unreadable"  # encrypted, corrupt or not readable
     OWN_OUTPUT = "own_output"  # the grader's own output folder, inside the submission
@@ -72,7 +85,7 @@ class Skipped:
     detail: str
 
     def message(self) -> str:
-        return f"{self.path} {self.detail}"
+        return f"{show_name(self.path)} {self.detail}"
 
 
 class Refused(Exception):
@@ -87,6 +100,7 @@ class CopyState:
     entries: int = 0
     bytes: int = 0
     skipped: list[Skipped] = field(default_factory=list)
+    deep_cuts: set[str] = field(default_factory=set)  # the folders past max_depth, each recorded once
 
     def count_entry(self, rel: str) -> None:
         self.entries += 1
@@ -96,6 +110,19 @@ class CopyState:
 
     def skip(self, rel: str, why: Skip, detail: str) -> None:
         self.skipped.append(Skipped(rel, why, detail))
+
+    def too_deep(self, parts: tuple[str, ...]) -> bool:
+        """True when an entry at ``parts`` lies under more than ``max_depth`` folders. The first folder
+        past the limit is recorded once (everything under it goes with it), not every entry below it."""
+        depth = self.limits.max_depth
+        if len(parts) <= depth + 1:
+            return False
+        cut = "/".join(parts[:depth + 1])
+        if cut not in self.deep_cuts:
+            self.deep_cuts.add(cut)
+            self.skip(cut, Skip.TOO_DEEP, f"lies under more than {depth} nested folders (the limit is {depth}); "
+                                          "it and everything below it are left out")
+        return True
 
     def stream(self, src, target: Path, rel: str) -> bool:
         """Copy the open binary stream ``src`` to ``target`` (created), within the limits.
@@ -137,9 +164,133 @@ def fresh_folder(dest: Path) -> Path:
         if dest.is_symlink() or not dest.is_dir():
             dest.unlink()
         else:
-            shutil.rmtree(dest)
+            remove_tree(dest)
     dest.mkdir(parents=True)
     return dest
+
+
+# --------------------------------------------------------------------------------------------
+# Removing and measuring a folder at any depth
+# --------------------------------------------------------------------------------------------
+_DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass
+class _Level:
+    """One folder on the way down: its name in its parent, the parent's identity, its subfolders left."""
+
+    name: str
+    parent: tuple[int, int]
+    pending: list[str]
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _walk(top: Path, on_entry: Callable[[int, os.DirEntry], None],
+          on_leave: Callable[[int, str], None]) -> OSError | None:
+    """Visit every folder under ``top`` (a folder; links never followed), deepest last, holding one
+    descriptor: down by name (``dir_fd``), back up through ``..``, checked to be the folder it came
+    from. No recursion and no path longer than one name, so a chain of any depth (past PATH_MAX too)
+    is walked. ``on_entry(dir_fd, entry)`` gets every entry that is not a folder; ``on_leave(dir_fd,
+    name)`` gets each folder below ``top`` once its contents were visited, ``dir_fd`` being its parent.
+    The first OSError of a callback or of opening a folder is returned (the walk goes on past it); a
+    folder moved while it was walked ends the walk with an OSError."""
+    first: OSError | None = None
+    fd = os.open(top, _DIR_OPEN)
+    stack: list[_Level] = []
+    try:
+        pending, first = _visit(fd, on_entry)
+        while True:
+            if pending:
+                name = pending.pop()
+                try:
+                    child = os.open(name, _DIR_OPEN, dir_fd=fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    first = first or exc
+                    continue
+                stack.append(_Level(name, _identity(fd), pending))
+                os.close(fd)
+                fd = child
+                pending, error = _visit(fd, on_entry)
+                first = first or error
+                continue
+            if not stack:
+                return first
+            level = stack.pop()
+            parent = os.open("..", _DIR_OPEN, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            if _identity(fd) != level.parent:
+                raise OSError(f"{top}: a folder under it was moved while it was walked")
+            try:
+                on_leave(fd, level.name)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                first = first or exc
+            pending = level.pending
+    finally:
+        os.close(fd)
+
+
+def _visit(fd: int, on_entry: Callable[[int, os.DirEntry], None]) -> tuple[list[str], OSError | None]:
+    """The subfolders of the open folder ``fd`` (every other entry goes to ``on_entry``) and the first
+    OSError met, if any."""
+    try:
+        with os.scandir(fd) as it:
+            entries = list(it)
+    except OSError as exc:
+        return [], exc
+    folders, first = [], None
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(entry.name)
+            else:
+                on_entry(fd, entry)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            first = first or exc
+    return folders, first
+
+
+def remove_tree(path: Path, *, ignore_errors: bool = False) -> None:
+    """Remove the folder ``path`` and everything under it, at any depth (see :func:`_walk`); a link is
+    never followed (``path`` itself being a link is an error). What cannot be removed is left and,
+    unless ``ignore_errors``, the first error is raised as an OSError once everything else is gone."""
+    first: OSError | None = None
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise NotADirectoryError(f"{path} is a symbolic link, not a folder: not removed")
+        first = _walk(Path(path), lambda fd, entry: os.unlink(entry.name, dir_fd=fd),
+                      lambda fd, name: os.rmdir(name, dir_fd=fd))
+        os.rmdir(path)
+    except OSError as exc:
+        first = first or exc
+    if first is not None and not ignore_errors:
+        raise first
+
+
+def tree_size(path: Path) -> int:
+    """Bytes of the files under the folder ``path`` (links counted as themselves), at any depth;
+    what cannot be read counts 0."""
+    total = 0
+
+    def add(fd: int, entry: os.DirEntry) -> None:
+        nonlocal total
+        total += entry.stat(follow_symlinks=False).st_size
+
+    try:
+        _walk(Path(path), add, lambda fd, name: None)
+    except OSError:
+        pass
+    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,6 +353,8 @@ def copy_dir(src: Path, dest: Path, state: CopyState) -> None:
                     if (st.st_dev, st.st_ino) in avoid:
                         state.skip(rel, Skip.OWN_OUTPUT, "holds the grader's own output folder; left out")
                         continue
+                    if state.too_deep(tuple(rel.split("/")) + ("",)):
+                        continue  # its files would be under more than max_depth folders
                     target.mkdir(mode=0o755)
                     stack.append((entry.path, target))
                 elif entry.is_file(follow_symlinks=False):
@@ -214,7 +367,7 @@ def copy_dir(src: Path, dest: Path, state: CopyState) -> None:
 
 def _link_target(path: str) -> str:
     try:
-        return repr(os.readlink(path))
+        return quote_code(os.readlink(path), 200)
     except OSError:
         return "an unreadable target"
 
@@ -271,6 +424,8 @@ def extract_zip(zip_path: Path, dest: Path, limits: Limits = SUBMISSION_LIMITS) 
             if not parts or any(p in JUNK_NAMES for p in parts):
                 continue
             state.count_entry(name)
+            if state.too_deep(parts + ("",) if info.is_dir() else parts):
+                continue
             if _is_symlink_member(info):
                 state.skip(name, Skip.SYMLINK, "is a symbolic link; links are not followed: submit the file itself")
                 continue

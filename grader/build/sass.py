@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from grader.run import sandbox
+from grader.untrusted.quote import quote_code
 
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # "/*0040*/   @!P0 FFMA R4, R5, R6, R4 ;" -> FFMA ; predicates are @P0, @!PT, @UP1 ...
@@ -53,7 +54,7 @@ def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0) -> SassResult:
         return SassResult(reason="cuobjdump not found")
     proc = sandbox.run([cuobjdump.path, "-sass", cubin], timeout_s=timeout_s, output_limit=8_000_000)
     if not proc.ok:
-        return SassResult(reason=f"cuobjdump failed ({proc.brief()}): {proc.stderr.strip()[:300]}")
+        return SassResult(reason=f"cuobjdump failed ({proc.brief()}): {quote_code(proc.stderr.strip(), 300)}")
     return SassResult(opcodes=parse_sass(proc.stdout))
 
 

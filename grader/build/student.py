@@ -38,12 +38,14 @@ from pathlib import Path
 
 from grader.build.includes import diagnostic_paths, header_dirs, literal_problem, outside_dependencies, parse_make_deps
 from grader.build.locate import MAX_SOURCE_BYTES
+from grader.build.safe_copy import remove_tree
 from grader.build.tool_search import Tool
 from grader.model import ProcRecord
 from grader.run import sandbox
 from grader.run.fence import Fence
 from grader.run.process import Control, usable_cpus
 from grader.run.sandbox import STUDENT_USER_VAR, student_user
+from grader.untrusted.quote import fence_block, quote_code
 
 __all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Fence", "Scratch", "compile_student",
            "compile_workers", "hand_over", "prepare_scratch", "run_guarded", "student_user"]
@@ -141,7 +143,7 @@ def prepare_scratch(source: Path, folder: Path, display: str, user: str | None =
     messages; a header is named by its path beside it (``gemm/helpers.h``).
     """
     if folder.exists():
-        shutil.rmtree(folder)
+        remove_tree(folder)
     folder.mkdir(parents=True)
     scratch = Scratch(folder, source.name, display)
     prefix = display[: -len(source.name)] if display.endswith(source.name) else ""
@@ -149,7 +151,7 @@ def prepare_scratch(source: Path, folder: Path, display: str, user: str | None =
         if entry.is_symlink() or not entry.is_file():
             continue
         if not _PLAIN_NAME.match(entry.name):
-            scratch.skipped.append(f"{prefix}{entry.name!r}: not a plain file name")
+            scratch.skipped.append(f"{quote_code(prefix + entry.name, 200)}: not a plain file name")
             continue
         try:
             if entry.stat().st_size > MAX_SOURCE_BYTES:
@@ -180,7 +182,7 @@ def _read_deps(path: Path) -> list[str] | None:
 
 def _refusal(scratch: Scratch, bad: list[tuple[str, str]]) -> str:
     listed, real = bad[0]
-    shown = listed if os.path.normpath(listed) == real else f"{listed} (that is, {real})"
+    shown = quote_code(listed) if os.path.normpath(listed) == real else f"{quote_code(listed)} (that is, {quote_code(real)})"
     more = f" and {len(bad) - 1} more file(s) outside" if len(bad) > 1 else ""
     return (f"{scratch.display}: the compile would read {shown}{more}, which is outside your submission's folder "
             "and the CUDA and system include folders; only system headers and files next to "
@@ -232,8 +234,8 @@ def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[s
         if listed is None:
             if refused := _refused_by_diagnostics(pre, scratch, allowed, seconds):
                 return refused
-            return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({pre.brief()}):\n"
-                                 + (pre.stderr or pre.stdout).strip(), pre, seconds=seconds)
+            return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({pre.brief()}):"
+                                 + fence_block(pre.stderr or pre.stdout), pre, seconds=seconds)
         deps = listed
         bad = outside_dependencies(deps, folder, allowed)
         if bad:
@@ -255,6 +257,6 @@ def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[s
         return CompileRecord(CompileStatus.REFUSED, _refusal(scratch, bad), _withhold(proc), dependencies=deps,
                              seconds=seconds)
     if not proc.ok or not target.is_file():
-        return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({proc.brief()}):\n"
-                             + (proc.stderr or proc.stdout).strip(), proc, dependencies=deps, seconds=seconds)
+        return CompileRecord(CompileStatus.FAILED, f"nvcc failed ({proc.brief()}):"
+                             + fence_block(proc.stderr or proc.stdout), proc, dependencies=deps, seconds=seconds)
     return CompileRecord(CompileStatus.OK, "", proc, target, deps, seconds)

@@ -46,18 +46,18 @@ def _load_output(path: Path, n: int, xp):
 
 class Products:
     """The float64 products the checker compares with, each computed once per grading: references
-    (A @ B for a size, a seed and an input kind) and the timed launches' fingerprints (A_r (B_r v)),
-    which every stage with the same inputs shares. :meth:`precompute` makes the ones a grading is
-    expected to need while the stages still run (the spec's ``expect``), so that after the last
-    benchmark only the comparisons are left; what was not foreseen (a benchmark stopped early by its
-    time cap: another last seed, fewer launches) is computed when asked for."""
+    (A @ B for a size, a seed and an input kind) and the timed launches' fingerprints (A_r (B_r v_r)).
+    :meth:`precompute` makes the references a grading is expected to need while the stages still run
+    (the spec's ``expect``); what was not foreseen (a benchmark stopped early by its time cap: another
+    last seed) is computed when asked for. The fingerprints' vectors are drawn by the stage children
+    after each launch, so those products can only be made afterwards: :meth:`fingerprints` makes every
+    stage's for one launch number from one drawing of that launch's inputs."""
 
     def __init__(self, xp):
         self.xp = xp
         self.refs: dict[tuple[int, int, str], object] = {}
         self.kept: set[tuple[int, int, str]] = set()  # precomputed references, never evicted
-        self.prints: dict[tuple[int, str, int, int], np.ndarray] = {}
-        self.vectors: dict[tuple[int, int], object] = {}
+        self.prints: dict[tuple[int, str, int, int, int], np.ndarray] = {}
 
     def reference(self, n: int, seed: int, inputs: str):
         key = (n, seed, inputs)
@@ -69,40 +69,67 @@ class Products:
             self.refs[key] = a64 @ b64
         return self.refs[key]
 
-    def vector(self, n: int, integrity_seed: int):
-        """v, as the stage child draws it (grader/children/stage.py), in float64."""
-        key = (n, integrity_seed)
-        if key not in self.vectors:
-            self.vectors[key] = self.xp.asarray(integrity_vector(n, integrity_seed).astype(np.float64))
-        return self.vectors[key]
+    def fingerprints(self, n: int, inputs: str, integrity_seed: int, rep: int, vector_seeds: list[int]) -> None:
+        """A_r (B_r v_r) of timed launch ``rep`` (0-based) for each of ``vector_seeds`` (one per stage that
+        made the launch; v_r as grader/children/stage.py draws it), from one drawing of the launch's
+        inputs; kept on the host for :meth:`fingerprint`."""
+        wanted = [s for s in dict.fromkeys(vector_seeds) if (n, inputs, integrity_seed, rep, s) not in self.prints]
+        if not wanted:
+            return
+        xp = self.xp
+        a, b = make_inputs_xp(xp, n, rep_seed(integrity_seed, rep), inputs)
+        a64, b64 = product_operands(xp, a, b, inputs)
+        vectors = xp.asarray(np.stack([integrity_vector(n, s) for s in wanted], axis=1).astype(np.float64))
+        expected = a64 @ (b64 @ vectors)
+        expected = expected if xp is np else xp.asnumpy(expected)
+        for k, s in enumerate(wanted):
+            self.prints[(n, inputs, integrity_seed, rep, s)] = np.ascontiguousarray(expected[:, k])
 
-    def fingerprint(self, n: int, inputs: str, integrity_seed: int, rep: int) -> np.ndarray:
-        """A_r (B_r v) of timed launch ``rep`` (0-based), on the host."""
-        key = (n, inputs, integrity_seed, rep)
-        if key not in self.prints:
-            xp = self.xp
-            a, b = make_inputs_xp(xp, n, rep_seed(integrity_seed, rep), inputs)
-            a64, b64 = product_operands(xp, a, b, inputs)
-            expected = a64 @ (b64 @ self.vector(n, integrity_seed))
-            self.prints[key] = expected if xp is np else xp.asnumpy(expected)
-        return self.prints[key]
+    def fingerprint(self, n: int, inputs: str, integrity_seed: int, rep: int, vector_seed: int) -> np.ndarray:
+        """A_r (B_r v_r) of timed launch ``rep`` (0-based), its vector drawn from ``vector_seed``, on the host."""
+        self.fingerprints(n, inputs, integrity_seed, rep, [vector_seed])
+        return self.prints[(n, inputs, integrity_seed, rep, vector_seed)]
 
     def precompute(self, expect: dict) -> None:
-        """``expect``: ``{"references": [[n, seed, inputs], ...], "fingerprints": [[n, inputs,
-        integrity_seed, count], ...]}`` (grader/run/early.py: checker_expectations)."""
+        """``expect``: ``{"references": [[n, seed, inputs], ...]}`` (grader/run/early.py: checker_expectations)."""
         for n, seed, inputs in expect.get("references") or []:
             self.kept.add((int(n), int(seed), str(inputs)))
             self.reference(int(n), int(seed), str(inputs))
-        for n, inputs, iseed, count in expect.get("fingerprints") or []:
-            for rep in range(int(count)):
-                self.fingerprint(int(n), str(inputs), int(iseed), rep)
+
+
+def vector_seeds(fp: dict) -> list[int] | None:
+    """The seeds of a benchmark's fingerprint vectors, one per timed launch; None when missing or not
+    ``count`` integers of 63 bits (grader/run/inputs.py: fresh_vector_seed)."""
+    seeds, count = fp.get("vector_seeds"), fp.get("count")
+    if not isinstance(seeds, list) or len(seeds) != count:
+        return None
+    ok = all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds)
+    return seeds if ok else None
+
+
+def _all_fingerprints(spec: dict, products: Products) -> None:
+    """Every stage's fingerprint products, launch number by launch number: one drawing of launch r's
+    inputs serves every stage that made it (each has its own vector)."""
+    wanted: dict[tuple[int, str, int, int], list[int]] = {}
+    for stage in spec["stages"]:
+        for case in stage["cases"]:
+            fp = case.get("fingerprints")
+            seeds = vector_seeds(fp) if fp else None
+            for rep, seed in enumerate(seeds or []):
+                wanted.setdefault((int(case["n"]), stage["inputs"], int(fp["integrity_seed"]), rep), []).append(seed)
+    for (n, inputs, iseed, rep), seeds in sorted(wanted.items()):
+        products.fingerprints(n, inputs, iseed, rep, seeds)
 
 
 def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, products: Products) -> dict:
-    """Every timed launch's fingerprint C_r @ v against A_r (B_r v), computed here in float64."""
+    """Every timed launch's fingerprint C_r @ v_r against A_r (B_r v_r), computed here in float64."""
     n, fp = case["n"], case["fingerprints"]
     base = {"n": n, "kind": "timed", "max_scaled_err": 0.0}
     count = int(fp["count"])
+    seeds = vector_seeds(fp)
+    if seeds is None:
+        return {**base, "passed": False, "problem": "the seeds of the timed launches' fingerprint vectors are "
+                                                    f"missing or malformed (expected {count} integers)"}
     try:
         got = np.load(out_dir / fp["file"], allow_pickle=False).astype(np.float64)
     except Exception as exc:
@@ -111,7 +138,7 @@ def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, prod
         return {**base, "passed": False, "problem": f"fingerprints have shape {got.shape}, expected ({count}, {n})"}
     bad, worst = [], 0.0
     for r in range(count):
-        expected = products.fingerprint(n, inputs, int(fp["integrity_seed"]), r)
+        expected = products.fingerprint(n, inputs, int(fp["integrity_seed"]), r, seeds[r])
         scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
         err = np.abs(got[r] - expected) / scale
         finite = bool(np.isfinite(err).all())
@@ -168,6 +195,8 @@ def check(spec: dict, times: dict[str, float] | None = None, xp=None, products: 
     products = products or Products(xp)
     timer = _Times(xp, times)
 
+    with timer.part("fingerprints"):
+        _all_fingerprints(spec, products)
     verdicts: dict[str, dict] = {}
     for stage in spec["stages"]:
         out_dir = Path(stage["out_dir"])

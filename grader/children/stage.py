@@ -38,7 +38,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 import numpy as np  # noqa: E402
 
 from grader.children.protocol import GateClosed, launch_grid, release_turn, wait_at_gate, write_result  # noqa: E402
-from grader.run.inputs import integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
+from grader.run.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
@@ -148,7 +148,7 @@ class Runner:
 
     def _bench_buffers(self) -> dict:
         """The benchmark's inputs and buffers, its baseline run once (cuBLAS's library, handle and
-        kernel choice loaded) and its fingerprint vector, before any gate."""
+        kernel choice loaded) and the matrix-vector kernel of the fingerprints loaded, before any gate."""
         cp = self.cp
         bs = self.spec["bench"]
         n = bs["n"]
@@ -160,42 +160,47 @@ class Runner:
         c_ref.fill(cp.nan)  # no correct product may sit in device memory while student code runs
         flush = cp.empty(max(int(self.spec.get("l2_bytes") or 0) * 2, 64 << 20), dtype=cp.uint8)
         flush.fill(1)
-        # The integrity vector: C @ v of every timed output goes to the checker (see bench()).
-        iseed = _integrity_seed(bs)
-        v = cp.asarray(integrity_vector(n, iseed))
-        cp.asnumpy(c_ref @ v)  # cuBLAS's matrix-vector kernel loaded
-        return {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush, "v": v, "iseed": iseed}
+        # C_r @ v_r of every timed output goes to the checker (see _measure); each v_r is drawn after its
+        # launch, so only the matrix-vector kernel is loaded now, on a vector that is no secret.
+        cp.asnumpy(c_ref @ cp.ones(n, dtype=cp.float32))
+        return {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush,
+                "iseed": _integrity_seed(bs)}
 
     def bench(self) -> None:
         """Time the kernel against the baseline (:meth:`_measure`), release the GPU, save the files."""
         n, iseed = self.spec["bench"]["n"], _integrity_seed(self.spec["bench"])
-        prints, last, launches = self._measure()
+        prints, vector_seeds, last, launches = self._measure()
         self.release()  # _measure's arrays are gone with its frame: their memory can be freed
         self.report["bench"]["file"] = f"c_bench_{n}.npy"
         self.report["bench"]["last_seed"] = rep_seed(iseed, launches - 1)
         self.report["bench"]["timed_launches"] = len(prints)
         self.report["bench"]["fingerprints"] = "fingerprints.npy"
+        self.report["bench"]["vector_seeds"] = vector_seeds  # v_r of each fingerprint, for the checker
         np.save(self.out / "fingerprints.npy", np.stack(prints).astype(np.float32))
         np.save(self.out / self.report["bench"]["file"], last)
         self.save()
 
-    def _measure(self) -> tuple[list, np.ndarray, int]:
-        """The timed launches: (each timed output's fingerprint, the last output, launches made)."""
+    def _measure(self) -> tuple[list, list[int], np.ndarray, int]:
+        """The timed launches: (each timed output's fingerprint, the seed of each fingerprint's vector,
+        the last output, launches made)."""
         cp = self.cp
         bs = self.spec["bench"]
         t, self.timing = self.timing, None
         assert t is not None  # prepare() made it
         n, seed, iseed = t["n"], bs["seed"], t["iseed"]
-        a, b, c, c_ref, flush, v, base = t["a"], t["b"], t["c"], t["c_ref"], t["flush"], t["v"], t["base"]
+        a, b, c, c_ref, flush, base = t["a"], t["b"], t["c"], t["c_ref"], t["flush"], t["base"]
         student = lambda: self.launch(a, b, c, n)  # noqa: E731
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
         # Timing integrity: every timed student launch gets fresh inputs (drawn on the GPU
         # from a seed the kernel cannot know, outside the timed region), and a fingerprint
-        # C @ v (v random) of each timed output is kept. The trusted checker verifies every
-        # fingerprint against A_r (B_r v) in float64, so a kernel that replays an earlier
-        # result or skips work on later launches is caught, whatever it caches.
+        # C_r @ v_r of each timed output is kept. v_r is drawn only once launch r has ended (its
+        # end event synchronised), from a seed the OS gives then: no kernel ever sees it, so none
+        # can shape an output to fit it. The trusted checker verifies every fingerprint against
+        # A_r (B_r v_r) in float64, so a kernel that replays an earlier result or skips work on
+        # later launches is caught, whatever it caches; the last output is checked in full.
         counter = {"launch": -int(bs["warmup"])}
-        prints = []
+        prints: list[np.ndarray] = []
+        vector_seeds: list[int] = []
 
         def fresh_inputs() -> None:
             a[...], b[...] = make_inputs_xp(cp, n, rep_seed(iseed, counter["launch"]), self.spec["inputs"])
@@ -212,8 +217,9 @@ class Runner:
             e1.record()
             e1.synchronize()
             ms = float(cp.cuda.get_elapsed_time(e0, e1))
-            if is_student:
-                prints.append(cp.asnumpy(c @ v))
+            if is_student:  # the launch has ended: now, and not before, its fingerprint's vector
+                vector_seeds.append(fresh_vector_seed())
+                prints.append(cp.asnumpy(c @ cp.asarray(integrity_vector(n, vector_seeds[-1]))))
             if not is_student:
                 # No correct product may sit in device memory while student code runs:
                 # a kernel could otherwise find cuBLAS's answer and copy it.
@@ -223,7 +229,7 @@ class Runner:
         for _ in range(bs["warmup"]):
             timed(student, True)
             timed(base, False)
-        del prints[:]  # only timed launches are checked (launch numbers 0, 1, ...)
+        del prints[:], vector_seeds[:]  # only timed launches are checked (launch numbers 0, 1, ...)
         student_ms: list[float] = []
         base_ms: list[float] = []
         self.report["bench"] = {"n": n, "seed": seed, "student_ms": student_ms, "baseline_ms": base_ms,
@@ -239,7 +245,7 @@ class Runner:
                 student_ms.append(timed(student, True))
             if time.perf_counter() - start > bs["max_seconds"] and rep + 1 >= bs["min_reps"]:
                 break
-        return prints, cp.asnumpy(c), counter["launch"]
+        return prints, vector_seeds, cp.asnumpy(c), counter["launch"]
 
     def release(self) -> None:
         """The last kernel has run: free the device memory and let the next turn start while this
@@ -251,7 +257,7 @@ class Runner:
 
 
 def _integrity_seed(bench: dict) -> int:
-    """The seed of the timed launches' fresh inputs and of the fingerprint vector v."""
+    """The seed of the timed launches' fresh inputs (the fingerprints' vectors have seeds of their own)."""
     return int(bench.get("integrity_seed", bench["seed"] + 1))
 
 

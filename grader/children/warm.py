@@ -55,7 +55,7 @@ def _check_entry(run_id: str, spec: dict, report: dict, rtol: float) -> dict:
     cases = [{"n": c["n"], "seed": c["seed"], "file": c["file"], "kind": "check"} for c in report["correctness"]]
     bench = report["bench"]
     prints = {"file": bench["fingerprints"], "count": bench["timed_launches"],
-              "integrity_seed": spec["bench"]["integrity_seed"]}
+              "integrity_seed": spec["bench"]["integrity_seed"], "vector_seeds": bench["vector_seeds"]}
     cases.append({"n": bench["n"], "seed": bench["last_seed"], "file": bench["file"], "kind": "bench",
                   "fingerprints": prints})
     return {"id": run_id, "inputs": spec["inputs"], "rtol": rtol, "out_dir": spec["out_dir"], "cases": cases}

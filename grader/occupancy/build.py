@@ -18,6 +18,7 @@ from grader.build.student import CompileStatus, Fence, compile_student, prepare_
 from grader.build.tool_search import Tool
 from grader.model import ProcRecord
 from grader.occupancy.config import OccupancyConfig
+from grader.untrusted.quote import fence_block
 
 BUILD_OUTPUT_LIMIT = 64_000  # bytes of compiler output kept per stream
 
@@ -57,9 +58,9 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
         return build
     if record.status is not CompileStatus.OK:
         proc = record.proc
-        detail = trim(proc.stderr or proc.stdout) if proc is not None else record.problem
+        detail = fence_block(proc.stderr or proc.stdout, 1500) if proc is not None else "\n" + record.problem
         brief = proc.brief() if proc is not None else "did not run"
-        build.problem = f"{what} did not compile: nvcc {brief}:\n{detail}"
+        build.problem = f"{what} did not compile: nvcc {brief}:{detail}"
         return build
     report = record.report
     build.kernels = parse_ptxas(report)

@@ -14,11 +14,12 @@ from pathlib import Path
 from grader.build.student import Fence
 from grader.children.launch import launch
 from grader.model import Cause, Gap, ProcRecord
-from grader.occupancy.build import Build, trim
+from grader.occupancy.build import Build
 from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.exercises import api_points
 from grader.occupancy.grading import Measurements
 from grader.run.process import Control
+from grader.untrusted.quote import quote_code
 
 # The grader's own re-run of the Ex 4 sweeps and of heavy: the same work at every point
 # (grid = TOTAL_THREADS / block), like the reference program. Not in the rubric: changing
@@ -86,11 +87,11 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
     if proc is not None and not proc.ok and phase != "finished":
         if not report:
             add(_PARTS, Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process failed "
-                                          f"({proc.brief()}): {trim(proc.stderr or proc.stdout, 400)}"))
+                                          f"({proc.brief()}): {quote_code((proc.stderr or proc.stdout).strip()[-400:], 400)}"))
         elif phase in _GRADERS:
             add(_PHASE_PARTS[phase], Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process "
                                                        f"{proc.brief()} while {_DOING.get(phase, phase)}: "
-                                                       f"{trim(proc.stderr, 400)}"))
+                                                       f"{quote_code(proc.stderr.strip()[-400:], 400)}"))
         else:
             kernel = "heavy" if phase == "heavy" else "work"
             if proc.timed_out:

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from grader.untrusted.quote import quote_code
+
 DEFAULT_MACROS = ("CUDA_CHECK",)
 DEFAULT_LAUNCH_CHECKS = ("cudaGetLastError", "cudaPeekAtLastError")
 DEFAULT_EXEMPT = ("cudaGetErrorString", "cudaGetErrorName")
@@ -41,8 +43,8 @@ class Unchecked:
     def describe(self) -> str:
         if self.kind == "launch":
             return (f"line {self.line}: launch of {self.name} is not followed by a checked "
-                    f"cudaGetLastError(): {self.source}")
-        return f"line {self.line}: {self.name}(...) is not checked: {self.source}"
+                    f"cudaGetLastError(): {quote_code(self.source, 120)}")
+        return f"line {self.line}: {self.name}(...) is not checked: {quote_code(self.source, 120)}"
 
 
 @dataclass

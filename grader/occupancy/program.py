@@ -18,8 +18,8 @@ from pathlib import Path
 
 from grader.build.student import Fence, run_guarded, student_user
 from grader.model import ProcRecord
-from grader.occupancy.build import trim
 from grader.run.process import Control
+from grader.untrusted.quote import fence_block, quote_code
 
 PROGRAM_TIMEOUT_S = 45.0
 PROGRAM_OUTPUT_LIMIT = 256 * 1024  # bytes kept per stream; the JSON is a few KB
@@ -37,7 +37,7 @@ def parse_program_output(stdout: str) -> tuple[dict | None, str | None]:
         return None, "the program printed nothing on stdout (expected one JSON document)"
     start = text.find("{")
     if start < 0:
-        return None, f"the program's stdout holds no JSON object: {trim(text, 300)}"
+        return None, f"the program's stdout holds no JSON object: {quote_code(text, 300)}"
     decoder = json.JSONDecoder()
     body = _NON_JSON_NUMBER.sub("null", text[start:])
     try:
@@ -72,14 +72,14 @@ def run_program(exe: Path, work: Path, timeout_s: float | None = None, *, fence:
         return None, f"not evaluated: the program could not be started ({exc})", None
     if proc.timed_out:
         return None, (f"the program did not finish within {timeout_s:g} s (look for a kernel or loop "
-                      f"that never ends); its last output:\n{trim(proc.stderr or proc.stdout, 600)}"), proc
+                      f"that never ends); its last output:{fence_block(proc.stderr or proc.stdout, 600)}"), proc
     if proc.returncode is None:
-        return None, f"not evaluated: the program could not be started: {trim(proc.stderr, 300)}", proc
+        return None, f"not evaluated: the program could not be started: {quote_code(proc.stderr.strip(), 300)}", proc
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-        msg = f"the program ended with {proc.brief()}" + (f": {lines[-1][:200]}" if lines else "")
+        msg = f"the program ended with {proc.brief()}" + (f": {quote_code(lines[-1], 200)}" if lines else "")
         if len(lines) > 1:
-            msg += "\nits stderr ends with:\n" + trim(proc.stderr, 800)
+            msg += "\nits stderr ends with:" + fence_block(proc.stderr, 800)
         return None, msg, proc
     if proc.stdout_bytes > PROGRAM_OUTPUT_LIMIT:
         return None, (f"the program printed {proc.stdout_bytes:,} bytes on stdout; the grader reads at "

@@ -38,6 +38,7 @@ from typing import Any
 
 from grader.model import Bonus, ItemResult, Status, to_jsonable
 from grader.spec.items import VISIBILITIES
+from grader.untrusted.quote import fence_block, markdown_safe
 
 OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")
 TEST_STATUSES = ("passed", "failed")  # all Gradescope knows
@@ -113,7 +114,7 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
         "score": score,
         "max_score": max_score,
         "status": "passed" if status is Status.PASSED else "failed",
-        "output": item.message or _DEFAULT_MESSAGES.get(status, ""),
+        "output": markdown_safe(item.message) or _DEFAULT_MESSAGES.get(status, ""),
         "output_format": "md",
         "visibility": visibility,
         "tags": [item.stage] if item.stage else [],
@@ -127,7 +128,7 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
     if status is Status.MANUAL:  # neutral and outside the autograder's total: see the module's docstring
         for key in ("score", "max_score", "status"):
             del test[key]
-        test["output"] = HAND_GRADED_NOTE + ("\n\n" + item.message if item.message else "")
+        test["output"] = HAND_GRADED_NOTE + ("\n\n" + markdown_safe(item.message) if item.message else "")
         extra["hand_graded_points"] = max_score
     return test
 
@@ -160,14 +161,15 @@ def build_results(
     ``output`` is the markdown summary shown above the tests. ``extra`` becomes the
     top-level ``extra_data``; ``leaderboard`` is included only when given. Raises
     ``ValueError`` for what rubric validation should have stopped (an unknown
-    visibility or status, a non-finite score). Free-form values (``item.values``,
+    visibility or status, a non-finite score). Every Markdown text goes through
+    :func:`~grader.untrusted.quote.markdown_safe` (raw HTML or an image is shown, never rendered). Free-form values (``item.values``,
     ``extra``, leaderboard entries) are made JSON-ready, NaN and inf becoming None.
     """
     tests = [build_test(item, i) for i, item in enumerate(items)]
     results: dict[str, Any] = {
         "score": round(sum(t.get("score", 0.0) for t in tests), 4),
         "execution_time": _seconds(execution_time),
-        "output": output,
+        "output": markdown_safe(output),
         "output_format": "md",
         "visibility": _check_visibility(visibility, "results"),
         "stdout_visibility": _check_visibility(stdout_visibility, "results stdout"),
@@ -183,16 +185,6 @@ def build_results(
     if extra is not None or hand:
         results["extra_data"] = _finite_or_none(to_jsonable(top))
     return results
-
-
-def _fence(text: str) -> str:
-    """``text`` in a markdown code fence longer than any backtick run inside it."""
-    longest = run = 0
-    for ch in text:
-        run = run + 1 if ch == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text}\n{fence}"
 
 
 def error_results(exc_text: str, execution_time: float) -> dict[str, Any]:
@@ -228,7 +220,7 @@ def error_results(exc_text: str, execution_time: float) -> dict[str, Any]:
                 "score": 0.0,
                 "max_score": 0.0,
                 "status": "failed",
-                "output": _fence(text),
+                "output": fence_block(text, limit=len(text)).strip("\n"),
                 "output_format": "md",
                 "visibility": "hidden",
                 "tags": ["autograder_error"],

@@ -24,6 +24,7 @@ from grader.children.launch import ChildResult, launch
 from grader.model import Cause, Gap, ProcRecord
 from grader.run.fence import Fence
 from grader.spec.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
+from grader.untrusted.quote import quote_code
 
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _HEADER_RE = re.compile(r'^"?ID"?,')
@@ -267,7 +268,7 @@ def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
         except OSError:
             pass
     if proc.returncode is None:
-        run.reason = f"not evaluated: ncu could not be started ({proc.stderr.strip()[:300]})"
+        run.reason = f"not evaluated: ncu could not be started ({quote_code(proc.stderr.strip(), 300)})"
         return run
     if proc.timed_out:
         run.reason = f"not evaluated: the ncu run did not finish within {timeout_s:g} s"
@@ -283,7 +284,7 @@ def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
         errors = [ln.strip() for ln in output.splitlines() if ln.startswith("==ERROR==")]
         detail = errors[0] if errors else (proc.stderr.strip().splitlines() or [""])[-1]
         run.reason = (f"not evaluated: ncu produced no metrics ({proc.brief()}; {run.table.problem})"
-                      + (f": {detail[:300]}" if detail else ""))
+                      + (f": {quote_code(detail, 300)}" if detail else ""))
         return run
     for st in stages:
         if st["id"] not in failures and run.table.row(st["kernel"]) is not None:

@@ -9,6 +9,7 @@ outputs and can run faster than real data).
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -75,7 +76,14 @@ def rep_seed(integrity_seed: int, rep: int) -> int:
     return (integrity_seed * 1009 + rep * 7919 + 104729) & 0x7FFFFFFF
 
 
-def integrity_vector(n: int, integrity_seed: int) -> np.ndarray:
-    """v of the timed launches' fingerprints C_r @ v (float32, uniform in [-1, 1), on the host): the
-    stage child multiplies each timed output by it, the checker A_r (B_r v) by the same v."""
-    return np.random.default_rng(integrity_seed).random(n, dtype=np.float32) * 2 - 1
+def integrity_vector(n: int, vector_seed: int) -> np.ndarray:
+    """v_r of timed launch r's fingerprint C_r @ v_r (float32, uniform in [-1, 1), on the host): the
+    stage child multiplies the launch's output by it, the checker A_r (B_r v_r) by the same v_r."""
+    return np.random.default_rng(vector_seed).random(n, dtype=np.float32) * 2 - 1
+
+
+def fresh_vector_seed() -> int:
+    """The seed of one timed launch's fingerprint vector, drawn from the OS by the stage child once
+    that launch has ended: nothing that existed while the kernel ran (the spec, the inputs' seeds,
+    device memory, the child's own memory) tells it. The child reports it with the fingerprints."""
+    return int.from_bytes(os.urandom(8), "little") >> 1  # 63 bits: exact in JSON and in NumPy's seeding

@@ -25,6 +25,7 @@ from pathlib import Path
 from grader.children.launch import ChildResult, launch
 from grader.run.fence import Fence
 from grader.run.process import Control
+from grader.untrusted.quote import quote_code
 
 _HEADER = re.compile(r"^========= (?! )(?!ERROR SUMMARY)(?!COMPUTE-SANITIZER)(.+?)\s*$")
 _DETAIL = re.compile(r"^=========\s{2,}(.+?)\s*$")
@@ -66,7 +67,7 @@ def race_message(kernel: str, findings: list[Finding]) -> str:
     where = list(dict.fromkeys(f"{acc.lower()} at {Path(fl).name}:{ln}"
                                for acc, (_fn, fl, ln) in zip(accesses, f.locations) if fl))
     more = f" ({len(findings) - 1} more)" if len(findings) > 1 else ""
-    return (f"shared-memory race in {kernel}: " + (", ".join(where) if where else f.summary)
+    return (f"shared-memory race in {kernel}: " + (", ".join(where) if where else quote_code(f.summary, 300))
             + f"{more}. Numbers can come out right by luck; a race makes them depend on timing. "
             "Look for a missing __syncthreads() between writing a shared tile and reading it, or before "
             "overwriting one that other threads still read.")
@@ -167,9 +168,9 @@ def _judge(tool: str, stage_id: str, child: ChildResult, text: str, work: Path, 
     if proc.timed_out:
         result.reason = f"not checked: {tool} did not finish within {timeout_s:g} s"
     elif "Device not supported" in text or (proc.returncode not in (0, ERROR_EXIT) and not result.findings):
-        result.reason = f"not checked: {tool} could not run here ({proc.brief()}: {text.strip()[-200:]})"
+        result.reason = f"not checked: {tool} could not run here ({proc.brief()}: {quote_code(text.strip()[-200:], 200)})"
     elif failed and not result.findings:  # the kernel never ran to the end: nothing was checked
-        result.reason = f"not checked: the kernel's launch under {tool} failed ({str(failed)[:300]})"
+        result.reason = f"not checked: the kernel's launch under {tool} failed ({quote_code(str(failed), 300)})"
         result.launch_failed = True
     return result
 

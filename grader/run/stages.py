@@ -22,6 +22,7 @@ from grader.run.timing import summarize
 from grader.run.turns import STARTUP_LIMIT_S, Party, State
 from grader.spec.limits import StageLimit, stage_limit
 from grader.spec.types import Rubric
+from grader.untrusted.quote import fence_block, quote_code
 
 RUN_OUTPUT_KEPT = 4000  # characters of a run's output kept for feedback and grading.json
 
@@ -56,12 +57,12 @@ def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
                                    f"(look for a loop that never ends or a barrier some threads never reach){noisy}")
     if report and report.get("error") and report.get("prepared") is False:
         return Verdict.NO_VERDICT, (f"not run: the grader could not prepare this stage's run before your kernel "
-                                    f"ran ({report['error']}); course staff can re-run it")
+                                    f"ran ({quote_code(report['error'], 300)}); course staff can re-run it")
     if report and report.get("error"):
-        return Verdict.CRASHED, f"the kernel failed {where}: {report['error']}"
+        return Verdict.CRASHED, f"the kernel failed {where}: {quote_code(report['error'], 300)}"
     if report is None or not report.get("loaded"):
-        tail = (proc.stderr or proc.stdout).strip()[-800:]
-        return Verdict.CRASHED, f"the kernel could not be loaded or run ({proc.brief()}): {tail}"
+        return Verdict.CRASHED, (f"the kernel could not be loaded or run ({proc.brief()}):"
+                                 + fence_block(proc.stderr or proc.stdout, 800))
     if not proc.ok:
         return Verdict.CRASHED, f"the run ended abnormally ({proc.brief()}) {where}"
     return None
@@ -74,7 +75,8 @@ def _check_request(o: StageOutcome, report: dict, work: Path, job: Job) -> dict:
     bench = o.bench
     if bench.get("file"):
         prints = ({"file": bench["fingerprints"], "count": bench.get("timed_launches", 0),
-                   "integrity_seed": job.seeds["integrity"]} if bench.get("fingerprints") else None)
+                   "integrity_seed": job.seeds["integrity"], "vector_seeds": bench.get("vector_seeds")}
+                  if bench.get("fingerprints") else None)
         cases.append({"n": bench["n"], "seed": bench.get("last_seed", bench["seed"]), "file": bench["file"],
                       "kind": "bench", "fingerprints": prints})
     return {"id": o.stage.id, "inputs": o.stage.inputs, "rtol": o.stage.rtol, "out_dir": str(work), "cases": cases}
@@ -238,7 +240,7 @@ def check_results(job: Job) -> Job:
     _record_child_times(job, "", proc, child.result, prefix="check",
                         held_s=checker.control.held_s() if checker is not None and sched is not None else 0.0)
     if not proc.ok:
-        job.notes.append(f"the reference checker failed ({proc.brief()}): {proc.stderr.strip()[-500:]}")
+        job.notes.append(f"the reference checker failed ({proc.brief()}): {quote_code(proc.stderr.strip()[-500:], 500)}")
     for chk in job.checks:
         o = job.outcomes[chk["id"]]
         _correctness(o, verdicts.get(chk["id"]))
@@ -295,8 +297,8 @@ def sanitize(job: Job) -> Job:
         r = memchecks[o.stage.id]
         if o.verdict in MEMCHECKED and r.findings:  # not a stage racecheck has just explained
             f = r.findings[0]
-            o.correctness_message += (f"\nmemcheck's first finding: {f.brief()}"
-                                      + (f"; {'; '.join(f.details[1:3])}" if len(f.details) > 1 else ""))
+            found = f.brief() + (f"; {'; '.join(f.details[1:3])}" if len(f.details) > 1 else "")
+            o.correctness_message += f"\nmemcheck's first finding: {quote_code(found, 400)}"
     return job
 
 

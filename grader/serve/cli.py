@@ -109,6 +109,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def tokens_command(args: argparse.Namespace) -> int:
     from grader.serve.auth import Tokens, read_roster
+    from grader.untrusted.cells import safe_row  # roster labels are anyone's text: never a formula
 
     data = config.private_dir(Path(getattr(args, "data", None) or config.Settings.data))
     tokens = Tokens(data)
@@ -122,7 +123,7 @@ def tokens_command(args: argparse.Namespace) -> int:
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["label", "pseudonym", "token"])
-        w.writerows(issued)
+        w.writerows(safe_row(row) for row in issued)
         if args.out:
             _write_private(Path(args.out), buf.getvalue())
         else:
@@ -141,7 +142,7 @@ def tokens_command(args: argparse.Namespace) -> int:
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["label", "pseudonym", "issued", "expires", "state"])
     for row in tokens.describe():
-        w.writerow([row["label"], row["pseudonym"], row["issued"], row["expires"], row["state"]])
+        w.writerow(safe_row([row["label"], row["pseudonym"], row["issued"], row["expires"], row["state"]]))
     return EXIT_OK
 
 

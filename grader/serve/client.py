@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from grader.build.safe_copy import MAX_DEPTH
 from grader.serve.signing import ASSIGNMENT_HEADER, CONTENT_HEADER, SUBMISSION_ID_HEADER, SUBMITTER_HEADER, sign, target
 
 API = "/api/v1"
@@ -140,6 +141,9 @@ def make_archive(path: Path) -> Archive:
     total = 0
     for folder, dirs, files in os.walk(path):  # os.walk never descends into a linked folder
         rel_dir = Path(folder).relative_to(path)
+        if len(rel_dir.parts) >= MAX_DEPTH and dirs:  # intake would leave them out; os.walk recurses per level
+            skipped += [f"{(rel_dir / d).as_posix()}/ (more than {MAX_DEPTH} nested folders)" for d in sorted(dirs)]
+            dirs.clear()
         for name in sorted(dirs):
             rel = (rel_dir / name).as_posix()
             full = Path(folder) / name

@@ -7,18 +7,23 @@ them. ``results_too`` forgets such a job whole: its results and its record go to
 archive posted again is graded again. A queued or running job is never touched: only finished jobs
 are listed, and the store deletes only while the job is still finished (:meth:`JobStore.forget`).
 
+A work folder that cannot be removed costs only its own job: the failure is logged and said in the
+job's line of the report, the other jobs are pruned, and the next prune tries it again.
+
 ``python -m grader serve prune`` runs it once; ``retention_days`` in serve.yaml has the running
 service run it every hour (:data:`INTERVAL_S`).
 """
 from __future__ import annotations
 
-import os
-import shutil
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.build.safe_copy import remove_tree, tree_size
 from grader.serve.store import JobStore, State
+
+log = logging.getLogger("grader.serve")
 
 INTERVAL_S = 3600.0
 DAY_S = 86400.0
@@ -34,21 +39,11 @@ class Pruned:
     archive_bytes: int
     results_bytes: int
     work_bytes: int
+    problem: str = ""  # why a work folder of the job is still there ('' when all went)
 
     @property
     def total(self) -> int:
         return self.archive_bytes + self.results_bytes + self.work_bytes
-
-
-def _size(path: Path) -> int:
-    total = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 def work_folders(data: Path, job_id: str) -> list[Path]:
@@ -70,16 +65,29 @@ def prune(store: JobStore, data: Path, older_than_days: float, *, results_too: b
         archive, results = store.blob_sizes(job.id)
         folders = work_folders(data, job.id)
         item = Pruned(job.id, job.state, job.finished or 0.0, archive, results if results_too else 0,
-                      sum(_size(f) for f in folders))
+                      sum(tree_size(f) for f in folders))
         if item.total == 0 and not results_too:
             continue  # pruned before: only its results are left, and they stay
         if not dry_run:
             if not store.forget(job.id, whole=results_too):
                 continue
-            for folder in folders:
-                shutil.rmtree(folder, ignore_errors=True)
+            item.problem = "; ".join(filter(None, (_remove(job.id, folder) for folder in folders)))
         out.append(item)
     return out
+
+
+def _remove(job_id: str, folder: Path) -> str:
+    """Remove one work folder of ``job_id``: '' when it went, or why not (logged)."""
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            folder.unlink()  # never followed
+        else:
+            remove_tree(folder)
+    except OSError as exc:
+        log.warning("retention: job %s: its work folder %s could not be removed (%s); the other jobs are pruned "
+                    "and the next prune tries it again", job_id, folder, exc)
+        return f"work folder {folder.name} not removed ({exc.strerror or exc})"
+    return ""
 
 
 def human(n: int) -> str:
@@ -105,6 +113,8 @@ def report(pruned: list[Pruned], dry_run: bool) -> list[str]:
             parts.append(f"results {human(p.results_bytes)}")
         if p.work_bytes:
             parts.append(f"work folder {human(p.work_bytes)}")
+        if p.problem:
+            parts.append(p.problem)
         lines.append(f"{verb} job {p.job} ({p.state.value} {iso(p.finished)}): {', '.join(parts)}")
     total = sum(p.total for p in pruned)
     lines.append(f"{len(pruned)} job(s); {human(total)} {'would be freed' if dry_run else 'freed'}")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -30,6 +29,7 @@ import time
 from pathlib import Path
 
 from grader import IMPORT_ROOT
+from grader.build.safe_copy import remove_tree
 from grader.run.device import describe_into
 from grader.run.keeper import START_TIMEOUT_S, Keeper, start_keeper
 from grader.serve import child, results
@@ -201,12 +201,12 @@ class Worker:
                          error="the job's archive is missing from the store")
             return
         folder = self.work / f"{job.id}-{job.attempts}"
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder, ignore_errors=True)  # any depth: a grading's folder is the student's to fill
         folder.mkdir(parents=True)
         try:
             self._grade_in(job, archive, folder)
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder, ignore_errors=True)
 
     def _grade_in(self, job: Job, archive: bytes, folder: Path) -> None:
         (folder / "submission.zip").write_bytes(archive)

@@ -161,7 +161,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         parts = (["Values your own kernels do not produce:", *some(bad)] if bad else []) + (
             ["Values the grader cannot read:", *some(unreadable)] if unreadable else [])
         return Status.FAILED, 0.0, ("\n".join(parts) + tail + "\nNext: copy each value from grading.json "
-                             "(stages.<id>.ncu) of a grader run on your current kernels, at the grader's profile "
+                             "(`stages.<id>.ncu`) of a grader run on your current kernels, at the grader's profile "
                              "size, and write it as `name = number`."), values, False
     no_metrics = "; ".join(f"your {', '.join(dict.fromkeys(sids))} kernel{'s' if len(set(sids)) > 1 else ''} ({gap.message})"
                            for gap, sids in skipped.items())
@@ -178,7 +178,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
                                     f"{len(cits)} cited value(s) were not compared" + tail), values, no_gpu
     if unchecked:
         return Status.FAILED, 0.0, ("none of the cited metrics is one the grader measures, so none could be checked:" + tail
-                             + "\nCite at least one metric from grading.json (stages.<id>.ncu) or a derived name "
+                             + "\nCite at least one metric from grading.json (`stages.<id>.ncu`) or a derived name "
                              "listed in assignment/README.md."), values, False
     return Status.FAILED, 0.0, (f"nothing to compare: the section on {t.label} cites no metric as `name = value` (its "
                          "cites item says how)"), values, False

@@ -48,9 +48,9 @@ from grader.deploy.batch.table import (
     automatic_points,
     csv_rows,
     merge,
-    safe_cell,
     write_csv,
 )
+from grader.untrusted.cells import safe_cell
 
 __all__ = ["BatchError", "BatchSummary", "FAILED_STATUSES", "META_COLUMNS", "GradedBy", "Options", "RowStatus",
            "Submission", "Why", "automatic_points", "child_command", "csv_rows", "find_export_root", "grade_export",

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.build.safe_copy import (
+    MAX_DEPTH,
     MAX_FILE_BYTES,
     MAX_RATIO,
     Limits,
@@ -31,8 +32,9 @@ from grader.build.safe_copy import (
 METADATA_NAME = "submission_metadata.yml"
 # A class is a few hundred submissions of a few files each. The export's caps bound what a forged
 # export can write (each member is also capped in size and in compression ratio).
+# Its folders are a submission's two below the submission's own: a wrapping folder and submission_<id>/.
 EXPORT_LIMITS = Limits(max_entries=400_000, max_total_bytes=32 * 1024**3, max_file_bytes=MAX_FILE_BYTES,
-                       max_ratio=MAX_RATIO)
+                       max_ratio=MAX_RATIO, max_depth=MAX_DEPTH + 2)
 _MARKER = ".extracted.json"  # written when an extraction finished: a resumed batch reuses it
 _IGNORED = (".", "__MACOSX")
 

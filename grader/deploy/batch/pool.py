@@ -18,7 +18,6 @@ import json
 import os
 import queue
 import re
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
+from grader.build.safe_copy import remove_tree
 from grader.deploy.batch.export import Submission
 from grader.deploy.batch.stale import GradedBy
 from grader.deploy.batch.table import STATUS_FILE, RowStatus, read_json
@@ -138,7 +138,7 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
     final = subs_dir / sub.folder
     partial = subs_dir / (sub.folder + ".partial")
     if partial.exists():
-        shutil.rmtree(partial)
+        remove_tree(partial)
     partial.mkdir(parents=True)
     t0 = time.monotonic()
     proc = sandbox.run(make_cmd(sub, partial, opts), timeout_s=opts.timeout_s, cwd=str(REPO_ROOT),
@@ -171,7 +171,7 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
         record["graded_by"] = replace(opts.graded_by, gpu=gpu is not None and opts.use_gpu).to_json()
     (partial / STATUS_FILE).write_text(json.dumps(record, indent=1) + "\n")
     if final.exists():
-        shutil.rmtree(final)
+        remove_tree(final)
     partial.rename(final)
     return record
 

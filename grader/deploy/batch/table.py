@@ -18,7 +18,7 @@ leaderboard values.
 the same in every row, whatever rubric graded a kept row: hand-graded points are left out, as in
 results.json's total.
 
-Every cell goes through :func:`safe_cell` (OWASP's rule against CSV formula injection), so a
+Every cell goes through :func:`grader.untrusted.cells.safe_cell` (OWASP's rule against CSV formula injection), so a
 student named ``=HYPERLINK(...)`` is text in Excel, LibreOffice and Google Sheets.
 """
 from __future__ import annotations
@@ -27,7 +27,6 @@ import csv
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
@@ -37,6 +36,7 @@ from grader.build.intake import INTAKE_FILE
 from grader.deploy.batch.export import Submission
 from grader.model import Bonus
 from grader.spec.types import Rubric
+from grader.untrusted.cells import safe_row
 
 STATUS_FILE = "batch_status.json"
 META_COLUMNS = ["submission_id", "folder", "names", "emails", "sids", "created_at", "status",
@@ -65,32 +65,14 @@ class RowStatus(str, Enum):
 
 FAILED_STATUSES = (RowStatus.GRADER_ERROR, RowStatus.USAGE_ERROR, RowStatus.TIMED_OUT)
 
-# OWASP, "CSV Injection": a cell starting with one of these is a formula to a spreadsheet.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
-
-
-def safe_cell(value: Any) -> Any:
-    """``value`` as a spreadsheet will show it and never run it: text that starts like a formula
-    gets a leading single quote (OWASP's rule); numbers, and text that is just a number, are kept."""
-    if value is None:
-        return ""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    text = str(value)
-    if text.startswith(_FORMULA_START) and not _NUMBER.fullmatch(text):
-        return "'" + text
-    return text
-
-
 def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    """The one CSV writer: atomic (a temporary file renamed), every cell through safe_cell."""
+    """The one CSV writer: atomic (a temporary file renamed), every cell through safe_cell (safe_row)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow([safe_cell(c) for c in columns])
+        w.writerow(safe_row(columns))
         for row in rows:
-            w.writerow([safe_cell(row.get(c)) for c in columns])
+            w.writerow(safe_row(row.get(c) for c in columns))
     os.replace(tmp, path)
 
 

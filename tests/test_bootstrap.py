@@ -2,6 +2,7 @@
 prints the one command that would. The machine is made fresh by a PATH without bwrap, whose `id` and
 `apt-get` are stand-ins that say who runs and record what was asked of the package manager."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,16 @@ def test_no_install_means_no_apt_get_even_as_root(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not log.exists()
     assert "to fence it: sudo apt-get install -y bubblewrap" in proc.stderr
+
+
+def test_the_readme_names_the_system_packages_ci_installs():
+    """The README's two commands: every system package .ci/run installs is named, and where the outputs go."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    packages = re.search(r"ci_packages=\(([^)]*)\)", ci)
+    assert packages is not None
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Two commands"):readme.index("## Grading one submission")]
+    for pkg in packages.group(1).split():
+        assert pkg in section, pkg
+    assert "`bash .ci/run`" in section and "installs all five" in section and len(packages.group(1).split()) == 5
+    assert "writes `grading-out/`" in section and "automatic points" in section

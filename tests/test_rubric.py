@@ -282,3 +282,15 @@ def test_a_speedup_title_is_checked_against_its_min_and_curve(raw):
     assert with_speedup("at least 2 times the coalesced kernel") == []
     (problem,) = with_speedup("3x the coalesced kernel for full points")
     assert problem.path.endswith(".title") and "says '3x' but min is 2" in problem.message
+
+
+def test_a_missing_key_names_only_a_near_copy_as_its_misspelling(tmp_path):
+    path = _edited(tmp_path, 'title: "80% of cuBLAS SGEMM for full points"', 'tittle: "80% of cuBLAS SGEMM for full points"')
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert "item speed: title: is missing; `tittle` is not a known key: did you mean `title`?" in str(exc.value)
+    raw = yaml.safe_load(SHIPPED)
+    del raw["stages"][0]["title"]  # its file: is read later, and is no misspelling of title
+    with pytest.raises(RubricError) as exc:
+        parse_rubric(raw)
+    assert exc.value.problem == "is missing"

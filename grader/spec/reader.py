@@ -53,10 +53,13 @@ class Reader:
         return value
 
     def _misspelt(self, key: str) -> str:
-        """``; `minimum` is not a known key: did you mean `min`?`` when a key not taken yet is close to ``key``."""
-        others = [str(k) for k in self.raw if k not in self.used and not str(k).startswith("x-")]
-        close = difflib.get_close_matches(key, others, 1, 0.6)
-        return f"; `{close[0]}` is not a known key: did you mean `{key}`?" if close else ""
+        """``; `minimum` is not a known key: did you mean `min`?`` when a key not taken yet is a near-copy of
+        ``key`` or starts with it. Stricter than :meth:`done`'s match: the keys not taken yet include the
+        ones read after this one (``file`` beside a missing ``title`` is no misspelling)."""
+        for other in (str(k) for k in self.raw if k not in self.used and not str(k).startswith("x-")):
+            if other.startswith(key) or key.startswith(other) or difflib.SequenceMatcher(None, key, other).ratio() >= 0.8:
+                return f"; `{other}` is not a known key: did you mean `{key}`?"
+        return ""
 
     def sub(self, key: str, default: Any = MISSING) -> Reader:
         """The mapping at ``key``, as a reader of its own."""

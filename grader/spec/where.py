@@ -3,8 +3,8 @@ the stage and item ids (``rubric.yaml line 263: stage blocktiling_2d, item speed
 
 The readers name every problem by key path (grader/spec/reader.py), which stays exact and cheap; only
 when a rubric is refused is its text composed again (PyYAML's node tree, whose marks hold the lines)
-and the path walked down it. The walk is linear in the path and in the keys of the mappings it
-passes, and the node tree is the one ``yaml.safe_load`` built already, so nothing here is unbounded.
+and the path walked down it. Composing costs what the ``yaml.safe_load`` before it cost (the same
+text, already accepted), and the walk is linear in the path and in the keys of the mappings it passes.
 """
 from __future__ import annotations
 

@@ -20,8 +20,11 @@
 #
 # Environment (all optional; grader/deploy/install.sh, the Gradescope/Docker install, sets them):
 #   GRADER_PYTHON=PATH        the base interpreter (default: python3)
-#   GRADER_NO_INSTALL=1       never create .venv or run pip: use the base interpreter as it is
+#   GRADER_NO_INSTALL=1       never create .venv, run pip or apt-get: use the base interpreter as it is
 #                             (it must import numpy, yaml, rich); missing tools are only warned about
+#
+# bubblewrap (bwrap, the sandbox of students' code) is installed with apt-get when missing, as root
+# on Debian or Ubuntu; elsewhere the command to install it is printed.
 #   GRADER_CUPY=cuda13|cuda12 install that CuPy extra even though no GPU is visible now
 #                             (a Docker build sees no GPU; the container will)
 #   GRADER_PYTHON_FILE=PATH   write the path of the interpreter chosen here into PATH
@@ -199,6 +202,33 @@ if ((!use_base)); then
             say ".venv setup failed; cannot continue"
             exit 1
         fi
+    fi
+fi
+
+# --- The sandbox: bubblewrap fences every process that compiles or runs students' code ------
+# As root with apt-get (Debian, Ubuntu) it is installed here; otherwise the one command to run is
+# printed, and gradings say that students' code ran unfenced until it is installed.
+bwrap_command() {
+    local mgr
+    for mgr in apt-get dnf zypper pacman apk; do
+        if command -v "$mgr" >/dev/null 2>&1; then
+            case "$mgr" in
+                pacman) echo "sudo pacman -S bubblewrap" ;;
+                apk) echo "sudo apk add bubblewrap" ;;
+                *) echo "sudo $mgr install -y bubblewrap" ;;
+            esac
+            return
+        fi
+    done
+    echo "install bubblewrap (bwrap) with the system's package manager"
+}
+if [[ "$cmd" != lint ]] && ! command -v bwrap >/dev/null 2>&1; then
+    if [[ "${GRADER_NO_INSTALL:-0}" != 1 && "$(id -u)" -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        say "bubblewrap (bwrap, the sandbox for students' code) is missing: apt-get install bubblewrap"
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap; } \
+            || say "WARNING: apt-get could not install bubblewrap; students' code will run unfenced"
+    else
+        say "WARNING: bubblewrap (bwrap) is missing, so students' code will run unfenced; to fence it: $(bwrap_command)"
     fi
 fi
 

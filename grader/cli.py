@@ -175,6 +175,16 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 # check-rubric, calibrate, handout
 # --------------------------------------------------------------------------------------------
+def rubric_title_problems(path: Path, rubric) -> list[str]:
+    """One line per item whose title states another threshold than it grades by, told by line and ids."""
+    from grader.spec.titles import title_problems
+    from grader.spec.where import describe_path
+
+    problems = title_problems(rubric)
+    text = path.read_text(encoding="utf-8") if problems else ""
+    return [f"{describe_path(text, rubric.source, p.path) or p.path}: {p.message}" for p in problems]
+
+
 def check_rubric_command(args: argparse.Namespace) -> int:
     from grader.spec.rubric import load_rubric
 
@@ -183,6 +193,9 @@ def check_rubric_command(args: argparse.Namespace) -> int:
         rubric = load_rubric(args.rubric)
     except ConfigError as exc:
         return fail(Path(args.out).resolve(), str(exc), EXIT_USAGE, started)
+    titles = rubric_title_problems(Path(args.rubric), rubric)
+    if titles:
+        return fail(Path(args.out).resolve(), "\n".join(titles), EXIT_USAGE, started)
     _console(False).print(f"{args.rubric}: valid; {len(rubric.stages)} stages, {rubric.max_points:g} points",
                           highlight=False)
     return EXIT_OK

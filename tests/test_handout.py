@@ -95,7 +95,22 @@ def test_an_invalid_rubric_exits_2_with_its_error_not_a_traceback(tmp_path, entr
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "error: rubric.yaml.stages[0].items[0].points: is 'ten' (str) (expected an integer or a number)" in proc.stderr
+    assert "error: rubric.yaml line 116: stage naive, item compiles: points: is 'ten' (str) (expected an integer or a number)" \
+           in proc.stderr
     missing = subprocess.run([sys.executable, *entry, "--check", "--handout", str(tmp_path / "nope.md")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "nope.md: cannot be read" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_the_stale_hint_keeps_the_files_it_was_given(tmp_path, capsys):
+    raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
+    next(i for i in raw["stages"][2]["items"] if i["id"] == "speed")["points"] = 5
+    rubric_path = tmp_path / "my rubric.yaml"
+    rubric_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert main(["--check", "--rubric", str(rubric_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"run python -m grader.instructor.handout --write --rubric '{rubric_path}'" in err
+    handout = tmp_path / "README.md"
+    handout.write_text(TEXT)
+    assert main(["--check", "--rubric", str(rubric_path), "--handout", str(handout)]) == 1
+    assert f"--write --rubric '{rubric_path}' --handout {handout}" in capsys.readouterr().err

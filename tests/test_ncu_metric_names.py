@@ -201,11 +201,12 @@ def test_a_misspelt_metric_in_an_item_stops_check_rubric(tmp_path):
     path = _bad_rubric(tmp_path, edit)
     with pytest.raises(RubricError) as exc:
         load_rubric(path)
-    assert exc.value.where == f"rubric.yaml.stages[{k}].items[{j}].expr"
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "ffma_pred_onn" in text)
+    assert exc.value.where == f"rubric.yaml line {line}: stage {RAW['stages'][k]['id']}, item {it['id']}: expr"
     proc = subprocess.run([sys.executable, "-m", "grader", "check-rubric", "--rubric", str(path),
                            "--out", str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert f"rubric.yaml.stages[{k}].items[{j}].expr" in proc.stderr
+    assert exc.value.where in proc.stderr
     assert "sm__sass_thread_inst_executed_op_ffma_pred_onn.sum is not a metric" in proc.stderr
     assert "closest: sm__sass_thread_inst_executed_op_ffma_pred_on.sum" in proc.stderr
     assert "Traceback" not in proc.stderr

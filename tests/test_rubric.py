@@ -1,5 +1,7 @@
 """rubric.yaml validation: the shipped rubric loads; each kind of mistake names its key."""
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,115 @@ def test_racecheck_blocks_a_pair_null_or_the_default(raw):
         assert parse_rubric(edited).sanitizer.racecheck_blocks == expected
     err = _error(raw, lambda r: r["settings"]["sanitizer"].update(racecheck_blocks=[2, 0]))
     assert err.where == "rubric.yaml.settings.sanitizer.racecheck_blocks" and "two positive integers" in str(err)
+
+
+# --------------------------------------------------------------------------------------------
+# An edited rubric.yaml: errors told by line, stage id and item id, with did-you-means
+# --------------------------------------------------------------------------------------------
+SHIPPED = (ROOT / "rubric.yaml").read_text()
+
+
+def _edited(tmp_path, old: str, new: str) -> Path:
+    assert SHIPPED.count(old) >= 1, old
+    path = tmp_path / "rubric.yaml"
+    path.write_text(SHIPPED.replace(old, new, 1))
+    return path
+
+
+def _line_of(path: Path, needle: str) -> int:
+    return next(n for n, text in enumerate(path.read_text().splitlines(), 1) if needle in text)
+
+
+def _check_rubric(path: Path, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", "check-rubric", "--rubric", str(path), "--out",
+                           str(tmp_path / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_misspelt_threshold_key_is_told_by_line_stage_item_and_the_key_meant(tmp_path):
+    path = _edited(tmp_path, "min: 0.80, curve", "minimum: 0.80, curve")
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    line = _line_of(path, "minimum: 0.80")
+    assert str(exc.value) == (f"rubric.yaml line {line}: stage blocktiling_2d, item speed: min: is missing; `minimum` "
+                              "is not a known key: did you mean `min`? (expected an integer or a number)")
+
+
+def test_an_unknown_key_and_an_unknown_kind_get_a_did_you_mean(tmp_path):
+    path = _edited(tmp_path, "min: 0.80, curve", "min: 0.80, partal_from: 0.3, curve")
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert str(exc.value).startswith(f"rubric.yaml line {_line_of(path, 'partal_from')}: stage blocktiling_2d, "
+                                     "item speed: partal_from: is not a known key; did you mean partial_from?")
+    path = _edited(tmp_path, "kind: fraction_of_baseline", "kind: fraction_of_baselin")
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert str(exc.value).startswith(f"rubric.yaml line {_line_of(path, 'fraction_of_baselin,')}: stage coalesced, "
+                                     "item speed: kind: is 'fraction_of_baselin'; did you mean fraction_of_baseline?")
+    path = _edited(tmp_path, "smem: ", "smme: ")
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert str(exc.value).startswith(f"rubric.yaml line {_line_of(path, 'smme: ')}: stage naive: launch.smme: "
+                                     "is not a known key; did you mean smem?")
+
+
+def test_a_path_outside_the_stages_keeps_its_keys(tmp_path):
+    path = _edited(tmp_path, "  bonus: extra\n", "  bonus: extr\n")
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert str(exc.value).startswith(f"rubric.yaml line {_line_of(path, 'bonus: extr')}: settings.bonus: is 'extr'; "
+                                     "did you mean extra?")
+
+
+def test_the_shipped_titles_state_their_thresholds(tmp_path):
+    from grader.spec.titles import title_problems
+
+    assert title_problems(load_rubric(ROOT / "rubric.yaml")) == []
+    proc = _check_rubric(ROOT / "rubric.yaml", tmp_path)
+    assert proc.returncode == 0 and "valid; 7 stages" in proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("old,new,said", [
+    ("min: 0.80, curve", "min: 0.75, curve", "says '80%' but min is 0.75 (75%)"),
+    ('title: "80% of cuBLAS SGEMM for full points"', 'title: "at least 85% of cuBLAS SGEMM"',
+     "says '85%' but min is 0.8 (80%)"),
+    ("at least 128 FFMA per", "at least 100 FFMA per", "says 'at least 100' but value is 128"),
+    ("active 65% of cycles", "active 60% of cycles", "says '60%' but value is 65"),
+])
+def test_a_title_that_states_another_threshold_fails_check_rubric(tmp_path, old, new, said):
+    path = _edited(tmp_path, old, new)
+    load_rubric(path)  # valid YAML and keys: only the title disagrees
+    proc = _check_rubric(path, tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = _line_of(path, new)
+    assert f"error: rubric.yaml line {line}: stage " in proc.stderr and f": title: {said}" in proc.stderr
+    assert "Traceback" not in proc.stderr and (tmp_path / "out" / "results.json").is_file()
+
+
+def test_a_speedup_title_is_checked_against_its_min_and_curve(raw):
+    from grader.spec.titles import title_problems
+
+    def with_speedup(title: str) -> list:
+        bad = copy.deepcopy(raw)
+        items = next(st for st in bad["stages"] if st["id"] == "tiled")["items"]
+        speed = next(i for i in items if i["id"] == "speed")
+        speed.clear()
+        speed.update(id="speed", kind="speedup_over_stage", stage="coalesced", min=2.0, partial_from=1.5,
+                     title=title, points=5)
+        return title_problems(parse_rubric(bad))
+
+    assert with_speedup("2x the coalesced kernel for full points (partial credit from 1.5x)") == []
+    assert with_speedup("at least 2 times the coalesced kernel") == []
+    (problem,) = with_speedup("3x the coalesced kernel for full points")
+    assert problem.path.endswith(".title") and "says '3x' but min is 2" in problem.message
+
+
+def test_a_missing_key_names_only_a_near_copy_as_its_misspelling(tmp_path):
+    path = _edited(tmp_path, 'title: "80% of cuBLAS SGEMM for full points"', 'tittle: "80% of cuBLAS SGEMM for full points"')
+    with pytest.raises(RubricError) as exc:
+        load_rubric(path)
+    assert "item speed: title: is missing; `tittle` is not a known key: did you mean `title`?" in str(exc.value)
+    raw = yaml.safe_load(SHIPPED)
+    del raw["stages"][0]["title"]  # its file: is read later, and is no misspelling of title
+    with pytest.raises(RubricError) as exc:
+        parse_rubric(raw)
+    assert exc.value.problem == "is missing"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -260,12 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite the generated blocks of the handout")
     mode.add_argument("--check", action="store_true", help="exit 1 when a generated block is stale")
-    ap.add_argument("--rubric", default=str(RUBRIC))
-    ap.add_argument("--handout", default=str(HANDOUT))
+    ap.add_argument("--rubric", help=f"rubric file (default: {RUBRIC})")
+    ap.add_argument("--handout", help=f"the handout (default: {HANDOUT})")
     args = ap.parse_args(argv)
-    path = Path(args.handout)
+    path = Path(args.handout or HANDOUT)
+    rubric_path = args.rubric or str(RUBRIC)
+    # The command that rewrites the blocks, with the files this one was given, so the hint can be pasted.
+    write = " ".join(["python -m grader.instructor.handout --write"]
+                     + [f"--{k} {shlex.quote(v)}" for k, v in (("rubric", args.rubric), ("handout", args.handout)) if v])
     try:  # an invalid rubric or an unreadable handout is the caller's input: exit 2, as the grader's CLI does
-        rubric = load_rubric(args.rubric)
+        rubric = load_rubric(rubric_path)
         text = path.read_text(encoding="utf-8")
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -280,10 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.check:
         if changed:
-            print(f"{path}: stale generated blocks: {', '.join(changed)}; run python -m grader.instructor.handout --write",
-                  file=sys.stderr)
+            print(f"{path}: stale generated blocks: {', '.join(changed)}; run {write}", file=sys.stderr)
             return 1
-        print(f"{path}: every generated block matches {args.rubric}")
+        print(f"{path}: every generated block matches {rubric_path}")
         return 0
     if changed:
         path.write_text(new, encoding="utf-8")

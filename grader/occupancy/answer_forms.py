@@ -146,6 +146,16 @@ def _parse_one(f: Field, raw: Any) -> Any:
     raise _Bad
 
 
+def with_unit(f: Field, value: Any) -> str | None:
+    """A parsed value as the grader reads it, in the field's unit ("7 KiB", "29.7%", "1.25 ms"), so
+    that a student sees what a bare number was taken as; None for a field without a unit."""
+    unit = {PERCENT: "%", SIZE: " KiB", TIME: " ms"}.get(f.kind)
+    if unit is None:
+        return None
+    scale = KIB if f.kind == SIZE else 1  # sizes are kept in bytes
+    return ", ".join(f"{v / scale:g}{unit}" for v in (value if isinstance(value, tuple) else (value,)))
+
+
 def describe(raw: Any) -> str:
     """What the student wrote, for a message: bounded whatever its size, never rendered as Markdown."""
     if isinstance(raw, list):

@@ -27,7 +27,7 @@ from grader.occupancy.calculator import (
     max_potential_block_size,
 )
 from grader.occupancy.config import OccupancyConfig
-from grader.occupancy.grading import Ctx, Measurements, api_lookup, as_number, program_value, size_hint
+from grader.occupancy.grading import FIX_KERNEL, Ctx, Measurements, api_lookup, as_number, implausible, program_value
 from grader.occupancy.measured import grade_ex4, grade_ex6, grade_host
 
 # What each dominant stall waits on (ex5.memory_level).
@@ -73,18 +73,17 @@ def grade_ex1(ctx: Ctx) -> list[ItemResult]:
 
     # The fix: the student's new kernel parameters must reach the target occupancy.
     a = ctx.answers
-    threads, regs, smem = (a.get("ex1.fix.threads_per_block"), a.get("ex1.fix.regs_per_thread"),
-                           a.get("ex1.fix.shared_mem_kib"))
-    fields = ("ex1.fix.threads_per_block", "ex1.fix.regs_per_thread", "ex1.fix.shared_mem_kib")
-    problems = [p for f in fields if (p := a.problem(f))]
+    threads, regs, smem = (a.get(f) for f in FIX_KERNEL)
+    problems = [p for f in FIX_KERNEL if (p := a.problem(f))]
     if a.error or problems:
         msg = a.error or "\n".join(problems)
         out.append(ctx.result("ex1.fix", Status.FAILED, 0.0, msg))
         out.append(ctx.result("ex1.fix_numbers", Status.FAILED, 0.0,
                               "needs the changed kernel first: " + msg))
         return out
-    if threads <= 0 or threads > 1024 or regs < 0 or smem < 0:
-        msg = "ex1.fix: the changed kernel is not a valid launch (1-1024 threads, no negative sizes)"
+    odd = implausible(a, ctx.cfg)  # what `python -m grader check` says too
+    if "ex1.fix" in odd:
+        msg = odd["ex1.fix"]
         return out + [ctx.result("ex1.fix", Status.FAILED, 0.0, msg),
                       ctx.result("ex1.fix_numbers", Status.FAILED, 0.0, msg)]
     if (threads, regs, smem) == (e.threads_per_block, e.regs_per_thread, e.smem_per_block):
@@ -96,7 +95,7 @@ def grade_ex1(ctx: Ctx) -> list[ItemResult]:
     new = _ex1_model(ctx.cfg, threads, regs, smem)
     values = {"occupancy_pct": new.occupancy_pct, "blocks": new.blocks_per_sm}
     kernel = f"{threads} threads, {regs} registers, {smem / KIB:g} KiB"
-    unit = size_hint("ex1.fix.shared_mem_kib", smem, e.smem_per_sm)
+    unit = "\n" + odd[FIX_KERNEL[2]] if FIX_KERNEL[2] in odd else ""
     if new.occupancy_pct + 1e-9 >= e.target_occupancy_pct:
         out.append(ctx.result("ex1.fix", Status.PASSED, 1.0,
                               f"{kernel} reach {new.occupancy_pct:.1f}% by the hand model", **values))

@@ -204,8 +204,26 @@ def size_hint(path: str, size_bytes: float, per_sm_bytes: int) -> str:
     written = size_bytes / KIB  # the number the student wrote, read as KiB
     if size_bytes <= per_sm_bytes or written > per_sm_bytes:
         return ""
-    return (f"\n{path} is in KiB: {written:g} KiB is more shared memory than one SM has ({per_sm_bytes / KIB:g} KiB). "
+    return (f"{path} is in KiB: {written:g} KiB is more shared memory than one SM has ({per_sm_bytes / KIB:g} KiB). "
             f"If you meant {written:g} bytes, write {written / KIB:g} (KiB) or '{written:g} B'")
+
+
+FIX_KERNEL = ("ex1.fix.threads_per_block", "ex1.fix.regs_per_thread", "ex1.fix.shared_mem_kib")
+
+
+def implausible(answers: Answers, cfg: OccupancyConfig) -> dict[str, str]:
+    """The answers that are well-formed but cannot be what the student meant, by field (``ex1.fix``
+    for the changed kernel as a whole): what grading says of them, and what ``python -m grader check``
+    says before grading. Needs no GPU and no expected value."""
+    out: dict[str, str] = {}
+    threads, regs, smem = (answers.get(f) for f in FIX_KERNEL)
+    if None in (threads, regs, smem):
+        return out
+    if threads <= 0 or threads > 1024 or regs < 0 or smem < 0:
+        out["ex1.fix"] = "ex1.fix: the changed kernel is not a valid launch (1-1024 threads, no negative sizes)"
+    elif hint := size_hint(FIX_KERNEL[2], smem, cfg.ex1.smem_per_sm):
+        out[FIX_KERNEL[2]] = hint
+    return out
 
 
 def as_number(value: Any) -> float | None:

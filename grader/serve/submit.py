@@ -22,9 +22,12 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.occupancy.run import PLOT_FILE as OCCUPANCY_PLOT
-from grader.serve.client import Archive, Client, JobState, Problem, ServiceError, human_size, make_archive
+
+if TYPE_CHECKING:  # the client (httpx) is imported when a submission is sent: `check` and the rest run without it
+    from grader.serve.client import Archive, Client, JobState, ServiceError
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -67,6 +70,8 @@ def progress_text(job: JobState, since: float) -> str:
 
 def refusal_message(exc: ServiceError, server: str, archive: Archive | None) -> tuple[str, int]:
     """(what to tell the student, exit code) for a ServiceError."""
+    from grader.serve.client import Problem, human_size
+
     p = exc.problem
     if p is Problem.UNAUTHORIZED:
         return (f"the service refused your token: {exc.message} (--token: your instructor issues tokens)",
@@ -111,6 +116,12 @@ def _print_results(out: Path, submission: str, job: JobState, console) -> None:
 
 def submit(args: argparse.Namespace) -> int:
     console = _console()
+    try:
+        from grader.serve.client import Client, ServiceError, human_size, make_archive
+    except ModuleNotFoundError as exc:  # the HTTP client is the one dependency only `submit` needs
+        console.print(f"error: `submit` needs the {exc.name} package: python3 -m pip install . (in the kit's folder)",
+                      highlight=False, soft_wrap=True)
+        return EXIT_USAGE
     server = args.server or os.environ.get("GRADER_SERVICE_URL", "")
     token = args.token or os.environ.get("GRADER_SERVICE_TOKEN", "")
     if not server or not token:

@@ -7,6 +7,7 @@ the value is, and what was expected.
 """
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from grader.spec.errors import RubricError
@@ -43,13 +44,22 @@ class Reader:
         self.used.add(key)
         if key not in self.raw:
             if default is MISSING:
-                raise RubricError(self.path(key), "is missing", what or type_name(typ))
+                raise RubricError(self.path(key), "is missing" + self._misspelt(key), what or type_name(typ))
             return default
         value = self.raw[key]
         bool_ok = typ is bool or (isinstance(typ, tuple) and bool in typ)
         if not isinstance(value, typ) or (isinstance(value, bool) and not bool_ok):
             raise RubricError(self.path(key), f"is {shown(value)} ({type(value).__name__})", what or type_name(typ))
         return value
+
+    def _misspelt(self, key: str) -> str:
+        """``; `minimum` is not a known key: did you mean `min`?`` when a key not taken yet is a near-copy of
+        ``key`` or starts with it. Stricter than :meth:`done`'s match: the keys not taken yet include the
+        ones read after this one (``file`` beside a missing ``title`` is no misspelling)."""
+        for other in (str(k) for k in self.raw if k not in self.used and not str(k).startswith("x-")):
+            if other.startswith(key) or key.startswith(other) or difflib.SequenceMatcher(None, key, other).ratio() >= 0.8:
+                return f"; `{other}` is not a known key: did you mean `{key}`?"
+        return ""
 
     def sub(self, key: str, default: Any = MISSING) -> Reader:
         """The mapping at ``key``, as a reader of its own."""
@@ -69,7 +79,9 @@ class Reader:
     def choice(self, key: str, allowed: tuple[str, ...], default: Any = MISSING) -> str:
         value = self.get(key, str, default, "one of: " + ", ".join(allowed))
         if value not in allowed:
-            raise RubricError(self.path(key), f"is {shown(value)}", "one of: " + ", ".join(allowed))
+            close = difflib.get_close_matches(value, allowed, 1, 0.6)
+            raise RubricError(self.path(key), f"is {shown(value)}" + (f"; did you mean {close[0]}?" if close else ""),
+                              "one of: " + ", ".join(allowed))
         return value
 
     def number(self, key: str, default: Any = MISSING, lo: float = 0.0, hi: float | None = None) -> float:
@@ -124,7 +136,8 @@ class Reader:
     def done(self) -> None:
         unknown = [k for k in self.raw if k not in self.used and not str(k).startswith("x-")]
         if unknown:
-            raise RubricError(self.path(unknown[0]), "is not a known key",
+            close = difflib.get_close_matches(str(unknown[0]), sorted(map(str, self.used)), 1, 0.6)
+            raise RubricError(self.path(unknown[0]), "is not a known key" + (f"; did you mean {close[0]}?" if close else ""),
                               "one of: " + ", ".join(sorted(map(str, self.used))))
 
 

@@ -35,6 +35,7 @@ from grader.spec.types import (
     StageLimits,
     Timeouts,
 )
+from grader.spec.where import located
 from grader.writeup.config import load_report_config
 
 
@@ -229,5 +230,8 @@ def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise RubricError(f"{source}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
-    return dataclasses.replace(parse_rubric(raw, source), sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-                               text=text)
+    try:
+        rubric = parse_rubric(raw, source)
+    except RubricError as exc:  # told by line, stage id and item id rather than by list index
+        raise located(exc, text, source) from None
+    return dataclasses.replace(rubric, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text=text)

@@ -29,7 +29,7 @@ from grader.writeup.parse import (
     strip_comments,
     tables,
 )
-from grader.writeup.tables import check_table, check_times, describe, find_tables
+from grader.writeup.tables import TableCheck, check_table, check_times, describe, find_tables
 
 MAX_BYTES = 64 * 1024  # a report is a few pages (the reference one is 7 KB); parsed in well under a second
 
@@ -262,16 +262,8 @@ def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, ou
         else:
             status, frac, msg, vals, needs_gpu = _check_values(par.citations, t, cfg, outcomes)
             out.append(_result(vspec, status, frac, msg, needs_gpu=needs_gpu, **vals))
-    parsed = tables(text)
-    chosen = find_tables(parsed, cfg.tables, names)
-    bench_n = {st.id: st.bench.n for st in rubric.stages}
-    checks, fp32_peak = [], None
-    for spec in cfg.tables:
-        chk = check_table(spec, chosen[spec.id], names, bench_n, cfg.arithmetic_rel,
-                          fp32_peak if spec.last_column == "fp32_multiple" else None)
-        if spec.peak == "fp32" and chk.peak_gflops:
-            fp32_peak = chk.peak_gflops
-        checks.append(chk)
+    checks = check_tables(cfg, text, rubric)
+    for spec, chk in zip(cfg.tables, checks):
         need = len(chk.required)
         good = 0 if chk.problems else chk.good_rows()
         problems = describe(chk)
@@ -285,6 +277,23 @@ def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, ou
     out.append(_result(items["table.times"], status, frac, msg, needs_gpu=needs_gpu))
     out.append(_reasoning(items["reasoning"], cfg, found))
     return out
+
+
+def check_tables(cfg: ReportConfig, text: str, rubric: Rubric) -> list[TableCheck]:
+    """Each results table of the report (``text``, comments stripped) checked for completeness and
+    arithmetic, in ``cfg.tables`` order: what grading scores and ``python -m grader check`` shows."""
+    names = stage_names(rubric, cfg)
+    chosen = find_tables(tables(text), cfg.tables, names)
+    bench_n = {st.id: st.bench.n for st in rubric.stages}
+    checks: list[TableCheck] = []
+    fp32_peak = None
+    for spec in cfg.tables:
+        chk = check_table(spec, chosen[spec.id], names, bench_n, cfg.arithmetic_rel,
+                          fp32_peak if spec.last_column == "fp32_multiple" else None)
+        if spec.peak == "fp32" and chk.peak_gflops:
+            fp32_peak = chk.peak_gflops
+        checks.append(chk)
+    return checks
 
 
 def _reasoning(spec: Item, cfg: ReportConfig, found: dict[str, Paragraph]) -> ItemResult:

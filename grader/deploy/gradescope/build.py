@@ -157,13 +157,14 @@ def refuse_leaks(members: dict[str, bytes], root: Path) -> None:
         raise BuildError(f"refusing to pack {leaked[0][0]}: it is a copy of {leaked[0][1]}")
 
 
-def write_zip(out: Path, members: dict[str, bytes]) -> None:
-    """A reproducible zip (sorted members, fixed timestamps, Unix modes), written whole or not at all."""
+def write_zip(out: Path, members: dict[str, bytes], folder: str = "") -> None:
+    """A reproducible zip (sorted members, fixed timestamps, Unix modes), written whole or not at all;
+    with ``folder``, every member sits under that one top-level folder (Gradescope wants none)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(members):
-            info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+            info = zipfile.ZipInfo(f"{folder}/{name}" if folder else name, date_time=ZIP_DATE)
             info.create_system = 3  # Unix, so unzip applies the mode bits
             info.external_attr = (stat.S_IFREG | _mode(name)) << 16
             info.compress_type = zipfile.ZIP_DEFLATED

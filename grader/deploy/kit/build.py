@@ -6,7 +6,8 @@ The kit is what a student needs and nothing of the course's answers: the handout
 (``README-students.md`` beside this module). Never ``solutions/`` or ``tests/``: the Gradescope
 build's own guard (grader/deploy/gradescope/build.py: ``refuse_leaks``) refuses a member under them
 and any member whose bytes equal a file of ``solutions/``. The zip is reproducible (sorted
-members, fixed timestamps, the same writer as the autograder zip); its members sit at its root.
+members, fixed timestamps, the same writer as the autograder zip); its members sit in one top-level
+folder, ``FOLDER``, so that unzipping it makes one folder and spills nothing beside it.
 """
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ from grader.deploy.gradescope.build import BuildError, package_files, refuse_lea
 
 INCLUDE = ("assignment", "starter", "grader", "rubric.yaml", "pyproject.toml", "setup.py")
 README = Path(__file__).resolve().parent / "README-students.md"
+FOLDER = "gemm-ladder-kit"
 
 
 def build_kit(out: Path, root: Path = REPO_ROOT) -> list[str]:
-    """Write the kit to ``out``; return its member names. BuildError when something would leak."""
+    """Write the kit to ``out``; return its member names (inside ``FOLDER``). BuildError when something would leak."""
     members = {name: src.read_bytes() for name, src in package_files(root, INCLUDE).items()}
     members["README.md"] = README.read_bytes()
     refuse_leaks(members, root)
-    write_zip(Path(out), members)
+    write_zip(Path(out), members, FOLDER)
     return sorted(members)
 
 

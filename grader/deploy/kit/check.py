@@ -5,7 +5,8 @@ grader will be able to read everything (grader/deploy/kit/checks.py says what is
 submission is a folder or a zip of one, taken in by the grader's own intake (a fresh copy, no link
 followed, sizes capped) into a temporary folder. Prints a short table, then::
 
-    exit 0  every file, kernel, answer and citation is well-formed
+    exit 0  every file, kernel, answer, citation and table is well-formed (rows marked info say
+            what optional part, such as a bonus section, is left out)
     exit 1  something needs fixing (the rows marked FIX say what and where)
     exit 2  bad usage: no such submission, an invalid rubric
     exit 3  the check itself failed (a bug: please report it)
@@ -108,7 +109,9 @@ def check_command(args: argparse.Namespace) -> int:
             print(f"\n{fix} to fix (rows marked FIX); checked in {took:.1f} s. No scores here: "
                   "grade on a GPU for those.")
         else:
-            print(f"\nall well-formed; checked in {took:.1f} s. No scores here: grade on a GPU for those "
+            info = sum(r.mark is Mark.INFO for r in rows)
+            optional = f" ({info} optional part{'s' if info != 1 else ''} left out: rows marked info)" if info else ""
+            print(f"\nall well-formed{optional}; checked in {took:.1f} s. No scores here: grade on a GPU for those "
                   "(python grader/run_local.py SUBMISSION).")
         sys.stdout.flush()
     except BrokenPipeError:  # `... | head`: the reader has seen enough

@@ -8,9 +8,12 @@ Each check reads the submission the way the grader does, with the grader's own c
   kernel's name and signature, and the ``<kernel>_launch`` array as the grader reads it from the
   cubin (skipped, saying so, without nvcc);
 - answers: the occupancy answers parsed by grader/occupancy/answers.py (every field, or its line
-  and what was expected);
+  and what was expected), the plausibility rules grading applies (grader/occupancy/grading.py:
+  ``implausible``), and every value with a unit as the grader reads it;
 - report: the report's sections and citations read by grader/writeup/ (every citation and whether
-  the grader can use it; an unknown name with the closest names the grader knows).
+  the grader can use it; an unknown name with the closest names the grader knows; a bonus section
+  left out is information only), and its results tables checked by grading's own table checks
+  (grader/writeup/run.py: ``check_tables``).
 """
 from __future__ import annotations
 
@@ -26,19 +29,21 @@ from grader.build.compile import CompileResult, compile_stage
 from grader.build.intake import Intake
 from grader.build.locate import Problem, locate
 from grader.build.tool_search import Tool
-from grader.model import Cause
+from grader.model import Bonus, Cause
 from grader.spec import metric_names
 from grader.spec.types import Rubric, Stage
 from grader.untrusted.quote import quote_code
 
 MAX_LINES = 12  # detail lines shown under one row; the rest are counted
 MAX_CITATION_LINES = 20  # a report section's citations listed one per line
+MAX_UNIT_LINES = 60  # the occupancy answers with a unit, one per line (the rubric bounds their number)
 
 
 class Mark(str, Enum):
     OK = "ok"
     FIX = "FIX"  # the grader cannot use this as it is
     SKIP = "skip"  # not checked here (no nvcc, the file is missing)
+    INFO = "info"  # worth knowing, nothing to fix (an optional part left out)
 
 
 @dataclass
@@ -156,7 +161,9 @@ def key_lines(text: str) -> dict[str, int]:
 
 
 def answers(taken: Intake, rubric: Rubric) -> list[Row]:
+    from grader.occupancy.answer_forms import with_unit
     from grader.occupancy.answers import answer_schema
+    from grader.occupancy.grading import implausible
     from grader.occupancy.run import MAX_ANSWERS_BYTES, load_answers
 
     cfg = rubric.occupancy
@@ -168,16 +175,27 @@ def answers(taken: Intake, rubric: Rubric) -> list[Row]:
         return [Row(Mark.FIX if path is not None else Mark.SKIP, what, parsed.error)]
     assert path is not None
     lines = key_lines(path.read_bytes()[:MAX_ANSWERS_BYTES].decode("utf-8", errors="replace"))
-    total = len(answer_schema(cfg))
+    schema = answer_schema(cfg)
+    total = len(schema)
     malformed = [p for p in parsed.problems if p not in parsed.unanswered]
-    shown = [f"line {lines[p]}: {parsed.problems[p]}" if p in lines else parsed.problems[p] for p in malformed]
+    odd = implausible(parsed, cfg)  # well-formed, but grading will say it cannot be meant
+    shown = [f"line {lines[p]}: {msg}" if p in lines else msg
+             for p, msg in [(p, parsed.problems[p]) for p in malformed] + list(odd.items())]
     if parsed.unanswered:
         shown.append(f"{len(parsed.unanswered)} fields have no answer yet: " + ", ".join(parsed.unanswered[:8])
                      + (", ..." if len(parsed.unanswered) > 8 else ""))
     shown += parsed.notes
     detail = (f"{len(parsed.values)} of {total} answers read" + (f"; {len(malformed)} malformed" if malformed else "")
+              + (f"; {len(odd)} implausible" if odd else "")
               + (f"; {len(parsed.unanswered)} empty" if parsed.unanswered else ""))
-    return [Row(Mark.FIX if parsed.problems else Mark.OK, what, detail, _some(shown))]
+    rows = [Row(Mark.FIX if parsed.problems or odd else Mark.OK, what, detail, _some(shown))]
+    # Every value with a unit as the grader reads it: a bare 7168 in a KiB field shows as 7168 KiB.
+    units = [f"{p}: {shown_value}" for p, f in schema.items()
+             if p in parsed.values and (shown_value := with_unit(f, parsed.values[p])) is not None]
+    if units:
+        rows.append(Row(Mark.OK, "occupancy units", "the answers with a unit, as the grader reads them",
+                        _some(units, MAX_UNIT_LINES)))
+    return rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +217,8 @@ def _citation_line(c, known: frozenset[str], derived: list[str]) -> tuple[bool, 
 def report(taken: Intake, rubric: Rubric) -> list[Row]:
     from grader.writeup.hints import known_metrics
     from grader.writeup.parse import heading_transition, paragraph, sections, strip_comments
-    from grader.writeup.run import read_report, stage_names
+    from grader.writeup.run import check_tables, read_report, stage_names
+    from grader.writeup.tables import describe
 
     cfg = rubric.report
     if cfg is None:
@@ -207,9 +226,10 @@ def report(taken: Intake, rubric: Rubric) -> list[Row]:
     text, problem = read_report(taken.root, cfg.file)
     if text is None:
         return [Row(Mark.SKIP, "report", f"not read: {problem}")]
+    text = strip_comments(text)
     names = stage_names(rubric, cfg)
     found = {}
-    for sec in sections(strip_comments(text)):
+    for sec in sections(text):
         pair = heading_transition(sec.heading, names)
         tid = next((t.id for t in cfg.transitions if (t.before, t.after) == pair), None)
         if tid and tid not in found:
@@ -221,6 +241,10 @@ def report(taken: Intake, rubric: Rubric) -> list[Row]:
     for t in cfg.transitions:
         what = f"report {t.label}"
         par = found.get(t.id)
+        if par is None and t.bonus is not Bonus.NONE:  # grading gives its bonus items 0, nothing lost
+            rows.append(Row(Mark.INFO, what, f"no section (optional, for bonus points): a heading such as "
+                                             f"`## {t.label}` adds it"))
+            continue
         if par is None:
             rows.append(Row(Mark.FIX, what, f"no section: expected a heading such as `## {t.label}`"))
             continue
@@ -237,4 +261,14 @@ def report(taken: Intake, rubric: Rubric) -> list[Row]:
         bad = fix or good < len(checked) or par.ignored
         rows.append(Row(Mark.FIX if bad else Mark.OK, what, "; ".join(fix) if fix else detail,
                         _some(lines, MAX_CITATION_LINES)))
+    numbers = {i.id: i.number for i in cfg.items()}
+    for spec, chk in zip(cfg.tables, check_tables(cfg, text, rubric)):  # grading's own table checks
+        what, item = f"report table {spec.id}", numbers.get(f"table.{spec.id}", "")
+        problems = describe(chk)
+        if problems:
+            rows.append(Row(Mark.FIX, what, f"{item}: {spec.title} table is incomplete or inconsistent",
+                            _some(problems.splitlines())))
+        else:
+            rows.append(Row(Mark.OK, what, f"{item}: all {len(chk.required)} rows complete and consistent "
+                                           f"(implied peak {chk.peak_gflops or 0:,.0f} GFLOP/s)"))
     return rows

@@ -74,7 +74,7 @@ from grader.spec.rubric import load_rubric; write_shifted(Path('solutions'), loa
   gpu-tests)
     log "GPU tests"
     t0=$(date +%s)
-    timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -x 2>&1 | tail -30 | tee -a "$OUT/run.txt"
+    timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE 2>&1 | tail -40 | tee -a "$OUT/run.txt"
     log "GPU tests took $(( $(date +%s) - t0 )) s" ;;
   esac
 done

@@ -308,3 +308,10 @@ def test_compiler_text_and_file_names_in_feedback_are_shown_never_rendered(tmp_p
         assert "<img" not in html and "<h1" not in html, (where, html)
     assert "&lt;img src=x onerror=alert(1)&gt; &lt;h1&gt;Score: 179 / 179&lt;/h1&gt;" in render(compiled["output"])
     assert "&lt;img src=y onerror=alert(2)&gt;.cu" in render(res["output"])  # the intake note names it, quoted
+
+
+def test_a_grading_of_no_gemm_stage_prints_its_table(tmp_path):
+    """The occupancy exercises alone (no stage row in the ladder table): the console still renders."""
+    proc = run_m("grade", ROOT / "solutions", "--no-gpu", "--stages", "occupancy", "--out", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "automatic points" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr

@@ -171,10 +171,11 @@ def render_terminal(grading: Grading, console) -> None:
     hand = sum(i.max_score for i in hand_graded(grading.items))
     table = Table(title=f"{grading.submission}: {grading.score:g} / {automatic_max(grading.items):g} automatic points"
                   + (f" (+ {hand:g} graded by hand)" if hand else ""))
+    rows = ladder_rows(grading)
     for col in COLUMNS:  # the stage names are never cut, whatever the terminal's width
         table.add_column(col, justify="left" if col == "stage" else "right", no_wrap=col == "stage",
-                         min_width=max(len(r[0]) for r in ladder_rows(grading)) if col == "stage" else None)
-    for row in ladder_rows(grading):
+                         min_width=max((len(r[0]) for r in rows), default=len(col)) if col == "stage" else None)
+    for row in rows:
         style = {"NO": "red", "no build": "red", "yes": ""}.get(row[1], "yellow")
         table.add_row(*row, style=style or None)
     console.print(table)

@@ -253,8 +253,9 @@ def test_without_a_driver_the_runner_says_nothing_was_checked(tmp_path, monkeypa
     spec = {**STAGE, "cubin": str(tmp_path / "x.cubin")}
     run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 64, tmp_path / "w", 60)
     assert run.findings == [] and run.proc.returncode == 0
-    assert run.reason.startswith("not checked: the kernel's launch under racecheck failed (the CUDA driver did not "
-                                 "start: dlopen: LIBCUDA_NOT_LOADED"), run.reason
+    # the launcher's words are quoted (they are a tool's output): shown, never rendered
+    assert run.reason.startswith("not checked: the kernel's launch under racecheck failed (`"), run.reason
+    assert "the CUDA driver did not start: dlopen: LIBCUDA_NOT_LOADED" in run.reason, run.reason
 
 
 def test_an_older_sanitizer_without_kernel_name_is_run_again_without_it(tmp_path, monkeypatch, fake_libcuda):

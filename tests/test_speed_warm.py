@@ -270,7 +270,7 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
     assert seeds == [None, None]  # the sanitizer's launcher child uses no CuPy, so no cache
     tiled, bt1d = job.outcomes["tiled"], job.outcomes["blocktiling_1d"]
     assert tiled.verdict is Verdict.RACE and "memcheck" not in tiled.correctness_message
-    assert bt1d.verdict is Verdict.WRONG and "memcheck's first finding: Invalid __global__ write" in \
+    assert bt1d.verdict is Verdict.WRONG and "memcheck's first finding: `Invalid __global__ write" in \
         bt1d.correctness_message
     assert sorted(p.name for p in job.clock.phases) == ["memcheck", "racecheck"]
 

@@ -119,6 +119,8 @@ def validate(path: Path, ref: dict = GRADESCOPE_UTILS) -> tuple[dict | None, lis
         graded = {"score", "max_score", "status"}
         if t["extra_data"].get("status") == "manual":  # hand-graded: neutral, outside the automatic total
             p += [f"{where}: a hand-graded item carries {k}" for k in sorted(graded & t.keys())]
+        elif t["extra_data"].get("pending_gpu") is True:  # pending GPU grading: neutral as well, not failed
+            p += [f"{where}: an item pending GPU grading carries {k}" for k in sorted(graded & t.keys())]
         elif not (_finite(t.get("score")) and _finite(t.get("max_score")) and t.get("status") in ("passed", "failed")):
             p.append(f"{where}: score, max_score or status not as Gradescope reads")
         else:

@@ -182,7 +182,8 @@ def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
     extra = results.setdefault("extra_data", {})
     if isinstance(extra, dict):
         extra["pending_gpu_items"] = len(left)
-        extra["pending_gpu_points"] = sum(float(t.get("max_score") or 0) for t in left)
+        extra["pending_gpu_points"] = sum(float(t["extra_data"].get("pending_gpu_points", t.get("max_score")) or 0)
+                                          for t in left)
     return results
 
 

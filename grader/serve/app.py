@@ -43,7 +43,7 @@ from grader.serve.settings import Settings
 from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable, open_store
 from grader.serve.supervisor import Supervisor
 from grader.serve.upload import Receiver, Sender, Upload
-from grader.serve.worker import reap
+from grader.serve.worker import reap, stale_without_gpu
 
 log = logging.getLogger("grader.serve")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -115,7 +115,7 @@ class Service:
         self.store.check()
         if not force and who.declared_sha:
             same = self.store.find_same(who.owner, who.declared_sha, self.key)
-            if same is not None:  # the sender's own job: a wrong declared sha256 can only name another of its own
+            if same is not None and not stale_without_gpu(same, self.settings):  # the sender's own job: a wrong declared sha256 can only name another of its own
                 return self._answer(same, 200, deduplicated=True)
         if who.kind is Kind.SELFCHECK:
             self._check_token(who.owner, time.time())
@@ -145,7 +145,7 @@ class Service:
         with self.lock:
             self.store.check()
             same = None if force else self.store.find_same(owner, sha, self.key)
-            if same is not None:
+            if same is not None and not stale_without_gpu(same, self.settings):
                 return self._answer(same, 200, deduplicated=True)
             if kind is Kind.SELFCHECK:  # again, under the lock: two uploads at once cannot both pass a limit
                 self._check_token(owner, now)
@@ -154,11 +154,13 @@ class Service:
                       submitter=up.submitter, demoted=self._over_fair_share(up, now))
             body = up.path.read_bytes()
             source = None if force else self.store.find_done(sha, self.key, kind)
+            if source is not None and stale_without_gpu(source, self.settings):
+                source = None
             blob = self.store.results(source.id) if source is not None else None
             if source is not None and blob is not None:  # someone else's identical archive, same kind: copy, never regrade
                 job.state, job.started, job.finished, job.copied_from = State.DONE, now, now, source.id
                 job.score, job.max_score, job.files = source.score, source.max_score, list(source.files)
-                job.leaderboard, job.grade_s = list(source.leaderboard), 0.0
+                job.leaderboard, job.grade_s, job.without_gpu = list(source.leaderboard), 0.0, source.without_gpu
                 self.store.add(job, body, results=blob)
                 log.info("job %s done: %s, results of %s copied", job.id[:8], kind.value, source.id[:8])
                 return self._answer(job, 200, deduplicated=True)

@@ -4,6 +4,7 @@
                                            ?force=1 grades again. 202 new, 200 the same content's job.
     GET  /api/v1/jobs/{id}                 state, position, estimate_s, times, score, files (error if failed)
     GET  /api/v1/jobs/{id}/files/{name}    one file of the job's results folder
+    GET  /api/v1/jobs/{id}/summary         {"html"}: summary.md rendered (raw HTML escaped, no images)
     GET  /api/v1/queue                     workers, queued kinds and times, running, done_last_hour, mean_grade_s
     GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
     GET  /healthz                          {"ok", "queue", "workers"}; 503 {"ok": false} when the store is unavailable
@@ -124,8 +125,7 @@ class Service:
     def _check_token(self, owner: str, now: float) -> None:
         snap = views.snapshot(self.store, self.settings, now)
         mine = self.store.owner_jobs(owner, now - 3600)
-        active = [snap.estimate(j) or snap.mean_s for j in mine if j.state in (State.QUEUED, State.RUNNING)]
-        limits.check_token(mine, self.settings.limits, now, min(active) if active else snap.mean_s)
+        limits.check_token(mine, self.settings.limits, now, snap.first_done(mine))
 
     def submit(self, up: Upload, force: bool, submission_id: str) -> JSONResponse:
         """A new job for ``up`` (or the stored one of the same content). The body is read into memory
@@ -287,6 +287,17 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
         if job is None:
             return error(404, "no job with this id (ids are case-sensitive; check the link)")
         return views.job_view(job, views.snapshot(svc.store, svc.settings))
+
+    @app.get("/api/v1/jobs/{job_id}/summary")
+    def get_summary(job_id: str):
+        """summary.md rendered as HTML on the server (views.summary_html), for the job page."""
+        job = svc.job(job_id)
+        if job is None:
+            return error(404, "no job with this id (ids are case-sensitive; check the link)")
+        data = svc.file(job, "summary.md") if "summary.md" in job.files else None
+        if data is None:
+            return error(404, "this job has no summary.md (yet)")
+        return {"html": views.summary_html(data.decode("utf-8", errors="replace"))}
 
     @app.get("/api/v1/jobs/{job_id}/files/{name}")
     def get_file(job_id: str, name: str):

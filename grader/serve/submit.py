@@ -25,6 +25,7 @@ from pathlib import Path
 
 from grader.occupancy.run import PLOT_FILE as OCCUPANCY_PLOT
 from grader.serve.client import Archive, Client, JobState, Problem, ServiceError, human_size, make_archive
+from grader.serve.views import about
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 2, 3, 4, 5, 6
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -43,14 +44,6 @@ def _console():
     return console
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 90:
-        return f"~{seconds:.0f} s"
-    return f"~{seconds / 60:.0f} min"
-
-
 def progress_text(job: JobState, since: float) -> str:
     """The progress line: 'queued, position 3, ~2 min', 'running (40 s)', 'done'."""
     if job.state == "queued":
@@ -58,7 +51,7 @@ def progress_text(job: JobState, since: float) -> str:
         if job.position is not None:
             parts.append(f"position {job.position}")
         if job.estimate_s is not None:
-            parts.append(_duration(job.estimate_s))
+            parts.append(about(job.estimate_s))
         return ", ".join(parts)
     if job.state == "running":
         return f"running ({time.monotonic() - since:.0f} s)"

@@ -244,15 +244,16 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
     assert f"gpu service: without_gpu (GPU use switched off (--no-gpu)); {len(pending)} items still pending" in log
 
 
-def test_a_gpu_worker_without_its_gpu_flags_the_job_and_a_regrade_grades_again(service, autograder, tmp_path):
-    """A service started for a GPU (``--gpus 0``) whose worker cannot reach it (this machine has none, as a
-    worker whose CuPy is broken): the job says why, the bridge leaves the items pending, and the same files
-    sent again are graded again rather than answered with the stored job."""
+def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grades_again(service, autograder, tmp_path):
+    """A service started for a GPU whose worker cannot reach it, as a worker whose CuPy is broken (``--gpus 99``:
+    a GPU no machine has, so no CUDA device is visible to it, on a GPU host too): the job says why, the bridge
+    leaves the items pending, and the same files sent again are graded again rather than answered with the
+    stored job."""
     measured, _ = service
     data = tmp_path / "data"
     shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)
     sub = _submission(tmp_path, report="# a GPU worker without its GPU\n")
-    with ServiceProcess(data, "--gpus", "0", stages=STAGES, gpu=True) as broken:
+    with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True) as broken:
         broken.wait_workers(1, timeout_s=90)
         log, res = run_autograder(autograder, sub, tmp_path / "results", GRADER_SERVICE_URL=broken.url)
         gs = res["extra_data"]["gpu_service"]

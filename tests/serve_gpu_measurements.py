@@ -5,7 +5,8 @@ leaderboard entries. :func:`gpu_measurements_env` returns environment variables 
 process under which every ``python -m grader grade`` it starts (its workers' children) records,
 for each stage that compiled, the H200 measurements the grader's own tests use
 (docs/measurements/2026-11-29-h200-stability.json timings, the live Nsight Compute fixture) just
-before it writes its outputs. Everything else is the real grading: the real service, worker,
+before it writes its outputs, with the H200 as its device and its stage items judged on them.
+Everything else is the real grading: the real service, worker,
 compile, results.json, plots (ladder.png, roofline.png) and leaderboard.
 
 It works through a ``sitecustomize.py`` on PYTHONPATH (Python imports it at start-up), active only
@@ -37,13 +38,24 @@ if _root and sys.argv[1:2] == ["grade"]:
     _timings = _timings["runs"][0]["stages"]
     _ncu = parse_raw_csv(Path(_root, "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_h200_n2048.csv").read_text())
     _original = write.write_outputs
+    _DEVICE = {"ok": True, "name": "NVIDIA H200 (the recorded measurements)", "cc": [9, 0], "sms": 132}
 
     def _with_measurements(grading, out):
+        measured = False
         for sid, o in grading.outcomes.items():
             if o.compile is not None and o.compile.ok and sid in _timings and o.stage.kernel in _ncu:
                 o.verdict = Verdict.CORRECT
                 o.timing = TimingSummary(**_timings[sid])
                 o.ncu, o.profile_n = dict(_ncu[o.stage.kernel]), 2048
+                o.gpu_reason = ""
+                measured = True
+        if measured:  # a grading on the GPU: its device, and the stage items judged on the measurements
+            from grader.score.stages import score
+
+            grading.env.device, grading.env.device_reason = dict(_DEVICE), ""
+            staged = {sid for sid in grading.outcomes}
+            grading.items = score(grading.outcomes, grading.env.peaks) + [
+                i for i in grading.items if i.stage not in staged]
         return _original(grading, out)
 
     write.write_outputs = _with_measurements

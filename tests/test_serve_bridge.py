@@ -7,7 +7,9 @@ posts the submission (signed) to the running service (tests/serve_helpers.py) an
   key gradescope-utils writes, with the same JSON types;
 - a regrade is answered with the stored job (no second grading) and merges the same;
 - the service down, a wrong secret: the pending policy stays, with the sentence on top;
-- slow: the job stays queued ("GPU grading queued as job ..."); after it is graded, a regrade merges it.
+- slow: the job stays queued ("GPU grading queued as job ..."); after it is graded, a regrade merges it;
+- a service without a GPU (``serve --no-gpu``, no measurements): the job says it was graded without one,
+  nothing is merged, every GPU item stays pending and the sentence on top says so.
 
 CI has no GPU: the service's gradings are static plus the GPU's measurements
 (tests/serve_gpu_measurements.py), so the leaderboard is not empty. Pure parts: test_serve_bridge_merge.py.
@@ -27,6 +29,7 @@ import pytest
 from grader.build import toolchain
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.policy import PENDING_PREFIX
+from grader.serve.auth import SECRETS_DIR
 from tests.serve_gpu_measurements import measured_service
 from tests.serve_helpers import ServiceProcess, free_port, make_secret, wait_job
 from tests.test_gradescope_package import PACKAGE_VARS, check_results
@@ -167,9 +170,11 @@ def test_gpu_items_come_from_the_service_and_a_regrade_reuses_the_job(service, a
 
 def _assert_pending(res: dict) -> list[dict]:
     pending = [t for t in res["tests"] if t["extra_data"].get("pending_gpu")]
-    assert pending and all(t["name"].startswith(PENDING_PREFIX) and t["score"] == 0 for t in pending)
+    assert pending and all(t["name"].startswith(PENDING_PREFIX) and "score" not in t for t in pending)
+    # when it is graded: by the service, in this same run (the package names one)
+    assert all("grading service grades it within this same autograder run" in t["output"] for t in pending)
     assert res["extra_data"]["pending_gpu_items"] == len(pending)
-    assert any(t["status"] == "passed" for t in res["tests"])  # the static results are kept
+    assert any(t.get("status") == "passed" for t in res["tests"])  # the static results are kept
     return pending
 
 
@@ -214,3 +219,49 @@ def test_a_slow_job_stays_queued_and_a_regrade_picks_it_up(service, autograder, 
     assert (gs2["state"], gs2["job"], gs2["deduplicated"]) == ("merged", gs["job"], True)
     assert not [t for t in later["tests"] if t["name"].startswith(PENDING_PREFIX)]
     assert httpx.get(f"{svc.url}/api/v1/jobs/{gs['job']}").json()["state"] == "done"
+
+
+def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograder, tmp_path):
+    measured, _ = service
+    data = tmp_path / "data"
+    shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)  # the package's assignment secret
+    with ServiceProcess(data, stages=STAGES) as bare:  # `serve --no-gpu`, and no GPU measurements either
+        bare.wait_workers(1)
+        log, res = run_autograder(autograder, _submission(tmp_path, report="# graded without a GPU\n"),
+                                  tmp_path / "results", GRADER_SERVICE_URL=bare.url)
+        gs = res["extra_data"]["gpu_service"]
+        with bare.client() as http:
+            view = http.get(f"/api/v1/jobs/{gs['job']}").json()
+    assert view["state"] == "done" and view["without_gpu"] == "GPU use switched off (--no-gpu)"
+    pending = _assert_pending(res)
+    assert gs["state"] == "without_gpu" and gs["reason"] == view["without_gpu"], log
+    assert gs["merged_items"] == 0 and gs["still_pending"] == len(pending) == res["extra_data"]["pending_gpu_items"]
+    assert not [t for t in res["tests"] if t["extra_data"].get("gpu_service_job")]
+    assert all("not evaluated: GPU use switched off" not in t["output"].split("Grader note:")[0] for t in pending)
+    assert res["output"].startswith(f"> **The GPU service graded without a GPU** (job `{gs['job']}`")
+    assert f"{len(pending)} items are still pending GPU grading" in res["output"]
+    assert "GPU results merged" not in res["output"]
+    assert f"gpu service: without_gpu (GPU use switched off (--no-gpu)); {len(pending)} items still pending" in log
+
+
+def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grades_again(service, autograder, tmp_path):
+    """A service started for a GPU whose worker cannot reach it, as a worker whose CuPy is broken (``--gpus 99``:
+    a GPU no machine has, so no CUDA device is visible to it, on a GPU host too): the job says why, the bridge
+    leaves the items pending, and the same files sent again are graded again rather than answered with the
+    stored job."""
+    measured, _ = service
+    data = tmp_path / "data"
+    shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)
+    sub = _submission(tmp_path, report="# a GPU worker without its GPU\n")
+    with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True) as broken:
+        broken.wait_workers(1, timeout_s=90)
+        log, res = run_autograder(autograder, sub, tmp_path / "results", GRADER_SERVICE_URL=broken.url)
+        gs = res["extra_data"]["gpu_service"]
+        assert gs["state"] == "without_gpu" and gs["reason"], log
+        assert gs["still_pending"] == len(_assert_pending(res)) and gs["merged_items"] == 0
+        _, again = run_autograder(autograder, sub, tmp_path / "results2", GRADER_SERVICE_URL=broken.url)
+        gs2 = again["extra_data"]["gpu_service"]
+        with broken.client() as http:
+            first = http.get(f"/api/v1/jobs/{gs['job']}").json()
+    assert first["without_gpu"] == gs["reason"]
+    assert gs2["state"] == "without_gpu" and gs2["deduplicated"] is False and gs2["job"] != gs["job"]

@@ -200,12 +200,17 @@ def test_build_refuses_incomplete_service_options(tmp_path, url, secret, assignm
         gbuild.service_settings(url, str(tmp_path / secret) if secret else None, assignment)
 
 
-def test_a_merged_item_is_not_pending_whatever_the_service_said():
-    """A service verdict of 'not evaluated, needs a GPU' is still the service's verdict: merged once."""
+def test_an_item_the_service_could_not_evaluate_stays_pending():
+    """A service verdict of 'not evaluated, needs a GPU' (its ncu broken, say) is no GPU verdict: the item
+    stays pending, neutral, and is counted as still pending; the other item is merged."""
     res = _static()
     service = _service()
     service["tests"][2]["extra_data"] = {"status": "not_evaluated", "needs_gpu": True}
     outcome = Outcome("merged", job="j", url="u")
     bridge.merge(res, service, outcome, leaderboard=None)
-    assert outcome.merged_items == 2 and outcome.still_pending == 0 and bridge.pending_tests(res) == []
-    assert res["extra_data"]["pending_gpu_items"] == 0
+    assert outcome.merged_items == 1 and outcome.still_pending == 1
+    [left] = bridge.pending_tests(res)
+    assert left["number"] == "1.speed" and left["name"].startswith(PENDING_PREFIX)
+    assert not {"score", "max_score", "status"} & left.keys()
+    assert res["extra_data"]["pending_gpu_items"] == 1 and res["extra_data"]["pending_gpu_points"] == 4
+    assert "1 items are still pending GPU grading" in res["output"]

@@ -5,7 +5,12 @@ Playwright, against the real service (tests/serve_helpers.py) grading a real sub
   table with % of cuBLAS (equal to the job's grading.json), and the ladder and roofline plots load;
 - a student's text (a compile error quoting ``<script>`` and an ``<img onerror>``) shows as text;
 - the queue page's class leaderboard lists the graded job's 2D blocktiling speed under its pseudonym;
-- the queue page lists a queued job with its position (a service without workers keeps it queued).
+- the queue page lists a queued job with its position (a service without workers keeps it queued);
+- a job graded without a GPU (``serve --no-gpu``, no measurements): a banner says so, the items not
+  passed, those not evaluated and those graded by hand are listed apart, summary.md is rendered, long
+  messages wrap (element widths measured), item numbers tell O from 0; its screenshot is
+  docs/screenshots/job-page.png (``GRADER_UPDATE_SCREENSHOT=1`` writes it again);
+- every estimate of a queued job (job page, queue page, submit's answer, a refusal) is one number, said one way.
 
 CI has no GPU: the service's gradings are static plus the GPU's measurements
 (tests/serve_gpu_measurements.py), so the plots and the leaderboard exist.
@@ -20,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.serve.client import Client, make_archive
+from grader.serve.client import Client, ServiceError, make_archive
 from tests.serve_gpu_measurements import measured_service
-from tests.serve_helpers import ServiceProcess, issue_tokens
+from tests.serve_helpers import ServiceProcess, issue_tokens, zip_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -131,3 +136,109 @@ def test_queue_page_lists_a_queued_job(browser, tmp_path):
         assert "1 queued" in page.text_content("#totals")
         page.close()
 
+
+
+LONG_LINE = "#error " + "a_long_word_with_no_space_in_it_" * 12  # one line far wider than the page
+
+
+@pytest.fixture(scope="module")
+def bare_service(tmp_path_factory):
+    """A service without a GPU and without the GPU's measurements (`serve --no-gpu`), grading every section."""
+    tmp = tmp_path_factory.mktemp("bare")
+    token = issue_tokens(tmp / "data", ["nogpu@example.edu"])["nogpu@example.edu"]
+    with ServiceProcess(tmp / "data", stages="") as svc:
+        svc.wait_workers(1)
+        yield svc, token
+
+
+def test_a_job_graded_without_a_gpu_shows_its_banner_hand_graded_items_apart_and_wraps(bare_service, browser,
+                                                                                       tmp_path):
+    svc, token = bare_service
+    sub = tmp_path / "sub"
+    shutil.copytree(ROOT / "solutions", sub)
+    (sub / "gemm" / "coalesced.cu").write_text(LONG_LINE + "\n")
+    with Client(svc.url, token=token) as client:
+        job = client.submit(make_archive(sub).data)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{svc.url}/jobs/{job.id}")
+        page.wait_for_function("document.getElementById('state').textContent === 'done'", timeout=120_000)
+        page.wait_for_selector("#summary table")
+        grading = json.loads(client.file(job.id, "grading.json"))
+    items = grading["items"]
+
+    # the banner: this score is no GPU grading
+    assert page.is_visible("#no-gpu")
+    assert page.text_content("#no-gpu").startswith("Graded without a GPU (GPU use switched off (--no-gpu))")
+
+    # hand-graded and not-evaluated items are apart from the items not passed, each exactly once
+    def numbers(where: str) -> list[str]:
+        return page.eval_on_selector_all(f"{where} li .num", "nodes => nodes.map(n => n.textContent)")
+
+    hand = [i["number"] for i in items if i["status"] == "manual"]
+    unseen = [i["number"] for i in items if i["status"] == "not_evaluated"]
+    failed = [i["number"] for i in items if i["status"] in ("failed", "review")]
+    assert hand and unseen and failed
+    assert numbers("#hand") == hand and numbers("#not-evaluated") == unseen and numbers("#items") == failed
+    assert page.is_visible("#hand-part") and page.is_visible("#not-evaluated-part")
+
+    # summary.md rendered as Markdown: its table is a table, its bold is bold, no Markdown syntax shows
+    summary = page.text_content("#summary")
+    assert "| stage |" not in summary and "**" not in summary
+    assert page.eval_on_selector_all("#summary strong", "n => n.length") > 0
+    assert page.eval_on_selector_all("#summary th", "cells => cells.map(c => c.textContent)")[:2] == ["stage",
+                                                                                                         "correct"]
+
+    # long messages wrap: no block is wider than its box, the page does not scroll sideways, and the
+    # compile error's one long line takes several lines
+    widths = page.eval_on_selector_all("pre, #summary code, ul.items li", """nodes => nodes.map(n => [n.scrollWidth,
+        n.clientWidth || n.getBoundingClientRect().width, n.getBoundingClientRect().right])""")
+    page_width = page.evaluate("document.documentElement.clientWidth")
+    assert widths and all(scroll <= box + 1 and right <= page_width + 1 for scroll, box, right in widths), widths
+    assert page.evaluate("document.documentElement.scrollWidth") <= page_width
+    long_pre = page.locator("pre.message", has_text="a_long_word_with_no_space_in_it_").first
+    line = float(long_pre.evaluate("n => parseFloat(getComputedStyle(n).lineHeight) || 16"))
+    assert long_pre.bounding_box()["height"] > 3 * line
+
+    # item numbers: in their face the letter O and the digit 0 differ ("O.10" is not "0.10")
+    o_width, zero_width = page.evaluate("""() => ['O', '0'].map(c => {
+        const s = document.createElement('span'); s.className = 'num'; s.textContent = c.repeat(10);
+        document.body.append(s); const w = s.getBoundingClientRect().width; s.remove(); return w; })""")
+    assert abs(o_width - zero_width) > 0.15 * zero_width, (o_width, zero_width)
+    assert errors == []
+
+    shot = tmp_path / "job-page.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    if os.environ.get("GRADER_UPDATE_SCREENSHOT"):  # docs/screenshots/job-page.png is this page
+        from PIL import Image  # (matplotlib's dependency) 256 colours: a text page's PNG at a third of the bytes
+
+        (ROOT / "docs" / "screenshots").mkdir(exist_ok=True)
+        Image.open(shot).convert("RGB").quantize(256).save(ROOT / "docs" / "screenshots" / "job-page.png",
+                                                          optimize=True)
+    page.close()
+
+
+def test_every_estimate_of_a_queued_job_is_the_same(browser, tmp_path):
+    """The job page, the queue page, submit's answer and a refusal's "try again" give one estimate, said one
+    way: 100 s before any grading finished (serve.yaml) reads "~2 min" everywhere."""
+    data = tmp_path / "data"
+    token = issue_tokens(data, ["wait@example.edu"])["wait@example.edu"]
+    (data / "serve.yaml").write_text("estimate_default_s: 100\n")
+    with ServiceProcess(data, "--no-workers", stages=STAGES) as idle, Client(idle.url, token=token) as client:
+        job = client.submit(make_archive(ROOT / "starter").data)
+        assert (job.state, job.estimate_s) == ("queued", 100.0)
+        with pytest.raises(ServiceError) as refused:
+            client.submit(zip_folder(ROOT / "starter", {"NOTES.txt": "another"}))
+        page = browser.new_page()
+        page.goto(f"{idle.url}/jobs/{job.id}")
+        page.wait_for_function("document.getElementById('detail').textContent.includes('to go')")
+        detail = page.text_content("#detail")
+        page.goto(idle.url + "/")
+        page.wait_for_selector("#queue table")
+        row = page.eval_on_selector_all("#queue tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+        page.close()
+    assert "position 1 · ~2 min to go" in detail
+    assert row[0][3] == "~2 min"
+    assert "(in ~2 min, as the job page says)" in refused.value.message

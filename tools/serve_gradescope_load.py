@@ -15,7 +15,8 @@ Merged: exit 0; results.json passes tests/test_gradescope_package.py's checks wi
 types; the bridge merged, nothing pending or named "(pending GPU grading)"; merged items equal the service's copy
 and the total its job's score; not deduplicated. One the static grading left nothing pending (compile_error with
 --stages naive: nothing builds) never reaches the service (the bridge's rule): state nothing_pending, complete.
-With --no-gpu the service grades statically too, so its GPU items arrive "not evaluated".
+With --no-gpu the service grades statically too: complete then means the bridge said so (state without_gpu),
+merged nothing and left every GPU item pending, and the total is the service's job's score.
 
 CPU: at most --static-parallel (cores / 8) static phases at once, as the workers compile on the same cores; a slot
 frees at run.py's "score ..." line (the post begins); the wait counts in time-to-result. Time: ~15 s per grading
@@ -119,6 +120,8 @@ def validate(path: Path, ref: dict = GRADESCOPE_UTILS) -> tuple[dict | None, lis
         graded = {"score", "max_score", "status"}
         if t["extra_data"].get("status") == "manual":  # hand-graded: neutral, outside the automatic total
             p += [f"{where}: a hand-graded item carries {k}" for k in sorted(graded & t.keys())]
+        elif t["extra_data"].get("pending_gpu") is True:  # pending GPU grading: neutral as well, not failed
+            p += [f"{where}: an item pending GPU grading carries {k}" for k in sorted(graded & t.keys())]
         elif not (_finite(t.get("score")) and _finite(t.get("max_score")) and t.get("status") in ("passed", "failed")):
             p.append(f"{where}: score, max_score or status not as Gradescope reads")
         else:
@@ -215,8 +218,9 @@ def batch(runs: list[Run], source: Path, stages: str | None, parallel: int, time
     return wall
 
 
-def check(run: Run, http: httpx.Client) -> dict:
-    """One submission's record: its timings, score, states and every reason it is not complete."""
+def check(run: Run, http: httpx.Client, no_gpu: bool = False) -> dict:
+    """One submission's record: its timings, score, states and every reason it is not complete (``no_gpu``:
+    the service grades without a GPU, so complete is "without_gpu" with every GPU item left pending)."""
     rec: dict = {"i": run.index, "kind": run.kind, "exit_code": run.exit_code, "timed_out": run.timed_out,
                  **{k: None if v is None else round(v, 1) for k, v in (("slot_wait_s", run.slot_wait_s),
                     ("static_s", run.static_s), ("time_to_result_s", run.time_to_result_s))}}
@@ -232,9 +236,16 @@ def check(run: Run, http: httpx.Client) -> dict:
         rec.update(score=data.get("score"), max_score=sum(float(t.get("max_score") or 0) for t in tests),
                    state=state, job=gs.get("job"), merged_items=gs.get("merged_items"),
                    item_states=dict(Counter(str(_dict(t.get("extra_data")).get("status")) for t in tests)))
-        problems += [f"test {t.get('number')} still named pending" for t in tests
-                     if str(t.get("name", "")).startswith(PENDING_PREFIX)]
-        if state != "nothing_pending":
+        left = len(pending_tests(data))
+        if no_gpu and state != "nothing_pending":
+            if state != "without_gpu" or gs.get("merged_items") != 0 or not left or \
+                    gs.get("still_pending") != left or extra.get("pending_gpu_items") != left:
+                problems.append(f"bridge state {state!r} ({gs.get('reason') or 'no reason'}), merged "
+                                f"{gs.get('merged_items')}, {left} item(s) pending: not a grading without a GPU")
+            problems += _against_service(run, data, gs.get("job"), http, rec, copy=False)
+        elif state != "nothing_pending":
+            problems += [f"test {t.get('number')} still named pending" for t in tests
+                         if str(t.get("name", "")).startswith(PENDING_PREFIX)]
             if state != "merged" or gs.get("still_pending") != 0 or extra.get("pending_gpu_items") != 0:
                 problems.append(f"bridge state {state!r} ({gs.get('reason') or 'no reason'}), "
                                 f"{extra.get('pending_gpu_items')} item(s) still pending")
@@ -252,8 +263,10 @@ def _dict(value: object) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _against_service(run: Run, data: dict, job: str | None, http: httpx.Client, rec: dict) -> list[str]:
-    """Every merged item equals the service's copy; the total equals the service's job's score."""
+def _against_service(run: Run, data: dict, job: str | None, http: httpx.Client, rec: dict,
+                     copy: bool = True) -> list[str]:
+    """Every merged item equals the service's copy (``copy``: one was kept); the total equals the service's
+    job's score."""
     if not job:
         return ["no service job"]
     try:
@@ -265,6 +278,8 @@ def _against_service(run: Run, data: dict, job: str | None, http: httpx.Client, 
     p = [] if view.get("state") == "done" else [f"service job {job} is {view.get('state')}"]
     p += [] if _finite(view.get("score")) and abs(float(data["score"]) - view["score"]) <= 1e-6 else \
         [f"score {data['score']} is not the service job's {view.get('score')}"]
+    if not copy:
+        return p
     try:
         theirs = json.loads((run.tree / "results" / "gpu-service" / "results.json").read_text(encoding="utf-8"))
         by_number = {t.get("number"): t for t in theirs["tests"]}
@@ -291,7 +306,7 @@ def _epoch(iso: object) -> float | None:
 def summarize(records: list[dict], workers: int, wall: float, extra: dict) -> dict:
     ttr = [r["time_to_result_s"] for r in records if r["time_to_result_s"] is not None]
     merged = sum(r["merged"] for r in records)
-    graded = sum(r["merged"] and r.get("state") == "merged" for r in records)  # through the service
+    graded = sum(r["merged"] and r.get("state") in ("merged", "without_gpu") for r in records)  # through the service
     done = [r for r in records if r.get("job_state") == "done"]
     starts = [t for r in done if (t := _epoch(r.get("job_started")))]
     ends = [t for r in done if (t := _epoch(r.get("job_finished")))]
@@ -342,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         http = httpx.Client(base_url=url, timeout=60)
         workers, setup_s = http.get("/healthz").json().get("workers", 0), time.monotonic() - t_setup
         wall = batch(runs, source, args.stages, args.static_parallel, args.timeout_s)
-        result = summarize([check(r, http) for r in runs], workers, wall, {
+        result = summarize([check(r, http, args.no_gpu) for r in runs], workers, wall, {
             "mode": "static" if args.no_gpu else "gpu", "gpus": None if args.no_gpu else args.gpus,
             "stages": args.stages or "all", "static_parallel": args.static_parallel, "setup_s": round(setup_s, 1)})
         if not result["all_merged"]:

@@ -126,11 +126,21 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
         test["score"] = score if item.bonus is Bonus.EXTRA else 0.0
         test["name"] = "Bonus: " + test["name"]
     if status is Status.MANUAL:  # neutral and outside the autograder's total: see the module's docstring
-        for key in ("score", "max_score", "status"):
-            del test[key]
+        make_neutral(test, "hand_graded_points")
         test["output"] = HAND_GRADED_NOTE + ("\n\n" + markdown_safe(item.message) if item.message else "")
-        extra["hand_graded_points"] = max_score
     return test
+
+
+def make_neutral(test: dict[str, Any], points_key: str) -> float:
+    """Show ``test`` neither passed nor failed and outside the autograder's total (no ``score``,
+    ``max_score`` or ``status``), its points kept in ``extra_data[points_key]``; returns them. For
+    items the autograder does not judge in this run: hand-graded ones, and those pending GPU grading."""
+    points = float(test.get("max_score") or 0)
+    for key in ("score", "max_score", "status"):
+        test.pop(key, None)
+    extra = test.setdefault("extra_data", {})
+    extra[points_key] = points
+    return points
 
 
 def _check_leaderboard(leaderboard: list[dict]) -> list[dict]:

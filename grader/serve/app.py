@@ -4,6 +4,7 @@
                                            ?force=1 grades again. 202 new, 200 the same content's job.
     GET  /api/v1/jobs/{id}                 state, position, estimate_s, times, score, files (error if failed)
     GET  /api/v1/jobs/{id}/files/{name}    one file of the job's results folder
+    GET  /api/v1/jobs/{id}/summary         {"html"}: summary.md rendered (raw HTML escaped, no images)
     GET  /api/v1/queue                     workers, queued kinds and times, running, done_last_hour, mean_grade_s
     GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
     GET  /healthz                          {"ok", "queue", "workers"}; 503 {"ok": false} when the store is unavailable
@@ -43,7 +44,7 @@ from grader.serve.settings import Settings
 from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable, open_store
 from grader.serve.supervisor import Supervisor
 from grader.serve.upload import Receiver, Sender, Upload
-from grader.serve.worker import reap
+from grader.serve.worker import reap, stale_without_gpu
 
 log = logging.getLogger("grader.serve")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -115,7 +116,7 @@ class Service:
         self.store.check()
         if not force and who.declared_sha:
             same = self.store.find_same(who.owner, who.declared_sha, self.key)
-            if same is not None:  # the sender's own job: a wrong declared sha256 can only name another of its own
+            if same is not None and not stale_without_gpu(same, self.settings):  # the sender's own job: a wrong declared sha256 can only name another of its own
                 return self._answer(same, 200, deduplicated=True)
         if who.kind is Kind.SELFCHECK:
             self._check_token(who.owner, time.time())
@@ -124,8 +125,7 @@ class Service:
     def _check_token(self, owner: str, now: float) -> None:
         snap = views.snapshot(self.store, self.settings, now)
         mine = self.store.owner_jobs(owner, now - 3600)
-        active = [snap.estimate(j) or snap.mean_s for j in mine if j.state in (State.QUEUED, State.RUNNING)]
-        limits.check_token(mine, self.settings.limits, now, min(active) if active else snap.mean_s)
+        limits.check_token(mine, self.settings.limits, now, snap.first_done(mine))
 
     def submit(self, up: Upload, force: bool, submission_id: str) -> JSONResponse:
         """A new job for ``up`` (or the stored one of the same content). The body is read into memory
@@ -145,7 +145,7 @@ class Service:
         with self.lock:
             self.store.check()
             same = None if force else self.store.find_same(owner, sha, self.key)
-            if same is not None:
+            if same is not None and not stale_without_gpu(same, self.settings):
                 return self._answer(same, 200, deduplicated=True)
             if kind is Kind.SELFCHECK:  # again, under the lock: two uploads at once cannot both pass a limit
                 self._check_token(owner, now)
@@ -154,11 +154,13 @@ class Service:
                       submitter=up.submitter, demoted=self._over_fair_share(up, now))
             body = up.path.read_bytes()
             source = None if force else self.store.find_done(sha, self.key, kind)
+            if source is not None and stale_without_gpu(source, self.settings):
+                source = None
             blob = self.store.results(source.id) if source is not None else None
             if source is not None and blob is not None:  # someone else's identical archive, same kind: copy, never regrade
                 job.state, job.started, job.finished, job.copied_from = State.DONE, now, now, source.id
                 job.score, job.max_score, job.files = source.score, source.max_score, list(source.files)
-                job.leaderboard, job.grade_s = list(source.leaderboard), 0.0
+                job.leaderboard, job.grade_s, job.without_gpu = list(source.leaderboard), 0.0, source.without_gpu
                 self.store.add(job, body, results=blob)
                 log.info("job %s done: %s, results of %s copied", job.id[:8], kind.value, source.id[:8])
                 return self._answer(job, 200, deduplicated=True)
@@ -285,6 +287,17 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
         if job is None:
             return error(404, "no job with this id (ids are case-sensitive; check the link)")
         return views.job_view(job, views.snapshot(svc.store, svc.settings))
+
+    @app.get("/api/v1/jobs/{job_id}/summary")
+    def get_summary(job_id: str):
+        """summary.md rendered as HTML on the server (views.summary_html), for the job page."""
+        job = svc.job(job_id)
+        if job is None:
+            return error(404, "no job with this id (ids are case-sensitive; check the link)")
+        data = svc.file(job, "summary.md") if "summary.md" in job.files else None
+        if data is None:
+            return error(404, "this job has no summary.md (yet)")
+        return {"html": views.summary_html(data.decode("utf-8", errors="replace"))}
 
     @app.get("/api/v1/jobs/{job_id}/files/{name}")
     def get_file(job_id: str, name: str):

@@ -13,6 +13,11 @@ when the package was built with a service URL (``build --service-url URL --servi
    status and output; the leaderboard comes from the service's grading; the summary on top links
    to the job's page (the plots, the per-stage table).
 
+A service test the service could not evaluate for want of a GPU is never merged: its item stays
+pending. A job the service graded without a GPU (``serve --no-gpu``, or a worker whose CuPy could not
+reach its GPU: the job's ``without_gpu``) is not merged at all: the state is ``without_gpu``, every GPU
+item stays pending and the sentence on top says so, never "GPU results merged".
+
 If the service cannot be reached, refuses, fails or is slow, the static results stay exactly as
 they are (pending policy) with one sentence on top saying so; a slow job stays queued there and a
 later Regrade posts the same archive, gets the stored job back and merges without grading again.
@@ -51,7 +56,7 @@ class BridgeConfig:
 class Outcome:
     """What happened, for extra_data.gpu_service and the log (typed: tests and people read the state)."""
 
-    state: str  # merged | queued | running | failed | refused | unreachable | misconfigured | skipped
+    state: str  # merged | without_gpu | queued | running | failed | refused | unreachable | misconfigured | skipped
     reason: str = ""
     job: str | None = None
     url: str | None = None
@@ -155,12 +160,13 @@ def submitter(autograder_dir: Path, secret: bytes) -> str | None:
 def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
           leaderboard: list[dict] | None) -> dict:
     """Put the service's verdicts into every pending test of ``results`` (in place; returned).
-    Static items are never touched; a pending test the service did not grade stays pending."""
+    Static items are never touched; a pending test the service did not grade, or could not evaluate for
+    want of a GPU, stays pending."""
     theirs = {t.get("number"): t for t in service.get("tests") or [] if isinstance(t, dict)}
     merged = 0
     for t in pending_tests(results):
         s = theirs.get(t.get("number"))
-        if s is None:
+        if s is None or is_gpu_item(s):
             continue
         for key in ("name", "score", "max_score", "status", "output", "output_format", "visibility", "tags"):
             if key in s:
@@ -182,7 +188,8 @@ def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
     extra = results.setdefault("extra_data", {})
     if isinstance(extra, dict):
         extra["pending_gpu_items"] = len(left)
-        extra["pending_gpu_points"] = sum(float(t.get("max_score") or 0) for t in left)
+        extra["pending_gpu_points"] = sum(float(t["extra_data"].get("pending_gpu_points", t.get("max_score")) or 0)
+                                          for t in left)
     return results
 
 
@@ -192,6 +199,10 @@ def not_merged_note(outcome: Outcome) -> str:
     if outcome.state in ("queued", "running"):
         return (f"> **GPU grading queued as job `{outcome.job}`** on the course's GPU service ({outcome.reason}); "
                 f"its results are not in this score yet. {later} Job page: {outcome.url}\n\n")
+    if outcome.state == "without_gpu":
+        return (f"> **The GPU service graded without a GPU** (job `{outcome.job}`: {outcome.reason}): "
+                f"{outcome.still_pending} items are still pending GPU grading, not part of this score yet. "
+                "Please tell course staff; a Regrade once the service has its GPU back grades them.\n\n")
     if outcome.state == "failed":
         return (f"> **GPU grading failed** on the course's GPU service (job `{outcome.job}`): {outcome.reason} "
                 "Please tell course staff.\n\n")
@@ -249,6 +260,10 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
             if job.state != "done":
                 where = f"position {job.position}" if job.position is not None else job.state
                 outcome.reason = f"{where}; not finished within {budget:.0f} s"
+                return outcome
+            if job.without_gpu:  # nothing of it is a GPU verdict: the static results stand, the items wait
+                outcome.state, outcome.reason = "without_gpu", job.without_gpu
+                outcome.still_pending = len(pending_tests(results))
                 return outcome
             service = json.loads(client.file(job.id, "results.json"))
             grading = client.file(job.id, "grading.json") if "grading.json" in job.files else None
@@ -310,7 +325,8 @@ def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
         extra["gpu_service"] = asdict(outcome)
     write_results(path, results)
     print(f"gpu service: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
-          + (f"; merged {outcome.merged_items} items" if outcome.state == "merged" else ""), flush=True)
+          + (f"; merged {outcome.merged_items} items" if outcome.state == "merged" else "")
+          + (f"; {outcome.still_pending} items still pending" if outcome.state == "without_gpu" else ""), flush=True)
     return outcome
 
 

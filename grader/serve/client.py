@@ -98,6 +98,7 @@ class JobState:
     error: str = ""
     files: list[str] = field(default_factory=list)
     started: str | None = None
+    without_gpu: str = ""  # the service graded it without a GPU, and why ("" on a GPU)
 
     @property
     def finished(self) -> bool:
@@ -282,7 +283,8 @@ class Client:
         files = [f for f in data.get("files") or [] if isinstance(f, str) and FILE_NAME.match(f)]
         return JobState(job_id, str(data.get("state", "")), _int(data.get("position")), _num(data.get("estimate_s")),
                         _num(data.get("score")), _num(data.get("max_score")), str(data.get("error") or ""),
-                        files, data.get("started") if isinstance(data.get("started"), str) else None)
+                        files, data.get("started") if isinstance(data.get("started"), str) else None,
+                        str(data.get("without_gpu") or "")[:300])
 
     def wait(self, job_id: str, timeout_s: float, on_update: Callable[[JobState], None] | None = None,
              first_delay_s: float = 1.0, max_delay_s: float = 10.0) -> JobState:

@@ -12,6 +12,7 @@ import math
 
 from grader.serve.settings import Limits
 from grader.serve.store import Job, State
+from grader.serve.views import about
 
 
 class Refusal(Exception):
@@ -42,11 +43,6 @@ def check_length(content_length: str | None, limit: int) -> None:
             raise too_large(limit, int(content_length))
 
 
-def _in(seconds: float) -> str:
-    s = max(int(math.ceil(seconds)), 1)
-    return f"{s} s" if s < 120 else f"{round(s / 60)} min"
-
-
 def check_token(jobs: list[Job], limits: Limits, now: float, wait_s: float) -> None:
     """Refuse (429) when ``jobs`` (the token's jobs: the last hour's and all active ones) use up a
     limit; ``wait_s`` is the expected time until an active job finishes."""
@@ -55,7 +51,7 @@ def check_token(jobs: list[Job], limits: Limits, now: float, wait_s: float) -> N
         n = len(active)
         raise Refusal(429, f"you already have {n} job{'s' if n != 1 else ''} queued or running, and at most "
                            f"{limits.concurrent_jobs} at a time are allowed; try again when it has finished "
-                           f"(in about {_in(wait_s)})", retry_after=max(int(math.ceil(wait_s)), 1))
+                           f"(in {about(wait_s)}, as the job page says)", retry_after=max(int(math.ceil(wait_s)), 1))
     window = sorted(j.created for j in jobs if j.created > now - 3600)
     if len(window) >= limits.submissions_per_hour:
         # The oldest submission that must leave the hour's window before another fits.
@@ -63,5 +59,5 @@ def check_token(jobs: list[Job], limits: Limits, now: float, wait_s: float) -> N
         at = dt.datetime.fromtimestamp(free_at, dt.timezone.utc).strftime("%H:%M:%S UTC")
         per = limits.submissions_per_hour
         raise Refusal(429, f"at most {per} submission{'s' if per != 1 else ''} per hour; "
-                           f"the next one is accepted in {_in(free_at - now)} (at {at})",
+                           f"the next one is accepted in {about(free_at - now)} (at {at})",
                       retry_after=max(int(math.ceil(free_at - now)), 1))

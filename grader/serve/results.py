@@ -39,6 +39,7 @@ class Packed:
     max_score: float | None = None
     files: list[str] = field(default_factory=list)
     leaderboard: list[dict] = field(default_factory=list)
+    without_gpu: str = ""  # grading.json's reason when it was not graded on a GPU (store.Job.without_gpu)
 
 
 def _names(out: Path) -> list[str]:
@@ -95,6 +96,17 @@ def _summary(results: dict) -> tuple[float | None, float | None, list[dict]]:
     return (float(score) if isinstance(score, (int, float)) else None), max_score, board
 
 
+def without_gpu(out: Path) -> str:
+    """Why the grading in ``out`` had no GPU, from its grading.json ("" when it had one or there is none)."""
+    try:
+        grading = json.loads((out / "grading.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(grading, dict) or grading.get("gpu_graded") is not False:
+        return ""
+    return str(grading.get("device_reason") or "no CUDA device")[:300]
+
+
 def collect(out: Path, outcome: ChildOutcome, timeout_s: float) -> Packed:
     """The job's outcome from the grading child's folder and exit."""
     names = _names(out)
@@ -104,7 +116,7 @@ def collect(out: Path, outcome: ChildOutcome, timeout_s: float) -> Packed:
     except (OSError, ValueError):
         parsed = None
     score, max_score, board = _summary(parsed) if isinstance(parsed, dict) else (None, None, [])
-    packed = Packed(State.FAILED, blob, score=score, max_score=max_score, files=names)
+    packed = Packed(State.FAILED, blob, score=score, max_score=max_score, files=names, without_gpu=without_gpu(out))
     if outcome.timed_out:
         packed.error = f"the grading took longer than {timeout_s:g} s and was stopped"
     elif outcome.returncode == 0 and parsed is not None:

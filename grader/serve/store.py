@@ -73,6 +73,9 @@ class Job:
     copied_from: str = ""
     submitter: str = ""  # Gradescope's submitter, as the bridge's keyed hash (signing.submitter_id)
     demoted: bool = False  # over its submitter's fair share when queued: waits with the self-checks
+    # Why its grading had no GPU ("" when it had one, or before it is graded): its GPU items are "not
+    # evaluated", and the bridge, the page and a later regrade must know it was not a GPU grading.
+    without_gpu: str = ""
 
     @property
     def priority(self) -> int:
@@ -235,7 +238,8 @@ class JobStore(abc.ABC):
     def finish(self, job_id: str, worker: str, pid: int, *, results: bytes | None, state: State,
                graded: bool, error: str = "", score: float | None = None, max_score: float | None = None,
                files: list[str] | None = None, leaderboard: list[dict] | None = None,
-               grade_s: float | None = None, copied_from: str = "", now: float | None = None) -> Job | None:
+               grade_s: float | None = None, copied_from: str = "", without_gpu: str = "",
+               now: float | None = None) -> Job | None:
         """Store the outcome, only when ``worker`` (process ``pid``) still holds the running job."""
         t = time.time() if now is None else now
 
@@ -246,7 +250,7 @@ class JobStore(abc.ABC):
             job.score, job.max_score, job.grade_s = score, max_score, grade_s
             job.files, job.leaderboard = list(files or []), list(leaderboard or [])
             job.gradings += 1 if graded else 0
-            job.copied_from, job.lease_until = copied_from, 0.0
+            job.copied_from, job.lease_until, job.without_gpu = copied_from, 0.0, without_gpu
             return job
         return self._update(job_id, change, results=results)
 

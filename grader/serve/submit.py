@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.occupancy.run import PLOT_FILE as OCCUPANCY_PLOT
+from grader.serve.views import about
 
 if TYPE_CHECKING:  # the client (httpx) is imported when a submission is sent: `check` and the rest run without it
     from grader.serve.client import Archive, Client, JobState, ServiceError
@@ -46,14 +47,6 @@ def _console():
     return console
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    if seconds < 90:
-        return f"~{seconds:.0f} s"
-    return f"~{seconds / 60:.0f} min"
-
-
 def progress_text(job: JobState, since: float) -> str:
     """The progress line: 'queued, position 3, ~2 min', 'running (40 s)', 'done'."""
     if job.state == "queued":
@@ -61,7 +54,7 @@ def progress_text(job: JobState, since: float) -> str:
         if job.position is not None:
             parts.append(f"position {job.position}")
         if job.estimate_s is not None:
-            parts.append(_duration(job.estimate_s))
+            parts.append(about(job.estimate_s))
         return ", ".join(parts)
     if job.state == "running":
         return f"running ({time.monotonic() - since:.0f} s)"

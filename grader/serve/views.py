@@ -2,7 +2,10 @@
 
 An estimate is the mean of recent grading times (``settings.estimate_default_s`` before any) over
 the live workers: a queued job at position p waits for what the running jobs have left plus the
-p - 1 jobs ahead of it, shared among the workers, and then its own grading.
+p - 1 jobs ahead of it, shared among the workers, and then its own grading. It is computed here only
+(:meth:`Snapshot.estimate`) and said one way only (:func:`about`; static/common.js ``duration`` is the
+same rule): the job page, the queue page, ``submit``'s progress line and a refusal's "try again in"
+all give the same number for the same job.
 """
 from __future__ import annotations
 
@@ -11,10 +14,29 @@ import math
 import time
 from dataclasses import dataclass
 
+from markdown_it import MarkdownIt
+
 from grader.serve.settings import Settings
 from grader.serve.store import Job, JobStore, State, WorkerInfo
 
 RECENT = 20  # finished jobs the mean grading time is taken over
+SUMMARY_CHARS = 512 * 1024  # of summary.md rendered (a whole grading's is some 20 KB)
+# summary.md as HTML, on the server (markdown-it-py: CommonMark in linear time, already the report's parser).
+# No raw HTML passes (html False: it is escaped as text), no image is fetched, and links keep markdown-it's
+# own check (no javascript: or data: URL), so a student's text quoted in the summary cannot become markup.
+_SUMMARY_MD = MarkdownIt("commonmark", {"html": False}).enable("table").disable("image")
+
+
+def summary_html(markdown: str) -> str:
+    """summary.md rendered for the job page (see _SUMMARY_MD); a huge one is cut, and says so."""
+    cut = len(markdown) > SUMMARY_CHARS
+    html = _SUMMARY_MD.render(markdown[:SUMMARY_CHARS])
+    return html + ("<p><em>(the summary is cut here: summary.md has it whole)</em></p>\n" if cut else "")
+
+
+def about(seconds: float) -> str:
+    """An estimate as people read it: "~12 s" under 90 s, else "~2 min" (static/common.js: duration)."""
+    return f"~{max(seconds, 0.0):.0f} s" if seconds < 90 else f"~{seconds / 60:.0f} min"
 
 
 def iso(t: float | None) -> str | None:
@@ -53,6 +75,11 @@ class Snapshot:
         ahead = sum(self.remaining(j) for j in self.running) + (pos - 1) * self.mean_s
         return round(ahead / slots + self.mean_s, 1)
 
+    def first_done(self, jobs: list[Job]) -> float:
+        """Seconds until the first of ``jobs`` still queued or running is done (each one's estimate)."""
+        waits = [w for j in jobs if j.state in (State.QUEUED, State.RUNNING) and (w := self.estimate(j)) is not None]
+        return min(waits) if waits else self.mean_s
+
 
 def snapshot(store: JobStore, settings: Settings, now: float | None = None) -> Snapshot:
     t = time.time() if now is None else now
@@ -71,6 +98,8 @@ def job_view(job: Job, snap: Snapshot) -> dict:
         view["position"] = snap.position(job)
     if job.state is State.FAILED:
         view["error"] = job.error
+    if job.without_gpu:  # a grading without a GPU: its GPU items were not evaluated (the bridge keeps them pending)
+        view["without_gpu"] = job.without_gpu
     return view
 
 
@@ -79,7 +108,7 @@ def queue_view(snap: Snapshot, store: JobStore) -> dict:
     return {
         "workers": [{"name": w.name, "gpu": w.gpu, "state": w.state, "job_started": iso(w.job_started)}
                     for w in snap.workers],
-        "queued": [{"position": i + 1, "kind": j.kind.value, "created": iso(j.created)}
+        "queued": [{"position": i + 1, "kind": j.kind.value, "created": iso(j.created), "estimate_s": snap.estimate(j)}
                    for i, j in enumerate(snap.queued)],
         "running": len(snap.running),
         "done_last_hour": len(done),

@@ -72,6 +72,12 @@ def reap(store: JobStore, queue: JobQueue, settings: Settings, own_name: str | N
             queue.dispatch(job)
 
 
+def stale_without_gpu(job: Job, settings: Settings) -> bool:
+    """A stored job graded without a GPU by a service that has GPUs (a worker whose CuPy or ncu was
+    broken): never reused for the same content, so a regrade once the worker is repaired grades again."""
+    return bool(job.without_gpu) and not settings.no_gpu
+
+
 def default_name(gpu: str | None, index: int = 0) -> str:
     return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
 
@@ -188,12 +194,12 @@ class Worker:
                 "queued this job; every host must run the same settings"))
             return
         source = None if job.force else self.store.find_done(job.archive_sha, job.key, job.kind)
-        if source is not None and source.id != job.id:
+        if source is not None and source.id != job.id and not stale_without_gpu(source, self.settings):
             blob = self.store.results(source.id)
             if blob is not None:
                 self._finish(job, results=blob, state=State.DONE, graded=False, score=source.score,
                              max_score=source.max_score, files=source.files, leaderboard=source.leaderboard,
-                             grade_s=0.0, copied_from=source.id)
+                             grade_s=0.0, copied_from=source.id, without_gpu=source.without_gpu)
                 return
         archive = self.store.archive(job.id)
         if archive is None:
@@ -249,4 +255,5 @@ class Worker:
         packed = results.collect(out, outcome, s.grade_timeout_s)
         self._finish(job, results=packed.blob, state=packed.state, graded=True, error=packed.error,
                      score=packed.score, max_score=packed.max_score, files=packed.files,
-                     leaderboard=packed.leaderboard, grade_s=round(outcome.wall_s, 2))
+                     leaderboard=packed.leaderboard, grade_s=round(outcome.wall_s, 2),
+                     without_gpu=packed.without_gpu)

@@ -5,8 +5,11 @@ The grader marks every item it could not look at ``not_evaluated`` (0 points, "n
 item. This post-processing step on ``results.json`` says it in students' terms, by policy:
 
 ``pending`` (default)
-    The item stays visible at 0 points, named "(pending GPU grading) <title>", and its text says
-    that course staff grade it on a GPU machine; the summary on top counts these items and points.
+    The item stays visible, named "(pending GPU grading) <title>", shown neutrally (neither passed
+    nor failed) and outside the score, as hand-graded items are: no ``score``, ``max_score`` or
+    ``status``, its points in ``extra_data.pending_gpu_points``. Its text says when it is graded: by
+    the course's GPU grading service in this same run when the package names one, otherwise by
+    course staff on a GPU after the deadline. The summary on top counts these items and points.
 ``hide``
     As ``pending``, but the item's visibility becomes ``after_published``: students see it once
     the grades are published. Gradescope then hides the total score from students until that
@@ -41,12 +44,17 @@ PENDING_PREFIX = "(pending GPU grading) "
 HIDDEN_VISIBILITY = "after_published"
 
 PENDING_MESSAGE = (
-    "**Pending GPU grading.** This item needs an NVIDIA GPU, and Gradescope's autograder has none. It is "
-    "graded on a GPU: by the course's GPU grading service when the course runs one (usually within this "
-    "same autograder run, about a minute; the note on top says if it is still queued, and a Regrade then "
-    "picks it up), otherwise by course staff. Until then it counts 0 points. This is not a judgement of "
-    "your code."
+    "**Pending GPU grading.** This item needs an NVIDIA GPU, and Gradescope's autograder has none. {when} "
+    "Until then it is neither passed nor failed and not part of the score. This is not a judgement of your code."
 )
+WHEN_SERVICE = ("The course's GPU grading service grades it within this same autograder run (about a minute); "
+                "the note on top says if it is still queued, and a Regrade then picks it up.")
+WHEN_STAFF = "Course staff grade it on a GPU machine after the deadline."
+
+
+def pending_message(service: bool) -> str:
+    """What a pending item says, with when it will be graded."""
+    return PENDING_MESSAGE.format(when=WHEN_SERVICE if service else WHEN_STAFF)
 
 
 def read_config(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -103,11 +111,15 @@ def is_gpu_item(test: Mapping[str, Any]) -> bool:
     return extra.get("status") == "not_evaluated" and extra.get("needs_gpu") is True
 
 
-def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy: str) -> dict:
+def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy: str,
+                        service: bool = False) -> dict:
     """Apply ``policy`` to ``results`` (a results.json dict; changed in place and returned).
 
-    ``detail`` is grading.json (for the run's reason for having no GPU, said in the note on top).
+    ``detail`` is grading.json (for the run's reason for having no GPU, said in the note on top);
+    ``service``: the package names a GPU grading service (which then grades the items in this run).
     """
+    from grader.outputs.results import make_neutral
+
     if policy not in POLICIES:
         raise ValueError(f"no-GPU policy {policy!r} is not one of {', '.join(POLICIES)}")
     if policy == "keep":
@@ -116,25 +128,27 @@ def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy:
     if not pending:
         return results
     reason = str((detail or {}).get("device_reason") or "no CUDA device")
+    message = pending_message(service)
+    points = 0.0
     for t in pending:
         original = str(t.get("output", ""))
         if not str(t.get("name", "")).startswith(PENDING_PREFIX):
             t["name"] = PENDING_PREFIX + str(t.get("name", ""))
-        t["output"] = f"{PENDING_MESSAGE}\n\nGrader note: {original}" if original else PENDING_MESSAGE
-        t["score"] = 0.0
-        extra = t.setdefault("extra_data", {})
+        t["output"] = f"{message}\n\nGrader note: {original}" if original else message
+        points += make_neutral(t, "pending_gpu_points")  # not failed: not judged yet (see the module's docstring)
+        extra = t["extra_data"]
         extra["pending_gpu"] = True
         extra["no_gpu_policy"] = policy
         if policy == "hide":
             t["visibility"] = HIDDEN_VISIBILITY
-    points = sum(float(t.get("max_score") or 0) for t in pending)
-    shown = ("shown with 0 points" if policy == "pending"
+    shown = ("shown neither passed nor failed" if policy == "pending"
              else "hidden until grades are published")
-    note = (f"> **{len(pending)} items ({points:g} points) are pending GPU grading** ({shown}). "
-            "This autograder has no GPU, so it graded what needs none: compilation, registers and "
+    when = ("the course's GPU grading service grades them in this same run (the note above says how that went)"
+            if service else "course staff grade them on a GPU machine after the deadline")
+    note = (f"> **{len(pending)} items ({points:g} points) are pending GPU grading** ({shown}, not part of this "
+            "score yet). This autograder has no GPU, so it graded what needs none: compilation, registers and "
             "spills, SASS, the occupancy answers that need no measurement and the report's form. Correctness, "
-            "speed, Nsight Compute and measured items are graded on a GPU: by the course's GPU grading "
-            "service when the course runs one, otherwise by course staff. Items graded by hand are "
+            f"speed, Nsight Compute and measured items need a GPU: {when}. Items graded by hand are "
             "not part of this score at all: course staff grade them after the deadline.\n"
             f">\n> (Why no GPU: {reason}.)\n\n")
     results["output"] = note + str(results.get("output", ""))

@@ -42,7 +42,11 @@ def postprocess(results_dir: Path, source_dir: Path, rubric_path: Path, env=None
     except (OSError, ValueError):
         detail = None
     policy, where = resolve_policy(source_dir, rubric_path, env)
-    apply_no_gpu_policy(results, detail, policy)
+    from grader.serve.bridge import URL_KEY
+
+    service = bool((env if env is not None else os.environ).get(URL_KEY)
+                   or read_config(source_dir / CONFIG_FILE).get(URL_KEY))
+    apply_no_gpu_policy(results, detail, policy, service=service)
     if "leaderboard" not in results and detail is not None:
         from grader.grading import GradingFormatError, load_grading
 

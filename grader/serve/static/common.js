@@ -1,5 +1,6 @@
 // Shared by index.html and job.html. Every value that came from the service (and so possibly from a
-// student: names, messages, file names) enters the page as textContent, never as HTML.
+// student: names, messages, file names) enters the page as textContent, never as HTML; the one exception
+// is the job page's summary, which the service renders with raw HTML escaped (grader/serve/views.py).
 "use strict";
 
 const API = "/api/v1";
@@ -54,7 +55,8 @@ function ago(iso) {
   return Math.round(s / 3600) + " h ago";
 }
 
+// An estimate as people read it; the same rule as grader/serve/views.py: about().
 function duration(seconds) {
   if (typeof seconds !== "number" || !isFinite(seconds)) return "";
-  return seconds < 90 ? "~" + Math.round(seconds) + " s" : "~" + Math.round(seconds / 60) + " min";
+  return seconds < 90 ? "~" + Math.round(Math.max(seconds, 0)) + " s" : "~" + Math.round(seconds / 60) + " min";
 }

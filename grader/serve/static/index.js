@@ -9,9 +9,10 @@ function showQueue(q) {
     : el("p", { class: "muted" }, "no worker has reported"));
   const queued = Array.isArray(q.queued) ? q.queued : [];
   fill("queue", queued.length
-    ? table(["position", "kind", "submitted"], queued.map((j) => [j.position, j.kind, ago(j.created)]))
+    ? table(["position", "kind", "submitted", "expected done in"],
+            queued.map((j) => [j.position, j.kind, ago(j.created), duration(j.estimate_s) || "-"]))
     : el("p", { class: "muted" }, "no job is waiting"));
-  const mean = typeof q.mean_grade_s === "number" ? ", mean grading time " + Math.round(q.mean_grade_s) + " s" : "";
+  const mean = typeof q.mean_grade_s === "number" ? ", mean grading time " + duration(q.mean_grade_s) : "";
   fill("totals", (q.running || 0) + " running, " + queued.length + " queued, " +
        (q.done_last_hour || 0) + " done in the last hour" + mean);
 }

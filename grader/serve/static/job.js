@@ -1,5 +1,7 @@
 // One job's page (/jobs/<id>): its state, refreshed until it is done; then the score, the per-stage
-// table with % of cuBLAS (from grading.json), the items not passed, the ladder and roofline plots.
+// table with % of cuBLAS (from grading.json), the items not passed, those not evaluated and those graded
+// by hand (each apart), summary.md as the service rendered it, the ladder and roofline plots. A job the
+// service graded without a GPU says so in a banner on top.
 "use strict";
 
 const JOB_ID = decodeURIComponent(window.location.pathname.replace(/\/+$/, "").split("/").pop() || "");
@@ -45,18 +47,28 @@ function stageRows(grading) {
   });
 }
 
-function itemList(grading) {
-  const items = (Array.isArray(grading.items) ? grading.items : []).filter((i) => i && i.status !== "passed");
-  if (!items.length) return el("p", { class: "good" }, "every item passed");
-  const marks = { failed: "FAIL", not_evaluated: "n/e", manual: "manual" };
+// The items of one kind: "failed" (and "review") are not passed; "not_evaluated" and "manual" (graded by
+// hand) are listed apart, as they are no verdict on the code.
+const PARTS = { notPassed: (s) => s !== "passed" && s !== "not_evaluated" && s !== "manual",
+                notEvaluated: (s) => s === "not_evaluated", hand: (s) => s === "manual" };
+
+function itemList(grading, part) {
+  const items = (Array.isArray(grading.items) ? grading.items : []).filter((i) => i && PARTS[part](i.status));
+  if (!items.length) return part === "notPassed" ? el("p", { class: "good" }, "every graded item passed") : null;
+  const marks = { failed: "FAIL", not_evaluated: "n/e", manual: "by hand", review: "review" };
   return el("ul", { class: "items" }, ...items.map((i) => {
     const text = typeof i.message === "string" ? i.message : "";
     const lines = text.split("\n");
     const rest = lines.slice(1).join("\n").slice(0, 3000);
     return el("li", {}, el("span", { class: i.status === "failed" ? "bad" : "muted" }, (marks[i.status] || i.status) + " "),
-              el("span", { class: "mono" }, i.number || ""), " " + (i.title || "") + ": " + lines[0],
+              el("span", { class: "num" }, i.number || ""), " " + (i.title || "") + ": " + lines[0],
               rest.trim() ? el("pre", { class: "message" }, rest) : null);
   }));
+}
+
+function showPart(id, list) {
+  if (list) fill(id, list);
+  document.getElementById(id + "-part").hidden = !list;
 }
 
 async function showResults(job) {
@@ -76,9 +88,20 @@ async function showResults(job) {
       const resp = await fetch(fileURL("grading.json"), { cache: "no-store" });
       const grading = await resp.json();
       fill("stages", table(COLUMNS, stageRows(grading)));
-      fill("items", itemList(grading));
+      fill("items", itemList(grading, "notPassed"));
+      showPart("not-evaluated", itemList(grading, "notEvaluated"));
+      showPart("hand", itemList(grading, "hand"));
     } catch (e) {
       fill("stages", el("p", { class: "bad" }, "cannot read grading.json: " + e.message));
+    }
+  }
+  if (files.includes("summary.md")) {
+    try {
+      // The one HTML the page takes from the service: rendered there from summary.md with raw HTML escaped
+      // and no images (grader/serve/views.py: summary_html), never a student's markup.
+      document.getElementById("summary").innerHTML = (await getJSON(JOB_PATH + "/summary")).html;
+    } catch (e) {
+      fill("summary", el("p", { class: "bad" }, "cannot show summary.md: " + e.message));
     }
   }
   document.getElementById("results").hidden = false;
@@ -97,9 +120,9 @@ async function refresh() {
   const stateNode = fill("state", job.state);
   stateNode.className = "state " + (typeof job.state === "string" ? job.state.replace(/[^a-z]/g, "") : "");
   const detail = [];
-  if (job.state === "queued") {
-    if (typeof job.position === "number") detail.push("position " + job.position);
-    if (typeof job.estimate_s === "number") detail.push(duration(job.estimate_s) + " to go");
+  if (job.state === "queued" && typeof job.position === "number") detail.push("position " + job.position);
+  if ((job.state === "queued" || job.state === "running") && typeof job.estimate_s === "number") {
+    detail.push(duration(job.estimate_s) + " to go");  // the service's one estimate (grader/serve/views.py)
   }
   if (job.kind) detail.push(job.kind);
   if (job.created) detail.push("submitted " + ago(job.created));
@@ -107,6 +130,12 @@ async function refresh() {
   if (job.finished) detail.push("finished " + ago(job.finished));
   fill("detail", detail.join(" · "));
   if (typeof job.score === "number") fill("score", el("strong", {}, job.score + " / " + job.max_score + " points"));
+  const banner = document.getElementById("no-gpu");
+  banner.hidden = !job.without_gpu;
+  if (job.without_gpu) {
+    fill("no-gpu", el("strong", {}, "Graded without a GPU"), " (" + job.without_gpu + "): correctness, speed, " +
+         "Nsight Compute and measured items were not evaluated, so this score is not the GPU grading's.");
+  }
   if (job.state === "failed") fill("error", "the grading failed: " + (job.error || "no reason given"));
   if ((job.state === "done" || job.state === "failed") && !shownResults) {
     shownResults = true;

@@ -4,7 +4,7 @@
 # solutions/, and a demo class; every grading's grading.json/results.json comes back in one tarball.
 # On the device machine, from the repo root, with .whl and .deb carried:
 #   bash docs/measurements/scripts/2026-12-01-fair-criteria.sh [calibrate] [variants] [solutions] [demo] \
-#        [fixtures] [again] [external] [gpu-tests]   (default: the first four, run F1)
+#        [fixtures] [again] [external] [serve-load] [gpu-tests]   (default: the first four, run F1)
 set -u
 OUT=${OUT:-/tmp/fair-out}
 W=/tmp/fair
@@ -71,6 +71,10 @@ from grader.spec.rubric import load_rubric; write_shifted(Path('solutions'), loa
     for k in 1 2 3; do grade "solutions-again-$k" solutions; done ;;
   external)
     [ -f .external/grade_external.sh ] && OUT="$OUT" timeout 300 bash .external/grade_external.sh 2>&1 | tail -40 | tee -a "$OUT/run.txt" ;;
+  serve-load)
+    log "the Gradescope path through the service, 4 submissions at once on one H200"
+    timeout 300 python3 tools/serve_gradescope_load.py --gpus 0 --n 4 --out "$OUT/serve_load.json" 2>&1 | tail -15 \
+      | tee -a "$OUT/run.txt" ;;
   gpu-tests)
     log "GPU tests"
     t0=$(date +%s)

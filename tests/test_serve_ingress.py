@@ -238,3 +238,39 @@ def test_an_unhandled_error_is_a_json_500_without_internals_logged_once(svc):
     assert "Exception in ASGI application" not in log  # uvicorn did not log it a second time
     assert uploads(svc) == []
     assert httpx.get(f"{svc.url}/healthz").json()["ok"] is True
+
+
+def test_a_refused_upload_closes_its_connection_so_idle_refused_clients_cannot_fill_the_service(tmp_path):
+    """A client with no credential announces a body, takes its 401, then sends a byte now and then and
+    never more: the service closes the connection after the answer (it never reads that body). So
+    refused clients cannot hold the service's connections until a fresh client gets a 503."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "serve.yaml").write_text("max_connections: 12\nheader_timeout_s: 5\n")
+    tokens = issue_tokens(data, ["over@x.edu"])
+    with ServiceProcess(data, "--no-workers", "--per-hour", "1") as svc, svc.client() as c:
+        first = c.post(JOBS, content=tiny_zip("first"), headers=bearer(tokens["over@x.edu"]))
+        assert first.status_code == 202, first.text
+
+        def refused(headers: str) -> tuple[socket.socket, bytes]:
+            s = socket.create_connection(("127.0.0.1", svc.port), timeout=10)
+            s.sendall(f"POST {JOBS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/zip\r\n{headers}"
+                      "Content-Length: 10485760\r\n\r\n".encode())
+            answer = b""
+            deadline = time.monotonic() + 10
+            while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+                answer += s.recv(65536)
+            return s, answer
+
+        held = []
+        for k in range(20):  # more than max_connections, one after another
+            who = f"Authorization: Bearer {tokens['over@x.edu']}\r\n" if k % 2 else ""
+            s, answer = refused(who)
+            assert answer.startswith(b"HTTP/1.1 401" if not who else b"HTTP/1.1 429"), answer[:200]
+            assert b"connection: close" in answer.lower(), answer[:400]
+            closed = closed_within(s, time.monotonic() + 3, trickle=b"P" * 20)
+            assert closed is not None, f"refused connection {k} was still open 3 s after its answer"
+            held.append(s)
+        assert c.get("/healthz").status_code == 200  # a fresh client is still served
+        for s in held:
+            s.close()

@@ -262,7 +262,12 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
 
     @app.exception_handler(limits.Refusal)
     async def refused(request: Request, exc: limits.Refusal):
-        return error(exc.status, exc.message, exc.retry_after, exc.close)
+        # A refused request that announced a body is answered and closed: the body is never read, and a
+        # client left to send it (one byte now and then keeps uvicorn's keep-alive timer off) would hold
+        # a connection for as long as it likes, until refused clients alone fill max_connections.
+        announced = request.headers.get("content-length", "0").strip() not in ("", "0") or \
+            "transfer-encoding" in request.headers
+        return error(exc.status, exc.message, exc.retry_after, exc.close or announced)
 
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable):

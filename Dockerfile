@@ -12,7 +12,7 @@
 # Students' processes run inside bubblewrap (docs/deployment.md, "What is fenced"), which needs
 # namespaces and mounts in the container: `--cap-add SYS_ADMIN --security-opt seccomp=unconfined
 # --security-opt apparmor=unconfined --security-opt systempaths=unconfined`. Without them the
-# grader falls back to its weak fence and says so (`python -m grader.run.sandbox`).
+# grader falls back to its weak fence and says so (`python -m grader.sandbox.guard`).
 #
 # The image is the Gradescope zip, unpacked where Gradescope unpacks it (/autograder/source), and
 # installed by the zip's own setup.sh, which runs grader/deploy/install.sh -- the one install script

@@ -12,7 +12,7 @@ IN_CHECKOUT = (IMPORT_ROOT / "rubric.yaml").is_file() and (IMPORT_ROOT / "pyproj
 # The checkout's root (rubric.yaml, solutions/, tests/); after an install, the package itself.
 REPO_ROOT = IMPORT_ROOT if IN_CHECKOUT else PACKAGE_DIR
 # What students' processes must never see: the whole checkout, or the installed package's own folder
-# (its site-packages stays visible for the interpreter's libraries; grader/run/fence.py masks the package).
+# (its site-packages stays visible for the interpreter's libraries; grader/sandbox/fence.py masks the package).
 PRIVATE_ROOT = REPO_ROOT
 # The rubric graded by default: the checkout's, or the copy the build put into the package (setup.py).
 DEFAULT_RUBRIC = IMPORT_ROOT / "rubric.yaml" if IN_CHECKOUT else PACKAGE_DIR / "data" / "rubric.yaml"

@@ -2,14 +2,14 @@
 
 The process holds its whole tree: it is a child subreaper, so an orphan of a step it ran (a
 daemon that left its session) stays its descendant, and whatever is left of its tree when it
-exits, SIGTERM included, is killed (grader/run/process.py: become_subreaper, end_own_tree).
+exits, SIGTERM included, is killed (grader/sandbox/process.py: become_subreaper, end_own_tree).
 A grading stopped from outside is killed tree and all by whoever stops it (grader/serve/child.py).
 """
 import signal
 import sys
 
 from grader.cli import main
-from grader.run.process import become_subreaper, end_own_tree
+from grader.sandbox.process import become_subreaper, end_own_tree
 
 
 def _terminated(signum, _frame):

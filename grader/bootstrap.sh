@@ -105,7 +105,7 @@ print(" ".join(missing))
 EOF
 }
 
-tool_extras() { "$1" -m grader.build.toolchain --pip-extras; }
+tool_extras() { "$1" -m grader.compile.toolchain --pip-extras; }
 
 use_base=0
 base_missing="$(missing_modules "$BASE_PY")"
@@ -234,9 +234,9 @@ fi
 
 if [[ "$cmd" != lint ]]; then  # linting grades nothing; .ci/run's `test` that follows prints these
     # What the grader will see (one line per tool; problems such as a missing host compiler show here).
-    "$PY" -m grader.build.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+    "$PY" -m grader.compile.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
     # How students' processes will be fenced here (bubblewrap or the weak fallback, and why).
-    "$PY" -m grader.run.sandbox 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+    "$PY" -m grader.sandbox.guard 2>&1 | sed 's/^/bootstrap: /' >&2 || true
 fi
 
 if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then

@@ -31,7 +31,7 @@ from typing import TextIO
 
 from grader import DEFAULT_RUBRIC, REPO_ROOT
 from grader.outputs.results import error_results, write_results
-from grader.spec.errors import ConfigError
+from grader.rubric.errors import ConfigError
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 DEFAULT_OUT = "grading-out"
@@ -89,11 +89,10 @@ def grade_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     console = _console(args.quiet)
-    from grader.run.process import sweep_after_steps
-
+    from grader.sandbox.process import sweep_after_steps
     sweep_after_steps()  # a daemon a step leaves dies at that step's end (python -m grader only)
     try:
-        from grader.spec.rubric import load_rubric
+        from grader.rubric.load import load_rubric
 
         rubric = load_rubric(args.rubric)
         if not args.submission:
@@ -148,7 +147,7 @@ def remove_work(out: Path) -> None:
     """Remove OUT/work (the submission's copy, builds, spec files). Links inside it (students' runs
     write there) are removed, never followed; nothing the feedback names lives there (plots are drawn
     into OUT itself)."""
-    from grader.build.safe_copy import remove_tree
+    from grader.untrusted.safe_copy import remove_tree
 
     work = out / "work"
     if work.is_dir() and not work.is_symlink():
@@ -177,8 +176,8 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------------------------
 def rubric_title_problems(path: Path, rubric) -> list[str]:
     """One line per item whose title states another threshold than it grades by, told by line and ids."""
-    from grader.spec.titles import title_problems
-    from grader.spec.where import describe_path
+    from grader.rubric.titles import title_problems
+    from grader.rubric.where import describe_path
 
     problems = title_problems(rubric)
     text = path.read_text(encoding="utf-8") if problems else ""
@@ -186,7 +185,7 @@ def rubric_title_problems(path: Path, rubric) -> list[str]:
 
 
 def check_rubric_command(args: argparse.Namespace) -> int:
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     started = time.monotonic()
     try:
@@ -207,7 +206,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     console = _console(args.quiet)
     try:
-        from grader.spec.rubric import load_rubric
+        from grader.rubric.load import load_rubric
 
         rubric = load_rubric(args.rubric)
     except ConfigError as exc:
@@ -250,7 +249,7 @@ def handout_command(args: argparse.Namespace) -> int:
 
 def _known_rubrics(was: list[str]) -> list:
     """The rubrics a stored grading may have been measured under: --was files, then the repository's."""
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     known = [load_rubric(p) for p in was]  # a bad --was is a usage error (ConfigError)
     try:
@@ -272,7 +271,7 @@ def rescore_command(args: argparse.Namespace) -> int:
     console = _console(args.quiet)
     try:
         from grader.instructor.rescore import REGRADE, rescore
-        from grader.spec.rubric import load_rubric
+        from grader.rubric.load import load_rubric
 
         if not os.path.lexists(args.source):
             return fail(out, f"{args.source} does not exist (expected a grading's folder, a batch's output folder "
@@ -316,7 +315,7 @@ def whatif_command(args: argparse.Namespace) -> int:
     console = _console(args.quiet)
     try:
         from grader.instructor.whatif import what_if
-        from grader.spec.rubric import load_rubric
+        from grader.rubric.load import load_rubric
 
         if not os.path.lexists(args.source):
             return fail(out, f"{args.source} does not exist (expected a batch's output folder, a folder of grading "

@@ -21,17 +21,17 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.build.compile import CompileResult
-from grader.build.intake import Intake
-from grader.build.sass import SassResult
-from grader.build.toolchain import Tool
 from grader.clock import Clock, Phase
+from grader.compile.intake import Intake
+from grader.compile.sass import SassResult
+from grader.compile.stage import CompileResult
+from grader.compile.toolchain import Tool
 from grader.model import Bonus, Gap, ItemResult, Verdict, to_jsonable
-from grader.run.sandbox import Mode
-from grader.run.timing import TimingSummary
-from grader.spec.limits import StageLimit
-from grader.spec.peaks import Peaks
-from grader.spec.types import Rubric, Stage
+from grader.profile.timing import TimingSummary
+from grader.rubric.limits import StageLimit
+from grader.rubric.peaks import Peaks
+from grader.rubric.types import Rubric, Stage
+from grader.sandbox.guard import Mode
 
 FORMAT = 2  # grading.json's layout; 1 was the untyped dump, which cannot be read back
 
@@ -130,7 +130,7 @@ class Grading:
     rubric_sha256: str = ""
     grader_version: str = ""
     # The GPU schedule's children and when each started, waited at a gate, got its turn and ended
-    # (grader/run/turns.py: Schedule.timeline; wall-clock times like the phases' ``ended``).
+    # (grader/sandbox/turns.py: Schedule.timeline; wall-clock times like the phases' ``ended``).
     timeline: list[dict[str, Any]] = field(default_factory=list)
     # CPU seconds (user + system) of the grading process and every process it waited for: what one
     # grading costs a host whose CPUs a batch's gradings share. None: not measured (a rebuilt record).
@@ -257,17 +257,17 @@ class Job:
     intake: Intake | None = None  # the submission's copy: what it left out, for the items that miss it
     clock: Clock = field(default_factory=Clock)  # the phases' times (grader/clock.py)
     prebuilt_occupancy: Any = None  # occ.cu's builds, made beside the stages' compiles (occupancy/run.py: Prebuilt)
-    cupy_cache: Path | None = None  # the trusted warm CuPy cache each child's own starts as a copy of (run/warm.py)
-    # The GPU schedule (run/turns.py: Schedule) and the children it started early for later steps: the
-    # checker, racecheck per stage id, the profiler under ncu (run/stages.py, profile/collect.py), the
+    cupy_cache: Path | None = None  # the trusted warm CuPy cache each child's own starts as a copy of (gpu/warm.py)
+    # The GPU schedule (sandbox/turns.py: Schedule) and the children it started early for later steps: the
+    # checker, racecheck per stage id, the profiler under ncu (gpu/stages.py, gpu/ncu_run.py), the
     # occupancy measurements and program (occupancy/early.py: EarlyOccupancy).
     schedule: Any = None
-    stage_runs: dict[str, Any] = field(default_factory=dict)  # stage id -> its child's Party (run/early.py)
+    stage_runs: dict[str, Any] = field(default_factory=dict)  # stage id -> its child's Party (gpu/session.py)
     checker: Any = None
     early_racecheck: dict[str, Any] = field(default_factory=dict)
     early_profile: Any = None
     early_occupancy: Any = None
-    sass_dumps: Any = None  # the compiled stages' SASS, read in the background (build/sass.py: SassDumps)
+    sass_dumps: Any = None  # the compiled stages' SASS, read in the background (compile/sass.py: SassDumps)
     timeline: list[dict[str, Any]] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
 

@@ -106,7 +106,7 @@ class Verdict(str, Enum):
 
 
 class Limit(str, Enum):
-    """Which of the sandbox's limits ended a process (``ProcRecord.limit``); set by grader.run.sandbox."""
+    """Which of the sandbox's limits ended a process (``ProcRecord.limit``); set by grader.sandbox.guard."""
 
     TIME = "time"
     OUTPUT = "output"  # more output than the fence allows in total (what is kept is trimmed anyway)
@@ -114,7 +114,7 @@ class Limit(str, Enum):
     PROCESSES = "processes"
     FILE_SIZE = "file_size"  # wrote one file past the fence's file_bytes (SIGXFSZ)
     SCRATCH = "scratch"  # the step's work folder grew past the fence's scratch_bytes
-    CANCELLED = "cancelled"  # the grader no longer needed it (grader.run.process.Control.cancel)
+    CANCELLED = "cancelled"  # the grader no longer needed it (grader.sandbox.process.Control.cancel)
 
     def __str__(self) -> str:
         return self.value

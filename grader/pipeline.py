@@ -4,7 +4,7 @@
 :class:`~grader.grading.Job` and returns it, recording what happened as typed fields (the
 stage outcomes' verdicts and gaps, items, notes). A student's failure is data, never an
 exception. The grading process creates no CUDA context; every GPU step is a child process
-(see docs/design.md and grader/run/stages.py).
+(see docs/design.md and grader/gpu/stages.py).
 """
 from __future__ import annotations
 
@@ -16,26 +16,27 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from grader.build import toolchain
-from grader.build.compile import compile_stage
-from grader.build.intake import INTAKE_FILE, intake
-from grader.build.sass import SassDumps
-from grader.build.student import compile_workers, student_user
 from grader.clock import Clock
+from grader.compile import toolchain
+from grader.compile.intake import INTAKE_FILE, intake
+from grader.compile.sass import SassDumps
+from grader.compile.stage import compile_stage
+from grader.compile.student import compile_workers, student_user
+from grader.gpu import racecheck
+from grader.gpu.device import probe_device, read_device_file
+from grader.gpu.ncu_run import profile_stages
+from grader.gpu.racecheck import tool_fence
+from grader.gpu.session import start_gpu_children
+from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.grading import Environment, Grading, Job, ProfileRun, Progress, StageOutcome
 from grader.model import Verdict
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
-from grader.profile.collect import profile_stages
-from grader.run import racecheck, sandbox
-from grader.run.device import probe_device, read_device_file
-from grader.run.early import start_gpu_children
-from grader.run.fence import Fence
-from grader.run.racecheck import tool_fence
-from grader.run.stages import check_results, drop_outputs, run_stages, sanitize
+from grader.rubric.peaks import device_peaks
+from grader.rubric.types import Rubric, Stage
+from grader.sandbox import guard as sandbox
+from grader.sandbox.fence import Fence
 from grader.score.stages import score
-from grader.spec.peaks import device_peaks
-from grader.spec.types import Rubric, Stage
 
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
@@ -43,7 +44,7 @@ __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "En
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
                        device: dict | None = None) -> Environment:
     """The GPU (asked by the probe child, in ``work``: a temporary folder by default; or ``device``,
-    a description a batch probed once: grader/run/device.py) and the tools."""
+    a description a batch probed once: grader/gpu/device.py) and the tools."""
     reason = "GPU use switched off (--no-gpu)"
     if not use_gpu:
         device = None
@@ -106,7 +107,7 @@ def compile_stages(job: Job) -> Job:
     each thread waiting on its own fenced, limited nvcc exactly as one after another did; occ.cu's
     builds are started on the same pool (grader/occupancy/run.py: start_builds) and handed to the
     occupancy step, so no compiler runs during the GPU steps. As each stage's compile ends, in
-    whatever order, its early racecheck child gets the kernel (grader/run/racecheck.py) and its SASS
+    whatever order, its early racecheck child gets the kernel (grader/gpu/racecheck.py) and its SASS
     starts being read in the background (:func:`read_sass` collects it); the outcomes, the phases and
     the progress messages come in the rubric's order."""
     sizes = list(job.rubric.correctness_sizes)
@@ -155,7 +156,7 @@ def _follow_compiles(job: Job, selected: list[Stage], futures: list[Future]) -> 
 
 def read_sass(job: Job) -> Job:
     """The SASS of every compiled stage, read in the background since its compile ended
-    (grader/build/sass.py: SassDumps): the scored items need it."""
+    (grader/compile/sass.py: SassDumps): the scored items need it."""
     if job.sass_dumps is not None:
         done = job.sass_dumps.collect()
         for sid in [s for s in job.outcomes if s in done]:  # the rubric's order
@@ -270,7 +271,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
           device_file: Path | None = None) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
-    description, probed once by a batch (grader/run/device.py): no probe child."""
+    description, probed once by a batch (grader/gpu/device.py): no probe child."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from grader.run import sandbox
+from grader.sandbox import guard as sandbox
 
 PY = sys.executable
 

@@ -125,15 +125,15 @@ def _shifted(work: Path, lock: Path):
     """Compile the one-stage-shifted submission's stages (side by side), then profile them under the lock."""
     import dataclasses
 
-    from grader.build import toolchain
-    from grader.build.compile import compile_stage
     from grader.clock import Clock
+    from grader.compile import toolchain
+    from grader.compile.stage import compile_stage
+    from grader.gpu.ncu_run import profile_stages
     from grader.grading import StageOutcome
     from grader.instructor.shifted import write_shifted
     from grader.model import Verdict
     from grader.pipeline import gpu_turn
-    from grader.profile.collect import profile_stages
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     rubric = load_rubric(ROOT / "rubric.yaml")
     rubric = dataclasses.replace(rubric, profile=dataclasses.replace(rubric.profile, timeout_s=300))

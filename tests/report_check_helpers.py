@@ -8,8 +8,8 @@ from pathlib import Path
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Verdict
 from grader.profile.ncu import parse_raw_csv
-from grader.run.timing import TimingSummary
-from grader.spec.rubric import load_rubric
+from grader.profile.timing import TimingSummary
+from grader.rubric.load import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from tests import attack_cases as cases
 from tests.attack_helpers import FAKE_RESULTS, Graded, Jobs, grade
 from tests.gpu_jobs import attack_rubric

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.deploy import batch
 from grader.deploy.batch import plan
 
@@ -147,7 +147,7 @@ def test_batch_over_an_export_then_resume(export, tmp_path):
 @needs_nvcc
 def test_stale_gradings_are_graded_again_and_said(tmp_path, fake, monkeypatch):
     import grader
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     exp = tmp_path / "exp"
     make_export(exp, 1, ("solutions",))
@@ -217,7 +217,7 @@ def test_stale_gradings_are_graded_again_and_said(tmp_path, fake, monkeypatch):
 
 
 def test_grades_csv_says_not_evaluated_and_review(tmp_path):
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     sub = batch.Submission("submission_1", tmp_path, None)
     folder = tmp_path / "subs" / "submission_1"
@@ -597,8 +597,7 @@ def test_csv_cells_that_start_like_formulas_are_neutralized(tmp_path, fake):
 
 
 def test_batch_refuses_an_unfenced_machine_unless_trusted(tmp_path, monkeypatch):
-    from grader.run import sandbox
-
+    from grader.sandbox import guard as sandbox
     exp = _small_export(tmp_path / "exp", ("submission_1",))
     env = dict(os.environ, GRADER_SANDBOX="weak")  # the sandbox's own switch to its weak fence
     proc = subprocess.run([sys.executable, "-m", "grader", "batch", str(exp), "--out", str(tmp_path / "out"),

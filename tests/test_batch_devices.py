@@ -1,6 +1,6 @@
 """A batch probes each GPU once and hands every grading on it the description; a grading checks the
 file it is given and probes for itself when it cannot use it (grader/deploy/batch/pool.py,
-grader/run/device.py, grader/pipeline.py).
+grader/gpu/device.py, grader/pipeline.py).
 
 The probes are the real probe child over tests/fake_cupy (a stand-in H100-like GPU) or a replaced
 probe_device; the gradings are a fake child that records what it was given, and one real static
@@ -18,9 +18,9 @@ import pytest
 from grader import pipeline
 from grader.deploy import batch
 from grader.deploy.batch.pool import device_file, probe_gpus
-from grader.run import device as device_module
-from grader.run.device import device_problem, read_device_file, write_device_file
-from grader.spec.rubric import load_rubric
+from grader.gpu import device as device_module
+from grader.gpu.device import device_problem, read_device_file, write_device_file
+from grader.rubric.load import load_rubric
 from tests.test_batch import _small_export
 from tests.test_children import FAKE_CUPY
 

@@ -56,7 +56,7 @@ def _bootstrap(tmp_path: Path, uid: int, apt: bool, **env: str) -> tuple[subproc
 
 def _installs_nothing_else() -> None:
     """Skip where bootstrap would also make a .venv (this interpreter lacks a tool): the test installs nothing."""
-    extras = subprocess.run([sys.executable, "-m", "grader.build.toolchain", "--pip-extras"], cwd=ROOT,
+    extras = subprocess.run([sys.executable, "-m", "grader.compile.toolchain", "--pip-extras"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120).stdout.split()
     if extras:
         pytest.skip(f"bootstrap would pip-install {extras} for this interpreter")

@@ -9,8 +9,8 @@ import yaml
 
 from grader.instructor.calibrate import MIN_MARGIN, calibration_rows, margin, run_calibration, write_report
 from grader.model import ItemResult, Status
+from grader.rubric.load import parse_rubric
 from grader.run_local import parse_args  # the legacy flags of run_local.py
-from grader.spec.rubric import parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 

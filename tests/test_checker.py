@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.children.check import check
-from grader.run.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed
+from grader.children.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 N, ISEED = 128, 77
@@ -102,7 +102,6 @@ def test_fingerprints_need_each_launchs_own_vector_and_one_drawing_of_inputs_ser
     """Each fingerprint is checked against its own vector's seed: a wrong or missing seed fails the
     timed launches; three stages' fingerprints of one launch come from one drawing of its inputs."""
     from grader.children import check as check_module
-
     spec = _timed_run(tmp_path, stages=3)
     drawn: list[int] = []
     made = check_module.make_inputs_xp

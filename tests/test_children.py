@@ -19,9 +19,9 @@ import pytest
 
 from grader import PACKAGE_DIR
 from grader.children import RUNTIME_FILES
-from grader.children.launch import child_env, launch
+from grader.children.inputs import make_inputs_xp
 from grader.children.protocol import MODES
-from grader.run.inputs import make_inputs_xp
+from grader.sandbox.launch import child_env, launch
 
 ROOT = PACKAGE_DIR.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
@@ -135,7 +135,6 @@ def test_the_profile_child_gives_cached_blocks_back_once_its_inputs_are_made(tmp
     # ncu saves every allocation a kernel could reach around each replay pass: the inputs'
     # temporaries must be gone from CuPy's pool before the first launch (and after a late kind).
     from grader.children import profile
-
     events: list[str] = []
     made = profile.make_inputs_xp
     monkeypatch.setattr(profile, "make_inputs_xp", lambda xp, n, seed, kind: (events.append(kind), made(xp, n, seed, kind))[1])
@@ -208,9 +207,8 @@ def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_ev
     runs, nor is the vector the spec's integrity seed gives. The checker verifies every fingerprint and
     the last launch's whole output, and still catches a kernel that replays an earlier result."""
     from grader.children.check import check
+    from grader.children.inputs import integrity_vector
     from grader.children.warm import _check_entry
-    from grader.run.inputs import integrity_vector
-
     spec, report, held = _stage_run(tmp_path, monkeypatch, "honest", {})
     from_spec = _digest(integrity_vector(BENCH_N, spec["bench"]["integrity_seed"]))
     assert all(from_spec not in during for during in held), "a vector the kernel could derive was in device memory"

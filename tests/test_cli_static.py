@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
@@ -113,8 +113,8 @@ def test_nvcc_runs_as_the_unprivileged_student_user():
     import pwd
     import tempfile
 
-    from grader.build.compile import compile_stage
-    from grader.spec.rubric import load_rubric
+    from grader.compile.stage import compile_stage
+    from grader.rubric.load import load_rubric
 
     user = "nobody"
     pwd.getpwnam(user)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader.build import toolchain
 from grader.clock import Clock, Phase, breakdown
+from grader.compile import toolchain
 from grader.grading import Grading, load_grading
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.cubin import CubinFormatError, read_int_array, symbol_bytes
+from grader.compile.cubin import CubinFormatError, read_int_array, symbol_bytes
 
 CUBIN = Path(__file__).parent / "fixtures" / "multi_sm90a.cubin"
 

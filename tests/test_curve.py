@@ -1,5 +1,5 @@
 """Partial credit on a declared curve, and speed points gated on the stage's technique evidence
-(grader/spec/curve.py, grader/score/stages.py: gate_speed). Synthetic outcomes, no GPU."""
+(grader/rubric/curve.py, grader/score/stages.py: gate_speed). Synthetic outcomes, no GPU."""
 from __future__ import annotations
 
 import math
@@ -10,11 +10,11 @@ import yaml
 
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict
-from grader.run.timing import summarize
+from grader.profile.timing import summarize
+from grader.rubric.curve import Curve
+from grader.rubric.errors import RubricError
+from grader.rubric.load import parse_rubric
 from grader.score.stages import score
-from grader.spec.curve import Curve
-from grader.spec.errors import RubricError
-from grader.spec.rubric import parse_rubric
 from tests.test_scoring import PEAKS, _compiled
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,25 +24,25 @@ from typing import Any
 import pytest
 import yaml
 
-from grader.build import toolchain
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources, parse_ptxas
-from grader.build.sass import SassResult, parse_sass
+from grader.compile import toolchain
+from grader.compile.ptxas import KernelResources, parse_ptxas
+from grader.compile.sass import SassResult, parse_sass
+from grader.compile.stage import CompileResult
 from grader.deploy.gradescope.policy import apply_no_gpu_policy
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, ItemResult, Status, Verdict
 from grader.occupancy import run as occ_run
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
-from grader.occupancy.config import HAND_GRADED, OccupancyConfig
 from grader.occupancy.exercises import grade_occupancy, simulated_api
 from grader.occupancy.grading import Measurements
 from grader.outputs.results import build_results
-from grader.run.timing import summarize
+from grader.profile.timing import summarize
+from grader.rubric.load import load_rubric
+from grader.rubric.occupancy import HAND_GRADED, OccupancyConfig
+from grader.rubric.peaks import Peaks
+from grader.rubric.report import ReportConfig
 from grader.score.hand import hand_graded_items
 from grader.score.stages import score
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
-from grader.writeup.config import ReportConfig
 from grader.writeup.run import grade as grade_report
 
 ROOT = Path(__file__).resolve().parent.parent

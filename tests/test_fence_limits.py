@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.run import cgroup, limits, sandbox
-from grader.run.sandbox import MIB, Fence, Limit, run
+from grader.sandbox import cgroup, limits
+from grader.sandbox import guard as sandbox
+from grader.sandbox.guard import MIB, Fence, Limit, run
 from tests.fence_helpers import marker, py, switch_user, wait_none_with
 
 
@@ -47,7 +48,7 @@ def test_one_huge_allocation_fails_inside(scratch: Path):
 @pytest.fixture(params=["children_files", "process_table"])
 def tree_reader(request, monkeypatch) -> str:
     """Both ways the watchdog finds a step's processes: /proc/PID/task/TID/children where the kernel
-    has them, else one shared scan of /proc (grader.run.limits.process_table)."""
+    has them, else one shared scan of /proc (grader.sandbox.limits.process_table)."""
     if request.param == "children_files" and not limits._HAS_CHILDREN_FILES:
         pytest.skip("this kernel has no /proc/PID/task/TID/children files")
     monkeypatch.setattr(limits, "_HAS_CHILDREN_FILES", request.param == "children_files")

@@ -7,11 +7,11 @@ predecessor on its transition items, and the run over the references must stay w
 """
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.grading import load_grading
 from grader.model import Status
-from grader.profile.criteria import evaluate_ncu_item
 from grader.profile.diagnosis import diagnose
+from grader.score.ncu import evaluate_ncu_item
 
 pytestmark = pytest.mark.gpu
 

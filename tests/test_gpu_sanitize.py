@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
-from grader.run.sanitize import run_tool
+from grader.compile import toolchain
+from grader.gpu.sanitize import run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 RACY = ROOT / "tests" / "submissions" / "race_missing_sync" / "gemm" / "tiled.cu"
@@ -73,7 +73,7 @@ import json, sys
 import numpy as np
 from grader.children.driver import Driver
 from grader.children.sanitize import NAN_BITS, gemm_args
-from grader.run.inputs import make_inputs
+from grader.children.inputs import make_inputs
 cubin, n = sys.argv[1], int(sys.argv[2])
 cuda = Driver()
 cuda.start()

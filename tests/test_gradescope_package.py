@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.policy import (
     PENDING_PREFIX,

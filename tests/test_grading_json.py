@@ -8,21 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
-from grader.build.sass import SassResult
-from grader.build.toolchain import Tool
 from grader.children.tma import Boxes
+from grader.compile import toolchain
+from grader.compile.ptxas import KernelResources
+from grader.compile.sass import SassResult
+from grader.compile.stage import CompileResult
+from grader.compile.toolchain import Tool
 from grader.grading import Environment, Grading, GradingFormatError, ProfileRun, StageOutcome, load_grading
 from grader.model import Cause, Gap, ItemResult, ProcRecord, Status, Verdict
 from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.write import write_outputs
 from grader.profile.ncu import parse_raw_csv
-from grader.run.timing import summarize
+from grader.profile.timing import summarize
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
 from grader.score.stages import score
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

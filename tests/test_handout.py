@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from grader.instructor.handout import BLOCKS, HANDOUT, apply, main, render_blocks, threshold
-from grader.spec.rubric import load_rubric, parse_rubric
+from grader.rubric.load import load_rubric, parse_rubric
 from tests.report_check_helpers import ROOT, RUBRIC
 
 TEXT = HANDOUT.read_text(encoding="utf-8")

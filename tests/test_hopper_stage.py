@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 
 from grader import REPO_ROOT as ROOT
-from grader.build import toolchain
-from grader.build.compile import compile_stage
 from grader.children.check import check
+from grader.children.inputs import bf16_values, make_inputs, product_operands, to_bf16
 from grader.children.tma import Boxes, check_boxes
+from grader.compile import toolchain
+from grader.compile.stage import compile_stage
 from grader.grading import StageOutcome
 from grader.instructor.shifted import write_shifted
 from grader.model import Bonus, ItemResult, Status
 from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.results import build_results
-from grader.run.inputs import bf16_values, make_inputs, product_operands, to_bf16
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
 from grader.score.stages import score
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
 from grader.writeup.run import grade as grade_report
 
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

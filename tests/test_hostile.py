@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.build import toolchain
-from grader.spec.rubric import load_rubric
+from grader.compile import toolchain
+from grader.rubric.load import load_rubric
 from tests.gpu_jobs import HOSTILE_CASES, case_tests, composite, composite_id
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
@@ -33,7 +33,7 @@ def test_the_wheel_holds_every_subpackage_and_the_rubric(installed):
     for rel in source_pkgs:
         assert (installed / rel / "__init__.py").is_file(), f"{rel} missing from the installed package"
     assert (pkg / "data" / "rubric.yaml").read_text() == (ROOT / "rubric.yaml").read_text()
-    for script in ("bootstrap.sh", "deploy/install.sh", "deploy/gradescope/run_autograder", "spec/ncu_metrics.txt.gz",
+    for script in ("bootstrap.sh", "deploy/install.sh", "deploy/gradescope/run_autograder", "rubric/ncu_metrics.txt.gz",
                    "deploy/kit/README-students.md"):
         assert (pkg / script).is_file(), script
     assert not (installed / "solutions").exists() and not (installed / "tests").exists()
@@ -69,8 +69,8 @@ def test_installed_package_is_masked_inside_the_fence(installed, tmp_path):
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from grader.run import sandbox\n"
-        "from grader.run.fence import Fence\n"
+        "from grader.sandbox import guard as sandbox\n"
+        "from grader.sandbox.fence import Fence\n"
         "if sandbox.mode().confinement.value != 'bwrap': print('WEAK', sandbox.mode().reason); raise SystemExit\n"
         f"probe = \"import os, numpy; print(sorted(os.listdir({str(pkg)!r})), numpy.__name__)\"\n"
         "rec = sandbox.run([sys.executable, '-c', probe], timeout_s=60, fence=Fence(scratch=Path(sys.argv[1])))\n"

@@ -1,4 +1,4 @@
-"""Safe intake of a submission (grader/build/intake.py): one fresh copy, no link followed, sizes capped.
+"""Safe intake of a submission (grader/compile/intake.py): one fresh copy, no link followed, sizes capped.
 
 Every case builds the hostile submission for real (links, zips, big files) in a temporary folder.
 """
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.intake import INTAKE_FILE, Intake, Limits, Skip, intake
-from grader.build.safe_copy import remove_tree, tree_size
+from grader.compile.intake import INTAKE_FILE, Intake, Limits, Skip, intake
+from grader.untrusted.safe_copy import remove_tree, tree_size
 from tests.tree_helpers import deep_chain, unremovable
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""A CUDA context kept open per GPU while a batch runs (grader/run/keeper.py, grader/children/keep.py).
+"""A CUDA context kept open per GPU while a batch runs (grader/gpu/keeper.py, grader/children/keep.py).
 
 The keeper child is the real one, over the stand-in driver tests/fixtures/fake_libcuda.c (it logs
 every call) or over no driver at all; the batch is the real batch with a recording child in place
@@ -21,9 +21,9 @@ import pytest
 from grader.children.driver import LIBRARY_VAR
 from grader.deploy import batch
 from grader.deploy.batch.pool import gpu_env, keeper_folder
-from grader.run import keeper as keeper_module
-from grader.run.device import read_device_file
-from grader.run.keeper import Keeper, keep_gpus, start_keeper
+from grader.gpu import keeper as keeper_module
+from grader.gpu.device import read_device_file
+from grader.gpu.keeper import Keeper, keep_gpus, start_keeper
 from tests.test_batch import _small_export
 from tests.test_batch_devices import _recording
 from tests.test_children import FAKE_CUPY
@@ -110,7 +110,7 @@ def test_a_keeper_ends_when_the_process_that_started_it_dies(tmp_path, fake_libc
     parent = textwrap.dedent(f"""\
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
-        from grader.run.keeper import start_keeper
+        from grader.gpu.keeper import start_keeper
         k = start_keeper({str(tmp_path / "keep")!r}, 60, gpu="0")
         print(k.proc.pid if k.kept else "none: " + k.problem, flush=True)
         os._exit(0)  # no close: the pipe closes because this process is gone

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.deploy.gradescope.build import BuildError
 from grader.deploy.kit.build import FOLDER, build_kit
 from grader.deploy.kit.checks import key_lines
 from grader.model import Status
 from grader.occupancy.exercises import grade_occupancy
 from grader.occupancy.run import load_answers
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
 from grader.writeup.run import grade_report_submission
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,9 +10,9 @@ from grader.grading import Environment, Grading, StageOutcome, load_grading
 from grader.model import Verdict
 from grader.outputs.leaderboard import LEADERBOARD_STAGES, leaderboard_stages
 from grader.outputs.results import build_results, dumps
-from grader.run.timing import summarize
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
+from grader.profile.timing import summarize
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from grader.profile.ncu import (
     parse_value,
     rubric_metrics,
 )
-from grader.spec.rubric import load_rubric, parse_rubric
+from grader.rubric.load import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "ncu" / "ncu2025.3.1_raw_solutions_h200_n2048.csv"

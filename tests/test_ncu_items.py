@@ -1,20 +1,20 @@
-"""grader/spec/expr.py and grader/profile/criteria.py: safe expressions, statuses and messages of `ncu` items."""
+"""grader/rubric/expr.py and grader/score/ncu.py: safe expressions, statuses and messages of `ncu` items."""
 from pathlib import Path
 
 import pytest
 
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
+from grader.compile.ptxas import KernelResources
+from grader.compile.stage import CompileResult
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Status, Verdict
-from grader.profile.criteria import evaluate_ncu_item, measure
 from grader.profile.ncu import parse_raw_csv
+from grader.rubric.errors import RubricError
+from grader.rubric.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
+from grader.rubric.items import stage_item
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
+from grader.score.ncu import evaluate_ncu_item, measure
 from grader.score.stages import evaluate
-from grader.spec.errors import RubricError
-from grader.spec.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
-from grader.spec.items import stage_item
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -7,7 +7,7 @@ import pytest
 
 from grader.profile.diagnosis import diagnose
 from grader.profile.ncu import metrics_needed, parse_raw_csv
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = parse_raw_csv((ROOT / "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_h200_n2048.csv").read_text())

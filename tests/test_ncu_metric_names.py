@@ -1,4 +1,4 @@
-"""Metric names are checked against the list ncu itself reports (grader/spec/metric_names.py), read
+"""Metric names are checked against the list ncu itself reports (grader/rubric/metric_names.py), read
 from real captures of ncu 2025.3.1 (tests/fixtures/ncu/): a misspelt metric stops check-rubric with
 exit 2 instead of failing a GPU grading, and a metric this GPU's chip lacks is named per item."""
 import copy
@@ -13,18 +13,18 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.build.compile import CompileResult
+from grader.compile.stage import CompileResult
+from grader.gpu.ncu_run import profile_stages
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict
-from grader.profile.collect import profile_stages
-from grader.profile.criteria import evaluate_ncu_item
 from grader.profile.diagnosis import METRICS as DIAGNOSIS_METRICS
 from grader.profile.ncu import metrics_needed
-from grader.spec import metric_names
-from grader.spec.errors import RubricError
-from grader.spec.expr import METRIC_RE, check_expression
-from grader.spec.metric_names import SUFFIXES, chip_for_cc, chips_with, missing_on, problem, shipped
-from grader.spec.ncu_list import (
+from grader.rubric import metric_names
+from grader.rubric.errors import RubricError
+from grader.rubric.expr import METRIC_RE, check_expression
+from grader.rubric.load import load_rubric, parse_rubric
+from grader.rubric.metric_names import SUFFIXES, chip_for_cc, chips_with, missing_on, problem, shipped
+from grader.rubric.ncu_list import (
     MetricType,
     NcuListError,
     parse_list_chips,
@@ -32,8 +32,8 @@ from grader.spec.ncu_list import (
     parse_version,
     raw_page_metrics,
 )
-from grader.spec.rubric import load_rubric, parse_rubric
-from grader.spec.types import Profile
+from grader.rubric.types import Profile
+from grader.score.ncu import evaluate_ncu_item
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "tests" / "fixtures" / "ncu"
@@ -265,8 +265,7 @@ def test_on_the_h200_a_metric_only_another_chip_has_is_left_out_and_named(tmp_pa
 def test_the_installed_ncu_lists_what_the_captures_hold():
     """Where Nsight Compute is installed (the GPU machine): its listing for gh100 is the captured one,
     when it is the captured version; another version says so (recapture: tools/ncu_metric_list.py)."""
-    from grader.build import toolchain
-
+    from grader.compile import toolchain
     ncu = toolchain.find_ncu()
     if ncu.path is None:
         pytest.skip("Nsight Compute (ncu) is not installed here; the captures in tests/fixtures/ncu stand for it")

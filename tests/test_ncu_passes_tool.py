@@ -10,10 +10,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 import ncu_passes  # noqa: E402
 import pytest  # noqa: E402
 
-from grader.build.toolchain import find_ncu  # noqa: E402
+from grader.compile.toolchain import find_ncu  # noqa: E402
 from grader.profile import diagnosis as D  # noqa: E402
 from grader.profile.ncu import metrics_needed, rubric_metrics  # noqa: E402
-from grader.spec.rubric import load_rubric  # noqa: E402
+from grader.rubric.load import load_rubric  # noqa: E402
 
 
 def test_the_groups_are_the_graders_lists_split_as_named():

@@ -7,9 +7,9 @@ import pytest
 
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict
-from grader.profile.criteria import evaluate_ncu_item, measure
 from grader.profile.ncu import parse_raw_csv
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
+from grader.score.ncu import evaluate_ncu_item, measure
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -1,8 +1,8 @@
 """The correctness test: |c - r| <= rtol * (|r| + rms(r)); NaN never passes."""
 import numpy as np
 
-from grader.run.inputs import make_inputs
-from grader.run.numerics import compare
+from grader.children.inputs import make_inputs
+from grader.children.numerics import compare
 
 
 def _ref(a, b):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from grader.occupancy.answers import answer_schema, parse_answers
-from grader.occupancy.config import load_default_config
+from grader.rubric.occupancy import load_default_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CFG = load_default_config()

@@ -9,10 +9,10 @@ import yaml
 from grader import REPO_ROOT
 from grader.model import Bonus
 from grader.occupancy.calculator import KIB
-from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
-from grader.spec.errors import RubricError
-from grader.spec.items import VISIBILITIES
-from grader.spec.rubric import load_rubric, parse_rubric
+from grader.rubric.errors import RubricError
+from grader.rubric.items import VISIBILITIES
+from grader.rubric.load import load_rubric, parse_rubric
+from grader.rubric.occupancy import ITEM_IDS, load_default_config, load_occupancy_config
 
 
 @pytest.fixture

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.build.ptxas import KernelResources, parse_ptxas
+from grader.compile.ptxas import KernelResources, parse_ptxas
 from grader.model import Cause, Gap, Status
 from grader.occupancy.answers import answer_schema, parse_answers
-from grader.occupancy.config import ITEM_IDS, load_default_config
 from grader.occupancy.exercises import api_points, grade_occupancy, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
+from grader.rubric.occupancy import ITEM_IDS, load_default_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests/fixtures/occupancy"

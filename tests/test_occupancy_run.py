@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.build.locate import locate
-from grader.build.toolchain import find_nvcc
+from grader.compile.locate import locate
+from grader.compile.toolchain import find_nvcc
 from grader.model import Cause, Gap, ProcRecord, Status
 from grader.occupancy import run as occ_run
-from grader.occupancy.config import ITEM_IDS, load_default_config, load_occupancy_config
 from grader.occupancy.exercises import api_points, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
+from grader.rubric.occupancy import ITEM_IDS, load_default_config, load_occupancy_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
@@ -422,7 +422,7 @@ def test_no_gpu_items_need_a_gpu_and_no_compiler_items_do_not(tmp_path):
 # The whole GPU flow on CPU: real builds, a stand-in program, gpu_child on fake CuPy
 # ---------------------------------------------------------------------------------------
 def _fake_gpu(monkeypatch, fake: dict | None = None, program: dict | None = None):
-    # Children get the grader's environment (grader.children.launch.child_env), so the stand-in
+    # Children get the grader's environment (grader.sandbox.launch.child_env), so the stand-in
     # CuPy on PYTHONPATH is what the measurement child imports.
     old = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY) + (os.pathsep + old if old else ""))

@@ -1,4 +1,4 @@
-"""The occupancy work on the grading's GPU schedule (grader/occupancy/early.py, grader/run/turns.py).
+"""The occupancy work on the grading's GPU schedule (grader/occupancy/early.py, grader/sandbox/turns.py).
 
 No GPU: the measurement child is the real grader.children.occupancy on tests/fake_cupy (a stand-in
 CuPy that answers from the calculator and, asked to, logs when each launch ran), the student's
@@ -21,15 +21,15 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.build.ptxas import KernelResources
 from grader.clock import Clock
+from grader.compile.ptxas import KernelResources
 from grader.model import Limit, Status
 from grader.occupancy import early as occ_early
 from grader.occupancy import run as occ_run
 from grader.occupancy.build import Build, Prebuilt
-from grader.occupancy.config import load_default_config, load_occupancy_config
 from grader.occupancy.exercises import simulated_api
-from grader.run.turns import Schedule, State
+from grader.rubric.occupancy import load_default_config, load_occupancy_config
+from grader.sandbox.turns import Schedule, State
 from tests.test_turns import child_party, overlaps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,17 +244,17 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     and the real measurement child on the fake CuPy: the sweeps come after every bench, the program
     runs once the timed turns are over, the profile step's wait finds it ended, and the occupancy step
     grades what they found; the stages keep their verdicts and timings."""
-    from grader.build.compile import CompileResult
-    from grader.children.launch import ChildResult
     from grader.children.protocol import wait_at_gate
+    from grader.compile.stage import CompileResult
+    from grader.gpu import racecheck
+    from grader.gpu import session as run_early
+    from grader.gpu import stages as run_stages
+    from grader.gpu.sanitize import SanitizerRun
     from grader.grading import Environment, Job, StageOutcome
     from grader.model import ProcRecord, Verdict
-    from grader.run import early as run_early
-    from grader.run import racecheck
-    from grader.run import stages as run_stages
-    from grader.run.sanitize import SanitizerRun
-    from grader.spec.peaks import Peaks
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
+    from grader.rubric.peaks import Peaks
+    from grader.sandbox.launch import ChildResult
 
     log = _fake_gpu(monkeypatch, tmp_path, launch_s=0.001)
     rubric = load_rubric(ROOT / "rubric.yaml")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.ptxas import parse_ptxas
-from grader.build.toolchain import find_nvcc
-from grader.run.sandbox import run
+from grader.compile.ptxas import parse_ptxas
+from grader.compile.toolchain import find_nvcc
+from grader.sandbox.guard import run
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests/fixtures/occupancy"

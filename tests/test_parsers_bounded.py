@@ -76,9 +76,9 @@ def _report_file(text: str):
 
 def _answers(text: str):
     from grader.occupancy.answers import answer_schema, parse_answers
-    from grader.occupancy.config import load_default_config
     from grader.occupancy.exercises import grade_occupancy
     from grader.occupancy.grading import Measurements
+    from grader.rubric.occupancy import load_default_config
 
     cfg = load_default_config()
     schema = answer_schema(cfg)
@@ -255,7 +255,7 @@ def test_quote_code_trims_long_text_and_says_how_long_it_was():
 
 def test_student_markdown_in_report_and_answers_feedback_is_not_rendered():
     from grader.occupancy.answers import answer_schema, parse_answers
-    from grader.occupancy.config import load_default_config
+    from grader.rubric.occupancy import load_default_config
     from grader.writeup.run import grade
     from tests.report_check_helpers import CFG, RUBRIC, gpu_outcomes
 

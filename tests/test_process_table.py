@@ -1,4 +1,4 @@
-"""grader.run.limits' two ways of finding a step's processes, and the one /proc scan the watches share.
+"""grader.sandbox.limits' two ways of finding a step's processes, and the one /proc scan the watches share.
 
 Without /proc/PID/task/TID/children (a kernel built without CONFIG_PROC_CHILDREN) each watch poll
 needs the whole process table; a grading polls up to ~25 steps at once, so one scan serves every
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from grader.run import limits
+from grader.sandbox import limits
 
 # A parent with two children and one grandchild, all asleep until killed.
 FAMILY = ("import subprocess, sys, time\n"

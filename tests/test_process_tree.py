@@ -62,7 +62,7 @@ def test_a_step_leaves_no_daemon_that_left_its_session(tmp_path, ends):
         """)
     probe = textwrap.dedent(f"""
         import subprocess, sys, time
-        from grader.run.process import become_subreaper, run_process, sweep_after_steps
+        from grader.sandbox.process import become_subreaper, run_process, sweep_after_steps
         assert become_subreaper() and sweep_after_steps()
         rec = run_process([sys.executable, "-c", {child!r}, {str(pid_file)!r}], timeout_s=3.0, cwd=None,
                           env=dict(__import__("os").environ), output_limit=1000)
@@ -81,7 +81,7 @@ def test_the_grader_process_kills_what_is_left_of_its_tree_when_it_exits(tmp_pat
     pid_file = tmp_path / "daemon.pid"
     probe = textwrap.dedent(f"""
         import subprocess, sys
-        from grader.run.process import become_subreaper, end_own_tree
+        from grader.sandbox.process import become_subreaper, end_own_tree
         become_subreaper()
         p = subprocess.Popen([sys.executable, "-c", {DAEMON!r}, {str(pid_file)!r}], start_new_session=True)
         import time
@@ -124,7 +124,7 @@ def test_a_batch_or_worker_keeps_its_kept_context_and_a_sweep_spares_running_ste
     grading's, after each step) spares the steps other threads are still running."""
     probe = textwrap.dedent("""
         import subprocess, sys, threading, time
-        from grader.run.process import become_subreaper, kill_adopted, run_process
+        from grader.sandbox.process import become_subreaper, kill_adopted, run_process
         become_subreaper()
         kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
         step = run_process([sys.executable, "-c", "pass"], timeout_s=30, cwd=None, env={}, output_limit=100)

@@ -1,4 +1,4 @@
-"""grader/profile/collect.py: which stages are profiled and what each is told (fake ncu, no GPU)."""
+"""grader/gpu/ncu_run.py: which stages are profiled and what each is told (fake ncu, no GPU)."""
 import dataclasses
 import json
 import stat
@@ -6,14 +6,14 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from grader.build.compile import CompileResult
+from grader.compile.stage import CompileResult
+from grader.gpu.ncu_run import profile_stages
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Status, Verdict
-from grader.profile.collect import profile_stages
-from grader.profile.criteria import evaluate_ncu_item
-from grader.spec.items import stage_item
-from grader.spec.rubric import load_rubric
-from grader.spec.types import Profile
+from grader.rubric.items import stage_item
+from grader.rubric.load import load_rubric
+from grader.rubric.types import Profile
+from grader.score.ncu import evaluate_ncu_item
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "ncu" / "ncu2025.3.1_raw_solutions_h200_n2048.csv"

@@ -1,7 +1,7 @@
 """ptxas -v parser, on real captured compiler output (tests/fixtures)."""
 from pathlib import Path
 
-from grader.build.ptxas import entry_names, parse_ptxas
+from grader.compile.ptxas import entry_names, parse_ptxas
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -45,7 +45,7 @@ def test_compile_error_output_has_no_kernels():
 
 
 def test_a_missing_kernel_gets_the_hint_that_fits_what_was_found():
-    from grader.build.ptxas import name_hint
+    from grader.compile.ptxas import name_hint
 
     mangled = name_hint("mmNaive", ["_Z7mmNaivePKfS0_Pfi"])
     assert 'declare it extern "C"' in mangled and "_Z7mmNaivePKfS0_Pfi" in mangled

@@ -1,4 +1,4 @@
-"""grader/writeup/config.py: the rubric's report section, validated with key paths."""
+"""grader/rubric/report.py: the rubric's report section, validated with key paths."""
 import copy
 
 import pytest
@@ -6,10 +6,10 @@ import yaml
 
 from grader.model import Bonus
 from grader.profile.ncu import metrics_needed
-from grader.spec.errors import RubricError
-from grader.spec.expr import METRIC_RE
-from grader.spec.rubric import parse_rubric
-from grader.writeup.config import load_report_config, metric_unit, normalize_name
+from grader.rubric.errors import RubricError
+from grader.rubric.expr import METRIC_RE
+from grader.rubric.load import parse_rubric
+from grader.rubric.report import load_report_config, metric_unit, normalize_name
 from tests.report_check_helpers import CFG, ROOT, RUBRIC, TABLE
 
 RAW = yaml.safe_load((ROOT / "rubric.yaml").read_text())

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.grading import Grading, Job, load_grading
 from grader.instructor.rescore import REGRADE, rescore_grading
 from grader.model import ItemResult, Status
 from grader.outputs.write import write_outputs
-from grader.spec.peaks import device_peaks
-from grader.spec.rubric import load_rubric, rubric_from_text
-from grader.spec.types import Rubric
+from grader.rubric.load import load_rubric, rubric_from_text
+from grader.rubric.peaks import device_peaks
+from grader.rubric.types import Rubric
 from tests.gradings_helpers import FIXTURES, NAMES, ROOT, edited, fixture, graded_with, grader, score_only, stage_item
 
 # The submission folder each fixture's report.md comes from (the others are made from solutions/).

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from grader.model import Bonus
-from grader.spec.errors import RubricError
-from grader.spec.rubric import load_rubric, parse_rubric
+from grader.rubric.errors import RubricError
+from grader.rubric.load import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -161,7 +161,7 @@ def test_item_parameters_are_checked_when_the_rubric_loads(raw):
 
 
 def test_the_rubric_holds_typed_sections_and_one_item_type(raw):
-    from grader.spec.items import Item
+    from grader.rubric.items import Item
 
     r = parse_rubric(copy.deepcopy(raw))
     assert all(type(it) is Item and it.kind for st in r.stages for it in st.items)
@@ -242,7 +242,7 @@ def test_a_path_outside_the_stages_keeps_its_keys(tmp_path):
 
 
 def test_the_shipped_titles_state_their_thresholds(tmp_path):
-    from grader.spec.titles import title_problems
+    from grader.rubric.titles import title_problems
 
     assert title_problems(load_rubric(ROOT / "rubric.yaml")) == []
     proc = _check_rubric(ROOT / "rubric.yaml", tmp_path)
@@ -267,7 +267,7 @@ def test_a_title_that_states_another_threshold_fails_check_rubric(tmp_path, old,
 
 
 def test_a_speedup_title_is_checked_against_its_min_and_curve(raw):
-    from grader.spec.titles import title_problems
+    from grader.rubric.titles import title_problems
 
     def with_speedup(title: str) -> list:
         bad = copy.deepcopy(raw)

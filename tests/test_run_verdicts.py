@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
+from grader.compile.ptxas import KernelResources
+from grader.compile.stage import CompileResult
+from grader.gpu import racecheck
+from grader.gpu import stages as run_stages
+from grader.gpu.sanitize import Finding, SanitizerRun
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Status, Verdict
-from grader.run import racecheck
-from grader.run import stages as run_stages
-from grader.run.sanitize import Finding, SanitizerRun
-from grader.run.timing import summarize
+from grader.profile.timing import summarize
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
 from grader.score.stages import score
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -1,4 +1,4 @@
-"""grader.run.sandbox.run against real hostile children (python -c snippets)."""
+"""grader.sandbox.guard.run against real hostile children (python -c snippets)."""
 from __future__ import annotations
 
 import os
@@ -11,8 +11,8 @@ import tracemalloc
 
 import pytest
 
-from grader.run import sandbox
-from grader.run.sandbox import run
+from grader.sandbox import guard as sandbox
+from grader.sandbox.guard import run
 
 PY = sys.executable
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")

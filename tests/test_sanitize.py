@@ -1,7 +1,7 @@
 """compute-sanitizer output parser, on output captured on an H200 (tests/fixtures/sanitizer/)."""
 from pathlib import Path
 
-from grader.run.sanitize import parse_sanitizer, race_message
+from grader.gpu.sanitize import parse_sanitizer, race_message
 
 FIX = Path(__file__).parent / "fixtures" / "sanitizer"
 

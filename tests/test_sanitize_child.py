@@ -21,11 +21,11 @@ import pytest
 
 from grader.children import RUNTIME_FILES
 from grader.children.driver import LIBRARY_VAR, NOT_LOADED, Driver, DriverError, KernelArg, pack_params
-from grader.children.launch import child_command, launch
+from grader.children.inputs import make_inputs
 from grader.children.protocol import MODES
 from grader.children.sanitize import NAN_BITS, gemm_args
-from grader.run import sanitize
-from grader.run.inputs import make_inputs
+from grader.gpu import sanitize
+from grader.sandbox.launch import child_command, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = {"id": "tiled", "kernel": "mmTiled", "inputs": "fp32",
@@ -270,10 +270,9 @@ def test_an_older_sanitizer_without_kernel_name_is_run_again_without_it(tmp_path
 
 
 def test_in_the_fence_the_child_runs_from_the_runtime_files(tmp_path, monkeypatch, fake_libcuda, bwrap_required):
-    """Fenced as racecheck is (grader/run/racecheck.py: tool_fence): the child imports the driver binding
+    """Fenced as racecheck is (grader/gpu/racecheck.py: tool_fence): the child imports the driver binding
     from the read-only runtime folder and loads the driver library it is shown."""
-    from grader.run.fence import Fence
-
+    from grader.sandbox.fence import Fence
     shown = tmp_path / "shown"  # the cubin, the stand-in tool and driver: read-only in the fence
     shown.mkdir()
     (shown / "tiled.cubin").write_bytes(b"\x7fELF")

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.sass import parse_sass
+from grader.compile.sass import parse_sass
 
 FIX = Path(__file__).parent / "fixtures" / "sass"
 TENSOR = {"HMMA", "HGMMA", "IMMA", "IGMMA", "QGMMA", "BMMA", "DMMA"}

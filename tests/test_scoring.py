@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
-from grader.build.sass import SassResult
+from grader.compile.ptxas import KernelResources
+from grader.compile.sass import SassResult
+from grader.compile.stage import CompileResult
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict
-from grader.run.timing import summarize
+from grader.profile.timing import summarize
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
 from grader.score.stages import score
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -139,7 +139,7 @@ def test_compile_failure_zeroes_the_stage_and_explains():
 def test_partial_credit_is_linear(tmp_path):
     import yaml
 
-    from grader.spec.rubric import parse_rubric
+    from grader.rubric.load import parse_rubric
     raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
     speed = next(it for it in raw["stages"][4]["items"] if it["id"] == "speed")
     speed.pop("curve", None)
@@ -157,7 +157,7 @@ def test_partial_credit_is_linear(tmp_path):
 def test_speedup_over_own_stage():
     import yaml
 
-    from grader.spec.rubric import parse_rubric
+    from grader.rubric.load import parse_rubric
     raw = yaml.safe_load((ROOT / "rubric.yaml").read_text())
     raw["stages"][3]["items"].append({"id": "vs_tiled", "kind": "speedup_over_stage", "stage": "tiled",
                                       "min": 2.0, "title": "2x tiled", "points": 1})

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.policy import PENDING_PREFIX
 from grader.serve.auth import SECRETS_DIR

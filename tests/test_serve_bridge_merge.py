@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from grader.deploy.gradescope import bridge
 from grader.deploy.gradescope import build as gbuild
+from grader.deploy.gradescope.bridge import BridgeConfig, Outcome
 from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy
-from grader.serve import bridge
-from grader.serve.bridge import BridgeConfig, Outcome
 from tests.serve_helpers import slow_service
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,7 +32,7 @@ def _folder(tmp: Path) -> Path:
     (sub / "gemm" / "naive.cu").write_text((ROOT / "solutions/gemm/naive.cu").read_text())
     (sub / "occupancy" / "answers.yaml").write_text("q1: 2\n")
     (sub / "report.md").write_text("# report\n")
-    for junk in ("build/x.o", "gemm/naive.o", "gemm/naive.cubin", "__pycache__/a.pyc", ".git/HEAD", "a.out"):
+    for junk in ("compile/x.o", "gemm/naive.o", "gemm/naive.cubin", "__pycache__/a.pyc", ".git/HEAD", "a.out"):
         (sub / junk).parent.mkdir(parents=True, exist_ok=True)
         (sub / junk).write_text("junk")
     os.symlink(ROOT / "solutions" / "gemm" / "tiled.cu", sub / "gemm" / "tiled.cu")
@@ -51,7 +51,7 @@ def test_archive_is_deterministic_and_leaves_out_links_and_builds(tmp_path):
     assert first.files == 3
     skipped = "\n".join(first.skipped)
     for entry in ("gemm/tiled.cu (a symbolic link)", "linked/ (a symbolic link)", "gemm/pipe (not a regular file)",
-                  "build/ (a build or cache folder)", "gemm/naive.o (a build output)", ".git/", "__pycache__/",
+                  "compile/ (a build or cache folder)", "gemm/naive.o (a build output)", ".git/", "__pycache__/",
                   "a.out (a build output)", "gemm/naive.cubin (a build output)", "(a name that is not UTF-8)"):
         assert entry in skipped, entry
     # new times and modes, the same bytes: the service's dedup sees the same archive
@@ -195,7 +195,7 @@ def test_a_previous_runs_plots_never_pass_for_this_jobs(tmp_path):
 
 def test_a_deep_folder_chain_is_packed_without_recursion_and_says_what_it_left(tmp_path):
     """os.walk recurses per level (Python 3.11): a student's 1500-deep chain must not crash `submit`."""
-    from grader.build.safe_copy import MAX_DEPTH
+    from grader.untrusted.safe_copy import MAX_DEPTH
     from tests.tree_helpers import deep_chain
 
     sub = tmp_path / "sub"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from grader.serve.bridge import submitter
+from grader.deploy.gradescope.bridge import submitter
 from grader.serve.client import Client, ServiceError
 from grader.serve.signing import SUBMITTER_HEADER, sign, submitter_id, verify
 from grader.serve.store import Job, Kind, State

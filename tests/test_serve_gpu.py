@@ -1,6 +1,6 @@
 """The service on a GPU machine: one worker per GPU listed, pinned with CUDA_VISIBLE_DEVICES, grading
 with the GPU (correctness measured, not "not evaluated"), with a CUDA context kept open on its GPU
-while it runs (grader/run/keeper.py) and none left once the service stopped, and its gradings handed
+while it runs (grader/gpu/keeper.py) and none left once the service stopped, and its gradings handed
 the worker's one description of the GPU (no probe child each). Skipped without a GPU."""
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from tests.serve_helpers import pids_matching
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,7 +203,6 @@ def test_the_client_takes_every_job_id_the_service_makes():
     import httpx
 
     from grader.serve import app, client
-
     ids = ["_4eahal46IqojU3EL3cV7g", "-4eahal46IqojU3EL3cV7g"] + [secrets.token_urlsafe(16) for _ in range(500)]
     assert all(app.JOB_ID.match(i) and client.JOB_ID.match(i) for i in ids)
     answer = {"id": ids[0], "state": "queued", "deduplicated": False, "url": f"http://svc/jobs/{ids[0]}"}

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain
+from grader.compile import toolchain
 from grader.instructor.shifted import FP16_FFMA_PORT, rename_kernel, write_shifted
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -77,7 +77,7 @@ def test_rewriting_an_existing_destination_replaces_it(tmp_path):
 
 @pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="needs nvcc")
 def test_every_shifted_file_compiles_with_its_launch_shape(shifted, tmp_path):
-    from grader.build.compile import compile_stage
+    from grader.compile.stage import compile_stage
 
     dest, _ = shifted
     nvcc = toolchain.find_nvcc()

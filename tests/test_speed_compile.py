@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-import grader.build.sass as sass_module
+import grader.compile.sass as sass_module
 import grader.occupancy.build as occ_build
 import grader.occupancy.run as occ_run
 from grader import pipeline
-from grader.build.toolchain import find_nvcc
+from grader.compile.toolchain import find_nvcc
 from grader.grading import Job
-from grader.run import sandbox
-from grader.run.fence import Fence
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
+from grader.sandbox import guard as sandbox
+from grader.sandbox.fence import Fence
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -14,16 +14,16 @@ from types import SimpleNamespace
 import pytest
 
 from grader import pipeline
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
 from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write_result
+from grader.compile.ptxas import KernelResources
+from grader.compile.stage import CompileResult
+from grader.gpu import racecheck, sanitize
+from grader.gpu.sanitize import SanitizerRun
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import Verdict
-from grader.run import racecheck, sanitize
-from grader.run.sanitize import SanitizerRun
-from grader.run.turns import Schedule, State
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
+from grader.sandbox.turns import Schedule, State
 from tests.test_sanitize_child import STAGE, _calls, _stand_in, _use_fake
 
 ROOT = Path(__file__).resolve().parents[1]

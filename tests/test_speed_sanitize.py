@@ -10,7 +10,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from grader.run import sanitize
+from grader.gpu import sanitize
 
 STAND_IN = """#!/bin/sh
 # compute-sanitizer --tool T --error-exitcode 17 --print-limit 20 python -m grader.children sanitize SPEC RESULT
@@ -62,8 +62,7 @@ def test_steps_started_side_by_side_get_cgroups_of_their_own(tmp_path):
     cgroup must still be its own (a shared name would fail the second mkdir and lose its limits)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from grader.run.cgroup import CgroupSupport, RunCgroup
-
+    from grader.sandbox.cgroup import CgroupSupport, RunCgroup
     support = CgroupSupport(tmp_path, frozenset(), "a plain folder stands in for the cgroup tree")
     switch = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # switch threads as often as possible: a shared counter then collides

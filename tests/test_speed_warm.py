@@ -1,4 +1,4 @@
-"""The trusted warm CuPy cache (grader/run/warm.py) and how the GPU steps use it (issue 15).
+"""The trusted warm CuPy cache (grader/gpu/warm.py) and how the GPU steps use it (issue 15).
 
 The warm child itself needs a GPU (tests/test_speed_gpu.py runs it); here it is replaced by a
 stand-in that writes "compiled kernels" into its cache folder, and the stage children and the
@@ -15,18 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
-from grader.children.launch import ChildResult, seed_cache
 from grader.children.protocol import wait_at_gate
+from grader.compile.ptxas import KernelResources
+from grader.compile.stage import CompileResult
+from grader.gpu import racecheck, warm
+from grader.gpu import session as run_early
+from grader.gpu import stages as run_stages
+from grader.gpu.sanitize import Finding, SanitizerRun
 from grader.grading import Environment, Job, StageOutcome
 from grader.model import ProcRecord, Verdict
-from grader.run import early as run_early
-from grader.run import racecheck, sandbox, warm
-from grader.run import stages as run_stages
-from grader.run.sanitize import Finding, SanitizerRun
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import Peaks
+from grader.sandbox import guard as sandbox
+from grader.sandbox.launch import ChildResult, seed_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -331,8 +332,7 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
 def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
     """A stage run that timed out has its early racecheck stopped (the kernel would hang there too)."""
     from grader.model import Limit
-    from grader.run.process import Control
-
+    from grader.sandbox.process import Control
     stopped: list[bool] = []
 
     def run_tool(tool, _sanitizer, spec, *_a, control: Control | None = None, **_kw):

@@ -1,7 +1,7 @@
 """Hostile kernels cost little: each stage child's time limit derives from its reference kernel, and a
 flood of output is stopped the moment it passes the output limit (no GPU needed).
 
-The derivation (grader/spec/limits.py) is checked against a simulation of the stage child's own
+The derivation (grader/rubric/limits.py) is checked against a simulation of the stage child's own
 benchmark loop; the flood kill against a real child process; the wiring in run_stages with the stage
 child (the GPU process) replaced by its recorded ending.
 """
@@ -17,21 +17,21 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.build.compile import CompileResult
-from grader.build.ptxas import KernelResources
-from grader.children.launch import ChildResult
 from grader.clock import Phase
+from grader.compile.ptxas import KernelResources
+from grader.compile.stage import CompileResult
+from grader.gpu import session as run_early
+from grader.gpu import stages as run_stages
 from grader.grading import Environment, Grading, Job, StageOutcome
 from grader.instructor.stage_limits import limit_proposals, render_lines
 from grader.model import Limit, ProcRecord, Verdict
-from grader.run import early as run_early
-from grader.run import stages as run_stages
-from grader.run.process import run_process
-from grader.spec.errors import RubricError
-from grader.spec.limits import LimitSource, bench_seconds, derived_seconds, stage_limit
-from grader.spec.peaks import Peaks
-from grader.spec.rubric import load_rubric, parse_rubric
-from grader.spec.types import Bench, Rubric
+from grader.rubric.errors import RubricError
+from grader.rubric.limits import LimitSource, bench_seconds, derived_seconds, stage_limit
+from grader.rubric.load import load_rubric, parse_rubric
+from grader.rubric.peaks import Peaks
+from grader.rubric.types import Bench, Rubric
+from grader.sandbox.launch import ChildResult
+from grader.sandbox.process import run_process
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -1,4 +1,4 @@
-"""grader.build.student / includes / locate: the one guarded compile of a student's source.
+"""grader.compile.student / includes / locate: the one guarded compile of a student's source.
 
 Every way of spelling an #include that reaches outside the submission is refused, by the
 first-pass text check where it can tell and by nvcc's own dependency listing in every case,
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import includes, locate
-from grader.build.student import CompileStatus, Scratch, compile_student, prepare_scratch
-from grader.build.toolchain import find_nvcc
-from grader.run import sandbox
-from grader.run.fence import Fence
+from grader.compile import includes, locate
+from grader.compile.student import CompileStatus, Scratch, compile_student, prepare_scratch
+from grader.compile.toolchain import find_nvcc
+from grader.sandbox import guard as sandbox
+from grader.sandbox.fence import Fence
 
 NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(not NVCC.ok, reason=f"nvcc not usable: {NVCC.reason or NVCC.problems}")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.spec.items import SPEED_KINDS, is_technique
-from grader.spec.rubric import load_rubric
+from grader.rubric.items import SPEED_KINDS, is_technique
+from grader.rubric.load import load_rubric
 from tests.gpu_jobs import TEXTBOOK_STAGES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from grader.spec.rubric import load_rubric
+from grader.rubric.load import load_rubric
 from tests.test_cli_static import ROOT, _by_number, needs_nvcc, run_cli
 
 TEXTBOOK = ROOT / "tests" / "submissions" / "textbook"

@@ -1,9 +1,9 @@
 """Timing summaries and the two ceilings (pure)."""
 import pytest
 
-from grader.run.timing import gemm_tflops, summarize
-from grader.spec.peaks import device_peaks
-from grader.spec.rubric import load_rubric
+from grader.profile.timing import gemm_tflops, summarize
+from grader.rubric.load import load_rubric
+from grader.rubric.peaks import device_peaks
 
 
 def test_gemm_tflops_at_4096():

@@ -1,4 +1,4 @@
-"""grader.build.toolchain: finding nvcc / cuobjdump / ncu / compute-sanitizer, and arch flags.
+"""grader.compile.toolchain: finding nvcc / cuobjdump / ncu / compute-sanitizer, and arch flags.
 
 Fake tools are small shell scripts that print real captured ``--version`` output
 (tests/fixtures/*_version_*.txt), laid out like a toolkit or like NVIDIA's pip wheels.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.build import toolchain as tc
+from grader.compile import toolchain as tc
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -372,9 +372,9 @@ def test_compiles_wmma_to_cubin_and_dumps_sass(real_nvcc, tmp_path):
 
 
 def test_cli_runs_with_stdlib_only():
-    # bootstrap.sh runs `python3 -m grader.build.toolchain` with a bare python3 before anything is installed,
+    # bootstrap.sh runs `python3 -m grader.compile.toolchain` with a bare python3 before anything is installed,
     # so neither grader/__init__.py nor toolchain.py may import a third-party package (-S: no site-packages).
-    p = subprocess.run([sys.executable, "-S", "-m", "grader.build.toolchain", "--pip-extras"],
+    p = subprocess.run([sys.executable, "-S", "-m", "grader.compile.toolchain", "--pip-extras"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert set(p.stdout.split()) <= {"nvcc", "sass"}

@@ -1,4 +1,4 @@
-"""The GPU schedule (grader/run/turns.py) with real child processes and the real gate protocol.
+"""The GPU schedule (grader/sandbox/turns.py) with real child processes and the real gate protocol.
 
 No GPU is needed: each child is a small Python program that records when it does its untimed part
 and its gated part; the schedule must never let a gated part overlap any other child's work, must
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.launch import ChildResult
 from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write_result
 from grader.model import Limit
-from grader.run.process import Control, run_process
-from grader.run.turns import Party, Schedule, State
+from grader.sandbox.launch import ChildResult
+from grader.sandbox.process import Control, run_process
+from grader.sandbox.turns import Party, Schedule, State
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -261,9 +261,8 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     ``compare`` with its clock held, and judges the stages the opening step names: one right, one wrong."""
     import numpy as np
 
-    from grader.children.launch import launch
-    from grader.run.inputs import make_inputs_xp
-
+    from grader.children.inputs import make_inputs_xp
+    from grader.sandbox.launch import launch
     n = 32
     a, b = make_inputs_xp(np, n, 3, "fp32")
     right = (a.astype(np.float64) @ b).astype(np.float32)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from grader.instructor.rescore import rescore_grading
-from grader.spec.rubric import load_rubric, rubric_from_text
+from grader.rubric.load import load_rubric, rubric_from_text
 from tests.gradings_helpers import FIXTURES, NAMES, edited, fixture, grader, score_only
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

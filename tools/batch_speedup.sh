@@ -12,7 +12,7 @@
 # 1 point, as speed items near a threshold may flip).
 #
 # Before the first batch one grading of solutions/ on the first GPU warms the machine (CuPy's kernel
-# cache, made once per machine: about 10 s on an H200; grader/run/warm.py), so neither batch pays
+# cache, made once per machine: about 10 s on an H200; grader/gpu/warm.py), so neither batch pays
 # a one-time cost the other does not; WARM=0 skips it. Its seconds are in the JSON (warm_up_s).
 # The run on all GPUs starts the longest gradings first, by the times of the one-GPU run
 # (--times-from); LONGEST_FIRST=0 switches that off. The JSON says which.

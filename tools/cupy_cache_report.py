@@ -1,7 +1,7 @@
 """Did any child compile CuPy's kernels itself? ``python tools/cupy_cache_report.py OUT [CACHE_ROOT]``
 
 OUT is a grading's output folder, graded with ``--keep-work``. Every child's CuPy cache
-(``OUT/work/**/cupy-cache``) starts as a copy of the trusted warm cache (grader/run/warm.py); a
+(``OUT/work/**/cupy-cache``) starts as a copy of the trusted warm cache (grader/gpu/warm.py); a
 file it has beyond that copy is a kernel the child compiled itself, which the warm child should
 have compiled. The warm cache's files are read from ``OUT/work/cupy-warm`` (a cache made for the
 grading) or from the manifests under CACHE_ROOT (default: ``$GRADER_CUPY_CACHE``, else

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from grader import REPO_ROOT  # noqa: E402
-from grader.build import toolchain  # noqa: E402
-from grader.run import sandbox  # noqa: E402
-from grader.run.fence import Fence  # noqa: E402
+from grader.compile import toolchain  # noqa: E402
+from grader.sandbox import guard as sandbox  # noqa: E402
+from grader.sandbox.fence import Fence  # noqa: E402
 
 KERNEL = r'''
 import cupy as cp

@@ -24,7 +24,7 @@ step_setup() {
     $PY -m pip install -q --no-index --no-deps --target /tmp/site .dev-carry/serve/*.whl 2>&1 | tail -1
   fi
   { nvidia-smi -L; bwrap --version; $PY -V; nvcc --version | tail -1;
-    $PY -c 'from grader.run import sandbox; print("sandbox mode:", sandbox.mode())'; } 2>&1 | tee -a "$OUT/trust.txt"
+    $PY -c 'from grader.sandbox import guard as sandbox; print("sandbox mode:", sandbox.mode())'; } 2>&1 | tee -a "$OUT/trust.txt"
 }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 
@@ -105,7 +105,7 @@ step_facts() {
 }
 # speed (issue 15): SPEED_GRADES (5) timed full grades of solutions/ and one of the starter, one phase
 # table with a column each ($OUT/phases-speed.md). The first grade starts from an empty per-machine
-# CuPy cache and makes the warm cache (grader/run/warm.py; its "cupy_cache.warm" phase), the others
+# CuPy cache and makes the warm cache (grader/gpu/warm.py; its "cupy_cache.warm" phase), the others
 # reuse it. Then: did any child compile a CuPy kernel itself (tools/cupy_cache_report.py; if so, a
 # diagnostic grade that keeps CuPy's sources names them), and the speed GPU tests. BEFORE=old/grading.json
 # adds an older grading as the first column.
@@ -232,7 +232,7 @@ step_contexts() {
 step_device() {
   log "device: single grades with the GPU's description handed over (--device) and without, in turn"
   export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
-  $PY -c 'import sys; from pathlib import Path; from grader.run.device import describe_into
+  $PY -c 'import sys; from pathlib import Path; from grader.gpu.device import describe_into
 sys.exit(describe_into(Path(sys.argv[1]), 60) or None)' "$W/device.json"
   local files=() k name t0
   for k in 0 1 2; do

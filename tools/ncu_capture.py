@@ -11,10 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.build import toolchain  # noqa: E402
-from grader.build.compile import compile_stage  # noqa: E402
-from grader.children.launch import child_command  # noqa: E402
-from grader.spec.rubric import load_rubric  # noqa: E402
+from grader.compile import toolchain  # noqa: E402
+from grader.compile.stage import compile_stage  # noqa: E402
+from grader.rubric.load import load_rubric  # noqa: E402
+from grader.sandbox.launch import child_command  # noqa: E402
 
 METRICS = [
     "gpu__time_duration.sum",

@@ -116,11 +116,11 @@ def main() -> int:
     ap.add_argument("--plan", default="", help="LOAD:VARIANT,VARIANT;LOAD:... (instead of --loads, --variants)")
     args = ap.parse_args()
 
-    from grader.build import toolchain
-    from grader.children.launch import child_env
-    from grader.profile.collect import _wanted_metrics
+    from grader.compile import toolchain
+    from grader.gpu.ncu_run import _wanted_metrics
     from grader.profile.ncu import NcuTable, command, parse_raw_csv
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
+    from grader.sandbox.launch import child_env
 
     ncu_dir = args.work / "ncu"
     gated = json.loads((ncu_dir / "profile_spec.json").read_text())

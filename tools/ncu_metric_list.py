@@ -1,4 +1,4 @@
-"""Derive grader/spec/ncu_metrics.txt.gz (the metric names the rubric may use) from the ncu captures.
+"""Derive grader/rubric/ncu_metrics.txt.gz (the metric names the rubric may use) from the ncu captures.
 
     python tools/ncu_metric_list.py            # rewrite the list from tests/fixtures/ncu/
     python tools/ncu_metric_list.py --check    # exit 1 when the shipped list differs from the captures
@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.spec import metric_names  # noqa: E402
-from grader.spec.ncu_list import parse_query_metrics, parse_version, raw_page_metrics  # noqa: E402
+from grader.rubric import metric_names  # noqa: E402
+from grader.rubric.ncu_list import parse_query_metrics, parse_version, raw_page_metrics  # noqa: E402
 
 CAPTURES = ROOT / "tests" / "fixtures" / "ncu"
 

@@ -31,10 +31,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.build.toolchain import find_ncu  # noqa: E402
+from grader.compile.toolchain import find_ncu  # noqa: E402
 from grader.profile import diagnosis as D  # noqa: E402
 from grader.profile.ncu import metrics_needed, rubric_metrics  # noqa: E402
-from grader.spec.rubric import load_rubric  # noqa: E402
+from grader.rubric.load import load_rubric  # noqa: E402
 
 PROGRAM = """\
 import cupy as cp

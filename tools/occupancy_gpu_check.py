@@ -83,7 +83,7 @@ def launch(cubin: str, smem: int, block: int) -> int:
 
 
 def load_rubric_with_occupancy():
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     rubric = load_rubric(ROOT / "rubric.yaml")
     if rubric.occupancy is None:
@@ -183,7 +183,7 @@ _KEEP = re.compile(r"(Block Limit|Occupancy|Active Warps|Warps Per Scheduler|Eli
 
 
 def run_ncu(cubin: Path, out: Path, block: int, sizes_kib: list[float]) -> None:
-    from grader.build.toolchain import find_ncu
+    from grader.compile.toolchain import find_ncu
 
     ncu = find_ncu()
     if ncu.path is None:

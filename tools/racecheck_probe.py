@@ -8,7 +8,7 @@ launches and over its first block alone, for the reference kernels and for kerne
 The race cases: tests/submissions/race_missing_sync (stage 3), and the references of stages 4, 5 and
 6 with the barrier that protects a shared tile from being overwritten while others read it taken out
 (made here, in a scratch folder). Each run is the grader's own sanitizer child through
-grader/run/sanitize.py: run_tool, at the rubric's sanitizer size. Prints one JSON object (and writes it
+grader/gpu/sanitize.py: run_tool, at the rubric's sanitizer size. Prints one JSON object (and writes it
 to $OUT/racecheck_probe.json): per kernel and grid, the seconds and how many hazards were reported
 (-1: no verdict), and the wall time of the references' runs side by side, as a grading runs them.
 
@@ -31,13 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.build import toolchain  # noqa: E402
-from grader.build.compile import compile_stage  # noqa: E402
-from grader.children.launch import launch  # noqa: E402
 from grader.children.protocol import launch_grid  # noqa: E402
+from grader.compile import toolchain  # noqa: E402
+from grader.compile.stage import compile_stage  # noqa: E402
+from grader.gpu.sanitize import OUTPUT_LIMIT, SEED, _wrap, parse_sanitizer, run_tool  # noqa: E402
 from grader.grading import StageOutcome  # noqa: E402
-from grader.run.sanitize import OUTPUT_LIMIT, SEED, _wrap, parse_sanitizer, run_tool  # noqa: E402
-from grader.spec.rubric import load_rubric  # noqa: E402
+from grader.rubric.load import load_rubric  # noqa: E402
+from grader.sandbox.launch import launch  # noqa: E402
 
 SHARED = ("tiled", "blocktiling_1d", "blocktiling_2d", "wmma", "hopper")
 # Stage -> (the reference file's line to drop, which occurrence): the barrier after the tile is read

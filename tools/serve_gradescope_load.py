@@ -51,9 +51,9 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from serve_load import DEFAULT_SUBMISSIONS, percentile, report, spawn, stop_spawned  # noqa: E402
 
 from grader.deploy.gradescope import build as gbuild  # noqa: E402
+from grader.deploy.gradescope.bridge import pending_tests  # noqa: E402
 from grader.deploy.gradescope.policy import PENDING_PREFIX  # noqa: E402
 from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES  # noqa: E402
-from grader.serve.bridge import pending_tests  # noqa: E402
 
 ASSIGNMENT = "gemm-ladder-load"
 MARKER = "LOAD_MARKER.txt"

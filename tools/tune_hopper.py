@@ -72,11 +72,10 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     import numpy as np
     from cupy_backends.cuda.libs import cublas
 
-    from grader.build.cubin import read_int_array
     from grader.children import tma
-    from grader.run.inputs import make_inputs_xp, product_operands
-    from grader.run.numerics import compare
-
+    from grader.children.inputs import make_inputs_xp, product_operands
+    from grader.children.numerics import compare
+    from grader.compile.cubin import read_int_array
     data = cubin.read_bytes()
     bx, by, bm, bn, smem = read_int_array(data, f"{KERNEL}_launch")
     boxes, problem = tma.check_boxes(read_int_array(data, f"{KERNEL}_tma"), f"{KERNEL}_tma", [1024, 4096])

@@ -20,8 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.run import limits, sandbox  # noqa: E402
-from grader.run.fence import Fence  # noqa: E402
+from grader.sandbox import guard as sandbox  # noqa: E402
+from grader.sandbox import limits  # noqa: E402
+from grader.sandbox.fence import Fence  # noqa: E402
 
 
 def measure(n: int, seconds: float, reader: str) -> dict:

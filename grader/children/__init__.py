@@ -7,13 +7,13 @@ driver alone: :mod:`grader.children.driver`, no CuPy), ``occupancy`` (the grader
 measurements), ``warm`` (compile CuPy's own kernels once, into the cache every other child's
 starts as a copy of; trusted), ``keep`` (hold a CUDA context open, idle, while gradings come and go
 on its GPU; trusted).
-:mod:`grader.children.protocol` is the protocol; :mod:`grader.children.launch` starts a child
+:mod:`grader.children.protocol` is the protocol; :mod:`grader.sandbox.launch` starts a child
 from the grading process (it is not a runtime file: children never import it).
 """
 
 # The files (relative to the grader package) a child process imports, and all of them: children
 # import nothing else of the grader (no rubric, no yaml), so the sandbox shows exactly these in a
-# read-only runtime folder (grader.run.fence.runtime_folder) and the grader's source stays hidden.
+# read-only runtime folder (grader.sandbox.fence.runtime_folder) and the grader's source stays hidden.
 # tests/test_children.py checks that the list is closed under the children's imports.
 RUNTIME_FILES: tuple[str, ...] = (
     "__init__.py",
@@ -30,7 +30,7 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/occupancy.py",
     "children/warm.py",
     "children/keep.py",
-    "run/__init__.py",
-    "run/inputs.py",
-    "run/numerics.py",
+    "sandbox/__init__.py",
+    "children/inputs.py",
+    "children/numerics.py",
 )

@@ -4,7 +4,7 @@
 It regenerates each stage's inputs from the seeds the grading process chose,
 multiplies them in float64 (cuBLAS through CuPy when a GPU is there, NumPy
 otherwise) and compares every output the runner saved, using the one test in
-:mod:`grader.run.numerics`.
+:mod:`grader.children.numerics`.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from grader.children.inputs import integrity_vector, make_inputs_xp, product_operands, rep_seed
+from grader.children.numerics import compare
 from grader.children.protocol import GateClosed, wait_at_gate, write_result
-from grader.run.inputs import integrity_vector, make_inputs_xp, product_operands, rep_seed
-from grader.run.numerics import compare
 
 
 def _array_module():
@@ -91,7 +91,7 @@ class Products:
         return self.prints[(n, inputs, integrity_seed, rep, vector_seed)]
 
     def precompute(self, expect: dict) -> None:
-        """``expect``: ``{"references": [[n, seed, inputs], ...]}`` (grader/run/early.py: checker_expectations)."""
+        """``expect``: ``{"references": [[n, seed, inputs], ...]}`` (grader/gpu/session.py: checker_expectations)."""
         for n, seed, inputs in expect.get("references") or []:
             self.kept.add((int(n), int(seed), str(inputs)))
             self.reference(int(n), int(seed), str(inputs))
@@ -99,7 +99,7 @@ class Products:
 
 def vector_seeds(fp: dict) -> list[int] | None:
     """The seeds of a benchmark's fingerprint vectors, one per timed launch; None when missing or not
-    ``count`` integers of 63 bits (grader/run/inputs.py: fresh_vector_seed)."""
+    ``count`` integers of 63 bits (grader/children/inputs.py: fresh_vector_seed)."""
     seeds, count = fp.get("vector_seeds"), fp.get("count")
     if not isinstance(seeds, list) or len(seeds) != count:
         return None
@@ -226,7 +226,7 @@ def run(spec: dict, result: Path) -> int:
 
     With ``"gate": true`` the checker starts (CuPy, the CUDA context, its kernels) while the stages
     run, computes the products the spec's ``expect`` foresees, then waits at the gate ``compare`` for
-    the list of stages to judge (grader/run/turns.py)."""
+    the list of stages to judge (grader/sandbox/turns.py)."""
     times: dict[str, float] = {}
     xp = products = None
     if spec.get("gate"):

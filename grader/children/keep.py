@@ -1,6 +1,6 @@
 """``keep``: hold one CUDA context open on the visible GPU, idle, until stdin closes.
 
-The grader's own child (grader/run/keeper.py starts it; it runs no student code). It loads only
+The grader's own child (grader/gpu/keeper.py starts it; it runs no student code). It loads only
 the driver (grader/children/driver.py: no CuPy, no NumPy), makes the GPU's primary context, writes
 ``{"ok": true}`` and prints ``ready``; then it reads stdin until the pipe closes, which happens when
 the grader closes it or ends. When the driver fails, RESULT.json says why and the child exits 1.

@@ -10,7 +10,7 @@ so that a crash or a time-out still leaves what was done:
    ``cuOccupancyMaxPotentialBlockSize`` at the spec's shared memory, in the format of
    :func:`grader.occupancy.exercises.simulated_api`; then ``heavy``'s modules are loaded. Nothing timed.
 2. With ``"gate": true`` in the spec: the gate ``sweeps`` (phase ``ready``), until the grader gives it
-   the GPU alone (grader/run/turns.py); a stop there ends it (phase ``stopped``).
+   the GPU alone (grader/sandbox/turns.py); a stop there ends it (phase ``stopped``).
 3. ``sweeps``: ``work`` at every sweep point with the same total work (grid x block x iters), one
    warm-up launch per point, then ``reps`` rounds that time every point once each (CUDA events); the
    fastest round per point counts.
@@ -308,7 +308,7 @@ def run(spec: dict, result: Path) -> int:
     work = load_work(cp, driver, runtime, spec, rep)
     heavy, heavy_errors, current = load_heavy(cp, np, spec, rep, inp, out, n)
     if spec.get("gate") and (work is not None or heavy):
-        rep.phase("ready")  # the timed part waits for the GPU alone (grader/run/turns.py)
+        rep.phase("ready")  # the timed part waits for the GPU alone (grader/sandbox/turns.py)
         try:
             wait_at_gate(result, "sweeps")
         except GateClosed as exc:

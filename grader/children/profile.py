@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from grader.children.inputs import make_inputs_xp
 from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
-from grader.run.inputs import make_inputs_xp
 
 
 def _context_lost(exc: BaseException) -> bool:

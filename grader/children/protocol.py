@@ -45,13 +45,13 @@ def launch_grid(n: int, tile: list[int] | tuple[int, ...], blocks: list[int] | N
 # ---- gates: a child's turn on the GPU ---------------------------------------------------------------
 # A child that times or profiles something first does its untimed work (start-up, loading, correctness
 # runs) side by side with the grading's other children, then waits at a gate until the grader gives it
-# the GPU alone (grader/run/turns.py). Two files beside RESULT.json carry it: the child creates
+# the GPU alone (grader/sandbox/turns.py). Two files beside RESULT.json carry it: the child creates
 # ``<result>.<gate>.wait`` when it arrives; the grader writes ``<result>.<gate>.go`` (a JSON object,
 # replaced whole) when it may go on. ``{"stop": true}`` in it means: end now, the rest is not needed.
 # A child done with the GPU after its last gate's turn says so with ``<result>.<gate>.done``
 # (:func:`release_turn`) before it writes its files and exits, so the next turn need not wait for that.
 GATE_POLL_S = 0.005
-GATE_MAX_WAIT_S = 900.0  # the grader's own bound on a hold (grader.run.process.MAX_HOLD_S)
+GATE_MAX_WAIT_S = 900.0  # the grader's own bound on a hold (grader.sandbox.process.MAX_HOLD_S)
 
 
 class GateClosed(Exception):

@@ -4,7 +4,7 @@
 does for the sanitizer what :mod:`grader.children.profile` does for ncu, one launch per stage,
 but through the CUDA driver alone (:mod:`grader.children.driver`, ctypes): no CuPy, so no
 cuBLAS, cuRAND or NVRTC for the tool to intercept, and no kernel but the student's. Inputs are
-drawn on the host (:func:`grader.run.inputs.make_inputs`, never zeros) and copied over; C is
+drawn on the host (:func:`grader.children.inputs.make_inputs`, never zeros) and copied over; C is
 filled with NaN. Nothing is judged here: the sanitizer's own report is the answer.
 
 SPEC.json: ``{"n": N, "seed": S, "blocks": [x, y] or null, "stages": [{"id", "cubin", "kernel", "inputs", "launch":
@@ -14,7 +14,7 @@ here included); a failure is data, never a traceback, and the exit status is 0 w
 result was written.
 
 With ``"gate": NAME`` (the tool's name) the child is started before its stage has compiled
-(grader/run/racecheck.py): it starts the driver (under the tool, the longest part of its life),
+(grader/gpu/racecheck.py): it starts the driver (under the tool, the longest part of its life),
 uploads the inputs of the kinds in ``"inputs"`` and waits at the gate NAME, whose go hands over
 ``{"stages": [...]}``; ``"ids"`` names the stages it may be given (for a failure before the gate).
 A stop at the gate ends it with ``{"failures": {}, "stopped": why}``: nothing was launched.
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.children.driver import Driver, DriverError, KernelArg
+from grader.children.inputs import make_inputs
 from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
 from grader.children.tma import boxes_of, operand_args
-from grader.run.inputs import make_inputs
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: an element the kernel never writes stays NaN
 C_ITEMSIZE = 4  # C is float32 in every stage (the fp16 stage accumulates and writes fp32)

@@ -11,7 +11,7 @@ spec, loads the student's cubin, and:
 
 With ``"gate": true`` in the spec it waits at the gate ``correctness`` before step 1 (no other
 stage's kernel runs meanwhile) and at ``bench`` before step 2 (nothing else runs on the GPU),
-grader/run/turns.py. Everything that is not the student's kernel is made ready before the first
+grader/sandbox/turns.py. Everything that is not the student's kernel is made ready before the first
 gate (:meth:`Runner.prepare`: every input, the output buffers, cuBLAS and CuPy's kernels warmed up),
 so the turns hold only the launches and what they must read back; after the last timed launch
 it frees its device memory and releases the GPU (protocol.release_turn) before saving its files.
@@ -24,7 +24,7 @@ output: device ELF only) is loaded by the driver (``cp.RawModule(path=...)``) an
 kernel launched with pointers and N; everything on the host is this file's code. A kernel can
 still write anywhere in this process's device memory, CuPy's loaded kernels' data included, so
 this child's CuPy cache folder is its own: a copy of the trusted warm cache
-(grader/run/warm.py, grader/children/launch.py: seed_cache) that no other child loads.
+(grader/gpu/warm.py, grader/sandbox/launch.py: seed_cache) that no other child loads.
 """
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
+from grader.children.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
 from grader.children.protocol import GateClosed, launch_grid, release_turn, wait_at_gate, write_result  # noqa: E402
-from grader.run.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
@@ -249,7 +249,7 @@ class Runner:
 
     def release(self) -> None:
         """The last kernel has run: free the device memory and let the next turn start while this
-        child saves its files and exits (grader/run/turns.py: State.RELEASED)."""
+        child saves its files and exits (grader/sandbox/turns.py: State.RELEASED)."""
         self.cp.cuda.Device().synchronize()
         self.cp.get_default_memory_pool().free_all_blocks()
         if self.spec.get("gate"):
@@ -262,7 +262,7 @@ def _integrity_seed(bench: dict) -> int:
 
 
 def _turn(runner: Runner, gate: str) -> dict | None:
-    """With ``"gate": true`` in the spec, wait for the grader's go at ``gate`` (grader/run/turns.py):
+    """With ``"gate": true`` in the spec, wait for the grader's go at ``gate`` (grader/sandbox/turns.py):
     the correctness runs share the GPU with no other stage's kernel, the timing with nothing at all.
     The grader times the wait itself (it holds this child's clock meanwhile). Returns what the go
     handed over ({} without a gate), None when it said stop."""

@@ -13,7 +13,7 @@ so that folder ends up holding all of them:
 * the profile child's draws (inputs and a NaN-filled C) at the profile's size (the sanitizer's
   launcher, grader/children/sanitize.py, uses no CuPy).
 
-The grading process (grader/run/warm.py) lists the folder's files with their hashes and starts
+The grading process (grader/gpu/warm.py) lists the folder's files with their hashes and starts
 every other child's cache as a copy of them. The grader's kernel writes zeros: finite and wrong,
 so every path of the checker runs (the largest error, the first bad element, the fingerprints).
 RESULT.json: ``{"ok": true, "runs": [...], "times": {...}}``; any failure ends the child with a
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 from grader.children.check import check
+from grader.children.inputs import make_inputs_xp
 from grader.children.protocol import write_result
 from grader.children.stage import Runner
-from grader.run.inputs import make_inputs_xp
 
 KERNEL_NAME = "warm_gemm"
 # The stage contract's signature (A, B, C, N); the inputs are float or half, so they are untyped here.
@@ -51,7 +51,7 @@ class _GraderKernelRunner(Runner):
 
 
 def _check_entry(run_id: str, spec: dict, report: dict, rtol: float) -> dict:
-    """What the grading process would ask the checker about this run (grader/run/stages.py: _check_request)."""
+    """What the grading process would ask the checker about this run (grader/gpu/stages.py: _check_request)."""
     cases = [{"n": c["n"], "seed": c["seed"], "file": c["file"], "kind": "check"} for c in report["correctness"]]
     bench = report["bench"]
     prints = {"file": bench["fingerprints"], "count": bench["timed_launches"],

@@ -16,7 +16,7 @@ by the item's role (the rule every default criterion must meet):
 * *technique* items (``technique: true``, the SASS and ncu evidence of the stage's technique): the
   reference passes every repeat with at least ``MIN_MARGIN``, the textbook kernel passes every
   repeat, and both predecessors fail every repeat;
-* *speed* items (grader/spec/items.py: SPEED_KINDS, scored on their curve and only once the technique
+* *speed* items (grader/rubric/items.py: SPEED_KINDS, scored on their curve and only once the technique
   items pass): the reference earns all their points with ``MIN_MARGIN`` over the full level, and the
   textbook kernel earns at least half of them in every repeat;
 * *integrity* items (``op: "=="`` or ``integrity: true``): the reference passes every repeat;
@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING
 from grader.instructor.stage_limits import LimitProposal, limit_proposals
 from grader.instructor.stage_limits import render_lines as limit_lines
 from grader.model import Status
-from grader.spec.items import SPEED_KINDS, is_technique
+from grader.rubric.items import SPEED_KINDS, is_technique
 
 if TYPE_CHECKING:  # annotations only: the report logic takes any Grading-shaped object and imports no pipeline
     from grader.grading import Environment, Grading
-    from grader.spec.types import Rubric
+    from grader.rubric.types import Rubric
 
 MIN_MARGIN = 0.10
 THRESHOLD_KINDS = ("ncu", *SPEED_KINDS)
@@ -362,8 +362,7 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
 
 
 def _meta(rubric, refs: list, preds: list, env) -> dict:
-    from grader.build import toolchain
-
+    from grader.compile import toolchain
     device = getattr(env, "device", None) or {}
     ncu = toolchain.find_ncu()
     return {"device": device.get("name") or getattr(env, "device_reason", "") or "no device",

@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 from grader import REPO_ROOT as ROOT  # noqa: E402
-from grader.build.compile import ELEMENT_TYPES, SIGNATURES
+from grader.compile.stage import ELEMENT_TYPES, SIGNATURES
 from grader.model import Bonus
-from grader.spec.errors import ConfigError
-from grader.spec.items import SPEED_KINDS, Item, curve, is_technique
-from grader.spec.rubric import load_rubric
-from grader.spec.types import BASELINES, Rubric, Stage
+from grader.rubric.errors import ConfigError
+from grader.rubric.items import SPEED_KINDS, Item, curve, is_technique
+from grader.rubric.load import load_rubric
+from grader.rubric.types import BASELINES, Rubric, Stage
 
 HANDOUT = ROOT / "assignment" / "README.md"
 RUBRIC = ROOT / "rubric.yaml"
@@ -36,7 +36,7 @@ PEAK_WORDS = {"fp32": "FP32 CUDA-core peak", "fp16_tensor": "FP16/BF16 Tensor Co
 
 
 def signature(stage: Stage) -> str:
-    """The kernel's parameter list, as grader/build/compile.py checks it."""
+    """The kernel's parameter list, as grader/compile/stage.py checks it."""
     return SIGNATURES[stage.operands].format(t=ELEMENT_TYPES[stage.inputs])
 
 

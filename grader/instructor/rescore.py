@@ -7,7 +7,7 @@ each stage's compile, ptxas and SASS records, verdict, timing and Nsight Compute
 new rubric's stage records into those outcomes and calls the pipeline's own scoring (grader/score/stages.py:
 ``score``, as ``pipeline.score_stages`` does), so the items are what a full grading computes from the same
 measurements; the outputs are written by grader/outputs/write.py, and a batch's grades.csv by
-grader/deploy/batch/table.py.
+grader/outputs/grades_csv.py.
 
 An edit that changes what is measured cannot be re-scored: every item it reaches is "not evaluated" with
 "needs a real re-grade: <why>", and the others are re-scored:
@@ -41,11 +41,11 @@ from typing import Any
 from grader.grading import Grading, GradingFormatError, StageOutcome, load_grading
 from grader.instructor.stored import GRADING_FILE, SUBMISSIONS, Collection, Layout, find_gradings, read_json
 from grader.model import Bonus, ItemResult, Status
-from grader.spec.errors import ConfigError
-from grader.spec.expr import METRIC_RE
-from grader.spec.items import Item
-from grader.spec.peaks import device_peaks
-from grader.spec.types import Rubric, Stage
+from grader.rubric.errors import ConfigError
+from grader.rubric.expr import METRIC_RE
+from grader.rubric.items import Item
+from grader.rubric.peaks import device_peaks
+from grader.rubric.types import Rubric, Stage
 
 REGRADE = "needs a real re-grade"
 RESCORE_FILE = "rescore.json"
@@ -96,7 +96,7 @@ class Rescored:
 # ---------------------------------------------------------------------------------------------
 def measured_under(g: Grading, known: list[Rubric]) -> Rubric | None:
     """The rubric that graded ``g``: the text it kept, else one of ``known`` with its sha256; None if unknown."""
-    from grader.spec.rubric import rubric_from_text
+    from grader.rubric.load import rubric_from_text
 
     if g.rubric_text:
         try:
@@ -364,8 +364,7 @@ def _old_rows(root: Path) -> dict[str, dict[str, str]]:
 def _submissions(col: Collection, subs_dir: Path, notes: list[str]) -> list:
     """The batch table's submissions: names from the export's metadata (batch.json names the export), else from
     the batch's grades.csv."""
-    from grader.deploy.batch.export import METADATA_NAME, BatchError, Submission, read_metadata
-
+    from grader.untrusted.export import METADATA_NAME, BatchError, Submission, read_metadata
     meta: dict[str, dict] = {}
     batch = read_json(col.root / "batch.json") if col.layout == Layout.BATCH else None
     export = Path(str(batch["export"])) if isinstance(batch, dict) and batch.get("export") else None
@@ -393,9 +392,8 @@ def _batch_stages(col: Collection) -> list[str] | None:
 def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric]) -> RescoreRun:
     """Re-score every grading under ``source`` (grader/instructor/stored.py: find_gradings) into ``out``.
     ConfigError when ``source`` holds no grading."""
-    from grader.deploy.batch.summary import write_class_summary
-    from grader.deploy.batch.table import automatic_points, csv_rows, write_csv
-
+    from grader.outputs.class_summary import write_class_summary
+    from grader.outputs.grades_csv import automatic_points, csv_rows, write_csv
     col = find_gradings(source)
     run = RescoreRun(Path(out), col.layout)
     out = Path(out)

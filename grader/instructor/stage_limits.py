@@ -1,7 +1,7 @@
 """The stage time limits' measured values, as ``python -m grader calibrate`` proposes them.
 
 Each stage's time limit derives from ``stages[].limits.reference_s``: how long the reference
-kernel's timed benchmark took on the reference GPU (grader/spec/limits.py). The calibration grades
+kernel's timed benchmark took on the reference GPU (grader/rubric/limits.py). The calibration grades
 the reference solutions; each grading's phases (grading.json "phases", grader/clock.py) hold that
 time as ``run.bench`` for the stage. This module collects it over the repeats and proposes the
 largest (the limit then has its whole margin over the slowest repeat), with the limit it would give.
@@ -17,8 +17,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from grader.spec.limits import stage_limit
-from grader.spec.types import Rubric, Stage
+from grader.rubric.limits import stage_limit
+from grader.rubric.types import Rubric, Stage
 
 PHASE = "run.bench"  # the stage child's own timing of its benchmark (grader/children/stage.py)
 

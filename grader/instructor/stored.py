@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.model import ItemResult
-from grader.spec.errors import ConfigError
-from grader.spec.items import Item
+from grader.rubric.errors import ConfigError
+from grader.rubric.items import Item
 
 GRADING_FILE = "grading.json"
 SUBMISSIONS = "submissions"  # a batch's folder of submission folders (grader/deploy/batch/run.py)
@@ -94,7 +94,7 @@ def read_json(path: Path) -> Any:
 # What an item measured, and what it is measured against
 # ---------------------------------------------------------------------------------------------
 # The kinds graded by a number against a threshold, and the key of ItemResult.values holding that number
-# (grader/score/stages.py and grader/profile/criteria.py write them).
+# (grader/score/stages.py and grader/score/ncu.py write them).
 MEASURED_KEYS = {
     "fraction_of_baseline": "fraction_of_baseline",
     "fraction_of_peak": "ratio",

@@ -27,8 +27,8 @@ from grader.grading import Grading, GradingFormatError
 from grader.instructor.rescore import REGRADE, load_one, measured_under, rescore_grading
 from grader.instructor.stored import find_gradings, is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Status
-from grader.spec.items import Item
-from grader.spec.types import Rubric, Stage
+from grader.rubric.items import Item
+from grader.rubric.types import Rubric, Stage
 
 REPORT = "report.md"
 SCORES_PNG = "scores.png"

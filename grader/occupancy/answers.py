@@ -30,7 +30,7 @@ from grader.occupancy.answer_forms import (
     parse_value,
 )
 from grader.occupancy.calculator import KIB
-from grader.occupancy.config import OccupancyConfig
+from grader.rubric.occupancy import OccupancyConfig
 from grader.untrusted.quote import quote_code
 from grader.untrusted.yaml_load import Limits, load_yaml
 

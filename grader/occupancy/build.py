@@ -1,6 +1,6 @@
 """Build the occupancy program (occ.cu): a cubin per register cap, the default cubin, the host program.
 
-Every build is :mod:`grader.build.student`'s guarded compile, with the build's own flags (a
+Every build is :mod:`grader.compile.student`'s guarded compile, with the build's own flags (a
 ``-DREGCAP=N`` can change what the source includes, so each build's includes are checked with
 its flags). The builds share one copy of the program's folder and run in parallel: on a pool of
 their own (:func:`build_all`), or submitted to the caller's (:func:`start_all`: the pipeline
@@ -13,11 +13,11 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.build.ptxas import KernelResources, entry_names, name_hint, parse_ptxas
-from grader.build.student import CompileStatus, Fence, compile_student, prepare_scratch
-from grader.build.tool_search import Tool
+from grader.compile.ptxas import KernelResources, entry_names, name_hint, parse_ptxas
+from grader.compile.student import CompileStatus, Fence, compile_student, prepare_scratch
+from grader.compile.tool_search import Tool
 from grader.model import ProcRecord
-from grader.occupancy.config import OccupancyConfig
+from grader.rubric.occupancy import OccupancyConfig
 from grader.untrusted.quote import fence_block
 
 BUILD_OUTPUT_LIMIT = 64_000  # bytes of compiler output kept per stream

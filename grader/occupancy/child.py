@@ -1,7 +1,7 @@
 """The grader's own GPU measurements of the occupancy program, in the trusted child.
 
 :func:`child_spec` says what :mod:`grader.children.occupancy` measures (from the rubric and the
-builds), :func:`run_child` runs it through :func:`grader.children.launch.launch`, and
+builds), :func:`run_child` runs it through :func:`grader.sandbox.launch.launch`, and
 :func:`apply_child_report` turns its report into :class:`~grader.occupancy.grading.Measurements`,
 saying per part (api, sweeps, heavy) what is missing and whose doing that is. In a grading with a
 GPU schedule the child starts with the stage runs and waits at its gate before timing anything
@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.build.student import Fence
-from grader.children.launch import launch
+from grader.compile.student import Fence
 from grader.model import Cause, Gap, ProcRecord
 from grader.occupancy.build import Build
-from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.exercises import api_points
 from grader.occupancy.grading import Measurements
-from grader.run.process import Control
+from grader.rubric.occupancy import OccupancyConfig
+from grader.sandbox.launch import launch
+from grader.sandbox.process import Control
 from grader.untrusted.quote import quote_code
 
 # The grader's own re-run of the Ex 4 sweeps and of heavy: the same work at every point

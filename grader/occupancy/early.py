@@ -1,8 +1,8 @@
-"""The occupancy measurements on the grading's GPU schedule (grader/run/turns.py; docs/design.md, "Gates").
+"""The occupancy measurements on the grading's GPU schedule (grader/sandbox/turns.py; docs/design.md, "Gates").
 
 The grader's own measurements and the student's program need the GPU, and used to run one after the
 other after every other step (2.9-3.6 s at the end of a warm grading on an H200). With a GPU schedule
-(grader/run/stages.py: run_stages) they are parties of it instead:
+(grader/gpu/stages.py: run_stages) they are parties of it instead:
 
 * the trusted child (:mod:`grader.children.occupancy`, party ``occupancy:measure``) starts with the
   stage runs (:func:`start`), does everything untimed at once (CuPy, the context, the modules, the
@@ -30,14 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.build.student import Fence
+from grader.compile.student import Fence
 from grader.model import ProcRecord
 from grader.occupancy.build import Build, Prebuilt, ptxas_measurements
 from grader.occupancy.child import CHILD_TIMEOUT_S, run_child
-from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.program import run_program
-from grader.run.process import Control
-from grader.run.turns import Party, Schedule, State
+from grader.rubric.occupancy import OccupancyConfig
+from grader.sandbox.process import Control
+from grader.sandbox.turns import Party, Schedule, State
 
 GATE = "sweeps"  # the measurement child's exclusive gate
 

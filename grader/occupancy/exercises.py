@@ -26,9 +26,9 @@ from grader.occupancy.calculator import (
     limits_for,
     max_potential_block_size,
 )
-from grader.occupancy.config import OccupancyConfig
 from grader.occupancy.grading import FIX_KERNEL, Ctx, Measurements, api_lookup, as_number, implausible, program_value
 from grader.occupancy.measured import grade_ex4, grade_ex6, grade_host
+from grader.rubric.occupancy import OccupancyConfig
 
 # What each dominant stall waits on (ex5.memory_level).
 _STALL_MEMORY = {"long_scoreboard": {"global"}, "short_scoreboard": {"shared"}}

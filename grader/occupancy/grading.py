@@ -15,7 +15,7 @@ from typing import Any
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers
 from grader.occupancy.calculator import KIB, SMLimits, limits_for
-from grader.occupancy.config import OccupancyConfig
+from grader.rubric.occupancy import OccupancyConfig
 from grader.untrusted.quote import show_value
 from grader.untrusted.yaml_load import MAX_MAGNITUDE
 
@@ -37,7 +37,7 @@ class Measurements:
     - ``api``: the grader's own Occupancy API results on the student's compiled ``work``
       (format: :func:`grader.occupancy.exercises.simulated_api`).
     - ``ptxas``: the heavy kernel's ptxas report per register cap
-      (``{cap: grader.build.ptxas.KernelResources}``); ``ptxas_problem`` when compiling failed.
+      (``{cap: grader.compile.ptxas.KernelResources}``); ``ptxas_problem`` when compiling failed.
     - ``heavy_times_ms``: the grader's timing of heavy per cap.
     - ``sweep_times``: the grader's re-run of the Ex 4 sweeps,
       ``{"smem": {bytes: ms}, "block": {block_size: ms}}``.

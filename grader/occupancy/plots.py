@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.occupancy.calculator import KIB
-from grader.outputs.plots import PLOT_LOCK
+from grader.pyplot import PLOT_LOCK
 
 
 def sweep_series(api: dict | None, sweep_times: dict | None, program: dict | None,

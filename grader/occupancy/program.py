@@ -1,6 +1,6 @@
 """Run the student's occupancy program and read the one JSON document it prints.
 
-The program is the student's code: it runs through :func:`grader.build.student.run_guarded`
+The program is the student's code: it runs through :func:`grader.compile.student.run_guarded`
 (time limit, trimmed output, the sandbox fence) as the student user. Its stdout must hold one
 JSON object of the documented format (``occupancy-v1``); text before it and C's ``nan``/``inf``
 are tolerated, anything else is a message naming what is wrong.
@@ -16,9 +16,10 @@ import os
 import re
 from pathlib import Path
 
-from grader.build.student import Fence, run_guarded, student_user
 from grader.model import ProcRecord
-from grader.run.process import Control
+from grader.sandbox.fence import Fence
+from grader.sandbox.guard import run_guarded, student_user
+from grader.sandbox.process import Control
 from grader.untrusted.quote import fence_block, quote_code
 
 PROGRAM_TIMEOUT_S = 45.0

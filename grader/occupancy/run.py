@@ -5,13 +5,13 @@ rubric has an ``occupancy:`` section. Steps (each one's failure is an item
 message, never an exception):
 
 1. Read the answers file and the program (paths from the rubric's ``files``,
-   relative to the submission; :func:`grader.build.locate.locate` finds them one
+   relative to the submission; :func:`grader.compile.locate.locate` finds them one
    folder up or down as well).
 2. Static, no GPU: the host-code check of the program's text; ``nvcc -cubin`` of
    the program at every register cap (``-maxrregcount=N -DREGCAP=N -Xptxas -v``) for
    ``heavy``'s ptxas report. With a GPU also the default build's cubin (for ``work``)
    and the host program, all compiled in parallel by :mod:`grader.occupancy.build`
-   through the one guarded compile (:mod:`grader.build.student`). In a grading the
+   through the one guarded compile (:mod:`grader.compile.student`). In a grading the
    pipeline starts these builds beside the stages' compiles (:func:`start_builds`) and
    hands them over as ``prebuilt``, so the GPU steps never wait for a compiler.
 3. GPU only: run the student's program (:mod:`grader.occupancy.program`: time limit,
@@ -40,20 +40,20 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from grader.build.locate import MAX_SOURCE_BYTES, Problem, locate
-from grader.build.student import Fence, student_user
 from grader.clock import Clock
+from grader.compile.locate import MAX_SOURCE_BYTES, Problem, locate
+from grader.compile.student import Fence, student_user
 from grader.model import Cause, Gap, ItemResult, Status, to_jsonable
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
-from grader.occupancy.config import HAND_GRADED, OccupancyConfig
 from grader.occupancy.early import ChildRun, EarlyOccupancy, ProgramRun
 from grader.occupancy.exercises import grade_occupancy
 from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
 from grader.occupancy.plots import plot_sweeps, sweep_series
 from grader.occupancy.program import PROGRAM_OUTPUT_LIMIT, PROGRAM_TIMEOUT_S, parse_program_output, run_program
-from grader.spec.types import Rubric
+from grader.rubric.occupancy import HAND_GRADED, OccupancyConfig
+from grader.rubric.types import Rubric
 from grader.untrusted.yaml_load import Limits as YamlLimits
 
 # Re-exported: what tests and tools/occupancy_gpu_check.py reach through this module.

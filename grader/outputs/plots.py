@@ -14,38 +14,18 @@ kernel, while L2 traffic falls 4x from the naive to the 2D kernel.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
+
+from grader.pyplot import BACKGROUND, PLOT_LOCK, pyplot
 
 COLORS = {"fp32": "#4C72B0", "fp16_tensor": "#C44E52"}
 LINE_STYLES = ("--", ":", "-.", (0, (5, 1)))
 
-# pyplot keeps global state: one figure is drawn at a time, whichever thread draws it (this module's
-# background thread, or the grading's, e.g. grader/occupancy/plots.py).
-PLOT_LOCK = threading.RLock()
-_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plots")
 _AHEAD: dict[tuple[str, str], tuple[str, Future]] = {}  # (plot, path) -> (its arguments, the drawing)
 AHEAD_KEPT = 16  # drawings kept for their callers, oldest dropped first (a long-lived process grades many)
-
-
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def preload() -> None:
-    """Import matplotlib on the background thread now (0.5-0.7 s), while the grading waits for its GPU
-    children, instead of when the first plot is drawn."""
-    _BACKGROUND.submit(_pyplot)
 
 
 def drawn_ahead(fn: Callable[..., tuple[str | None, str]]) -> Callable[..., tuple[str | None, str]]:
@@ -78,7 +58,7 @@ def draw_ahead(plot: Callable[..., tuple[str | None, str]], *args: Any, **kwargs
 
     where, what = _call_key(plot.__name__, args, kwargs)
     _AHEAD.pop(where, None)
-    _AHEAD[where] = (what, _BACKGROUND.submit(draw))
+    _AHEAD[where] = (what, BACKGROUND.submit(draw))
     while len(_AHEAD) > AHEAD_KEPT:  # a drawing nobody asked for (the grading failed after it) is dropped
         del _AHEAD[next(iter(_AHEAD))]
 
@@ -106,7 +86,7 @@ def ladder_png(rows: list[dict], path: str | Path, baselines: list[dict] | None 
     ``baselines``: ``{"label", "tflops"}`` (cuBLAS SGEMM, cublasGemmEx).
     ``peaks``: ``{label: TFLOP/s}`` (FP32 CUDA cores, FP16 Tensor Cores).
     """
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return _no_matplotlib()
     try:
@@ -177,7 +157,7 @@ def roofline_png(points: list[dict], peaks: dict[str, float], bandwidth: dict[st
     ``peaks``: ``{label: TFLOP/s}`` (horizontal roofs). ``bandwidth``: ``{label: TB/s}``, or one
     number for HBM (diagonal roofs).
     """
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return _no_matplotlib()
     if not points:
@@ -250,7 +230,7 @@ def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str
     """The class's measured values of one item as a histogram, one series per rubric ("current", "proposed":
     drawn once when equal), with each rubric's threshold as a vertical line labelled with how many pass it
     (``thresholds``: {legend label: value}; the label's first word names the rubric)."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return _no_matplotlib()
     with PLOT_LOCK:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.model import Bonus, ItemResult, Status, to_jsonable
-from grader.spec.items import VISIBILITIES
+from grader.rubric.items import VISIBILITIES
 from grader.untrusted.quote import fence_block, markdown_safe
 
 OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from grader.grading import Grading
 from grader.model import Bonus, ItemResult, Status
-from grader.run.sandbox import Confinement
+from grader.sandbox.guard import Confinement
 
 if TYPE_CHECKING:
     from grader.outputs.profile_page import ProfileReport

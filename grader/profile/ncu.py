@@ -9,7 +9,7 @@ Nothing here raises for a missing tool, a GPU whose counters are locked, a time-
 or a kernel that crashed: the run comes back as an :class:`NcuRun` whose ``reason``
 (or per-stage :class:`~grader.model.Gap`) says why: ``Cause.GRADER`` when the grader could
 not look (worded ``not evaluated: ...``), ``Cause.STUDENT`` when the student's kernel gave
-nothing to look at (``not profiled: ...``). grader/profile/criteria.py reads the cause.
+nothing to look at (``not profiled: ...``). grader/score/ncu.py reads the cause.
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.launch import ChildResult, launch
 from grader.model import Cause, Gap, ProcRecord
-from grader.run.fence import Fence
-from grader.spec.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
+from grader.rubric.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
+from grader.sandbox.fence import Fence
+from grader.sandbox.launch import ChildResult, launch
 from grader.untrusted.quote import quote_code
 
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
@@ -211,7 +211,7 @@ def _child_failures(stdout: str) -> dict[str, str]:
 
 
 def command(ncu_path: str, kernels: list[str], metrics: list[str], clock_control: str) -> list[str]:
-    """ncu's part of the command; the profile child (grader.children.launch) follows it."""
+    """ncu's part of the command; the profile child (grader.sandbox.launch) follows it."""
     regex = "regex:^(" + "|".join(re.escape(k) for k in kernels) + ")$"
     return [ncu_path, "--csv", "--page", "raw", "--print-units", "base", "--clock-control", clock_control,
             "--metrics", ",".join(metrics), "-k", regex, "--launch-count", str(len(kernels))]
@@ -224,7 +224,7 @@ def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool,
 
     ``stages``: the profile_child spec entries ``{id, cubin, kernel, inputs, launch}``.
     ``ncu_tool``: a toolchain.Tool (``.path`` None when ncu is missing). ``first``: the first run,
-    already started with these metrics (grader/profile/collect.py: start_profile); ncu is started
+    already started with these metrics (grader/gpu/ncu_run.py: start_profile); ncu is started
     here only if it refused metrics.
     """
     run = NcuRun(kernels={s["id"]: s["kernel"] for s in stages})

@@ -7,9 +7,9 @@ This list is what the instructor puts in that outline.
 """
 from __future__ import annotations
 
-from grader.occupancy.config import HAND_GRADED
-from grader.spec.items import Item
-from grader.spec.types import Rubric
+from grader.rubric.items import Item
+from grader.rubric.occupancy import HAND_GRADED
+from grader.rubric.types import Rubric
 
 
 def hand_graded_items(rubric: Rubric) -> list[Item]:

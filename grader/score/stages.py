@@ -17,9 +17,9 @@ from dataclasses import replace
 
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, ItemResult, Status
-from grader.spec.items import SPEED_KINDS, Item, curve, is_technique
-from grader.spec.peaks import Peaks
-from grader.spec.types import Stage
+from grader.rubric.items import SPEED_KINDS, Item, curve, is_technique
+from grader.rubric.peaks import Peaks
+from grader.rubric.types import Stage
 
 
 def _result(stage: Stage, item: Item, status: Status, fraction: float, message: str, *,
@@ -85,13 +85,13 @@ def attempt(o: StageOutcome, *, arithmetic: bool = False) -> tuple[bool | None, 
 
 
 def _threshold(value: float, item: Item) -> tuple[Status, float]:
-    """(status, fraction of points) for a value on the item's curve (grader/spec/curve.py)."""
+    """(status, fraction of points) for a value on the item's curve (grader/rubric/curve.py)."""
     frac = curve(item).fraction(value)
     return (Status.PASSED, 1.0) if frac >= 1.0 else (Status.FAILED, frac)
 
 
 def curve_note(item: Item, value: float, show) -> str:
-    """What ``value`` earned on the item's curve and what the next points need (grader/spec/curve.py)."""
+    """What ``value`` earned on the item's curve and what the next points need (grader/rubric/curve.py)."""
     return curve(item).note(item.points, value, show)
 
 
@@ -111,7 +111,7 @@ def _timing_gap(o: StageOutcome) -> Gap | None:
 def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], peaks: Peaks) -> ItemResult:
     st, c = o.stage, o.compile
     kind = item.kind
-    if o.unsupported:  # the machine cannot grade this stage at all (grader/build/toolchain.py: unsupported_reason)
+    if o.unsupported:  # the machine cannot grade this stage at all (grader/compile/toolchain.py: unsupported_reason)
         return _result(st, item, Status.NOT_EVALUATED, 0, o.unsupported)
     # A compiled stage has its ptxas record and launch shape (compile_stage sets ok only then).
     k, launch = (c.kernel, c.launch) if c is not None and c.ok else (None, None)
@@ -178,8 +178,7 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
                        + (f"; {shown}" if shown else "") + (f";{none_of}" if none_of else ""))
 
     if kind == "ncu":
-        from grader.profile.criteria import evaluate_ncu_item
-
+        from grader.score.ncu import evaluate_ncu_item
         return evaluate_ncu_item(item, o)
 
     if kind == "correct":

@@ -6,14 +6,14 @@ asks the kernel to SIGKILL it when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
 and then execs the grader (the setting survives exec). A wrapper rather than ``preexec_fn``, which
 is unsafe in a process with threads (the worker's heartbeat).
 
-A time limit or a shutdown stops the grading's whole tree (grader/run/process.py: kill_tree): the
+A time limit or a shutdown stops the grading's whole tree (grader/sandbox/process.py: kill_tree): the
 grader starts its tools and its students' steps in sessions of their own, so its process group is
 not enough, and the grader, a child subreaper (grader/__main__.py), keeps even a daemon that left
 its session inside that tree. The tree is frozen, killed and waited for before ``run`` returns, so
 when a job is marked stopped nothing of its grading runs. A grading that died abruptly (the OOM
 killer) leaves its orphans to the worker, itself a subreaper: ``keep`` names the worker's own
 children, and every other child it has after a grading is killed too. The sandboxed processes run in
-bwrap with ``--die-with-parent`` (grader/run/fence.py) besides, so they end with the grading even
+bwrap with ``--die-with-parent`` (grader/sandbox/fence.py) besides, so they end with the grading even
 where this process may not signal them.
 
     python -m grader.serve.child PARENT_PID -- COMMAND...
@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.run.process import children_of, kill_tree
+from grader.sandbox.process import children_of, kill_tree
 
 PR_SET_PDEATHSIG = 1
 LOG_TAIL = 4000

@@ -28,8 +28,8 @@ from typing import Any
 
 import httpx
 
-from grader.build.safe_copy import MAX_DEPTH
 from grader.serve.signing import ASSIGNMENT_HEADER, CONTENT_HEADER, SUBMISSION_ID_HEADER, SUBMITTER_HEADER, sign, target
+from grader.untrusted.safe_copy import MAX_DEPTH
 
 API = "/api/v1"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.build.safe_copy import remove_tree, tree_size
 from grader.serve.store import JobStore, State
+from grader.untrusted.safe_copy import remove_tree, tree_size
 
 log = logging.getLogger("grader.serve")
 

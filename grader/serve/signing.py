@@ -1,4 +1,4 @@
-"""HMAC request signing between the Gradescope package (grader/serve/bridge.py) and the service.
+"""HMAC request signing between the Gradescope package (grader/deploy/gradescope/bridge.py) and the service.
 
 A request carries five headers:
 

@@ -2,7 +2,7 @@
 
 One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins one worker per GPU),
 or statically with --no-gpu. A GPU worker keeps one CUDA context open on its GPU for its whole life
-(grader/run/keeper.py), so each grading's children make theirs faster, and probes its GPU once when
+(grader/gpu/keeper.py), so each grading's children make theirs faster, and probes its GPU once when
 it starts: each grading is handed that description (``grade --device``, as a batch does) instead of
 starting a probe child of its own. On an H200 (run 31 of
 docs/measurements/2026-11-30-h200-kept-context-run26-31.md) a grade of solutions/ took 14.7-14.9 s
@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 
 from grader import IMPORT_ROOT
-from grader.build.safe_copy import remove_tree
-from grader.run.device import describe_into
-from grader.run.keeper import START_TIMEOUT_S, Keeper, start_keeper
+from grader.gpu.device import describe_into
+from grader.gpu.keeper import START_TIMEOUT_S, Keeper, start_keeper
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
 from grader.serve.store import Job, JobStore, State, WorkerInfo
+from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
 REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import difflib
 
-from grader.spec.expr import METRIC_RE
-from grader.spec.types import Rubric
-from grader.writeup.config import ReportConfig
+from grader.rubric.expr import METRIC_RE
+from grader.rubric.report import ReportConfig
+from grader.rubric.types import Rubric
 from grader.writeup.parse import Citation
 
 

@@ -28,9 +28,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from grader.spec.expr import METRIC_RE
+from grader.rubric.expr import METRIC_RE
+from grader.rubric.report import normalize_name
 from grader.untrusted.quote import quote_code
-from grader.writeup.config import normalize_name
 from grader.writeup.markdown import MAX_SECTIONS, Section, Table, sections, spans_and_words, strip_comments, tables
 
 __all__ = ["MAX_SECTIONS", "Section", "Table", "sections", "strip_comments", "tables", "Quantity", "Citation",

@@ -11,13 +11,13 @@ import difflib
 import traceback
 from pathlib import Path
 
-from grader.build.locate import locate
+from grader.compile.locate import locate
 from grader.model import Cause, Gap, ItemResult, Status
-from grader.spec.expr import ExprError, MissingMetric, evaluate_expr, fmt
-from grader.spec.items import Item
-from grader.spec.types import Rubric
+from grader.rubric.expr import ExprError, MissingMetric, evaluate_expr, fmt
+from grader.rubric.items import Item
+from grader.rubric.report import STAGE, ReportConfig, Transition, metric_unit
+from grader.rubric.types import Rubric
 from grader.untrusted.quote import quote_code
-from grader.writeup.config import STAGE, ReportConfig, Transition, metric_unit
 from grader.writeup.hints import known_metrics, some, spelling, value_hint
 from grader.writeup.parse import (
     Citation,

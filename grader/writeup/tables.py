@@ -15,8 +15,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from grader.model import Cause, Gap, Status
+from grader.rubric.report import TableSpec
 from grader.untrusted.quote import quote_code
-from grader.writeup.config import TableSpec
 from grader.writeup.parse import Quantity, Table, parse_quantity, row_stage
 
 COLUMNS = ("n", "kernel", "ms", "gflops", "pct", "last")

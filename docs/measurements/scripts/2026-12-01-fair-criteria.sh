@@ -18,7 +18,7 @@ if ! command -v bwrap >/dev/null; then
 fi
 { nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; bwrap --version
   python3 -V; nvcc --version | tail -1; python3 -c 'import cupy; print("cupy", cupy.__version__)'
-  python3 -m grader.run.sandbox; git log --oneline -1 2>/dev/null; } 2>&1 | tee -a "$OUT/run.txt"
+  python3 -m grader.sandbox.guard; git log --oneline -1 2>/dev/null; } 2>&1 | tee -a "$OUT/run.txt"
 
 # grade NAME SUBMISSION [grade args...]: one timed grading, one summary line
 grade() {
@@ -58,7 +58,7 @@ for step in $steps; do
     cp -r tests/submissions/textbook/course "$F/textbook"
     cp -r solutions/occupancy solutions/report.md "$F/textbook/"
     python3 -c "from pathlib import Path; from grader.instructor.shifted import write_shifted; \
-from grader.spec.rubric import load_rubric; write_shifted(Path('solutions'), load_rubric(Path('rubric.yaml')), Path('$F/shifted'))"
+from grader.rubric.load import load_rubric; write_shifted(Path('solutions'), load_rubric(Path('rubric.yaml')), Path('$F/shifted'))"
     cp -r solutions "$F/broken"  # a stage failing in each way: crash, wrong, race, partial write, missing
     cp tests/submissions/illegal_address/gemm/naive.cu tests/submissions/wrong_index/gemm/coalesced.cu \
        tests/submissions/race_missing_sync/gemm/tiled.cu tests/submissions/partial_write/gemm/blocktiling_2d.cu \

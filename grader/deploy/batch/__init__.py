@@ -13,7 +13,7 @@ EXPORT is Gradescope's "Download Submissions" export (the zip or its unpacked fo
   no ``..``, no zip bomb); an entry left out costs only the row of the submission it belongs to.
 - :mod:`.plan`: shards (``--shard I/N``: every N-th folder, for Slurm array jobs,
   tools/slurm_batch.sbatch), the visible GPUs, two workers per GPU (``--per-gpu``), the order (the
-  longest earlier gradings first) and the sandbox check: where ``grader.run.sandbox.mode()`` says
+  longest earlier gradings first) and the sandbox check: where ``grader.sandbox.guard.mode()`` says
   students' code would run unfenced, the batch refuses unless ``--trusted-submissions``.
 - :mod:`.stale`: what to grade. Resumable: a submission already graded is kept unless its grading is
   stale (another rubric, another grader version, other stages, or no GPU while this batch has one),
@@ -28,7 +28,6 @@ EXPORT is Gradescope's "Download Submissions" export (the zip or its unpacked fo
   each GPU's busy share, what was re-graded and why).
 - :mod:`.cli`: the command line, whose arguments ``python -m grader`` attaches too.
 """
-from grader.deploy.batch.export import BatchError, Submission, find_export_root, load_export, read_metadata
 from grader.deploy.batch.plan import (
     known_times,
     longest_first,
@@ -41,7 +40,7 @@ from grader.deploy.batch.plan import (
 from grader.deploy.batch.pool import Options, child_command, grade_one
 from grader.deploy.batch.run import BatchSummary, grade_export
 from grader.deploy.batch.stale import GradedBy, Why, why_grade
-from grader.deploy.batch.table import (
+from grader.outputs.grades_csv import (
     FAILED_STATUSES,
     META_COLUMNS,
     RowStatus,
@@ -51,6 +50,7 @@ from grader.deploy.batch.table import (
     write_csv,
 )
 from grader.untrusted.cells import safe_cell
+from grader.untrusted.export import BatchError, Submission, find_export_root, load_export, read_metadata
 
 __all__ = ["BatchError", "BatchSummary", "FAILED_STATUSES", "META_COLUMNS", "GradedBy", "Options", "RowStatus",
            "Submission", "Why", "automatic_points", "child_command", "csv_rows", "find_export_root", "grade_export",

@@ -8,11 +8,11 @@ import sys
 import traceback
 from pathlib import Path
 
-from grader.deploy.batch.export import BatchError
 from grader.deploy.batch.plan import PER_GPU, parse_shard, require_sandbox
 from grader.deploy.batch.pool import DEFAULT_RUBRIC, DEFAULT_TIMEOUT_S, Options
 from grader.deploy.batch.run import grade_export
-from grader.deploy.batch.table import merge
+from grader.outputs.grades_csv import merge
+from grader.untrusted.export import BatchError
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -41,7 +41,7 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices")
     p.add_argument("--no-kept-contexts", dest="keep_contexts", action="store_false",
                    help="do not keep a CUDA context open on each GPU while the batch runs (for measuring "
-                        "what keeping one saves; grader/run/keeper.py)")
+                        "what keeping one saves; grader/gpu/keeper.py)")
     p.add_argument("--trusted-submissions", action="store_true",
                    help="grade even where the sandbox cannot fence students' code (only for code you trust)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -63,7 +63,7 @@ def run_merge(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace) -> Options:
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     if args.workers is not None and args.workers < 1:
         raise BatchError(f"--workers {args.workers}: at least 1")
@@ -85,7 +85,7 @@ def _options(args: argparse.Namespace) -> Options:
 
 
 def run_grade(args: argparse.Namespace) -> int:
-    from grader.spec.errors import ConfigError
+    from grader.rubric.errors import ConfigError
 
     try:
         opts = _options(args)

@@ -8,8 +8,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from grader.deploy.batch.export import BatchError, Submission
-from grader.run import sandbox
+from grader.sandbox import guard as sandbox
+from grader.untrusted.export import BatchError, Submission
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -69,8 +69,7 @@ def known_times(folders: list[Path]) -> dict[str, float]:
     """{submission folder: seconds its grading took alone} from earlier batches' output folders
     (their ``submissions/<folder>/batch_status.json``: wall time less the time spent waiting for the
     GPU); a later folder's value wins."""
-    from grader.deploy.batch.table import STATUS_FILE, read_json
-
+    from grader.outputs.grades_csv import STATUS_FILE, read_json
     times: dict[str, float] = {}
     for out in folders:
         for status in sorted(Path(out).glob(f"submissions/*/{STATUS_FILE}")):
@@ -94,7 +93,7 @@ def longest_first(subs: list[Submission], times: dict[str, float]) -> list[Submi
 def sandbox_weakness() -> str:
     """Why students' code would run without bubblewrap's fence here ('' when it is fenced).
 
-    ``grader.run.sandbox.mode()`` says whether fenced steps run inside bubblewrap (BWRAP) or only
+    ``grader.sandbox.guard.mode()`` says whether fenced steps run inside bubblewrap (BWRAP) or only
     under the session-kill fence and limits (WEAK, with its reason)."""
     mode = sandbox.mode()
     if mode.confinement is sandbox.Confinement.BWRAP:

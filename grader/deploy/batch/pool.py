@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
-from grader.build.safe_copy import remove_tree
-from grader.deploy.batch.export import Submission
 from grader.deploy.batch.stale import GradedBy
-from grader.deploy.batch.table import STATUS_FILE, RowStatus, read_json
+from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json
 from grader.outputs.results import error_results, write_results
-from grader.run import sandbox
+from grader.sandbox import guard as sandbox
+from grader.untrusted.export import Submission
+from grader.untrusted.safe_copy import remove_tree
 
 DEFAULT_TIMEOUT_S = 3600.0
 LOG_LIMIT = 200_000  # bytes of a child's output kept in its log.txt
@@ -99,15 +99,14 @@ def device_file(lock_dir: Path, gpu: str) -> Path:
 
 
 def keeper_folder(lock_dir: Path, gpu: str) -> Path:
-    """Where the batch's keeper of one GPU's context runs (beside its lock file; grader/run/keeper.py)."""
+    """Where the batch's keeper of one GPU's context runs (beside its lock file; grader/gpu/keeper.py)."""
     return _beside_lock(lock_dir, gpu, ".keeper")
 
 
 def probe_gpus(gpus: list[str], lock_dir: Path, timeout_s: float) -> dict[str, str]:
     """Probe each GPU once, side by side, and write its description for the gradings on it
-    (grader/run/device.py); {GPU: "" or why its gradings probe for themselves}."""
-    from grader.run.device import describe_into
-
+    (grader/gpu/device.py); {GPU: "" or why its gradings probe for themselves}."""
+    from grader.gpu.device import describe_into
     lock_dir.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=max(1, len(gpus)), thread_name_prefix="probe") as pool:
         return dict(zip(gpus, pool.map(lambda g: describe_into(device_file(lock_dir, g), timeout_s, gpu_env(g)),

@@ -4,7 +4,7 @@ GPUs (plan), the children (pool), then grades.csv (table) and batch.json. Librar
 
 Each GPU is probed once, before the first grading (pool.probe_gpus): its gradings read that
 description instead of each starting a probe child. Each GPU also has one CUDA context kept open,
-idle, for the whole run (grader/run/keeper.py): every child of every grading then makes its own
+idle, for the whole run (grader/gpu/keeper.py): every child of every grading then makes its own
 context in about half the time; a one-GPU batch of 24 took 5% less time, a two-GPU batch the same.
 
 batch.json reports each GPU's busy share over the run: the seconds its gradings held its lock (the
@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.deploy.batch.export import load_export
 from grader.deploy.batch.plan import PER_GPU, known_times, longest_first, plan_workers, select_shard, visible_gpus
 from grader.deploy.batch.pool import (
     ChildCommand,
@@ -41,10 +40,11 @@ from grader.deploy.batch.stale import (
     plan_todo,
     stage_list,
 )
-from grader.deploy.batch.summary import write_class_summary
-from grader.deploy.batch.table import RowStatus, automatic_points, csv_rows, write_csv
-from grader.run.keeper import Keeper, keep_gpus
-from grader.spec.types import Rubric
+from grader.gpu.keeper import Keeper, keep_gpus
+from grader.outputs.class_summary import write_class_summary
+from grader.outputs.grades_csv import RowStatus, automatic_points, csv_rows, write_csv
+from grader.rubric.types import Rubric
+from grader.untrusted.export import load_export
 
 
 @dataclass
@@ -110,7 +110,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
                  keep_contexts: bool = True) -> BatchSummary:
     """Grade every submission of ``export`` into ``out``; a submission's failure is its row's status.
     ``times_from``: earlier batches' output folders whose times order this one (longest first).
-    ``keep_contexts``: keep a CUDA context open on each GPU while the batch runs (grader/run/keeper.py).
+    ``keep_contexts``: keep a CUDA context open on each GPU while the batch runs (grader/gpu/keeper.py).
 
     Raises BatchError for bad input of the whole batch (no export); KeyboardInterrupt after the
     running children finished and grades.csv was written."""
@@ -124,7 +124,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
     )
 
     from grader import code_version
-    from grader.spec.rubric import load_rubric
+    from grader.rubric.load import load_rubric
 
     opts = opts or Options()
     out = Path(out).resolve()

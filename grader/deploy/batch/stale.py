@@ -29,8 +29,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.deploy.batch.export import Submission
-from grader.deploy.batch.table import FAILED_STATUSES, STATUS_FILE, read_json
+from grader.outputs.grades_csv import FAILED_STATUSES, STATUS_FILE, read_json
+from grader.untrusted.export import Submission
 
 
 class Why(str, Enum):

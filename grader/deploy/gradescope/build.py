@@ -13,7 +13,7 @@ build refuses a member under them and any packed file whose bytes equal a file i
 
 With a service URL (the GPU grading service, grader/serve/), ``gradescope.env`` names the URL
 and the assignment, and ``service.secret`` (mode 0600; run_autograder keeps it from the student
-user; the manifest never hashes it) holds the assignment's HMAC secret for grader/serve/bridge.py.
+user; the manifest never hashes it) holds the assignment's HMAC secret for grader/deploy/gradescope/bridge.py.
 
 The zip is reproducible (sorted members, fixed timestamps) and keeps Unix modes (scripts 0755),
 which ``unzip`` honours; :func:`unpack` does the same for Python's zipfile, which does not.
@@ -49,7 +49,7 @@ EXECUTABLE = {"setup.sh", "run_autograder", "grader/deploy/install.sh", "grader/
 CONFIG_NAME = "gradescope.env"
 MANIFEST_NAME = "autograder-manifest.json"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
-SECRET_NAME = "service.secret"  # the GPU service's per-assignment secret (grader/serve/bridge.py reads it)
+SECRET_NAME = "service.secret"  # the GPU service's per-assignment secret (grader/deploy/gradescope/bridge.py reads it)
 POLICIES = ("pending", "hide", "keep")
 
 

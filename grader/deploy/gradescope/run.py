@@ -9,7 +9,7 @@
    (:mod:`.policy`) and, when the grader did not add one, the leaderboard (:mod:`grader.outputs.leaderboard`,
    from grading.json). If post-processing fails, the grader's own results.json stays.
 3. When the package names a GPU grading service, the items left pending GPU grading come from it
-   (:mod:`grader.serve.bridge`); if that fails, step 2's results.json stays.
+   (:mod:`grader.deploy.gradescope.bridge`); if that fails, step 2's results.json stays.
 """
 from __future__ import annotations
 
@@ -42,8 +42,7 @@ def postprocess(results_dir: Path, source_dir: Path, rubric_path: Path, env=None
     except (OSError, ValueError):
         detail = None
     policy, where = resolve_policy(source_dir, rubric_path, env)
-    from grader.serve.bridge import URL_KEY
-
+    from grader.deploy.gradescope.bridge import URL_KEY
     service = bool((env if env is not None else os.environ).get(URL_KEY)
                    or read_config(source_dir / CONFIG_FILE).get(URL_KEY))
     apply_no_gpu_policy(results, detail, policy, service=service)
@@ -90,9 +89,8 @@ def run(submission: Path, results_dir: Path, source_dir: Path, env=None) -> int:
         except Exception:  # keep the grader's results.json, which is valid
             print("post-processing failed; results.json left as the grader wrote it:\n"
                   + traceback.format_exc(), file=sys.stderr, flush=True)
-        try:  # the GPU items from the course's grading service, when the package names one (grader/serve/bridge.py)
-            from grader.serve.bridge import bridge_if_configured
-
+        try:  # the GPU items from the course's grading service, when the package names one (grader/deploy/gradescope/bridge.py)
+            from grader.deploy.gradescope.bridge import bridge_if_configured
             bridge_if_configured(results_dir, submission, source_dir, env)
         except Exception:  # the static results.json stays, which is valid
             print("GPU service step failed; results.json left as the static grading wrote it:\n"

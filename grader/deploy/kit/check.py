@@ -26,10 +26,10 @@ from pathlib import Path, PurePosixPath
 from typing import TextIO
 
 from grader import DEFAULT_RUBRIC
-from grader.build.intake import Intake, Skip, Skipped
-from grader.build.safe_copy import member_parts
+from grader.compile.intake import Intake, Skip, Skipped
 from grader.deploy.kit.checks import Mark, Row, answers, expected_files, kernels, layout, report
-from grader.spec.errors import ConfigError
+from grader.rubric.errors import ConfigError
+from grader.untrusted.safe_copy import member_parts
 
 EXIT_OK, EXIT_FIX, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_SKIPPED = 10  # entries the intake left out, one row each
@@ -51,8 +51,8 @@ def _not_expected(taken: Intake, rubric) -> list[Skipped]:
 
 def run_checks(submission: Path, rubric, compile_kernels: bool = True) -> list[Row]:
     """Every row for one submission (a folder or a zip); never raises for its content."""
-    from grader.build import toolchain
-    from grader.build.intake import intake
+    from grader.compile import toolchain
+    from grader.compile.intake import intake
 
     with tempfile.TemporaryDirectory(prefix="grader-check-") as tmp:
         work = Path(tmp)
@@ -84,7 +84,7 @@ def print_table(rows: list[Row], out: TextIO) -> None:
 def check_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
-        from grader.spec.rubric import load_rubric
+        from grader.rubric.load import load_rubric
 
         rubric = load_rubric(args.rubric)
     except ConfigError as exc:

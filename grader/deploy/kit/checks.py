@@ -3,8 +3,8 @@
 Each check reads the submission the way the grader does, with the grader's own code, and returns
 :class:`Row` records (ok / fix / skip, with detail lines):
 
-- layout: every file the rubric names, found where the grader looks (grader/build/locate.py);
-- kernels: each stage compiled by the grader's own guarded compile (grader/build/compile.py): the
+- layout: every file the rubric names, found where the grader looks (grader/compile/locate.py);
+- kernels: each stage compiled by the grader's own guarded compile (grader/compile/stage.py): the
   kernel's name and signature, and the ``<kernel>_launch`` array as the grader reads it from the
   cubin (skipped, saying so, without nvcc);
 - answers: the occupancy answers parsed by grader/occupancy/answers.py (every field, or its line
@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from grader.build.compile import CompileResult, compile_stage
-from grader.build.intake import Intake
-from grader.build.locate import Problem, locate
-from grader.build.tool_search import Tool
+from grader.compile.intake import Intake
+from grader.compile.locate import Problem, locate
+from grader.compile.stage import CompileResult, compile_stage
+from grader.compile.tool_search import Tool
 from grader.model import Bonus, Cause
-from grader.spec import metric_names
-from grader.spec.types import Rubric, Stage
+from grader.rubric import metric_names
+from grader.rubric.types import Rubric, Stage
 from grader.untrusted.quote import quote_code
 
 MAX_LINES = 12  # detail lines shown under one row; the rest are counted

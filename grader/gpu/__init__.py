@@ -1,0 +1,1 @@
+"""grader.gpu: a grading's GPU steps, their children and their one schedule."""

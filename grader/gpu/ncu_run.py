@@ -1,0 +1,173 @@
+"""The grading step that profiles: which stages get an ncu launch, and what each stage is told.
+
+Called by grader/pipeline.py (its ``profile`` step) after correctness is known and before scoring::
+
+    run = profile_stages(outcomes, rubric, has_gpu=env.has_gpu, gpu_reason=env.device_reason,
+                         work_dir=work_root / "ncu", seed=seeds["bench"], device=env.device)
+
+It fills ``StageOutcome.ncu`` / ``ncu_gap`` / ``profile_n`` for every stage. A gap's cause is
+``Cause.STUDENT`` when the student's stage gave nothing to profile (did not compile, is not
+correct: its ncu items fail; worded "not profiled: ..."), ``Cause.NO_GPU`` when the run has no
+usable GPU, and ``Cause.GRADER`` when the grader could not look for another reason (no ncu,
+counters locked, profiling switched off): both score 0 as not evaluated, worded "not evaluated:
+...". Only correct kernels are profiled, all in one ncu process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.compile import toolchain
+from grader.grading import StageOutcome
+from grader.model import Cause, Gap
+from grader.profile.ncu import OUTPUT_LIMIT, NcuRun, collect, command, metrics_needed
+from grader.rubric.metric_names import chip_for_cc, chips_with, missing_on
+from grader.rubric.types import Rubric, Stage
+from grader.sandbox.fence import Fence
+from grader.sandbox.launch import ChildResult, launch
+from grader.sandbox.process import Control
+from grader.sandbox.turns import Party, Schedule
+
+
+def _tile_fits(o: StageOutcome, n: int) -> bool:
+    shape = o.compile.launch if o.compile is not None else None
+    return shape is not None and not (n % shape.tile[0] or n % shape.tile[1])
+
+
+def _why_not(o: StageOutcome, has_gpu: bool, gpu_reason: str, n: int) -> Gap | None:
+    """Why this stage is not profiled, or None when it is."""
+    if o.compile is None or not o.compile.ok:
+        return Gap(Cause.STUDENT, "not profiled: the stage did not compile")
+    if not has_gpu:
+        return Gap(Cause.NO_GPU, f"not evaluated: {gpu_reason or 'no CUDA device'}")
+    if o.correct is False:
+        return Gap(Cause.STUDENT, "not profiled: the kernel is not correct")
+    if o.correct is None:
+        return Gap(Cause.GRADER, "not evaluated: the kernel's correctness was not checked, so it was not profiled")
+    if not _tile_fits(o, n):
+        assert o.compile.launch is not None  # a compiled stage has its launch shape
+        bm, bn = o.compile.launch.tile
+        return Gap(Cause.GRADER, f"not evaluated: the launch tile {bm} x {bn} does not divide the profile size N={n}")
+    return None
+
+
+@dataclass
+class EarlyProfile:
+    """The profile child under ncu, started with the stage children (:func:`start_profile`): it makes
+    its context and inputs, then waits at its gate ``launch`` for the kernels to profile."""
+
+    party: Party
+    stage_ids: list[str]
+    metrics: list[str]
+
+
+def _wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list[str], str | None]:
+    """(the metrics to ask ncu for, those this chip's ncu lacks, the chip)."""
+    wanted = metrics_needed(rubric)
+    chip = chip_for_cc((device or {}).get("cc"))
+    absent = missing_on(wanted, chip)
+    return [m for m in wanted if m not in absent], absent, chip
+
+
+def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
+                  schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
+                  ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
+    """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
+    start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
+    runs' untimed work, and :func:`profile_stages` opens the gate with the compiled kernels found
+    correct. ``cache_seed``: the warm CuPy cache (grader/gpu/warm.py) its own cache starts as a copy of."""
+    prof = rubric.profile
+    if not (prof.enabled and has_gpu) or not stages:
+        return None
+    tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
+    if tool is None or getattr(tool, "path", None) is None:
+        return None
+    metrics, _absent, _chip = _wanted_metrics(rubric, device)
+    wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
+    spec = {"n": prof.n, "seed": seed, "inputs": sorted({st.inputs for st in stages}), "gate": True}
+    work_dir = Path(work_dir).resolve()
+
+    def run(control: Control) -> ChildResult:
+        return launch("profile", spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
+                      cache_seed=cache_seed, control=control)
+
+    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
+    return EarlyProfile(party, [st.id for st in stages], metrics)
+
+
+def stage_spec(o: StageOutcome) -> dict:
+    """One entry of the profile_child spec (of a compiled stage)."""
+    return {"id": o.stage.id, **o.launch_spec()}
+
+
+def missing_metric_message(metric: str, row: dict | None) -> str:
+    """Why an ncu item's metric has no value for a kernel: the chip's ncu lacks it (``row["CC"]`` is
+    the compute capability ncu reported for the kernel's GPU), or ncu did not report it."""
+    chip = chip_for_cc((row or {}).get("CC"))
+    others = sorted(chips_with(metric) - {chip})
+    if chip and others and chip not in chips_with(metric):
+        return (f"not evaluated: ncu on {chip} has no metric {metric} (it exists on {', '.join(others)}); "
+                "not your kernel's fault")
+    return f"not evaluated: ncu did not report {metric} for this kernel on this GPU (not your kernel's fault)"
+
+
+def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, gpu_reason: str,
+                   work_dir: Path, seed: int, ncu_tool=None, fence: Fence | None = None,
+                   device: dict | None = None, early: EarlyProfile | None = None,
+                   schedule: Schedule | None = None) -> NcuRun | None:
+    """Profile every correct stage kernel in one ncu run; set each outcome's ncu fields.
+
+    ``device``: the probe's record; when its chip is one whose metric list the grader ships, the
+    metrics that chip's ncu lacks are left out of the run up front (as ncu's own refusal would
+    leave them out, without the failed first run) and their items say so.
+    ``early``: the run :func:`start_profile` started (on ``schedule``): its gate is opened for the
+    kernels to profile when it holds them all with the same metrics; otherwise it is stopped and
+    ncu is started now. Returns the run (for grading.json: its command, notes and output), or None
+    when nothing ran.
+    """
+    prof = rubric.profile
+    n = prof.n
+    for o in outcomes.values():
+        o.profile_n = n
+        o.ncu = None
+    if not prof.enabled:
+        _stop(early, schedule)
+        for o in outcomes.values():
+            o.ncu_gap = Gap(Cause.GRADER,
+                            "not evaluated: profiling is switched off in the rubric (settings.profile.enabled)")
+        return None
+    todo = []
+    for o in outcomes.values():
+        o.ncu_gap = _why_not(o, has_gpu, gpu_reason, n)
+        if o.ncu_gap is None:
+            todo.append(o)
+    if not todo:
+        _stop(early, schedule)
+        return None
+    tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
+    metrics, absent, chip = _wanted_metrics(rubric, device)
+    ids = [o.stage.id for o in todo]
+    first = None
+    if early is not None and schedule is not None and set(ids) <= set(early.stage_ids) and early.metrics == metrics:
+        party = early.party
+
+        def first() -> ChildResult:
+            schedule.open(party, {"stages": [stage_spec(o) for o in todo]})
+            return schedule.wait(party)
+    else:
+        _stop(early, schedule)
+    run = collect([stage_spec(o) for o in todo], n, seed, metrics, tool,
+                  prof.clock_control, prof.timeout_s, Path(work_dir), fence=fence, first=first)
+    if absent:
+        run.dropped_metrics[:0] = absent
+        run.notes.insert(0, f"ncu on {chip} has no metric " + ", ".join(absent) + "; not collected")
+    for o in todo:
+        o.ncu, o.ncu_gap = run.for_stage(o.stage.id)
+    return run
+
+
+def _stop(early: EarlyProfile | None, schedule: Schedule | None) -> None:
+    """The early ncu run is not needed: end it at its gate and wait until it has gone."""
+    if early is not None and schedule is not None:
+        schedule.stop(early.party)
+        schedule.wait(early.party)

@@ -1,0 +1,199 @@
+"""racecheck's children on a grading's GPU schedule: started before the compiles, launched as each
+stage's compile ends.
+
+A racecheck run is one launch of a small grid under ``compute-sanitizer --tool racecheck``
+(grader/gpu/sanitize.py), but most of its time is the tool's own start: the driver and its
+instrumentation. Started after every compile, five of them side by side ended 2.8-4.3 s later on an
+H200, and the timed benchmarks waited for them (run 11). So a child for each stage that may use
+shared memory is started with the stage children, before the compiles
+(:func:`start_early`, from grader/gpu/session.py); it starts the driver under the tool, uploads its
+inputs and waits at its gate ``racecheck``. The compile step hands each one its compiled kernel as
+soon as that stage's compile ends (:func:`on_compiled`), while the other stages still compile.
+
+Which stages get one before anything is compiled is a guess from the source
+(:func:`may_use_shared_memory`); it decides only how early a run starts, never whether it runs: a
+compiled stage that uses shared memory and has no early child gets one beside the stage runs
+(:func:`start_missing`), and the verdicts are read by :func:`collect` (grader/gpu/stages.py:
+sanitize), which runs now whatever did not run before. A child for a stage that did not compile,
+or compiled without shared memory, is stopped at its gate.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from grader.compile import toolchain
+from grader.gpu.ncu_run import stage_spec
+from grader.gpu.sanitize import SanitizerRun, run_gated, run_many, run_tool
+from grader.grading import Job, StageOutcome
+from grader.rubric.types import Stage
+from grader.sandbox.fence import GIB, Fence
+from grader.sandbox.process import Control
+from grader.sandbox.turns import Party
+
+GATE = "racecheck"  # a tool gate of the schedule (grader/sandbox/turns.py): untimed work after it
+SOURCE_READ_BYTES = 1 << 20  # how much of a stage's file the guess reads (intake caps files anyway)
+
+__all__ = ["collect", "may_use_shared_memory", "on_compiled", "run_now", "stage_folders_fence", "start_early",
+           "start_missing", "tool_fence", "uses_shared_memory"]
+
+
+def uses_shared_memory(o: StageOutcome) -> bool:
+    """What the compile says: static shared memory in ptxas's report, or dynamic in the launch."""
+    c = o.compile
+    assert c is not None and c.kernel is not None and c.launch is not None  # a verdict means it compiled
+    return bool(c.kernel.shared_bytes or c.launch.smem)
+
+
+def may_use_shared_memory(submission: Path, st: Stage) -> bool:
+    """Before the compile: whether the stage's file may declare shared memory. ``__shared__`` in it,
+    or a local ``#include "..."`` (a header may declare it), or a file that cannot be read (the
+    compile will say why): yes. A guess that only decides how early racecheck starts."""
+    try:
+        with open(submission / st.file, "rb") as fh:
+            head = fh.read(SOURCE_READ_BYTES)
+    except OSError:
+        return True
+    return b"__shared__" in head or b'#include "' in head or b"#include\"" in head
+
+
+def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
+    """The fence of a tool (compute-sanitizer, ncu) launching student kernels: the GPU, its own
+    folder, the kernels' cubins read-only; the tools themselves take gigabytes of host memory."""
+    cubins = tuple(dict.fromkeys(Path(o.compile.cubin).parent for o in outcomes if o.compile and o.compile.cubin))
+    return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB)
+
+
+def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
+    """The fence of a tool child started before the compiles (the profiler, racecheck): the GPU, its
+    own folder, and each stage's folder read-only (its cubin is compiled into it later; the folder
+    itself stays)."""
+    folders = []
+    for st in stages:
+        (job.work / st.id).mkdir(parents=True, exist_ok=True)
+        folders.append(job.work / st.id)
+    return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB)
+
+
+def _blocks(job: Job, tool_name: str) -> tuple[int, int] | None:
+    """racecheck watches a corner of the grid (Sanitizer.racecheck_blocks); memcheck all of it: a bad
+    access can be in any block, the edge blocks first."""
+    return job.rubric.sanitizer.racecheck_blocks if tool_name == "racecheck" else None
+
+
+def start_early(job: Job, stages: list[Stage]) -> None:
+    """Put a gated racecheck child on the schedule for each of ``stages`` that may use shared memory
+    (compiled already: that does; else :func:`may_use_shared_memory`). Called by start_gpu_children,
+    after the stage children and before the checker and the profiler."""
+    san, sched = job.rubric.sanitizer, job.schedule
+    if not san.racecheck or sched is None:
+        return
+    tool = toolchain.find_compute_sanitizer()
+    for st in stages:
+        o = job.outcomes.get(st.id)
+        known = o is not None and o.compile is not None and o.compile.ok
+        if (uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)):
+            job.early_racecheck[st.id] = sched.add(_gated_party(job, st, tool))
+
+
+def _gated_party(job: Job, st: Stage, tool) -> Party:
+    """The stage's racecheck child, waiting at its gate for the compiled kernel. Its start-up is held
+    (not counted against its time limit: it depends on how many children start at once)."""
+    san = job.rubric.sanitizer
+    work = job.work / "racecheck" / st.id
+    work.mkdir(parents=True, exist_ok=True)
+    fence = stage_folders_fence(work, job, [st])
+    handed: dict[str, dict] = {}  # the party's payloads: GATE -> {"stages": [the compiled stage]}
+    known = {"id": st.id, "kernel": st.kernel, "inputs": st.inputs}
+    blocks, start = _blocks(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
+
+    def handed_spec() -> dict | None:
+        stages = (handed.get(GATE) or {}).get("stages") or []
+        return stages[0] if stages else None
+
+    def run(control: Control) -> SanitizerRun:
+        return start("racecheck", tool, known, san.n, work, san.timeout_s, handed=handed_spec, fence=fence,
+                     control=control, blocks=blocks)
+
+    return Party(f"racecheck:{st.id}", (GATE,), work / "racecheck_result.json", run, hold_startup=True,
+                 payloads=handed)
+
+
+def on_compiled(job: Job, o: StageOutcome) -> None:
+    """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
+    memory, else stop the child at its gate."""
+    party, sched = job.early_racecheck.get(o.stage.id), job.schedule
+    if party is None or sched is None:
+        return
+    if o.compile is not None and o.compile.ok and uses_shared_memory(o):
+        party.payloads[GATE] = {"stages": [stage_spec(o)]}
+        sched.open(party)
+    else:
+        sched.stop(party)
+        del job.early_racecheck[o.stage.id]
+
+
+def start_missing(job: Job, compiled: list[StageOutcome]) -> None:
+    """Beside the stage runs, a racecheck child (ungated) for each compiled shared-memory stage that
+    had none before the compiles: it is a correctness tool (nothing timed), so it shares the GPU
+    with their untimed parts, and the timed parts wait for it (grader/sandbox/turns.py)."""
+    if not job.rubric.sanitizer.racecheck or job.schedule is None:
+        return
+    tool = toolchain.find_compute_sanitizer()
+    for o in compiled:
+        if o.stage.id not in job.early_racecheck and uses_shared_memory(o):
+            job.early_racecheck[o.stage.id] = job.schedule.add(_ungated_party(job, "racecheck", o, tool),
+                                                               start=False)
+
+
+def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
+    san, work = job.rubric.sanitizer, job.work / tool_name
+    start, blocks = run_tool, _blocks(job, tool_name)  # bound now: the run may start from the schedule's thread
+
+    def run(control: Control) -> SanitizerRun:
+        return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
+                     fence=tool_fence(work, [o]), control=control, blocks=blocks)
+
+    return Party(f"{tool_name}:{o.stage.id}", (), None, run)
+
+
+def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict[str, SanitizerRun], float]:
+    """``tool_name`` on ``outcomes``, one child each, side by side, now; and how long it took."""
+    san, work = job.rubric.sanitizer, job.work / tool_name
+    t0 = time.monotonic()
+    runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
+                    fence=tool_fence(work, outcomes), blocks=_blocks(job, tool_name))
+    return runs, time.monotonic() - t0
+
+
+def collect(job: Job, shared: list[StageOutcome], tool) -> tuple[dict[str, SanitizerRun], float | None]:
+    """racecheck's runs of ``shared``: those started before (early, or beside the stage runs), the rest
+    run now, with any early run that could not be judged as it was (:attr:`SanitizerRun.rerun`). The
+    early runs of other stages (a run that hung: no verdict racecheck explains) are stopped. The
+    seconds: the longest run's own wall time."""
+    early: dict[str, Party] = job.early_racecheck or {}
+    wanted = {o.stage.id for o in shared}
+    sched = job.schedule
+    unwanted = [party for sid, party in early.items() if sid not in wanted]
+    if sched is not None:
+        for party in unwanted:
+            sched.stop(party)
+        for party in unwanted:  # gone before any later step times something
+            sched.wait(party)
+    runs: dict[str, SanitizerRun] = {}
+    seconds: float | None = None
+    for o in shared:
+        if o.stage.id in early and sched is not None:
+            r = sched.wait(early[o.stage.id])
+            if r is None or r.rerun:
+                continue
+            runs[o.stage.id] = r
+            wall = getattr(r.proc, "wall_s", None)
+            if wall is not None:  # its own time: not its wait at the gate
+                seconds = max(seconds or 0.0, wall - early[o.stage.id].control.held_s())
+    late = [o for o in shared if o.stage.id not in runs]
+    if late:
+        now, took = run_now(job, "racecheck", late, tool)
+        runs.update(now)
+        seconds = max(seconds or 0.0, took)
+    return runs, seconds

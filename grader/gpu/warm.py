@@ -1,0 +1,208 @@
+"""A trusted warm CuPy kernel cache: every CuPy child's own cache starts as a copy of it.
+
+Why: CuPy compiles each of its own elementwise and reduction kernels (the input draws, the NaN
+fills, the checker's comparisons) with NVRTC the first time a process uses it, into
+``$CUPY_CACHE_DIR``. Every stage child has a cache folder of its own, in its fenced scratch
+folder, and they all started empty, so each compiled the same kernels again: most of the 1.2-1.5 s
+of each stage child's correctness phase and of the checker's 7 s on the H200 (docs/measurements/).
+
+How: the trusted ``warm`` child (grader/children/warm.py) makes the stage child's, the checker's
+and the profile child's CuPy calls, at the rubric's sizes and types, on a kernel of the grader's
+own, into a folder only the grader writes; its files are then listed with their SHA-256 in a
+manifest. Each child's cache folder starts as a COPY of exactly those files
+(:func:`grader.sandbox.launch.seed_cache`): never a link, never a shared writable folder, so a
+child (a stage child runs a student's kernel in its process) can change only its own copy, which
+no other child loads.
+
+Where: per machine, so only the first grading pays for it: ``$GRADER_CUPY_CACHE`` (default
+``~/.cache/gemm-grader/cupy``), one folder per key: CuPy's version, the device (name, compute
+capability, CUDA runtime and driver), the grader's code version and the warm spec (sizes, input
+kinds, baselines). A kept folder is used only while
+
+* it and its root belong to the grader's user and nobody else may write them;
+* no student code can run as the grader's own user (the bwrap fence, or a student user): in the
+  weak fence without one, a student's program could write there, so the cache is then made for
+  each grading, in its work folder, like ``GRADER_CUPY_CACHE=off``;
+* every file still has its listed hash, and there is no other file (else it is made again).
+
+Gradings on one machine share a key folder under a lock file, so two never make it at once. A cache
+that lacks a kernel costs only time: the child compiles it into its own copy, as before.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.rubric.types import Rubric
+from grader.sandbox import guard as sandbox
+from grader.sandbox.launch import launch
+
+CACHE_VAR = "GRADER_CUPY_CACHE"  # a folder, or "off": a cache for each grading only
+OFF = "off"
+CACHE = "cupy-cache"  # in a warm folder: the flat folder of CuPy's cubins
+MANIFEST = "manifest.json"  # in a warm folder: {"key": ..., "files": {name: sha256}}
+KERNEL = "warm_gemm"  # grader/children/warm.py's kernel
+SPEC_VERSION = 1  # bump when the warm child's calls change in a way the code version would not show
+
+
+@dataclass(frozen=True)
+class WarmCache:
+    folder: Path  # the verified flat folder of cubins every child's cache starts as a copy of
+    key: str
+    persistent: bool  # kept for later gradings on this machine
+    warm_s: float | None = None  # the warm child's wall time, when it ran for this grading
+
+
+def _device_identity(device: dict) -> dict:
+    return {k: device.get(k) for k in ("name", "cc", "runtime_version", "driver_version", "cupy_version")}
+
+
+def warm_runs(rubric: Rubric) -> list[dict]:
+    """One run per kind of stage (inputs, baseline, benchmark size, L2 flush), as the stage child
+    would be asked, without the paths and seeds (they change no kernel)."""
+    sizes = list(rubric.correctness_sizes)
+    kinds = dict.fromkeys((st.inputs, st.baseline, st.bench.n, st.bench.flush_l2, st.rtol) for st in rubric.stages)
+    runs = []
+    for inputs, baseline, n, flush, rtol in kinds:
+        tile = 16 if all(m % 16 == 0 for m in [*sizes, n]) else 1  # one thread per element of C
+        runs.append({"kernel": KERNEL, "inputs": inputs, "baseline": baseline, "rtol": rtol,
+                     "launch": {"block": [tile, tile], "tile": [tile, tile], "smem": 0},
+                     "correctness": [{"n": m} for m in sizes],
+                     "bench": {"n": n, "warmup": 1, "reps": 1, "min_reps": 1, "max_seconds": 0, "flush_l2": flush}})
+    return runs
+
+
+def warm_key(rubric: Rubric, device: dict) -> str:
+    """What the cache's kernels depend on: CuPy and the device, the grader's code, the calls made."""
+    from grader import code_version
+
+    inputs = sorted({st.inputs for st in rubric.stages})
+    core = {"version": SPEC_VERSION, "code": code_version(), "device": _device_identity(device),
+            "runs": warm_runs(rubric), "draws": [rubric.profile.n], "inputs": inputs}
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def warm_spec(rubric: Rubric, device: dict, folder: Path) -> dict:
+    """The warm child's spec: :func:`warm_runs` with their seeds and output folders, and the draws."""
+    runs = []
+    for i, run in enumerate(warm_runs(rubric)):
+        spec = json.loads(json.dumps(run))
+        spec["correctness"] = [{"n": c["n"], "seed": 11 + j} for j, c in enumerate(spec["correctness"])]
+        spec["bench"].update(seed=5, integrity_seed=6)
+        spec.update(out_dir=str(folder / f"run{i}"), l2_bytes=int(device.get("l2_bytes") or 0))
+        runs.append(spec)
+    inputs = sorted({st.inputs for st in rubric.stages})
+    draws = [{"n": rubric.profile.n, "inputs": k} for k in inputs]  # the ncu launch's (the sanitizer's uses no CuPy)
+    return {"runs": runs, "draws": draws}
+
+
+def _private(path: Path) -> bool:
+    """A real folder (no link) of the grader's user that nobody else may write."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def cache_root() -> Path | None:
+    """The per-machine folder of warm caches, or None: switched off, not safe here, or unusable."""
+    value = os.environ.get(CACHE_VAR, "").strip()
+    if value.lower() == OFF:
+        return None
+    mode = sandbox.mode()
+    if mode.confinement is not sandbox.Confinement.BWRAP and mode.user is None:
+        return None  # a student's program runs as the grader's own user, unconfined: it could write there
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemm-grader" / "cupy"
+    root = Path(value) if value else base
+    try:
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    return root if _private(root) else None
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _list_files(cache: Path) -> dict[str, str] | None:
+    """name -> sha256 of every entry of the flat cache folder; None if one is not a regular file."""
+    files = {}
+    for entry in os.scandir(cache):
+        if not entry.is_file(follow_symlinks=False):
+            return None
+        files[entry.name] = _digest(Path(entry.path))
+    return files
+
+
+def verified(folder: Path, key: str) -> bool:
+    """The folder is the grader's alone, and its cache holds exactly the manifest's files, unchanged."""
+    cache = folder / CACHE
+    if not (_private(folder) and _private(cache)):
+        return False
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        return manifest.get("key") == key and _list_files(cache) == manifest.get("files")
+    except (OSError, ValueError):
+        return False
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _make(folder: Path, rubric: Rubric, device: dict, key: str, timeout_s: float) -> tuple[float | None, str]:
+    """Run the warm child into ``folder/cupy-cache`` and write the manifest: (its seconds, "") or
+    (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
+    cache, runs = folder / CACHE, folder / "runs"
+    cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+    child = launch("warm", warm_spec(rubric, device, runs), folder, timeout_s, 20_000, cache_dir=cache)
+    shutil.rmtree(runs, ignore_errors=True)
+    if not (child.proc.ok and child.result and child.result.get("ok") is True):
+        return None, f"{child.proc.brief()}: {child.proc.stderr.strip()[-300:]}"
+    files = _list_files(cache)
+    if files is None:
+        return None, "the warm child left something other than files in its cache"
+    (folder / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1))
+    return child.proc.wall_s, ""
+
+
+def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
+    """The warm cache for this grading: the machine's kept one (made now if missing or changed), else
+    one made in ``work``. (cache, "") or (None, why there is none: the children then compile
+    CuPy's kernels themselves, as before)."""
+    key = warm_key(rubric, device)
+    root = cache_root()
+    if root is None:
+        folder = work / "cupy-warm"
+        shutil.rmtree(folder, ignore_errors=True)
+        secs, why = _make(folder, rubric, device, key, timeout_s)
+        return (WarmCache(folder / CACHE, key, False, secs), "") if secs is not None else (None, why)
+    with _locked(root / f"{key}.lock"):
+        folder = root / key
+        if verified(folder, key):
+            return WarmCache(folder / CACHE, key, True), ""
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))  # 0700; renamed into place once complete
+        secs, why = _make(tmp, rubric, device, key, timeout_s)
+        if secs is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return None, why
+        os.rename(tmp, folder)
+        return WarmCache(folder / CACHE, key, True, secs), ""

@@ -1,0 +1,42 @@
+"""The two ceilings a stage is measured against: FP32 CUDA cores and FP16 Tensor Cores.
+
+Pure. A rubric override by GPU name wins (vendor datasheet figures, e.g. 66.9 and
+989 TFLOP/s for H100/H200 SXM); otherwise the peak is derived from the device:
+FLOP per SM per clock (by compute capability, from the rubric) x SMs x clock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: spec.types imports spec.items, which imports this module
+    from grader.rubric.types import Rubric
+
+# The two ceilings, by the names the rubric uses (a stage's `peak`, a fraction_of_peak item's `peak`).
+PEAKS = ("fp32", "fp16_tensor")
+
+
+@dataclass(frozen=True)
+class Peaks:
+    fp32: float | None  # TFLOP/s
+    fp16_tensor: float | None
+    source: str
+
+    def get(self, which: str) -> float | None:
+        return getattr(self, which)
+
+
+def device_peaks(rubric: Rubric, device: dict | None) -> Peaks:
+    if not device or not device.get("ok"):
+        return Peaks(None, None, "no device")
+    name = device.get("name", "")
+    for o in rubric.peak_overrides:
+        if o.match.lower() in name.lower():
+            return Peaks(o.fp32, o.fp16_tensor, f"rubric override for '{o.match}'")
+    cc = "{}.{}".format(*device.get("cc", (0, 0)))
+    rates = rubric.peak_per_sm_clock.get(cc)
+    if not rates or not device.get("clock_khz") or not device.get("sms"):
+        return Peaks(None, None, f"no peak known for compute capability {cc}; add one to rubric.yaml peaks")
+    hz_sms = device["clock_khz"] * 1e3 * device["sms"]
+    return Peaks(rates["fp32"] * hz_sms / 1e12, rates["fp16_tensor"] * hz_sms / 1e12,
+                 f"derived: {device['sms']} SMs x {device['clock_khz'] / 1e6:.2f} GHz x per-SM rate for CC {cc}")

@@ -1,0 +1,206 @@
+"""The validated rubric: what grader/rubric/load.py builds from rubric.yaml. Immutable records.
+
+Everything the grader does per stage (compile, run, check, time, score, the handout's tables)
+iterates over ``Rubric.stages``; no other module lists stages. The occupancy and report
+sections, when the rubric has them, are parsed once, at load, into their own typed configs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from grader.model import Bonus
+from grader.rubric.items import Item
+
+if TYPE_CHECKING:  # for annotations only: both section modules import grader.rubric
+    from grader.rubric.occupancy import OccupancyConfig
+    from grader.rubric.report import ReportConfig
+INPUTS = ("fp32", "fp16", "bf16")  # a stage's input precision (bf16: both operands K-major, grader/children/inputs.py)
+# How the kernel gets its operands: plain pointers (A, B, C, N), or the Hopper contract: two TMA
+# descriptors the grader encodes from the kernel's declared boxes, then the pointers (grader/children/tma.py).
+OPERANDS = ("pointers", "tensor_maps")
+BONUS_MODES = (Bonus.EXTRA.value, Bonus.SEPARATE.value)  # settings.bonus: how bonus stages' points count
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The library call a stage is timed against."""
+    label: str  # as feedback names it
+    words: str  # the handout's longer name
+    inputs: str  # the input precision it multiplies (a stage's inputs must match)
+
+
+BASELINES: dict[str, Baseline] = {
+    "cublas_sgemm": Baseline("cuBLAS SGEMM", "cuBLAS SGEMM", "fp32"),
+    "cublas_gemmex_fp16": Baseline("cublasGemmEx (FP16)", "cublasGemmEx (FP16 in, FP32 out)", "fp16"),
+    "cublas_gemmex_bf16": Baseline("cublasGemmEx (BF16)", "cublasGemmEx (BF16 in, FP32 out)", "bf16"),
+}
+# The parts of a rubric besides its stages, by the id --stages selects them with.
+SECTIONS = ("occupancy", "report")
+
+
+@dataclass(frozen=True)
+class Launch:
+    block: tuple[int, int]
+    tile: tuple[int, int]  # (BM rows, BN cols) of C per block
+    smem: int = 0
+
+
+@dataclass(frozen=True)
+class Bench:
+    n: int = 4096
+    warmup: int = 2
+    reps: int = 20
+    min_reps: int = 5
+    max_seconds: float = 20.0
+    flush_l2: bool = True
+
+
+@dataclass(frozen=True)
+class StageLimits:
+    """A stage's own time-limit keys (``stages[].limits``); grader/rubric/limits.py turns them into the limit."""
+    # The reference kernel's timed benchmark, measured (the ``run.bench`` phase of grading.json on the
+    # reference GPU); None: not measured, the stage gets ``stage_limits.unmeasured_s``.
+    reference_s: float | None = None
+    run_s: float | None = None  # set by hand: the stage child's limit, whatever the derivation says
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """How a stage child's time limit derives from its reference (``settings.stage_limits``)."""
+    multiple: float = 5.0  # a correct kernel this many times slower than the reference is never stopped
+    allowance_s: float = 5.0  # the part that does not scale: process start, CuPy, the CUDA context, the small sizes
+    floor_s: float = 10.0  # no derived limit is shorter
+    unmeasured_s: float = 240.0  # a stage without a measured reference_s
+
+
+@dataclass(frozen=True)
+class Stage:
+    id: str
+    number: str
+    title: str
+    file: str
+    kernel: str
+    inputs: str
+    baseline: str
+    peak: str
+    launch: Launch
+    rtol: float
+    bench: Bench
+    items: tuple[Item, ...]
+    summary: str = ""
+    # A result this many times faster than the cuBLAS baseline is implausible: its speed items
+    # go to a person for review instead of scoring (settings.plausible_max_fraction_of_baseline).
+    plausible_max: float = 1.2
+    limits: StageLimits = StageLimits()  # stages[].limits: the measured reference time, a hand-set limit
+    operands: str = "pointers"  # one of OPERANDS
+    # A GPU architecture the stage needs ("sm_90a": WGMMA and TMA exist on Hopper only); on a GPU of
+    # another one its items are "not evaluated" and score 0. "": any GPU.
+    requires_arch: str = ""
+    bonus: Bonus = Bonus.NONE  # a bonus stage's points count as settings.bonus says, never in max_points
+
+    @property
+    def launch_symbol(self) -> str:
+        return f"{self.kernel}_launch"
+
+    @property
+    def tma_symbol(self) -> str:
+        """The array declaring a tensor-map stage's TMA boxes (grader/children/tma.py: check_boxes)."""
+        return f"{self.kernel}_tma"
+
+    @property
+    def max_points(self) -> float:
+        return sum(i.points for i in self.items)
+
+    @property
+    def baseline_label(self) -> str:
+        return BASELINES[self.baseline].label
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One Nsight Compute run per submission: every stage kernel, one launch each."""
+    enabled: bool = True
+    n: int = 2048
+    clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
+    timeout_s: float = 60.0  # the whole ncu run (the reference kernels: 7.9 s on an H200)
+
+
+@dataclass(frozen=True)
+class Sanitizer:
+    """compute-sanitizer runs: racecheck on shared-memory stages, memcheck on failed ones."""
+    racecheck: bool = True
+    memcheck_on_failure: bool = True
+    n: int = 256
+    timeout_s: float = 30.0  # one stage's run under the tool (racecheck of four reference stages: 6.2 s)
+    # racecheck launches at most this many blocks along x and y of the size-n grid (None: all of them).
+    # Its hazards are between the threads of one block, which loop over the whole K depth whatever the
+    # grid; the tool's cost grows with the blocks it watches (grader/gpu/sanitize.py).
+    racecheck_blocks: tuple[int, int] | None = (2, 2)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    probe_s: float = 60.0
+    compile_s: float = 120.0
+    # Set by hand: every stage child's limit (a stage's limits.run_s wins over it). None: each stage's
+    # limit derives from its reference (settings.stage_limits, grader/rubric/limits.py).
+    stage_run_s: float | None = None
+    checker_s: float = 300.0
+    submission_s: float = 300.0  # the stages' runs together; stages still waiting past it are not run
+
+
+@dataclass(frozen=True)
+class PeakOverride:
+    match: str
+    fp32: float
+    fp16_tensor: float
+
+
+@dataclass(frozen=True)
+class Rubric:
+    title: str
+    arch_without_device: str
+    correctness_sizes: tuple[int, ...]
+    timeouts: Timeouts
+    output_limit_bytes: int
+    peak_overrides: tuple[PeakOverride, ...]
+    peak_per_sm_clock: dict[str, dict[str, float]]
+    stages: tuple[Stage, ...]
+    source: str = "rubric.yaml"
+    profile: Profile = Profile()
+    sanitizer: Sanitizer = Sanitizer()
+    stage_limits: RunLimits = RunLimits()
+    occupancy: OccupancyConfig | None = None  # the occupancy exercises, when the rubric has them
+    report: ReportConfig | None = None  # the written report, when the rubric has one
+    # sha256 of the rubric file's bytes ("" when built from a dict): recorded in every grading, so a
+    # batch re-grades what an older rubric graded.
+    sha256: str = ""
+    # The rubric file's text, as graded (""  when built from a dict): kept in every grading, so a stored
+    # grading can be re-scored under an edited rubric knowing what its measurements were taken under.
+    text: str = ""
+
+    def stage(self, stage_id: str) -> Stage:
+        for s in self.stages:
+            if s.id == stage_id:
+                return s
+        raise KeyError(stage_id)
+
+    @property
+    def part_ids(self) -> list[str]:
+        """What --stages may name: every stage id, then each section this rubric has."""
+        return [s.id for s in self.stages] + [k for k in SECTIONS if getattr(self, k) is not None]
+
+    @property
+    def max_points(self) -> float:
+        """The total a submission is graded out of; bonus stages are outside it (:attr:`bonus_points`)."""
+        sections = [c.max_points for c in (self.occupancy, self.report) if c is not None]
+        return sum(s.max_points for s in self.stages if s.bonus is Bonus.NONE) + sum(sections)
+
+    @property
+    def bonus_points(self) -> float:
+        """The bonus stages' points, with the report's items about them (a transition to a bonus stage)."""
+        report = 0.0
+        if self.report is not None:
+            report = sum(i.points for i in self.report.items() if self.report.bonus_of(i.id) is not Bonus.NONE)
+        return sum(s.max_points for s in self.stages if s.bonus is not Bonus.NONE) + report

@@ -32,7 +32,7 @@ def _folder(tmp: Path) -> Path:
     (sub / "gemm" / "naive.cu").write_text((ROOT / "solutions/gemm/naive.cu").read_text())
     (sub / "occupancy" / "answers.yaml").write_text("q1: 2\n")
     (sub / "report.md").write_text("# report\n")
-    for junk in ("compile/x.o", "gemm/naive.o", "gemm/naive.cubin", "__pycache__/a.pyc", ".git/HEAD", "a.out"):
+    for junk in ("build/x.o", "gemm/naive.o", "gemm/naive.cubin", "__pycache__/a.pyc", ".git/HEAD", "a.out"):
         (sub / junk).parent.mkdir(parents=True, exist_ok=True)
         (sub / junk).write_text("junk")
     os.symlink(ROOT / "solutions" / "gemm" / "tiled.cu", sub / "gemm" / "tiled.cu")
@@ -51,7 +51,7 @@ def test_archive_is_deterministic_and_leaves_out_links_and_builds(tmp_path):
     assert first.files == 3
     skipped = "\n".join(first.skipped)
     for entry in ("gemm/tiled.cu (a symbolic link)", "linked/ (a symbolic link)", "gemm/pipe (not a regular file)",
-                  "compile/ (a build or cache folder)", "gemm/naive.o (a build output)", ".git/", "__pycache__/",
+                  "build/ (a build or cache folder)", "gemm/naive.o (a build output)", ".git/", "__pycache__/",
                   "a.out (a build output)", "gemm/naive.cubin (a build output)", "(a name that is not UTF-8)"):
         assert entry in skipped, entry
     # new times and modes, the same bytes: the service's dedup sees the same archive

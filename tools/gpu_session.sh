@@ -44,7 +44,7 @@ PY
 step_sass() {
   log sass fixtures
   mkdir -p "$W/fx"
-  for c in "$W"/sol/work/*/compile/*.cubin; do cuobjdump -sass "$c" > "$W/fx/sass_$(basename "$c" .cubin).txt" 2>&1; done
+  for c in "$W"/sol/work/*/build/*.cubin; do cuobjdump -sass "$c" > "$W/fx/sass_$(basename "$c" .cubin).txt" 2>&1; done
   ls -la "$W/fx" | head
 }
 step_ncu() {

@@ -65,7 +65,7 @@ def pack(out: Path, names: list[str]) -> tuple[bytes, list[str]]:
 
 def public(name: str, data: bytes) -> bytes:
     """``data`` of the results file ``name`` with every server path cut to its last component
-    (``/srv/grader/work/host-gpu0/<job>-1/out/work/naive/compile/naive.cubin`` → ``naive.cubin``)."""
+    (``/srv/grader/work/host-gpu0/<job>-1/out/work/naive/build/naive.cubin`` → ``naive.cubin``)."""
     if not name.endswith(TEXT_SUFFIXES):
         return data
     try:

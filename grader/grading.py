@@ -13,16 +13,13 @@ and ignored on load).
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.clock import Clock, Phase
-from grader.compile.intake import Intake
+from grader.clock import Phase
 from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
@@ -30,8 +27,9 @@ from grader.model import Bonus, Gap, ItemResult, Verdict, to_jsonable
 from grader.profile.timing import TimingSummary
 from grader.rubric.limits import StageLimit
 from grader.rubric.peaks import Peaks
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Stage
 from grader.sandbox.guard import Mode
+from grader.sandbox.turns import PartyTimeline
 
 FORMAT = 2  # grading.json's layout; 1 was the untyped dump, which cannot be read back
 
@@ -131,7 +129,7 @@ class Grading:
     grader_version: str = ""
     # The GPU schedule's children and when each started, waited at a gate, got its turn and ended
     # (grader/sandbox/turns.py: Schedule.timeline; wall-clock times like the phases' ``ended``).
-    timeline: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[PartyTimeline] = field(default_factory=list)
     # CPU seconds (user + system) of the grading process and every process it waited for: what one
     # grading costs a host whose CPUs a batch's gradings share. None: not measured (a rebuilt record).
     cpu_s: float | None = None
@@ -230,57 +228,3 @@ def load_grading(path: str | Path) -> Grading:
     except ValueError as exc:
         raise GradingFormatError(f"{path}: not JSON ({exc})") from None
     return Grading.from_json(data)
-
-
-# The state one grading carries from step to step (grader/pipeline.py lists the steps): each step
-# takes the Job, records what happened as typed fields, and returns it; Job.grading() is the record.
-Progress = Callable[[str], None]
-
-
-
-@dataclass
-class Job:
-    rubric: Rubric
-    submission: Path  # the folder graded (a zip's single top folder already stepped into)
-    work: Path  # <out>/work: per-stage folders for the children
-    env: Environment
-    parts: list[str] | None  # --stages: stage and section ids to grade; None for all
-    keep_outputs: bool
-    progress: Progress
-    started: float = field(default_factory=time.monotonic)
-    outcomes: dict[str, StageOutcome] = field(default_factory=dict)
-    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
-    checks: list[dict] = field(default_factory=list)  # finished runs, for the reference checker
-    items: list[ItemResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    profile: ProfileRun | None = None
-    intake: Intake | None = None  # the submission's copy: what it left out, for the items that miss it
-    clock: Clock = field(default_factory=Clock)  # the phases' times (grader/clock.py)
-    prebuilt_occupancy: Any = None  # occ.cu's builds, made beside the stages' compiles (occupancy/run.py: Prebuilt)
-    cupy_cache: Path | None = None  # the trusted warm CuPy cache each child's own starts as a copy of (gpu/warm.py)
-    # The GPU schedule (sandbox/turns.py: Schedule) and the children it started early for later steps: the
-    # checker, racecheck per stage id, the profiler under ncu (gpu/stages.py, gpu/ncu_run.py), the
-    # occupancy measurements and program (occupancy/early.py: EarlyOccupancy).
-    schedule: Any = None
-    stage_runs: dict[str, Any] = field(default_factory=dict)  # stage id -> its child's Party (gpu/session.py)
-    checker: Any = None
-    early_racecheck: dict[str, Any] = field(default_factory=dict)
-    early_profile: Any = None
-    early_occupancy: Any = None
-    sass_dumps: Any = None  # the compiled stages' SASS, read in the background (compile/sass.py: SassDumps)
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # the schedule's, once it has closed
-    gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
-
-    @property
-    def shares_gpu(self) -> bool:
-        return self.gpu_lock is not None
-
-    def wants(self, part: str) -> bool:
-        return self.parts is None or part in self.parts
-
-    def grading(self) -> Grading:
-        from grader import code_version
-
-        return Grading(str(self.submission), self.env, self.outcomes, self.items,
-                       time.monotonic() - self.started, self.notes, self.profile, list(self.clock.phases),
-                       self.rubric.sha256, code_version(), self.timeline, rubric_text=self.rubric.text)

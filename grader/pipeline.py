@@ -22,13 +22,13 @@ from grader.compile.intake import INTAKE_FILE, intake
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
-from grader.gpu import racecheck
 from grader.gpu.device import probe_device, read_device_file
+from grader.gpu.job import Job, Progress
 from grader.gpu.ncu_run import profile_stages
 from grader.gpu.racecheck import tool_fence
-from grader.gpu.session import start_gpu_children
+from grader.gpu.session import hand_racecheck_kernel, start_gpu_children
 from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
-from grader.grading import Environment, Grading, Job, ProfileRun, Progress, StageOutcome
+from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import Verdict
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
@@ -140,7 +140,7 @@ def _follow_compiles(job: Job, selected: list[Stage], futures: list[Future]) -> 
                           return_when=FIRST_COMPLETED)
         for future in done:
             o, _times = future.result()
-            racecheck.on_compiled(job, o)
+            hand_racecheck_kernel(job, o)
             if o.compile is not None and o.compile.ok and o.compile.cubin and job.sass_dumps is not None:
                 job.sass_dumps.start(o.stage.id, o.compile.cubin)
         while recorded < len(futures) and futures[recorded].done() and futures[recorded] not in left:

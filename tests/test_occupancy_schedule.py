@@ -23,8 +23,8 @@ import yaml
 
 from grader.clock import Clock
 from grader.compile.ptxas import KernelResources
+from grader.gpu import session as gpu_session
 from grader.model import Limit, Status
-from grader.occupancy import early as occ_early
 from grader.occupancy import run as occ_run
 from grader.occupancy.build import Build, Prebuilt
 from grader.occupancy.exercises import simulated_api
@@ -100,7 +100,7 @@ def test_the_measurements_wait_at_their_gate_and_never_time_beside_a_bench(tmp_p
     stages = [sched.add(child_party(tmp_path, f"s{i}", work=0.2, gate=("correctness", "bench"), turn=0.4),
                         start=False) for i in range(2)]
     tool = sched.add(child_party(tmp_path, "racecheck", work=0.5, gate=None), start=False)
-    early = occ_early.start(CFG, _prebuilt(tmp_path, tmp_path / "occ.cu"), tmp_path / "occupancy", sched, stages)
+    early = gpu_session.occupancy_parties(CFG, _prebuilt(tmp_path, tmp_path / "occ.cu"), tmp_path / "occupancy", sched, stages)
     assert early is not None and early.measure is not None and early.timed() == [early.measure]
     try:
         sched.take_turns(stages + early.timed())
@@ -127,7 +127,7 @@ def test_close_stops_the_waiting_child_and_the_running_program(tmp_path, monkeyp
     _fake_gpu(monkeypatch, tmp_path)
     sched = Schedule(max_children=4)
     blocker = sched.add(child_party(tmp_path, "s0", work=0.0, gate="bench"))  # never let through here
-    early = occ_early.start(CFG, _prebuilt(tmp_path, tmp_path / "occ.cu", program="sleep 120\n"),
+    early = gpu_session.occupancy_parties(CFG, _prebuilt(tmp_path, tmp_path / "occ.cu", program="sleep 120\n"),
                             tmp_path / "occupancy", sched, [blocker])
     assert early is not None and early.measure is not None
     sched.poll()
@@ -169,7 +169,7 @@ def test_the_occupancy_step_grades_the_same_with_or_without_a_schedule(tmp_path,
     work, clock, early, sched = tmp_path / "occupancy", Clock(), None, None
     if scheduled:
         sched = Schedule(max_children=4)
-        early = occ_early.start(rubric.occupancy, prebuilt, work, sched, [])
+        early = gpu_session.occupancy_parties(rubric.occupancy, prebuilt, work, sched, [])
         assert early is not None
         sched.take_turns(early.timed())
         early.start_program()
@@ -199,14 +199,14 @@ def test_a_failure_of_the_measurement_child_stays_the_occupancy_items_own(tmp_pa
     """A kernel of occ.cu that hangs in the sweeps: the child's own limit stops it (its wait at the gate
     not counted), and the items say so as they do without a schedule."""
     _fake_gpu(monkeypatch, tmp_path, hang="work")
-    monkeypatch.setattr(occ_early, "CHILD_TIMEOUT_S", 4.0)
+    monkeypatch.setattr(gpu_session, "CHILD_TIMEOUT_S", 4.0)
     sub, rubric = _submission(tmp_path)
     src = occ_run._program_source(sub, rubric.occupancy)[0]
     prebuilt = _prebuilt(tmp_path, src)
     env = SimpleNamespace(has_gpu=True, device_reason="", nvcc=SimpleNamespace(path="/bin/false"), arch_flags=[])
     sched = Schedule(max_children=4)
     blocker = sched.add(child_party(tmp_path, "s0", work=0.0, gate="bench", turn=3.0), start=False)
-    early = occ_early.start(rubric.occupancy, prebuilt, tmp_path / "occupancy", sched, [blocker])
+    early = gpu_session.occupancy_parties(rubric.occupancy, prebuilt, tmp_path / "occupancy", sched, [blocker])
     assert early is not None
     try:
         sched.take_turns([blocker, *early.timed()])
@@ -246,11 +246,11 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     grades what they found; the stages keep their verdicts and timings."""
     from grader.children.protocol import wait_at_gate
     from grader.compile.stage import CompileResult
-    from grader.gpu import racecheck
     from grader.gpu import session as run_early
     from grader.gpu import stages as run_stages
+    from grader.gpu.job import Job
     from grader.gpu.sanitize import SanitizerRun
-    from grader.grading import Environment, Job, StageOutcome
+    from grader.grading import Environment, StageOutcome
     from grader.model import ProcRecord, Verdict
     from grader.rubric.load import load_rubric
     from grader.rubric.peaks import Peaks
@@ -279,11 +279,11 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
         return ChildResult(ProcRecord(["python"], 0, wall_s=0.5), report, work / "spec.json", work / "result.json")
 
     monkeypatch.setattr(run_early, "launch", child)
-    monkeypatch.setattr(racecheck, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
-    monkeypatch.setattr(racecheck, "run_gated", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
+    monkeypatch.setattr(run_early, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
+    monkeypatch.setattr(run_early, "run_gated", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
     monkeypatch.setattr(run_early, "start_profile", lambda *_a, **_k: None)
     monkeypatch.setattr(run_early, "_prepare_cupy_cache", lambda _job: None)
-    monkeypatch.setattr(occ_early, "occupancy_fence", lambda _work: None)  # the fake CuPy lives outside a fence
+    monkeypatch.setattr(run_early, "occupancy_fence", lambda _work: None)  # the fake CuPy lives outside a fence
     outcomes = {}
     for sid in ("naive", "tiled"):
         st = rubric.stage(sid)

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from grader.compile import toolchain
-from grader.grading import Grading, Job, load_grading
+from grader.gpu.job import Job
+from grader.grading import Grading, load_grading
 from grader.instructor.rescore import REGRADE, rescore_grading
 from grader.model import ItemResult, Status
 from grader.outputs.write import write_outputs

@@ -13,8 +13,9 @@ from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck
 from grader.gpu import stages as run_stages
+from grader.gpu.job import Job
 from grader.gpu.sanitize import Finding, SanitizerRun
-from grader.grading import Environment, Job, StageOutcome
+from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Status, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric

@@ -18,7 +18,7 @@ import grader.occupancy.build as occ_build
 import grader.occupancy.run as occ_run
 from grader import pipeline
 from grader.compile.toolchain import find_nvcc
-from grader.grading import Job
+from grader.gpu.job import Job
 from grader.rubric.load import load_rubric
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence

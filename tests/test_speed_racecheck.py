@@ -18,8 +18,10 @@ from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, sanitize
+from grader.gpu import session as gpu_session
+from grader.gpu.job import Job
 from grader.gpu.sanitize import SanitizerRun
-from grader.grading import Environment, Job, StageOutcome
+from grader.grading import Environment, StageOutcome
 from grader.model import Verdict
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
@@ -167,11 +169,11 @@ def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends(tmp_path
             o.verdict = Verdict.NOT_COMPILED
         return o, [("compile", took[st.id])]
 
-    monkeypatch.setattr(racecheck, "run_gated", fake_gated)
+    monkeypatch.setattr(gpu_session, "run_gated", fake_gated)
     monkeypatch.setattr(pipeline, "_compile_one", fake_compile)
     job = _job(tmp_path, list(took))
     try:
-        racecheck.start_early(job, [RUBRIC.stage(s) for s in took])
+        gpu_session.start_early_racecheck(job, [RUBRIC.stage(s) for s in took])
         assert sorted(job.early_racecheck) == ["blocktiling_1d", "blocktiling_2d", "tiled", "wmma"]
         pipeline.compile_stages(job)
         assert list(job.outcomes) == list(took)  # the rubric's order
@@ -199,7 +201,7 @@ def test_collect_reads_the_early_runs_and_runs_again_only_what_could_not_be_judg
         ran_now.extend(s["id"] for s in specs)
         return {s["id"]: SanitizerRun(tool, s["id"]) for s in specs}
 
-    monkeypatch.setattr(racecheck, "run_gated", fake_gated)
+    monkeypatch.setattr(gpu_session, "run_gated", fake_gated)
     monkeypatch.setattr(racecheck, "run_many", run_many)
     job = _job(tmp_path, ["tiled", "wmma"])
     outcomes = []
@@ -211,7 +213,7 @@ def test_collect_reads_the_early_runs_and_runs_again_only_what_could_not_be_judg
         job.outcomes[sid] = o = StageOutcome(stage=st, compile=c, verdict=Verdict.CORRECT)
         outcomes.append(o)
     try:
-        racecheck.start_early(job, [o.stage for o in outcomes])
+        gpu_session.start_early_racecheck(job, [o.stage for o in outcomes])
         runs, _seconds = racecheck.collect(job, outcomes, tool=None)
     finally:
         job.schedule.close()

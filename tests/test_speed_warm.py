@@ -21,8 +21,9 @@ from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, warm
 from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
+from grader.gpu.job import Job
 from grader.gpu.sanitize import Finding, SanitizerRun
-from grader.grading import Environment, Job, StageOutcome
+from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Verdict
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
@@ -209,8 +210,8 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
 
     monkeypatch.setattr(run_stages, "launch", gpu_child)
     monkeypatch.setattr(run_early, "launch", gpu_child)
-    monkeypatch.setattr(racecheck, "run_tool", sanitizer)
-    monkeypatch.setattr(racecheck, "run_gated", sanitizer)
+    monkeypatch.setattr(run_early, "run_tool", sanitizer)
+    monkeypatch.setattr(run_early, "run_gated", sanitizer)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED))
     run_stages.run_stages(job)
     run_stages.check_results(job)
@@ -307,8 +308,8 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
         return ChildResult(ProcRecord(["python"], 0, wall_s=0.3), {"verdicts": verdicts, "times": {}},
                            work / "s", work / "r")
 
-    monkeypatch.setattr(racecheck, "run_tool", run_tool)
-    monkeypatch.setattr(racecheck, "run_gated", run_tool)
+    monkeypatch.setattr(run_early, "run_tool", run_tool)
+    monkeypatch.setattr(run_early, "run_gated", run_tool)
     monkeypatch.setattr(racecheck, "run_many", run_many)
     monkeypatch.setattr(run_stages, "launch", child)
     monkeypatch.setattr(run_early, "launch", child)
@@ -347,8 +348,8 @@ def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
             return ChildResult(proc, {"loaded": True, "correctness": []}, work / "s", work / "r")
         return ChildResult(ProcRecord(["python"], 0), {"verdicts": {}}, work / "s", work / "r")
 
-    monkeypatch.setattr(racecheck, "run_tool", run_tool)
-    monkeypatch.setattr(racecheck, "run_gated", run_tool)
+    monkeypatch.setattr(run_early, "run_tool", run_tool)
+    monkeypatch.setattr(run_early, "run_gated", run_tool)
     monkeypatch.setattr(run_stages, "launch", child)
     monkeypatch.setattr(run_early, "launch", child)
     monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))

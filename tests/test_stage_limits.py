@@ -22,7 +22,8 @@ from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
-from grader.grading import Environment, Grading, Job, StageOutcome
+from grader.gpu.job import Job
+from grader.grading import Environment, Grading, StageOutcome
 from grader.instructor.stage_limits import limit_proposals, render_lines
 from grader.model import Limit, ProcRecord, Verdict
 from grader.rubric.errors import RubricError

@@ -20,12 +20,11 @@ from pathlib import Path
 from grader.compile import toolchain
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
-from grader.profile.ncu import OUTPUT_LIMIT, NcuRun, collect, command, metrics_needed
+from grader.profile.ncu import NcuRun, collect, metrics_needed
 from grader.rubric.metric_names import chip_for_cc, chips_with, missing_on
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 from grader.sandbox.fence import Fence
-from grader.sandbox.launch import ChildResult, launch
-from grader.sandbox.process import Control
+from grader.sandbox.launch import ChildResult
 from grader.sandbox.turns import Party, Schedule
 
 
@@ -61,38 +60,12 @@ class EarlyProfile:
     metrics: list[str]
 
 
-def _wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list[str], str | None]:
+def wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list[str], str | None]:
     """(the metrics to ask ncu for, those this chip's ncu lacks, the chip)."""
     wanted = metrics_needed(rubric)
     chip = chip_for_cc((device or {}).get("cc"))
     absent = missing_on(wanted, chip)
     return [m for m in wanted if m not in absent], absent, chip
-
-
-def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
-                  schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
-                  ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
-    """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
-    start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
-    runs' untimed work, and :func:`profile_stages` opens the gate with the compiled kernels found
-    correct. ``cache_seed``: the warm CuPy cache (grader/gpu/warm.py) its own cache starts as a copy of."""
-    prof = rubric.profile
-    if not (prof.enabled and has_gpu) or not stages:
-        return None
-    tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
-    if tool is None or getattr(tool, "path", None) is None:
-        return None
-    metrics, _absent, _chip = _wanted_metrics(rubric, device)
-    wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
-    spec = {"n": prof.n, "seed": seed, "inputs": sorted({st.inputs for st in stages}), "gate": True}
-    work_dir = Path(work_dir).resolve()
-
-    def run(control: Control) -> ChildResult:
-        return launch("profile", spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
-                      cache_seed=cache_seed, control=control)
-
-    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
-    return EarlyProfile(party, [st.id for st in stages], metrics)
 
 
 def stage_spec(o: StageOutcome) -> dict:
@@ -145,7 +118,7 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
         _stop(early, schedule)
         return None
     tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
-    metrics, absent, chip = _wanted_metrics(rubric, device)
+    metrics, absent, chip = wanted_metrics(rubric, device)
     ids = [o.stage.id for o in todo]
     first = None
     if early is not None and schedule is not None and set(ids) <= set(early.stage_ids) and early.metrics == metrics:

@@ -22,20 +22,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from grader.compile import toolchain
+from grader.gpu.job import Job
 from grader.gpu.ncu_run import stage_spec
-from grader.gpu.sanitize import SanitizerRun, run_gated, run_many, run_tool
-from grader.grading import Job, StageOutcome
+from grader.gpu.sanitize import SanitizerRun, run_many
+from grader.grading import StageOutcome
 from grader.rubric.types import Stage
 from grader.sandbox.fence import GIB, Fence
-from grader.sandbox.process import Control
 from grader.sandbox.turns import Party
 
 GATE = "racecheck"  # a tool gate of the schedule (grader/sandbox/turns.py): untimed work after it
 SOURCE_READ_BYTES = 1 << 20  # how much of a stage's file the guess reads (intake caps files anyway)
 
-__all__ = ["collect", "may_use_shared_memory", "on_compiled", "run_now", "stage_folders_fence", "start_early",
-           "start_missing", "tool_fence", "uses_shared_memory"]
+__all__ = ["blocks_for", "collect", "may_use_shared_memory", "run_now", "stage_folders_fence", "tool_fence",
+           "uses_shared_memory"]
 
 
 def uses_shared_memory(o: StageOutcome) -> bool:
@@ -75,86 +74,10 @@ def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
     return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB)
 
 
-def _blocks(job: Job, tool_name: str) -> tuple[int, int] | None:
+def blocks_for(job: Job, tool_name: str) -> tuple[int, int] | None:
     """racecheck watches a corner of the grid (Sanitizer.racecheck_blocks); memcheck all of it: a bad
     access can be in any block, the edge blocks first."""
     return job.rubric.sanitizer.racecheck_blocks if tool_name == "racecheck" else None
-
-
-def start_early(job: Job, stages: list[Stage]) -> None:
-    """Put a gated racecheck child on the schedule for each of ``stages`` that may use shared memory
-    (compiled already: that does; else :func:`may_use_shared_memory`). Called by start_gpu_children,
-    after the stage children and before the checker and the profiler."""
-    san, sched = job.rubric.sanitizer, job.schedule
-    if not san.racecheck or sched is None:
-        return
-    tool = toolchain.find_compute_sanitizer()
-    for st in stages:
-        o = job.outcomes.get(st.id)
-        known = o is not None and o.compile is not None and o.compile.ok
-        if (uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)):
-            job.early_racecheck[st.id] = sched.add(_gated_party(job, st, tool))
-
-
-def _gated_party(job: Job, st: Stage, tool) -> Party:
-    """The stage's racecheck child, waiting at its gate for the compiled kernel. Its start-up is held
-    (not counted against its time limit: it depends on how many children start at once)."""
-    san = job.rubric.sanitizer
-    work = job.work / "racecheck" / st.id
-    work.mkdir(parents=True, exist_ok=True)
-    fence = stage_folders_fence(work, job, [st])
-    handed: dict[str, dict] = {}  # the party's payloads: GATE -> {"stages": [the compiled stage]}
-    known = {"id": st.id, "kernel": st.kernel, "inputs": st.inputs}
-    blocks, start = _blocks(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
-
-    def handed_spec() -> dict | None:
-        stages = (handed.get(GATE) or {}).get("stages") or []
-        return stages[0] if stages else None
-
-    def run(control: Control) -> SanitizerRun:
-        return start("racecheck", tool, known, san.n, work, san.timeout_s, handed=handed_spec, fence=fence,
-                     control=control, blocks=blocks)
-
-    return Party(f"racecheck:{st.id}", (GATE,), work / "racecheck_result.json", run, hold_startup=True,
-                 payloads=handed)
-
-
-def on_compiled(job: Job, o: StageOutcome) -> None:
-    """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
-    memory, else stop the child at its gate."""
-    party, sched = job.early_racecheck.get(o.stage.id), job.schedule
-    if party is None or sched is None:
-        return
-    if o.compile is not None and o.compile.ok and uses_shared_memory(o):
-        party.payloads[GATE] = {"stages": [stage_spec(o)]}
-        sched.open(party)
-    else:
-        sched.stop(party)
-        del job.early_racecheck[o.stage.id]
-
-
-def start_missing(job: Job, compiled: list[StageOutcome]) -> None:
-    """Beside the stage runs, a racecheck child (ungated) for each compiled shared-memory stage that
-    had none before the compiles: it is a correctness tool (nothing timed), so it shares the GPU
-    with their untimed parts, and the timed parts wait for it (grader/sandbox/turns.py)."""
-    if not job.rubric.sanitizer.racecheck or job.schedule is None:
-        return
-    tool = toolchain.find_compute_sanitizer()
-    for o in compiled:
-        if o.stage.id not in job.early_racecheck and uses_shared_memory(o):
-            job.early_racecheck[o.stage.id] = job.schedule.add(_ungated_party(job, "racecheck", o, tool),
-                                                               start=False)
-
-
-def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
-    san, work = job.rubric.sanitizer, job.work / tool_name
-    start, blocks = run_tool, _blocks(job, tool_name)  # bound now: the run may start from the schedule's thread
-
-    def run(control: Control) -> SanitizerRun:
-        return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
-                     fence=tool_fence(work, [o]), control=control, blocks=blocks)
-
-    return Party(f"{tool_name}:{o.stage.id}", (), None, run)
 
 
 def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict[str, SanitizerRun], float]:
@@ -162,7 +85,7 @@ def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tup
     san, work = job.rubric.sanitizer, job.work / tool_name
     t0 = time.monotonic()
     runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
-                    fence=tool_fence(work, outcomes), blocks=_blocks(job, tool_name))
+                    fence=tool_fence(work, outcomes), blocks=blocks_for(job, tool_name))
     return runs, time.monotonic() - t0
 
 

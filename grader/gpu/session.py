@@ -1,38 +1,56 @@
-"""The GPU children a grading starts before its kernels are compiled.
+"""A grading's GPU session: this module builds every party of its schedule (grader/sandbox/turns.py).
 
-A stage child spends most of its life before its first turn: Python, NumPy and CuPy, the CUDA
-context, its inputs and buffers, cuBLAS (grader/children/stage.py: ``Runner.prepare``). None of
-that needs the student's cubin, and when every child of a grading does it at once they wait on
-each other (on an H200, 15 children took 5.7 s to reach their first gate, while using 2-3 CPU cores:
-each context and allocation waits for the driver). So the stage children, the checker and the
-profiler under ncu are started here, right after the probe, and do all of it while nvcc compiles
-(CPU work); the compiled kernel reaches each stage child at its correctness turn (the gate's go
-hands it over), and the profiler's kernels at its own gate. racecheck's children start with them and
-get their kernels as each stage's compile ends (grader/gpu/racecheck.py). A stage that did not
-compile has its children stopped at their gates.
+The parties, and when each starts:
 
-With a GPU lock (a batch or the service: another grading may be timing kernels on this GPU while
-this one compiles) nothing may touch the GPU before the lock is held, so the same children are
-started by run_stages, after the lock, as before (:func:`start_gpu_children` says which way).
+* a child per stage (:func:`start_gpu_children`), the trusted checker, and the profiler under ncu
+  (:func:`start_profile`), right after the probe: each does its untimed start-up (Python, NumPy and
+  CuPy, the CUDA context, its inputs and buffers, cuBLAS; grader/children/stage.py: ``Runner.prepare``)
+  while nvcc compiles, and waits at its first gate. The compiled kernel reaches each stage child at its
+  correctness turn (the gate's go hands it over), and the profiler's kernels at its own gate;
+* racecheck's children (:func:`start_early_racecheck`) with them, each handed its stage's kernel as
+  that stage's compile ends (:func:`hand_racecheck_kernel`), and one beside the stage runs for a
+  compiled shared-memory stage that had none (:func:`start_missing_racecheck`); their runners and the
+  verdicts are grader/gpu/racecheck.py's;
+* the occupancy measurements and the student's occupancy program (:func:`start_occupancy`), with the
+  stage runs (grader/occupancy/early.py holds them and says when each goes).
+
+A stage that did not compile has its children stopped at their gates. Why the start-up comes first, with
+its measured effect: docs/design.md ("Gates"). With a GPU lock (a batch or the service: another grading
+may be timing kernels on this GPU while this one compiles) nothing may touch the GPU before the lock
+is held, so the same parties are started by run_stages, after the lock (:func:`start_gpu_children`
+says which way).
 """
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 from grader import pyplot
 from grader.children.inputs import rep_seed
 from grader.compile import toolchain
-from grader.gpu import racecheck, warm
-from grader.gpu.ncu_run import start_profile
-from grader.grading import Job
+from grader.gpu import warm
+from grader.gpu.job import Job
+from grader.gpu.ncu_run import EarlyProfile, stage_spec, wanted_metrics
+from grader.gpu.racecheck import GATE as RACECHECK_GATE
+from grader.gpu.racecheck import blocks_for, may_use_shared_memory, stage_folders_fence, tool_fence, uses_shared_memory
+from grader.gpu.sanitize import SanitizerRun, run_gated, run_tool
+from grader.grading import StageOutcome
+from grader.model import ProcRecord
+from grader.occupancy.build import Prebuilt
+from grader.occupancy.child import CHILD_TIMEOUT_S, run_child
+from grader.occupancy.early import GATE as OCCUPANCY_GATE
+from grader.occupancy.early import EarlyOccupancy, ProgramRun, occupancy_fence, program_now, wants_child, wants_program
+from grader.profile.ncu import OUTPUT_LIMIT, command
 from grader.rubric.limits import stage_limit
-from grader.rubric.types import Stage
+from grader.rubric.occupancy import OccupancyConfig
+from grader.rubric.types import Rubric, Stage
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
 from grader.sandbox.turns import Party, Schedule, parallel_children
 
-__all__ = ["checker_expectations", "start_gpu_children", "stage_party_spec"]
+__all__ = ["checker_expectations", "hand_racecheck_kernel", "stage_party_spec", "start_early_racecheck", "start_gpu_children",
+           "occupancy_parties", "start_missing_racecheck", "start_occupancy", "start_profile"]
 
 
 def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
@@ -57,12 +75,156 @@ def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     sched = job.schedule = Schedule(parallel_children(job.env.device))
     for st in stages:  # first: they are the ones every later turn waits for
         job.stage_runs[st.id] = sched.add(_stage_party(st, job))
-    racecheck.start_early(job, stages)  # their kernels are handed over as each stage compiles
+    start_early_racecheck(job, stages)  # their kernels are handed over as each stage compiles
     job.checker = sched.add(_checker_party(job, checker_expectations(job, stages)))
     work = job.work / "ncu"
     job.early_profile = start_profile(stages, rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
                                       device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
-                                      fence=racecheck.stage_folders_fence(work, job, stages))
+                                      fence=stage_folders_fence(work, job, stages))
+
+
+def start_early_racecheck(job: Job, stages: list[Stage]) -> None:
+    """Put a gated racecheck child on the schedule for each of ``stages`` that may use shared memory
+    (compiled already: that does; else :func:`may_use_shared_memory`). Called by start_gpu_children,
+    after the stage children and before the checker and the profiler."""
+    san, sched = job.rubric.sanitizer, job.schedule
+    if not san.racecheck or sched is None:
+        return
+    tool = toolchain.find_compute_sanitizer()
+    for st in stages:
+        o = job.outcomes.get(st.id)
+        known = o is not None and o.compile is not None and o.compile.ok
+        if (uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)):
+            job.early_racecheck[st.id] = sched.add(_gated_party(job, st, tool))
+
+
+def _gated_party(job: Job, st: Stage, tool) -> Party:
+    """The stage's racecheck child, waiting at its gate for the compiled kernel. Its start-up is held
+    (not counted against its time limit: it depends on how many children start at once)."""
+    san = job.rubric.sanitizer
+    work = job.work / "racecheck" / st.id
+    work.mkdir(parents=True, exist_ok=True)
+    fence = stage_folders_fence(work, job, [st])
+    handed: dict[str, dict] = {}  # the party's payloads: RACECHECK_GATE -> {"stages": [the compiled stage]}
+    known = {"id": st.id, "kernel": st.kernel, "inputs": st.inputs}
+    blocks, start = blocks_for(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
+
+    def handed_spec() -> dict | None:
+        stages = (handed.get(RACECHECK_GATE) or {}).get("stages") or []
+        return stages[0] if stages else None
+
+    def run(control: Control) -> SanitizerRun:
+        return start("racecheck", tool, known, san.n, work, san.timeout_s, handed=handed_spec, fence=fence,
+                     control=control, blocks=blocks)
+
+    return Party(f"racecheck:{st.id}", (RACECHECK_GATE,), work / "racecheck_result.json", run, hold_startup=True,
+                 payloads=handed)
+
+
+def hand_racecheck_kernel(job: Job, o: StageOutcome) -> None:
+    """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
+    memory, else stop the child at its gate."""
+    party, sched = job.early_racecheck.get(o.stage.id), job.schedule
+    if party is None or sched is None:
+        return
+    if o.compile is not None and o.compile.ok and uses_shared_memory(o):
+        party.payloads[RACECHECK_GATE] = {"stages": [stage_spec(o)]}
+        sched.open(party)
+    else:
+        sched.stop(party)
+        del job.early_racecheck[o.stage.id]
+
+
+def start_missing_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
+    """Beside the stage runs, a racecheck child (ungated) for each compiled shared-memory stage that
+    had none before the compiles: it is a correctness tool (nothing timed), so it shares the GPU
+    with their untimed parts, and the timed parts wait for it (grader/sandbox/turns.py)."""
+    if not job.rubric.sanitizer.racecheck or job.schedule is None:
+        return
+    tool = toolchain.find_compute_sanitizer()
+    for o in compiled:
+        if o.stage.id not in job.early_racecheck and uses_shared_memory(o):
+            job.early_racecheck[o.stage.id] = job.schedule.add(_ungated_party(job, "racecheck", o, tool),
+                                                               start=False)
+
+
+def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
+    san, work = job.rubric.sanitizer, job.work / tool_name
+    start, blocks = run_tool, blocks_for(job, tool_name)  # bound now: the run may start from the schedule's thread
+
+    def run(control: Control) -> SanitizerRun:
+        return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
+                     fence=tool_fence(work, [o]), control=control, blocks=blocks)
+
+    return Party(f"{tool_name}:{o.stage.id}", (), None, run)
+
+
+def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
+                  schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
+                  ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
+    """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
+    start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
+    runs' untimed work, and :func:`profile_stages` opens the gate with the compiled kernels found
+    correct. ``cache_seed``: the warm CuPy cache (grader/gpu/warm.py) its own cache starts as a copy of."""
+    prof = rubric.profile
+    if not (prof.enabled and has_gpu) or not stages:
+        return None
+    tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
+    if tool is None or getattr(tool, "path", None) is None:
+        return None
+    metrics, _absent, _chip = wanted_metrics(rubric, device)
+    wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
+    spec = {"n": prof.n, "seed": seed, "inputs": sorted({st.inputs for st in stages}), "gate": True}
+    work_dir = Path(work_dir).resolve()
+
+    def run(control: Control) -> ChildResult:
+        return launch("profile", spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
+                      cache_seed=cache_seed, control=control)
+
+    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
+    return EarlyProfile(party, [st.id for st in stages], metrics)
+
+
+def start_occupancy(job: Job, stage_runs: list[Party]) -> list[Party]:
+    """The grading's occupancy parties (:func:`occupancy_parties`), its measurements ``after`` the stage
+    runs; the parties that take an exclusive turn, to be taken after the stages' benchmarks."""
+    cfg, sched = job.rubric.occupancy, job.schedule
+    if cfg is None or not job.wants("occupancy") or sched is None:
+        return []
+    work = job.work / "occupancy"
+    job.early_occupancy = occupancy_parties(cfg, job.prebuilt_occupancy, work, sched, stage_runs,
+                                            fence=occupancy_fence(work))
+    return job.early_occupancy.timed() if job.early_occupancy is not None else []
+
+
+def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Path, schedule: Schedule,
+                      after: list[Party], fence: Fence | None = None) -> EarlyOccupancy | None:
+    """Put the occupancy work on ``schedule`` (grader/occupancy/early.py: EarlyOccupancy, which says
+    when each goes): the measurement child now, waiting at its gate ``sweeps``, ``after`` the given
+    parties; the student's program built now and started once the timed turns are over
+    (EarlyOccupancy.start_program). None when occ.cu was not built beside the stages (the occupancy
+    step then says why, and runs what it can itself)."""
+    if prebuilt is None:
+        return None
+    work = Path(work).resolve()
+    builds = prebuilt.builds
+    early = EarlyOccupancy(schedule, builds, work, fence)
+    if wants_child(builds, cfg):
+        measure_now = run_child  # bound now: it starts later, on the schedule's thread
+
+        def measure(control: Control) -> tuple[dict | None, ProcRecord]:
+            return measure_now(cfg, builds, work, CHILD_TIMEOUT_S, fence=fence, gate=True, control=control)
+
+        early.measure = schedule.add(Party("occupancy:measure", (OCCUPANCY_GATE,), work / "occupancy_result.json",
+                                           measure, after=list(after)), start=False)
+    if wants_program(builds):
+        exe, program = builds["exe"].output, program_now  # bound now: it runs later, on the schedule's thread
+
+        def start(control: Control) -> ProgramRun:
+            return program(exe, work, fence, control)
+
+        early.program_party = Party("occupancy:program", (), None, start)
+    return early
 
 
 def stage_party_spec(job: Job, st: Stage) -> dict:

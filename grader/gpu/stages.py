@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from grader.compile import toolchain
-from grader.gpu import racecheck
+from grader.gpu import racecheck, session
+from grader.gpu.job import Job
 from grader.gpu.sanitize import race_message
 from grader.gpu.session import start_gpu_children
-from grader.grading import Job, StageOutcome
+from grader.grading import StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.limits import StageLimit, stage_limit
@@ -106,14 +107,14 @@ def run_stages(job: Job) -> Job:
     if not compiled:
         return job
     for o in compiled:  # with a GPU lock its racecheck child has just started: hand it the kernel
-        racecheck.on_compiled(job, o)
-    racecheck.start_missing(job, compiled)
+        session.hand_racecheck_kernel(job, o)
+    session.start_missing_racecheck(job, compiled)
     runs = {}
     for o in compiled:
         o.run_limit = stage_limit(o.stage, rubric)
         runs[o.stage.id] = party = job.stage_runs[o.stage.id]
         party.payloads["correctness"] = {"kernel": o.launch_spec()}
-    occupancy = _start_occupancy(job, list(runs.values()))
+    occupancy = session.start_occupancy(job, list(runs.values()))
     job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     over_budget: dict[str, float] = {}
@@ -143,19 +144,6 @@ def run_stages(job: Job) -> Job:
     for o in compiled:
         _finish_run(job, o, runs[o.stage.id], over_budget.get(o.stage.id))
     return job
-
-
-def _start_occupancy(job: Job, stage_runs: list[Party]) -> list[Party]:
-    """Put the occupancy work on the schedule (grader/occupancy/early.py), its measurements ``after``
-    the stage runs; the parties that take an exclusive turn, to be taken after the stages' benchmarks."""
-    if job.rubric.occupancy is None or not job.wants("occupancy") or job.prebuilt_occupancy is None:
-        return []
-    from grader.occupancy.early import occupancy_fence, start
-
-    work = job.work / "occupancy"
-    job.early_occupancy = start(job.rubric.occupancy, job.prebuilt_occupancy, work, job.schedule, stage_runs,
-                                fence=occupancy_fence(work))
-    return job.early_occupancy.timed() if job.early_occupancy is not None else []
 
 
 def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | None) -> None:

@@ -32,8 +32,7 @@ from pathlib import Path
 
 from grader.compile.student import Fence
 from grader.model import ProcRecord
-from grader.occupancy.build import Build, Prebuilt, ptxas_measurements
-from grader.occupancy.child import CHILD_TIMEOUT_S, run_child
+from grader.occupancy.build import Build, ptxas_measurements
 from grader.occupancy.program import run_program
 from grader.rubric.occupancy import OccupancyConfig
 from grader.sandbox.process import Control
@@ -107,6 +106,7 @@ class EarlyOccupancy:
     work: Path
     fence: Fence | None
     measure: Party | None = None
+    program_party: Party | None = None  # built, put on the schedule by start_program
     program: Party | None = None
 
     def timed(self) -> list[Party]:
@@ -114,16 +114,11 @@ class EarlyOccupancy:
         return [self.measure] if self.measure is not None else []
 
     def start_program(self) -> None:
-        """Start the student's program now (once nothing is timed any more); once, and only when built."""
-        if self.program is not None or not wants_program(self.builds):
+        """Start the student's program now (once nothing is timed any more); once, and only when built.
+        Its party was built with the others (grader/gpu/session.py: start_occupancy)."""
+        if self.program is not None or self.program_party is None:
             return
-        exe, work, fence = self.builds["exe"].output, self.work, self.fence
-        run = program_now  # bound now: it runs later, on the schedule's thread
-
-        def start(control: Control) -> ProgramRun:
-            return run(exe, work, fence, control)
-
-        self.program = self.schedule.add(Party("occupancy:program", (), None, start))
+        self.program = self.schedule.add(self.program_party)
 
     def finished(self) -> bool:
         """Whether its GPU work is over: the program and the measurements ran (or were never started)."""
@@ -153,21 +148,3 @@ class EarlyOccupancy:
         return ChildRun(report, proc, (proc.wall_s or 0.0) - held, held)
 
 
-def start(cfg: OccupancyConfig | None, prebuilt: Prebuilt | None, work: Path, schedule: Schedule,
-          after: list[Party], fence: Fence | None = None) -> EarlyOccupancy | None:
-    """Put the occupancy work on ``schedule`` (called with the stage runs, which it goes ``after``): the
-    measurement child now, waiting at its gate ``sweeps``; the program later
-    (:meth:`EarlyOccupancy.start_program`). None when there is nothing to start: no section, or occ.cu
-    was not built beside the stages (the occupancy step then says why, and runs what it can itself)."""
-    if cfg is None or prebuilt is None:
-        return None
-    early = EarlyOccupancy(schedule, prebuilt.builds, Path(work).resolve(), fence)
-    if wants_child(prebuilt.builds, cfg):
-        builds, launch = prebuilt.builds, run_child  # bound now: it starts later, on the schedule's thread
-
-        def measure(control: Control) -> tuple[dict | None, ProcRecord]:
-            return launch(cfg, builds, early.work, CHILD_TIMEOUT_S, fence=fence, gate=True, control=control)
-
-        party = Party("occupancy:measure", (GATE,), early.work / "occupancy_result.json", measure, after=list(after))
-        early.measure = schedule.add(party, start=False)
-    return early

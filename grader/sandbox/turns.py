@@ -60,6 +60,14 @@ class State(str, Enum):
     DONE = "done"  # exited, whatever the way
 
 
+@dataclass(frozen=True)
+class PartyTimeline:
+    """One party's events on the schedule (grading.json's ``timeline``): (wall-clock time, what)."""
+
+    party: str
+    events: list[tuple[float, str]]
+
+
 @dataclass
 class Party:
     """One child on the schedule. ``run(control)`` starts it and blocks until it ends.
@@ -315,9 +323,9 @@ class Schedule:
         self.settle(lambda: party.state is State.DONE)
         return party.result()
 
-    def timeline(self) -> list[dict[str, Any]]:
+    def timeline(self) -> list[PartyTimeline]:
         """Every party's events, in the order they were added (grading.json's ``timeline``)."""
-        return [{"party": p.name, "events": [list(e) for e in p.events]} for p in self.parties]
+        return [PartyTimeline(p.name, list(p.events)) for p in self.parties]
 
     # ---- ending --------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -4,7 +4,7 @@
 #   bash grader/bootstrap.sh setup               only set up
 #   bash grader/bootstrap.sh grade [args...]     set up, then: python grader/run_local.py solutions/ [args...]
 #   bash grader/bootstrap.sh test [pytest args]  set up with the test extras, then: python -m pytest [args]
-#   bash grader/bootstrap.sh lint                set up with the test extras, then: ruff check, mypy (as .ci/run)
+#   bash grader/bootstrap.sh lint                set up with the test extras, then: ruff check, mypy, lint-imports (as .ci/run)
 #
 # Commands run from the repository root, whatever the caller's cwd.
 #
@@ -88,7 +88,7 @@ esac
 
 mods=(numpy yaml rich)
 [[ "$cmd" == test ]] && mods+=(pytest)
-[[ "$cmd" == lint ]] && mods+=(ruff mypy)
+[[ "$cmd" == lint ]] && mods+=(ruff mypy importlinter)
 [[ -n "$cupy_extra" ]] && mods+=(cupy)
 
 # Prints the modules that PY cannot import (nothing when all import).
@@ -250,5 +250,6 @@ case "$cmd" in
     grade) exec "$PY" grader/run_local.py solutions/ "$@" ;;
     test) exec "$PY" -m pytest "$@" ;;
     # Settings: pyproject.toml's [tool.ruff] and [tool.mypy] (which names mypy's package); both exit 1 on a finding.
-    lint) "$PY" -m ruff check grader tests tools && exec "$PY" -m mypy ;;
+    # lint-imports: the floors and the no-loop rule pyproject.toml declares (docs/design.md, "The house").
+    lint) "$PY" -m ruff check grader tests tools && "$PY" -m mypy && exec "$PY" -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache ;;
 esac

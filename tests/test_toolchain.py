@@ -378,7 +378,7 @@ def test_cli_runs_with_stdlib_only():
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert set(p.stdout.split()) <= {"nvcc", "sass"}
-    p = subprocess.run([sys.executable, str(REPO / "grader" / "build" / "toolchain.py"), "--json", "--need", "nvcc"],
+    p = subprocess.run([sys.executable, str(REPO / "grader" / "compile" / "toolchain.py"), "--json", "--need", "nvcc"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode in (0, 1)
     assert '"nvcc"' in p.stdout

@@ -15,12 +15,19 @@ from tests.serve_helpers import ROOT, STAGES, ServiceProcess, bearer, issue_toke
 JOBS = "/api/v1/jobs"
 
 
+HOSTS_JOBS = 6  # more jobs than the two hosts' workers, so both must take turns from the one queue
+
+
 def test_two_hosts_share_the_redis_queue(tmp_path):
+    """Two GPU hosts (here: two worker processes with their own data folders, CPU only) and one real
+    redis-server: every job is graded exactly once, by one of them, each host takes some, and the host
+    without the HTTP API keeps nothing of a job (archives and results travel through Redis)."""
     from grader.serve.store_redis import RedisStore
 
     with redis_server(tmp_path / "redis") as url:
         data, elsewhere = tmp_path / "data", tmp_path / "other-host"
-        tokens = issue_tokens(data, ["x@x.edu", "y@x.edu"])
+        owners = [f"s{i}@x.edu" for i in range(HOSTS_JOBS)]
+        tokens = issue_tokens(data, owners)
         remote_log = open(tmp_path / "remote.log", "wb")
         remote = subprocess.Popen([sys.executable, "-m", "grader", "serve", "worker", "--data", str(elsewhere),
                                    "--queue", url, "--no-gpu", "--stages", STAGES, "--name", "otherhost-cpu0"],
@@ -30,19 +37,25 @@ def test_two_hosts_share_the_redis_queue(tmp_path):
                 svc.wait_workers(2)
                 assert c.get("/healthz").json()["queue"] == "redis"
                 ids = []
-                for label, tag in (("x@x.edu", "x"), ("y@x.edu", "y")):
-                    r = c.post(JOBS, content=zip_folder(ROOT / "starter", {"NOTES.txt": tag}),
-                               headers=bearer(tokens[label]))
+                for i, owner in enumerate(owners):
+                    r = c.post(JOBS, content=zip_folder(ROOT / "starter", {"NOTES.txt": f"job {i}"}),
+                               headers=bearer(tokens[owner]))
                     assert r.status_code == 202, r.text
                     ids.append(r.json()["id"])
+                assert len(set(ids)) == HOSTS_JOBS  # six jobs, none merged into another
                 views = [wait_job(c, i, service=svc) for i in ids]
-                assert [v["state"] for v in views] == ["done", "done"], views
+                assert [v["state"] for v in views] == ["done"] * HOSTS_JOBS, views
                 for i in ids:
                     assert c.get(f"{JOBS}/{i}/files/results.json").json()["tests"]
                 store = RedisStore(url)
-                workers = {store.get(i).worker for i in ids}
-                assert workers == {f"{socket.gethostname()}-cpu0", "otherhost-cpu0"}, workers
-                assert all(store.get(i).gradings == 1 for i in ids)
+                jobs = [store.get(i) for i in ids]
+                assert all(j is not None for j in jobs)
+                # exactly once: one grading, one attempt, one worker's name on each
+                assert [(j.gradings, j.attempts) for j in jobs if j] == [(1, 1)] * HOSTS_JOBS, \
+                    [(j.id[:8], j.gradings, j.attempts, j.worker) for j in jobs if j]
+                by_host = {name: sum(1 for j in jobs if j and j.worker == name)
+                           for name in (f"{socket.gethostname()}-cpu0", "otherhost-cpu0")}
+                assert sum(by_host.values()) == HOSTS_JOBS and min(by_host.values()) >= 1, by_host
                 names = {w["name"] for w in c.get("/api/v1/queue").json()["workers"]}
                 assert "otherhost-cpu0" in names
         finally:

@@ -2,7 +2,7 @@
 
 Every grading starts its own CUDA processes (up to 16 for a full submission: stage runs, racecheck,
 the checker, ncu's child, occupancy), and between two gradings a GPU may have none at all. Measured on
-an H200 pair with persistence mode on (tools/context_cost.py; docs/measurements/
+an H200 pair with persistence mode on (docs/measurements/scripts/context_cost.py; docs/measurements/
 2026-11-30-h200-kept-context-run26-31.md), a fresh process made its context and 64 MiB in 0.307 s
 (median of 10) with nothing else on its GPU and in 0.166 s while another process held a context
 there; with the other GPU's processes starting in a loop, 0.464 s against 0.204 s. A one-GPU batch of

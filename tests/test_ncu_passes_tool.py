@@ -1,11 +1,13 @@
-"""tools/ncu_passes.py: its metric groups come from the grader's own lists, and it reads the passes
-from ncu's real progress line (tests/fixtures/ncu: a capture of ncu 2025.3.1 on an H200)."""
+"""docs/measurements/scripts/ncu_passes.py (a one-off experiment, kept beside the record that used it): its metric
+groups come from the grader's own lists, and it reads the passes from ncu's real progress line (tests/fixtures/ncu:
+a capture of ncu 2025.3.1 on an H200)."""
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+SCRIPTS = ROOT / "docs" / "measurements" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
 
 import ncu_passes  # noqa: E402
 import pytest  # noqa: E402
@@ -43,7 +45,7 @@ def test_without_ncu_it_says_so_and_exits_2(tmp_path):
     env = {"PATH": str(tmp_path), "GRADER_NCU": str(tmp_path / "missing-ncu"), "HOME": str(tmp_path)}
     if find_ncu(env).path is not None:  # a system install (/usr/local/cuda) is found whatever PATH says
         pytest.skip("an ncu is installed in a system folder here")
-    proc = subprocess.run([sys.executable, str(ROOT / "tools/ncu_passes.py"), str(tmp_path / "out")], env=env,
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "ncu_passes.py"), str(tmp_path / "out")], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no ncu found" in proc.stderr
     assert not (tmp_path / "out").exists()

@@ -2,7 +2,7 @@
 
 Reads the suite's shared grading of starter/ (tests/gpu_jobs.py, graded with --keep-work): every
 stage child, the checker and the memcheck children ran from a copy of the warm cache; none of them
-may have compiled a CuPy kernel of its own (tools/cupy_cache_report.py), so none spent its
+may have compiled a CuPy kernel of its own (tests/cupy_cache_report.py), so none spent its
 correctness phase in NVRTC (1.1-1.7 s per stage before, docs/measurements/).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_no_child_compiles_cupys_kernels_itself(starter_graded):
     g = starter_graded
     assert g.rc == 0, g.stderr
     assert g.phase("cupy_cache") is not None
-    report = subprocess.run([sys.executable, str(ROOT / "tools" / "cupy_cache_report.py"), str(g.out)],
+    report = subprocess.run([sys.executable, str(ROOT / "tests" / "cupy_cache_report.py"), str(g.out)],
                             capture_output=True, text=True, timeout=120)
     warm = re.search(r"warm cache: (\d+) files", report.stdout)
     assert warm and int(warm.group(1)) >= 10, report.stdout + report.stderr

@@ -20,9 +20,8 @@ merged nothing and left every GPU item pending, and the total is the service's j
 
 CPU: at most --static-parallel (cores / 8) static phases at once, as the workers compile on the same cores; a slot
 frees at run.py's "score ..." line (the post begins); the wait counts in time-to-result. Time: ~15 s per grading
-of this mix per H200 worker (docs/measurements/2026-11-30-h200-gates-gradescope-path.md): --n 30 took 444 s on one
-worker and 246 s on two. Compare equal --n only (wall_ratio); --timeout-s (e.g. 540 in a 600 s call) stops and
-reports what finished by then (all_merged false).
+of this mix per H200 worker (docs/measurements/2026-11-30-h200-gates-gradescope-path.md). Compare equal --n only
+(wall_ratio); --timeout-s (e.g. 540 in a 600 s call) stops and reports what finished by then (all_merged false).
 """
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """A CUDA context kept open on each GPU while gradings come and go on it (a batch, a service worker).
 
 Every grading starts its own CUDA processes (up to 16 for a full submission: stage runs, racecheck,
-the checker, ncu's child, occupancy), and between two gradings a GPU may have none at all. Measured on
-an H200 pair with persistence mode on (tools/context_cost.py; docs/measurements/
-2026-11-30-h200-kept-context-run26-31.md), a fresh process made its context and 64 MiB in 0.307 s
-(median of 10) with nothing else on its GPU and in 0.166 s while another process held a context
-there; with the other GPU's processes starting in a loop, 0.464 s against 0.204 s. A one-GPU batch of
-24 took 161.8 s with a context kept against 171.0 s without (the same machine, the same grades);
-a two-GPU batch gained nothing (103.8 s against 103.1 s).
+the checker, ncu's child, occupancy), and between two gradings a GPU may have none at all. A fresh
+process makes its context in about half the time while another process holds one on its GPU (0.166 s
+against 0.307 s on an H200; docs/measurements/2026-11-30-h200-kept-context-run26-31.md, with what it
+gains a batch).
 
 So a batch keeps one context open per GPU for its whole run (grader/deploy/batch/run.py), and a
 service worker for its life (grader/serve/worker.py). The keeper is the grader's own child

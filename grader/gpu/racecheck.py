@@ -3,9 +3,9 @@ stage's compile ends.
 
 A racecheck run is one launch of a small grid under ``compute-sanitizer --tool racecheck``
 (grader/gpu/sanitize.py), but most of its time is the tool's own start: the driver and its
-instrumentation. Started after every compile, five of them side by side ended 2.8-4.3 s later on an
-H200, and the timed benchmarks waited for them (run 11). So a child for each stage that may use
-shared memory is started with the stage children, before the compiles
+instrumentation. Started after every compile, five of them side by side ended up to 4.3 s later on an
+H200, and the timed benchmarks waited for them (docs/measurements/2026-11-30-h200-speed-run12-14.md).
+So a child for each stage that may use shared memory is started with the stage children, before the compiles
 (:func:`start_early`, from grader/gpu/session.py); it starts the driver under the tool, uploads its
 inputs and waits at its gate ``racecheck``. The compile step hands each one its compiled kernel as
 soon as that stage's compile ends (:func:`on_compiled`), while the other stages still compile.

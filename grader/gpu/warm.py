@@ -4,7 +4,8 @@ Why: CuPy compiles each of its own elementwise and reduction kernels (the input 
 fills, the checker's comparisons) with NVRTC the first time a process uses it, into
 ``$CUPY_CACHE_DIR``. Every stage child has a cache folder of its own, in its fenced scratch
 folder, and they all started empty, so each compiled the same kernels again: most of the 1.2-1.5 s
-of each stage child's correctness phase and of the checker's 7 s on the H200 (docs/measurements/).
+of each stage child's correctness phase and of the checker's 7 s on the H200
+(docs/measurements/2026-11-30-h200-service-speed-truth.md).
 
 How: the trusted ``warm`` child (grader/children/warm.py) makes the stage child's, the checker's
 and the profile child's CuPy calls, at the rubric's sizes and types, on a kernel of the grader's

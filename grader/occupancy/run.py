@@ -28,7 +28,7 @@ message, never an exception):
    name it by its file name, never by a path on the grading machine.
 
 Everything measured is written to ``WORK/occupancy_measurements.json``
-(``tools/occupancy_gpu_check.py`` prints from it).
+(``docs/measurements/scripts/occupancy_gpu_check.py`` prints from it).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from grader.rubric.occupancy import HAND_GRADED, OccupancyConfig
 from grader.rubric.types import Rubric
 from grader.untrusted.yaml_load import Limits as YamlLimits
 
-# Re-exported: what tests and tools/occupancy_gpu_check.py reach through this module.
+# Re-exported: what tests and docs/measurements/scripts/occupancy_gpu_check.py reach through this module.
 __all__ = ["CHILD_TIMEOUT_S", "MEASUREMENTS_FILE", "PROGRAM_OUTPUT_LIMIT", "PROGRAM_TIMEOUT_S", "PendingBuilds",
            "Prebuilt", "apply_child_report", "child_spec", "grade_occupancy_submission", "load_answers",
            "parse_program_output", "run_program", "start_builds"]

@@ -4,10 +4,9 @@ One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins one 
 or statically with --no-gpu. A GPU worker keeps one CUDA context open on its GPU for its whole life
 (grader/gpu/keeper.py), so each grading's children make theirs faster, and probes its GPU once when
 it starts: each grading is handed that description (``grade --device``, as a batch does) instead of
-starting a probe child of its own. On an H200 (run 31 of
-docs/measurements/2026-11-30-h200-kept-context-run26-31.md) a grade of solutions/ took 14.7-14.9 s
-so, against 15.5-15.7 s probing (the probe phase: 0.02-0.03 s against 0.81-0.99 s). If the worker's
-probe fails, each grading probes for itself, as before.
+starting a probe child of its own (the probe phase: 0.02 s against 0.8 s on an H200;
+docs/measurements/2026-11-30-h200-kept-context-run26-31.md). If the worker's probe fails, each grading
+probes for itself.
 
 While grading, a heartbeat thread renews the job's lease every ``lease_s / 4``; a worker that loses
 its lease (it stalled, another took the job) stops its grading and stores nothing. On SIGTERM the

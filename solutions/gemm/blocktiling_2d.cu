@@ -51,7 +51,7 @@
 //    spilling: the 64 independent FFMAs per k give each warp enough
 //    instruction-level parallelism that 16 warps keep the FMA pipes busy,
 //    and the second block runs its global loads and barrier while the
-//    other computes. Measured on an H200 at N = 4096 (tools/tune_kernels.py,
+//    other computes. Measured on an H200 at N = 4096 (docs/measurements/scripts/tune_kernels.py,
 //    docs/measurements/2026-11-29-h200-spine-and-kernels.md): 93.9% of
 //    cuBLAS SGEMM with the cap, 67.2% without it (130 registers, 1 block/SM).
 //

@@ -3,9 +3,9 @@
 
 Run on an sm_90a GPU from the repository root:
 
-    python tools/tune_hopper.py                  # every variant; table on stdout
-    OUT=/dir python tools/tune_hopper.py         # ... and the record in $OUT/tune_hopper.json
-    python tools/tune_hopper.py --only default   # variants whose name starts with "default"
+    python docs/measurements/scripts/tune_hopper.py                  # every variant; table on stdout
+    OUT=/dir python docs/measurements/scripts/tune_hopper.py         # ... and the record in $OUT/tune_hopper.json
+    python docs/measurements/scripts/tune_hopper.py --only default   # variants whose name starts with "default"
 
 Each variant is solutions/gemm/hopper.cu compiled with a set of -D TUNE_* macros (the grader
 compiles with none: the variant "default"). Each runs in its own child process (``--one``) so a
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 SOURCE = ROOT / "solutions" / "gemm" / "hopper.cu"
 ARCH = ["-gencode=arch=compute_90a,code=sm_90a"]

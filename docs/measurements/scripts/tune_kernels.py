@@ -3,10 +3,10 @@
 
 Run on the GPU machine from the repository root:
 
-    python tools/tune_kernels.py                 # everything, table on stdout
-    OUT=/some/dir python tools/tune_kernels.py   # ... and the full record in $OUT/tune.json
-    python tools/tune_kernels.py --compile-only  # no GPU: ptxas registers/spills of every variant
-    python tools/tune_kernels.py --only 2d       # variants whose name starts with "2d"
+    python docs/measurements/scripts/tune_kernels.py                 # everything, table on stdout
+    OUT=/some/dir python docs/measurements/scripts/tune_kernels.py   # ... and the full record in $OUT/tune.json
+    python docs/measurements/scripts/tune_kernels.py --compile-only  # no GPU: ptxas registers/spills of every variant
+    python docs/measurements/scripts/tune_kernels.py --only 2d       # variants whose name starts with "2d"
 
 Each variant is a solution file from solutions/gemm/ compiled with a set of -D
 macros (the TUNE_* knobs those files expose). The grader compiles with no -D, so
@@ -48,7 +48,7 @@ from pathlib import Path
 # Must be set before cupy is imported anywhere in this process.
 os.environ["CUPY_TF32"] = "0"
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SOLUTIONS = ROOT / "solutions" / "gemm"
 ARCH = ["-gencode=arch=compute_90a,code=sm_90a"]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One build-check-measure cycle on a GPU machine, for the device tool (results under $OUT).
-# Usage: bash tools/gpu_session.sh STEP... (steps: env tune grade broken ncu sass occ pytest stability)
+# Usage: bash docs/measurements/scripts/gpu_session.sh STEP... (steps: env tune grade broken ncu sass occ pytest stability)
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 W=/tmp/gpu-work   # everything goes here; $OUT gets one tarball (the device returns few files)
@@ -17,7 +17,7 @@ step_env() {
 }
 step_tune() {
   log tune
-  [ -f tools/tune_kernels.py ] && timeout 300 $PY tools/tune_kernels.py ${TUNE_ARGS:-} 2>&1 | tee "$W/logs/tune.txt" | tail -40
+  [ -f docs/measurements/scripts/tune_kernels.py ] && timeout 300 $PY docs/measurements/scripts/tune_kernels.py ${TUNE_ARGS:-} 2>&1 | tee "$W/logs/tune.txt" | tail -40
 }
 step_grade() {
   log grade solutions
@@ -49,7 +49,7 @@ step_sass() {
 }
 step_ncu() {
   log ncu
-  timeout 500 $PY tools/ncu_capture.py "$W/fx" 2048 2>&1 | tail -40
+  timeout 500 $PY docs/measurements/scripts/ncu_capture.py "$W/fx" 2048 2>&1 | tail -40
 }
 step_occ() {
   log occupancy grid
@@ -69,7 +69,7 @@ step_calib() {
 }
 step_occcheck() {
   log occupancy check
-  timeout 400 $PY tools/occupancy_gpu_check.py --out "$W/occcheck" 2>&1 | tail -120
+  timeout 400 $PY docs/measurements/scripts/occupancy_gpu_check.py --out "$W/occcheck" 2>&1 | tail -120
 }
 for s in "$@"; do "step_$s"; done
 log bundle

@@ -1,6 +1,6 @@
 """How many replay passes Nsight Compute needs for groups of the grader's metrics (a GPU probe for #15).
 
-    python3 tools/ncu_passes.py [OUT]
+    python3 docs/measurements/scripts/ncu_passes.py [OUT]
 
 ncu replays a kernel once per pass; a grading's ncu run costs about its passes times its kernels,
 and each pass slows more than the rest of a grading while the other GPU of the host starts CUDA
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from grader.compile.toolchain import find_ncu  # noqa: E402

@@ -2,7 +2,7 @@
 # One GPU session for the sandbox and the restructured package (see docs/measurements/).
 # On the device machine, from the repository root, with `.dev-carry` carried (the bubblewrap .deb and
 # the gradescope-utils wheel, since that machine reaches no package registry):
-#   bash tools/gpu_trust.sh setup grade weak hostile
+#   bash docs/measurements/scripts/gpu_trust.sh setup grade weak hostile
 # Results: $OUT/trust.txt (the table) and $OUT/bundle.tgz (results.json, summary.md, logs).
 set -u
 OUT=${OUT:-/tmp/gpu-out}
@@ -106,7 +106,7 @@ step_facts() {
 # speed (issue 15): SPEED_GRADES (5) timed full grades of solutions/ and one of the starter, one phase
 # table with a column each ($OUT/phases-speed.md). The first grade starts from an empty per-machine
 # CuPy cache and makes the warm cache (grader/gpu/warm.py; its "cupy_cache.warm" phase), the others
-# reuse it. Then: did any child compile a CuPy kernel itself (tools/cupy_cache_report.py; if so, a
+# reuse it. Then: did any child compile a CuPy kernel itself (tests/cupy_cache_report.py; if so, a
 # diagnostic grade that keeps CuPy's sources names them), and the speed GPU tests. BEFORE=old/grading.json
 # adds an older grading as the first column.
 step_speed() {
@@ -120,10 +120,10 @@ step_speed() {
   cat "$OUT/phases-speed.md" >> "$OUT/trust.txt"
   log "children's own CuPy compiles (0 expected)"
   local compiled=0
-  for g in speed2 speed-starter; do $PY tools/cupy_cache_report.py "$W/$g" | tee -a "$OUT/trust.txt" || compiled=1; done
+  for g in speed2 speed-starter; do $PY tests/cupy_cache_report.py "$W/$g" | tee -a "$OUT/trust.txt" || compiled=1; done
   if [ "$compiled" = 1 ]; then
     grade_once speed-diag solutions GRADER_CUPY_CACHE="$W/cupy-diag-cache" CUPY_CACHE_SAVE_CUDA_SOURCE=1
-    GRADER_CUPY_CACHE="$W/cupy-diag-cache" $PY tools/cupy_cache_report.py "$W/speed-diag" | tee -a "$OUT/trust.txt"
+    GRADER_CUPY_CACHE="$W/cupy-diag-cache" $PY tests/cupy_cache_report.py "$W/speed-diag" | tee -a "$OUT/trust.txt"
   fi
   [ "${SPEED_TESTS:-1}" = 0 ] && return 0  # the gputests step runs them too
   log "speed GPU tests"
@@ -149,10 +149,10 @@ step_timeline() {
     $PY tools/phase_times.py --timeline "$g" > "$OUT/timeline-$(basename "$(dirname "$g")").md"
   done
 }
-# racecheck: its cost and its verdicts over the whole grid and a corner of it (tools/racecheck_probe.py).
+# racecheck: its cost and its verdicts over the whole grid and a corner of it (docs/measurements/scripts/racecheck_probe.py).
 step_racecheck() {
   log "racecheck probe"
-  OUT=$OUT timeout 600 $PY tools/racecheck_probe.py > "$W/logs/racecheck_probe.txt" 2>&1
+  OUT=$OUT timeout 600 $PY docs/measurements/scripts/racecheck_probe.py > "$W/logs/racecheck_probe.txt" 2>&1
   tail -5 "$W/logs/racecheck_probe.txt" >> "$OUT/trust.txt"
 }
 # contention (issue 15's batch): what slows a grading on GPU 0 while the host's other GPU works. One
@@ -213,19 +213,19 @@ for res in [Path(sys.argv[1]) / n / "results.json" for n in ("c-alone1", "speed2
             print(f"{res.parent.name:14} {t['number']:12} {t.get('status', '')}: {' | '.join(words)[:160]}")
 PY
 }
-# ncucost: one grading's ncu run again, as the grader runs it and in variants (tools/ncu_cost.py),
+# ncucost: one grading's ncu run again, as the grader runs it and in variants (docs/measurements/scripts/ncu_cost.py),
 # alone and beside CUDA processes starting on GPU 1 (NCU_PLAN="LOAD:VARIANT,...;...", NCU_REPEAT).
 step_ncucost() {
   log "ncucost: what the ncu run costs, and what slows it"
   export GRADER_CUPY_CACHE="$W/cupy-machine-cache"
   CUDA_VISIBLE_DEVICES=0 grade_once ncu-base solutions
-  $PY tools/ncu_cost.py "$W/ncu-base/work" "$OUT" --repeat "${NCU_REPEAT:-2}" ${NCU_PLAN:+--plan "$NCU_PLAN"} 2>&1 | tee -a "$OUT/trust.txt"
+  $PY docs/measurements/scripts/ncu_cost.py "$W/ncu-base/work" "$OUT" --repeat "${NCU_REPEAT:-2}" ${NCU_PLAN:+--plan "$NCU_PLAN"} 2>&1 | tee -a "$OUT/trust.txt"
 }
 # contexts: what a CUDA context costs to make, alone, beside one kept open, beside the other GPU's
-# (tools/context_cost.py); its JSON goes into trust.txt.
+# (docs/measurements/scripts/context_cost.py); its JSON goes into trust.txt.
 step_contexts() {
   log "contexts: the cost of making a CUDA context"
-  $PY tools/context_cost.py --reps "${CTX_REPS:-10}" --burst "${CTX_BURST:-12}" 2>&1 | tee -a "$OUT/trust.txt"
+  $PY docs/measurements/scripts/context_cost.py --reps "${CTX_REPS:-10}" --burst "${CTX_BURST:-12}" 2>&1 | tee -a "$OUT/trust.txt"
 }
 # device: single grades of solutions/ handed the GPU's description (grade --device, as a service
 # worker or a batch does) and probing it themselves, in turn; their phase tables side by side.

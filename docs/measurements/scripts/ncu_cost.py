@@ -1,13 +1,13 @@
 """What one grading's Nsight Compute run costs, and what makes it slower (a GPU experiment for #15).
 
-    python3 tools/ncu_cost.py WORK OUT [--repeat 2] [--loads none,contexts]
+    python3 docs/measurements/scripts/ncu_cost.py WORK OUT [--repeat 2] [--loads none,contexts]
 
 WORK is a kept grading's work folder (``grader/run_local.py solutions --keep-work``): its
 ``ncu/profile_spec.json`` and the kernels handed over at the profile child's gate. Each variant
 runs ncu over the same kernels, the way the grader does (its metrics, its command), outside the
 sandbox, and the table says its wall time, ncu's replay passes and the bytes ncu saved and restored
 around each kernel, alone and beside a load on GPU 1 (LOADS: loops of CUDA processes starting
-there, as tools/gpu_trust.sh's contention step; ``light`` with the driver's 8 hardware queues per
+there, as docs/measurements/scripts/gpu_trust.sh's contention step; ``light`` with the driver's 8 hardware queues per
 context, ``light1`` with the one queue the grader's children open). Variants (VARIANTS):
 
 - ``asis``: the profile child as the grader runs it (one queue, CuPy's cached blocks given back
@@ -19,7 +19,7 @@ context, ``light1`` with the one queue the grader's children open). Variants (VA
 One unrecorded run comes first, then the variants take turns. The script prints the largest
 relative difference per metric between each variant's first run and asis's. A load named
 ``KIND+kept`` is KIND with a process holding a context, idle, on GPUs 0 and 1 the whole time
-(tools/context_cost.py's keeper). Writes
+(docs/measurements/scripts/context_cost.py's keeper). Writes
 OUT/ncu_cost.json. Runs 15-17 (docs/measurements/2026-11-30-h200-speed-run15-20.md) ran an earlier
 version, where asis kept the blocks and ``lean`` gave them back.
 """
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 
@@ -57,7 +57,7 @@ LOADS = {  # kind: (one command of the loop, how many loops side by side), all o
     "contexts": ("python3 -c 'import cupy as cp; x = cp.zeros(1 << 26, dtype=cp.float32); x.sum().item()'", 4),
     "light": ("python3 -c 'import cupy as cp; cp.cuda.runtime.memGetInfo()'", 4),
     "light1": ("CUDA_DEVICE_MAX_CONNECTIONS=1 python3 -c 'import cupy as cp; cp.cuda.runtime.memGetInfo()'", 4),
-    "racecheck": (f"compute-sanitizer --tool racecheck python3 {ROOT / 'tools' / 'ncu_cost_racy.py'}", 2),
+    "racecheck": (f"compute-sanitizer --tool racecheck python3 {Path(__file__).resolve().parent / 'ncu_cost_racy.py'}", 2),
 }
 
 
@@ -153,7 +153,7 @@ def main() -> int:
     # The first ncu run of a machine is slower (run 16: 8.1 s, then 6.6-6.8 s): one run first,
     # unrecorded, then the variants in turn (A B A B), so no variant gains from coming later.
     once(plan[0][1][0])
-    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from context_cost import Keeper
 
     for kind, variants in plan:

@@ -1,7 +1,7 @@
 """What watching fenced steps costs the grading process: N steps at once, each a sleeping Python
 under the sandbox's fence, timed with each way the watchdog finds a step's processes.
 
-    python tools/watch_cost.py [N] [SECONDS]      (defaults: 16 steps of 3 s)
+    python docs/measurements/scripts/watch_cost.py [N] [SECONDS]      (defaults: 16 steps of 3 s)
 
 Prints one JSON line per tree reader: the grading process's own CPU seconds (user + system) over
 the run, the wall time, whether this kernel has /proc/PID/task/TID/children, and how many processes
@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from grader.sandbox import guard as sandbox  # noqa: E402
 from grader.sandbox import limits  # noqa: E402

@@ -1,6 +1,6 @@
 """Capture real Nsight Compute output for the solutions (fixtures and calibration leads).
 
-Run on a GPU machine: python3 tools/ncu_capture.py OUTDIR [N]
+Run on a GPU machine: python3 docs/measurements/scripts/ncu_capture.py OUTDIR [N]
 """
 import json
 import subprocess
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from grader.compile import toolchain  # noqa: E402

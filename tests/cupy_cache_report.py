@@ -1,4 +1,4 @@
-"""Did any child compile CuPy's kernels itself? ``python tools/cupy_cache_report.py OUT [CACHE_ROOT]``
+"""Did any child compile CuPy's kernels itself? ``python tests/cupy_cache_report.py OUT [CACHE_ROOT]``
 
 OUT is a grading's output folder, graded with ``--keep-work``. Every child's CuPy cache
 (``OUT/work/**/cupy-cache``) starts as a copy of the trusted warm cache (grader/gpu/warm.py); a

@@ -3,7 +3,7 @@
 racecheck, over the whole size-n grid, over the corner of it that Sanitizer.racecheck_blocks
 launches and over its first block alone, for the reference kernels and for kernels with a barrier removed.
 
-    OUT=/dir python3 tools/racecheck_probe.py      # on a GPU machine, from the repository root
+    OUT=/dir python3 docs/measurements/scripts/racecheck_probe.py      # on a GPU machine, from the repository root
 
 The race cases: tests/submissions/race_missing_sync (stage 3), and the references of stages 4, 5 and
 6 with the barrier that protects a shared tile from being overwritten while others read it taken out
@@ -28,7 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from grader.children.protocol import launch_grid  # noqa: E402

@@ -3,7 +3,7 @@
 
 Run from the repository root on the H200:
 
-    python3 tools/occupancy_gpu_check.py [--out DIR] [--no-ncu]
+    python3 docs/measurements/scripts/occupancy_gpu_check.py [--out DIR] [--no-ncu]
 
 1. Grades the occupancy exercises of solutions/ and starter/ (only those; through
    grader.occupancy.run.grade_occupancy_submission with the repository's rubric.yaml)
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 # Ex 3's launch for ncu: the reference program's work per launch.

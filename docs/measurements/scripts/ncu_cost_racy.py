@@ -1,4 +1,4 @@
-"""A load for tools/ncu_cost.py: one kernel using shared memory, run under compute-sanitizer racecheck."""
+"""A load for docs/measurements/scripts/ncu_cost.py: one kernel using shared memory, run under compute-sanitizer racecheck."""
 import cupy as cp
 
 SOURCE = r'''extern "C" __global__ void k(float* x) {

@@ -1,6 +1,6 @@
 """What a CUDA context costs to make, alone, beside a context kept open, and beside another GPU's.
 
-    python3 tools/context_cost.py [--reps 10] [--burst 12] [--gpus 0,1]
+    python3 docs/measurements/scripts/context_cost.py [--reps 10] [--burst 12] [--gpus 0,1]
 
 Each measured child is a fresh Python process that opens the driver (grader/children/driver.py),
 makes GPU A's primary context, allocates and frees 64 MiB and exits: the part of every grading
@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CHILD = ("import time; t = time.perf_counter()\n"
          "from grader.children.driver import Driver\n"
          "d = Driver(); d.start(0); p = d.alloc(64 << 20); d.free(p)\n"

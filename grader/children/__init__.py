@@ -30,7 +30,6 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/occupancy.py",
     "children/warm.py",
     "children/keep.py",
-    "sandbox/__init__.py",
     "children/inputs.py",
     "children/numerics.py",
 )

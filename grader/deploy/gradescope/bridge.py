@@ -25,6 +25,7 @@ Nothing here raises: every outcome is a :class:`Outcome` record written into ``e
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -287,24 +288,17 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
     return outcome
 
 
-def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
-                         env: Mapping[str, str] | None = None) -> Outcome:
-    """The GPU service step of a Gradescope run (after the static grading and its policy). Never raises;
-    results.json is rewritten only as a whole, and the static results are never lost."""
-    from grader.outputs.results import write_results
-
+def bridge_results(results: dict, results_dir: Path, submission: Path, source_dir: Path,
+                   env: Mapping[str, str] | None = None) -> Outcome:
+    """The GPU service step of a Gradescope run, on results.json's dict in memory (after the static
+    grading and its policy): ``results`` takes the service's verdicts or the sentence saying why not.
+    Writes nothing but the service's own files (:data:`SERVICE_FOLDER`); never raises, and on the
+    bridge's own failure ``results`` is what it was (the static results are never lost)."""
     env = os.environ if env is None else env
-    results_dir = Path(results_dir)
     config = read_bridge_config(Path(source_dir), env)
     if config is None:
         return Outcome("skipped", "no service URL in this package")
-    path = results_dir / "results.json"
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return Outcome("skipped", f"no readable results.json ({exc})")
-    if not isinstance(results, dict) or any("autograder_error" in (t.get("tags") or [])
-                                            for t in results.get("tests", []) if isinstance(t, dict)):
+    if any("autograder_error" in (t.get("tags") or []) for t in results.get("tests", []) if isinstance(t, dict)):
         return Outcome("skipped", "the static run ended in an autograder error")
     if not pending_tests(results):
         return Outcome("skipped", "no item is pending GPU grading (this run had a GPU)")
@@ -312,22 +306,41 @@ def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
         outcome = Outcome("misconfigured", config)
         print(f"gpu service: not used: {config}", flush=True)
     else:
-        before = json.dumps(results)
+        before = copy.deepcopy(results)
         try:
-            outcome = _exchange(config, results_dir, Path(submission), env, results)
+            outcome = _exchange(config, Path(results_dir), Path(submission), env, results)
         except Exception as exc:  # the bridge's own bug: the static results stand, said in one line
-            results = json.loads(before)
+            results.clear()
+            results.update(before)
             outcome = Outcome("unreachable", f"the bridge failed: {type(exc).__name__}: {exc}")
     if outcome.state != "merged":
         results["output"] = not_merged_note(outcome) + str(results.get("output") or "")
     extra = results.setdefault("extra_data", {})
     if isinstance(extra, dict):
         extra["gpu_service"] = asdict(outcome)
-    write_results(path, results)
     print(f"gpu service: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
           + (f"; merged {outcome.merged_items} items" if outcome.state == "merged" else "")
           + (f"; {outcome.still_pending} items still pending" if outcome.state == "without_gpu" else ""), flush=True)
     return outcome
 
 
-__all__ = ["BridgeConfig", "Outcome", "bridge_if_configured", "merge", "read_bridge_config"]
+def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
+                         env: Mapping[str, str] | None = None) -> Outcome:
+    """:func:`bridge_results` on the results.json already in ``results_dir`` (the step on its own, for
+    staff re-running it by hand): rewritten as a whole when the step did something. Never raises."""
+    from grader.outputs.results import write_results
+
+    path = Path(results_dir) / "results.json"
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return Outcome("skipped", f"no readable results.json ({exc})")
+    if not isinstance(results, dict):
+        return Outcome("skipped", "results.json is not an object")
+    outcome = bridge_results(results, Path(results_dir), submission, source_dir, env)
+    if outcome.state != "skipped":
+        write_results(path, results)
+    return outcome
+
+
+__all__ = ["BridgeConfig", "Outcome", "bridge_if_configured", "bridge_results", "merge", "read_bridge_config"]

@@ -237,7 +237,8 @@ def run(submission: Path, results_dir: Path, source_dir: Path, env: Mapping[str,
         results_dir.mkdir(parents=True, exist_ok=True)
         s = settings(source_dir, env)
         child = grade_in_child(submission, results_dir, s, control)
-        code = 0 if child.grading is not None else (child.proc.returncode or 1)
+        rc = child.proc.returncode
+        code = 0 if child.grading is not None else rc if rc is not None and rc > 0 else 1
         results = results_of(child, submission, results_dir, source_dir, s, env, control.cancel, started)
     except Exception:  # this run's own bug: said in the staff-only item, never left as a bare traceback
         results = error_results("The Gradescope run (python -m grader.deploy.gradescope run) failed:\n"

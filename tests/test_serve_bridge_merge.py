@@ -87,6 +87,28 @@ def test_an_item_the_service_did_not_grade_stays_pending():
     assert "leaderboard" not in res
 
 
+@pytest.mark.parametrize("key, value, said", [
+    ("score", "lots", "score is 'lots', expected a finite number"),
+    ("max_score", float("inf"), "max_score is inf, expected a finite number"),
+    ("status", "maybe", "status 'maybe' is not one of passed, failed"),
+    ("name", ["a"], "name is list, expected a string"),
+])
+def test_a_malformed_service_verdict_is_left_out_and_said(key, value, said):
+    """The service's results.json is another host's answer: an entry that is not a Gradescope test is
+    never copied into the static run's (its item stays pending); the others merge."""
+    res = _static()
+    service = _service()
+    service["tests"][2][key] = value  # 1.speed
+    outcome = Outcome("merged", job="j", url="u")
+    bridge.merge(res, service, outcome, leaderboard=None)
+    tests = {t["number"]: t for t in res["tests"]}
+    assert [t["number"] for t in bridge.pending_tests(res)] == ["1.speed"]
+    assert tests["1.speed"]["name"].startswith(PENDING_PREFIX) and "score" not in tests["1.speed"]
+    assert tests["1.correct"]["score"] == 6.0 and res["score"] == 2.0 + 6.0
+    assert outcome.merged_items == 1 and outcome.still_pending == 1
+    assert "1 of the service's tests were malformed" in res["output"] and f"(number '1.speed'): {said}" in res["output"]
+
+
 @pytest.mark.parametrize("state, words", [
     ("queued", "GPU grading queued as job `j1`"),
     ("running", "GPU grading queued as job `j1`"),

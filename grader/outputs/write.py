@@ -23,7 +23,12 @@ def build_outputs(grading: Grading, out: Path, drawn: Path | None = None) -> dic
     from grader.outputs.profile_page import write_profile_report
 
     profile = write_profile_report(grading, Path(out), drawn=drawn)
-    summary = summary_markdown(grading, profile)
+    return results_for(grading, summary_markdown(grading, profile))
+
+
+def results_for(grading: Grading, summary: str) -> dict:
+    """results.json's dict for ``grading`` under the markdown ``summary`` (summary.md's text): what a
+    grading's folder holds, rebuilt by whoever has only its grading.json and summary.md (the Gradescope run)."""
     return build_results(grading.items, execution_time=grading.seconds, output=summary,
                          extra={"device": grading.env.device, "peaks": grading.env.peaks},
                          leaderboard=leaderboard_entries(grading))

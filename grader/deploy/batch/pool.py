@@ -73,7 +73,7 @@ def gpu_env(gpu: str) -> dict[str, str]:
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": gpu}
 
 
-def _child_env(gpu: str | None) -> dict[str, str]:
+def child_env(gpu: str | None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -141,7 +141,7 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
     partial.mkdir(parents=True)
     t0 = time.monotonic()
     proc = sandbox.run(make_cmd(sub, partial, opts), timeout_s=opts.timeout_s, cwd=str(REPO_ROOT),
-                       env=_child_env(gpu), output_limit=LOG_LIMIT)
+                       env=child_env(gpu), output_limit=LOG_LIMIT)
     wall = time.monotonic() - t0
     (partial / "log.txt").write_text(
         f"$ {' '.join(proc.command)}\n# {proc.brief()}, {wall:.1f} s, GPU {gpu}\n"

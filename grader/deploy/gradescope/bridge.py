@@ -2,14 +2,16 @@
 
 ``run_autograder`` grades statically (Gradescope has no GPU) and applies the no-GPU policy; then,
 when the package was built with a service URL (``build --service-url URL --service-secret-file F
---assignment NAME``), :func:`bridge_if_configured`:
+--assignment NAME``), :func:`bridge_results`, on results.json's dict in memory (grader/deploy/gradescope/run.py
+writes it once afterwards):
 
 1. zips the submission deterministically (:func:`grader.serve.client.make_archive`: the same files
    give the same bytes, so the service's dedup answers a regrade with the stored job) and posts it,
    signed with the assignment's secret, with Gradescope's submission id when known;
 2. waits for the job within the run's time limit (``GRADER_RUN_DEADLINE``, set by run_autograder,
    less :data:`MARGIN_S`);
-3. merges: every item the static run left pending GPU grading takes the service's name, score,
+3. merges: the service's tests are read into :class:`ServiceVerdict` records (a malformed one is left out,
+   its item pending, and said); every item the static run left pending GPU grading takes its name, score,
    status and output; the leaderboard comes from the service's grading; the summary on top links
    to the job's page (the plots, the per-stage table).
 
@@ -25,7 +27,9 @@ Nothing here raises: every outcome is a :class:`Outcome` record written into ``e
 """
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -157,23 +161,100 @@ def submitter(autograder_dir: Path, secret: bytes) -> str | None:
     return submitter_id(secret, ids) if ids else None
 
 
+TEST_STATUSES = ("passed", "failed")  # what Gradescope knows (grader/outputs/results.py)
+
+
+@dataclass(frozen=True)
+class ServiceVerdict:
+    """One test of the service's results.json, checked: what a pending item takes from it."""
+
+    number: str
+    name: str | None = None  # None (absent in the service's): the static item's stays, as every absent key
+    output: str | None = None
+    score: float | None = None  # None: shown neutrally (a hand-graded item); then no max_score or status
+    max_score: float | None = None
+    status: str | None = None
+    output_format: str | None = None
+    visibility: str | None = None
+    tags: tuple[str, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    lacks_gpu: bool = False  # the service could not evaluate it for want of a GPU: never merged
+
+    def as_test(self, job: str | None) -> dict[str, Any]:
+        """What it changes of the static run's test: the keys the service gave, and extra_data (the service's,
+        marked with its job)."""
+        test: dict[str, Any] = {}
+        for key, value in (("name", self.name), ("output", self.output), ("score", self.score), ("max_score", self.max_score), ("status", self.status),
+                           ("output_format", self.output_format), ("visibility", self.visibility),
+                           ("tags", None if self.tags is None else list(self.tags))):
+            if value is not None:
+                test[key] = value
+        test["extra_data"] = {**self.extra, "gpu_service_job": job, "pending_gpu": False}
+        return test
+
+
+def _number(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where} is {value!r}, expected a finite number")
+    return float(value)
+
+
+def service_verdict(test: Any, index: int) -> ServiceVerdict:
+    """The service's ``tests[index]`` as a record; ValueError naming the test and the key that is wrong."""
+    if not isinstance(test, dict):
+        raise ValueError(f"tests[{index}] is {type(test).__name__}, expected an object")
+    number = test.get("number")
+    where = f"tests[{index}] (number {number!r})"
+    if not isinstance(number, str) or not number:
+        raise ValueError(f"{where}: number must be a non-empty string")
+    for key in ("name", "output", "output_format", "visibility"):
+        if test.get(key) is not None and not isinstance(test[key], str):
+            raise ValueError(f"{where}: {key} is {type(test[key]).__name__}, expected a string")
+    status = test.get("status")
+    if status is not None and status not in TEST_STATUSES:
+        raise ValueError(f"{where}: status {status!r} is not one of {', '.join(TEST_STATUSES)}")
+    tags = test.get("tags")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+        raise ValueError(f"{where}: tags must be a list of strings")
+    extra = test.get("extra_data")
+    if extra is not None and not isinstance(extra, dict):
+        raise ValueError(f"{where}: extra_data is {type(extra).__name__}, expected an object")
+    return ServiceVerdict(number=number, name=test.get("name"), output=test.get("output"),
+                          score=_number(test.get("score"), f"{where}: score"),
+                          max_score=_number(test.get("max_score"), f"{where}: max_score"), status=status,
+                          output_format=test.get("output_format"), visibility=test.get("visibility"),
+                          tags=None if tags is None else tuple(tags), extra=dict(extra or {}),
+                          lacks_gpu=is_gpu_item(test))
+
+
+def service_verdicts(service: Mapping[str, Any]) -> tuple[dict[str, ServiceVerdict], list[str]]:
+    """{number: verdict} of the service's results.json, and a sentence for each test left out as malformed."""
+    verdicts: dict[str, ServiceVerdict] = {}
+    problems: list[str] = []
+    for i, test in enumerate(service.get("tests") or []):
+        try:
+            v = service_verdict(test, i)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        verdicts[v.number] = v
+    return verdicts, problems
+
+
 def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
           leaderboard: list[dict] | None) -> dict:
     """Put the service's verdicts into every pending test of ``results`` (in place; returned).
-    Static items are never touched; a pending test the service did not grade, or could not evaluate for
-    want of a GPU, stays pending."""
-    theirs = {t.get("number"): t for t in service.get("tests") or [] if isinstance(t, dict)}
+    Static items are never touched; a pending test the service did not grade, graded with a malformed
+    entry, or could not evaluate for want of a GPU, stays pending."""
+    theirs, problems = service_verdicts(service)
     merged = 0
     for t in pending_tests(results):
-        s = theirs.get(t.get("number"))
-        if s is None or is_gpu_item(s):
+        v = theirs.get(str(t.get("number")))
+        if v is None or v.lacks_gpu:
             continue
-        for key in ("name", "score", "max_score", "status", "output", "output_format", "visibility", "tags"):
-            if key in s:
-                t[key] = s[key]
-        extra = dict(s.get("extra_data") or {}) if isinstance(s.get("extra_data"), dict) else {}
-        extra.update(gpu_service_job=outcome.job, pending_gpu=False)
-        t["extra_data"] = extra
+        t.update(v.as_test(outcome.job))
         merged += 1
     left = pending_tests(results)
     outcome.merged_items, outcome.still_pending = merged, len(left)
@@ -184,6 +265,9 @@ def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
             f"{merged} items. The per-stage table with % of cuBLAS, the ladder and roofline plots: {outcome.url}\n")
     if left:
         note += f">\n> {len(left)} items are still pending GPU grading (the service did not grade them).\n"
+    if problems:
+        note += (f">\n> {len(problems)} of the service's tests were malformed and left out (they stay pending): "
+                 + "; ".join(problems[:3]) + ".\n")
     results["output"] = note + "\n" + str(service.get("output") or "")
     extra = results.setdefault("extra_data", {})
     if isinstance(extra, dict):
@@ -287,24 +371,17 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
     return outcome
 
 
-def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
-                         env: Mapping[str, str] | None = None) -> Outcome:
-    """The GPU service step of a Gradescope run (after the static grading and its policy). Never raises;
-    results.json is rewritten only as a whole, and the static results are never lost."""
-    from grader.outputs.results import write_results
-
+def bridge_results(results: dict, results_dir: Path, submission: Path, source_dir: Path,
+                   env: Mapping[str, str] | None = None) -> Outcome:
+    """The GPU service step of a Gradescope run, on results.json's dict in memory (after the static
+    grading and its policy): ``results`` takes the service's verdicts or the sentence saying why not.
+    Writes nothing but the service's own files (:data:`SERVICE_FOLDER`); never raises, and on the
+    bridge's own failure ``results`` is what it was (the static results are never lost)."""
     env = os.environ if env is None else env
-    results_dir = Path(results_dir)
     config = read_bridge_config(Path(source_dir), env)
     if config is None:
         return Outcome("skipped", "no service URL in this package")
-    path = results_dir / "results.json"
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return Outcome("skipped", f"no readable results.json ({exc})")
-    if not isinstance(results, dict) or any("autograder_error" in (t.get("tags") or [])
-                                            for t in results.get("tests", []) if isinstance(t, dict)):
+    if any("autograder_error" in (t.get("tags") or []) for t in results.get("tests", []) if isinstance(t, dict)):
         return Outcome("skipped", "the static run ended in an autograder error")
     if not pending_tests(results):
         return Outcome("skipped", "no item is pending GPU grading (this run had a GPU)")
@@ -312,22 +389,41 @@ def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
         outcome = Outcome("misconfigured", config)
         print(f"gpu service: not used: {config}", flush=True)
     else:
-        before = json.dumps(results)
+        before = copy.deepcopy(results)
         try:
-            outcome = _exchange(config, results_dir, Path(submission), env, results)
+            outcome = _exchange(config, Path(results_dir), Path(submission), env, results)
         except Exception as exc:  # the bridge's own bug: the static results stand, said in one line
-            results = json.loads(before)
+            results.clear()
+            results.update(before)
             outcome = Outcome("unreachable", f"the bridge failed: {type(exc).__name__}: {exc}")
     if outcome.state != "merged":
         results["output"] = not_merged_note(outcome) + str(results.get("output") or "")
     extra = results.setdefault("extra_data", {})
     if isinstance(extra, dict):
         extra["gpu_service"] = asdict(outcome)
-    write_results(path, results)
     print(f"gpu service: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
           + (f"; merged {outcome.merged_items} items" if outcome.state == "merged" else "")
           + (f"; {outcome.still_pending} items still pending" if outcome.state == "without_gpu" else ""), flush=True)
     return outcome
 
 
-__all__ = ["BridgeConfig", "Outcome", "bridge_if_configured", "merge", "read_bridge_config"]
+def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
+                         env: Mapping[str, str] | None = None) -> Outcome:
+    """:func:`bridge_results` on the results.json already in ``results_dir`` (the step on its own, for
+    staff re-running it by hand): rewritten as a whole when the step did something. Never raises."""
+    from grader.outputs.results import write_results
+
+    path = Path(results_dir) / "results.json"
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return Outcome("skipped", f"no readable results.json ({exc})")
+    if not isinstance(results, dict):
+        return Outcome("skipped", "results.json is not an object")
+    outcome = bridge_results(results, Path(results_dir), submission, source_dir, env)
+    if outcome.state != "skipped":
+        write_results(path, results)
+    return outcome
+
+
+__all__ = ["BridgeConfig", "Outcome", "ServiceVerdict", "bridge_if_configured", "bridge_results", "merge", "read_bridge_config"]

@@ -15,7 +15,7 @@ import yaml
 
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
-from grader.rubric.items import stage_item
+from grader.rubric.kinds import stage_item
 from grader.rubric.occupancy import load_occupancy_config
 from grader.rubric.peaks import PEAKS
 from grader.rubric.reader import Reader

@@ -118,6 +118,11 @@ class Kind:
     calibrated: bool = False  # has a calibration reading for every item (a threshold); else as technique only
     not_calibrated: str = ""  # why the calibration does not read it (the static kinds)
     axis: Axis | None = None  # what-if's histogram axis (threshold kinds)
+    # How a title may state its threshold (grader/rubric/titles.py checks the numbers it states): "N%" over this
+    # scale (100: the level is a fraction; with a ``unit`` param, only when the unit is "%"), "N x", "at least N".
+    title_percent: float | None = None
+    title_times: bool = False
+    title_bounds: bool = False
 
     @property
     def technique_allowed(self) -> bool:
@@ -133,6 +138,12 @@ class Kind:
     def threshold_kind(self) -> bool:
         """Graded by a number against a level (what-if and rescore read its number)."""
         return self.measured_key is not None
+
+    def title_percent_scale(self, item: Item) -> float | None:
+        """The scale of an "N%" in the item's title, None when its title states no percentage."""
+        if "unit" in self.params and item.params.get("unit") != "%":
+            return None
+        return self.title_percent
 
     def op(self, item: Item) -> str:
         """How its number is compared with its level."""
@@ -683,15 +694,18 @@ REGISTRY = Registry({k.name: k for k in (
          not_calibrated="calibrated only as technique evidence (a pass or fail, no number)"),
     Kind(FRACTION_OF_BASELINE, "the stage's speed as a fraction of its baseline's", {"min": _MIN, **_CURVE},
          _judge_fraction_of_baseline, _handout_fraction_of_baseline, validate=_validate_speed, speed=True,
-         measured_key="fraction_of_baseline", level_param="min", calibrated=True, axis=_axis_fraction_of_baseline),
+         measured_key="fraction_of_baseline", level_param="min", calibrated=True, axis=_axis_fraction_of_baseline,
+         title_percent=100.0),
     Kind(SPEEDUP_OVER_STAGE, "the stage's speed over another stage's", {
         "stage": Param(str, True, "the id of the stage compared with"), "min": _MIN, **_CURVE},
          _judge_speedup, _handout_speedup, validate=_validate_speed, speed=True, measured_key="speedup",
-         level_param="min", other_stage_param="stage", calibrated=True, axis=_axis_speedup),
+         level_param="min", other_stage_param="stage", calibrated=True, axis=_axis_speedup, title_times=True,
+         title_bounds=True),
     Kind(FRACTION_OF_PEAK, "the stage's TFLOP/s as a multiple of the device's peak", {
         "peak": Param(str, True, "which peak: " + " or ".join(PEAKS)), "min": _MIN, **_CURVE},
          _judge_fraction_of_peak, _handout_fraction_of_peak, validate=_validate_peak, speed=True,
-         measured_key="ratio", level_param="min", calibrated=True, axis=_axis_fraction_of_peak),
+         measured_key="ratio", level_param="min", calibrated=True, axis=_axis_fraction_of_peak,
+         title_percent=100.0, title_times=True),
     # An Nsight Compute criterion: `expr` over metric names (and N, the profile size),
     # compared with `value` (a number or an expression in N). See grader/rubric/expr.py.
     # `integrity: true`: the criterion checks that the work is done honestly, not that the stage moved
@@ -705,7 +719,8 @@ REGISTRY = Registry({k.name: k for k in (
         "unit": Param(str, False, "the unit the values are shown in"),
         "integrity": Param(bool, False, "the criterion checks honest work, so the previous stage may pass it"),
         **_TECHNIQUE, **_CURVE}, judge_ncu, _handout_ncu, validate=_validate_ncu, measured_key="value",
-         level_param="value", expression_params=("expr", "value"), calibrated=True, axis=_axis_ncu),
+         level_param="value", expression_params=("expr", "value"), calibrated=True, axis=_axis_ncu,
+         title_percent=1.0, title_bounds=True),
 )})
 
 

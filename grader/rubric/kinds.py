@@ -301,11 +301,10 @@ def sizes_words(rubric: Rubric) -> str:
     return ", ".join(str(n) for n in rubric.correctness_sizes)
 
 
-def _with_words(kind_name: str) -> Callable[[Item, Callable[[float], str]], str]:
-    def words(item: Item, show: Callable[[float], str]) -> str:
-        text = REGISTRY[kind_name].curve(item).words(show)
-        return "; " + text if text else ""
-    return words
+def _curve_words(name: str, item: Item, show: Callable[[float], str]) -> str:
+    """The item's curve in words, after a "; " (nothing without a curve)."""
+    text = REGISTRY[name].curve(item).words(show)
+    return "; " + text if text else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,21 +497,21 @@ def _judge_speedup(item: Item, o: StageView, context: JudgeContext) -> ItemResul
 
 
 def _handout_fraction_of_baseline(item: Item, stage: Stage, rubric: Rubric) -> str:
-    words = _with_words(FRACTION_OF_BASELINE)(item, lambda v: f"{100 * v:g}%")
+    words = _curve_words(FRACTION_OF_BASELINE, item, lambda v: f"{100 * v:g}%")
     return (f"at least {100 * item.params['min']:g}% of {BASELINES[stage.baseline].words}'s speed (its median time / "
             f"yours, interleaved runs at N = {stage.bench.n}) for full points{words}")
 
 
 def _handout_fraction_of_peak(item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    words = _with_words(FRACTION_OF_PEAK)(item, lambda v: f"{v:g} x")
+    words = _curve_words(FRACTION_OF_PEAK, item, lambda v: f"{v:g} x")
     return (f"at least {p['min']:g} x the {PEAK_WORDS[p['peak']]} (TFLOP/s at N = {stage.bench.n}) for full "
             f"points{words}")
 
 
 def _handout_speedup(item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    words = _with_words(SPEEDUP_OVER_STAGE)(item, lambda v: f"{v:g} x")
+    words = _curve_words(SPEEDUP_OVER_STAGE, item, lambda v: f"{v:g} x")
     return f"at least {p['min']:g} x faster than your `{p['stage']}` kernel{words}"
 
 
@@ -613,7 +612,7 @@ def _handout_ncu(item: Item, stage: Stage, rubric: Rubric) -> str:
     unit = p.get("unit", "")
     unit = "%" if unit == "%" else (f" {unit}" if unit else "")
     value = str(p["value"]).replace("**", "^")
-    words = _with_words(NCU)(item, lambda v: f"{v:g}{unit}") if not isinstance(p["value"], str) else ""
+    words = _curve_words(NCU, item, lambda v: f"{v:g}{unit}") if not isinstance(p["value"], str) else ""
     mark = "*technique*: " if is_technique(item) else ""
     return (f"{mark}`{p['expr']}` {p['op']} {value}{unit} (Nsight Compute, one launch at N = "
             f"{rubric.profile.n}){words}")

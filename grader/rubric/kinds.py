@@ -25,8 +25,13 @@ count only for a kernel that is evidently an attempt (:func:`attempt`): the star
 but score nothing.
 
 The ``ncu`` kind: ``expr`` (and ``value`` when it is a string) is written in the rubric's expression language
-(grader/rubric/expr.py), e.g. ``smsp__inst_executed_op_shared_ld.sum / (sm__sass_thread_inst_executed_op_ffma_
-pred_on.sum / 32) <= 0.5``. A stage whose kernel is not correct is never credited for its counters (FAILED,
+(grader/rubric/expr.py), e.g.::
+
+    expr: smsp__inst_executed_op_shared_ld.sum / (sm__sass_thread_inst_executed_op_ffma_pred_on.sum / 32)
+    op: "<="
+    value: 0.5
+
+A stage whose kernel is not correct is never credited for its counters (FAILED,
 "not profiled: ..."); when the grader could not profile (no ncu, counters locked, no GPU) the item is
 NOT_EVALUATED with the reason. The status follows the cause of the stage's ``ncu_gap``, never its wording.
 """
@@ -178,10 +183,12 @@ class Kind:
         passed = bool(result and result.status == Status.PASSED)
         if self.measured_key is None:
             return Reading(None, None, self.name, passed)
-        if self.level_param and isinstance(item.params.get(self.level_param), (int, float)) and "op" not in self.params:
-            level: Any = float(item.params[self.level_param])
-        else:  # compared with what the grading computed (an expression in N, a metric)
+        level: Any
+        if self.needs_profile or self.level_param is None:
+            # An Nsight Compute level may be an expression in N or in metrics: the one its judge computed.
             level = (result.values or {}).get("threshold") if result else None
+        else:
+            level = float(item.params[self.level_param])
         value = (result.values or {}).get(self.measured_key) if result is not None else None
         return Reading(float(value) if isinstance(value, (int, float)) else None, level, self.op(item), passed)
 

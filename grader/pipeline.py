@@ -32,6 +32,7 @@ from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import Verdict
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
+from grader.rubric.kinds import REGISTRY
 from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
 from grader.sandbox import guard as sandbox
@@ -171,7 +172,7 @@ def profile(job: Job) -> Job:
     Meanwhile the grading process, idle, draws the ladder plot for the outputs (grader/outputs/plots.py)."""
     if job.env.has_gpu and (ladder := ladder_plot(job.outcomes, job.env.peaks, job.work.parent)) is not None:
         draw_ahead(ladder_png, *ladder)  # the timings are final: the ladder is drawn while ncu runs
-    if any(i.kind == "ncu" for o in job.outcomes.values() for i in o.stage.items):
+    if any(REGISTRY.of(i).needs_profile for o in job.outcomes.values() for i in o.stage.items):
         job.progress("profiling with Nsight Compute")
     if job.schedule is not None:  # ncu measures: what still runs (the occupancy program) ends first
         job.schedule.quiet()

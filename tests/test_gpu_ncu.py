@@ -11,7 +11,7 @@ from grader.compile import toolchain
 from grader.grading import load_grading
 from grader.model import Status
 from grader.profile.diagnosis import diagnose
-from grader.score.ncu import evaluate_ncu_item
+from grader.rubric.kinds import judge_ncu
 
 pytestmark = pytest.mark.gpu
 
@@ -36,7 +36,7 @@ def test_reference_kernels_meet_every_proposed_criterion(solutions_graded):
         ffma = o.ncu["sm__sass_thread_inst_executed_op_ffma_pred_on.sum"]
         assert ffma == (n**3 if o.stage.inputs == "fp32" else 0), sid
         for it in [i for i in o.stage.items if i.kind == "ncu"]:
-            r = evaluate_ncu_item(it, o)
+            r = judge_ncu(it, o)
             assert r.status == Status.PASSED, f"{sid}.{it.id}: {r.message}"
         d = diagnose(o.ncu, sid)
         assert d.verdict and d.next_step and not d.missing, (sid, d.missing)
@@ -49,7 +49,7 @@ def test_shifted_submission_fails_exactly_the_transition_criteria(shifted_profil
     first = next(iter(outcomes))
     for sid, o in outcomes.items():
         for it in [i for i in o.stage.items if i.kind == "ncu"]:
-            r = evaluate_ncu_item(it, o)
+            r = judge_ncu(it, o)
             integrity = it.params["op"] == "==" or bool(it.params.get("integrity"))
             expected = Status.PASSED if integrity or sid == first else Status.FAILED
             assert r.status == expected, f"{sid}.{it.id}: {r.message}"

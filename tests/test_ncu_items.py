@@ -1,4 +1,4 @@
-"""grader/rubric/expr.py and grader/score/ncu.py: safe expressions, statuses and messages of `ncu` items."""
+"""grader/rubric/expr.py and grader/rubric/kinds.py (the ncu kind): safe expressions, statuses and messages of `ncu` items."""
 from pathlib import Path
 
 import pytest
@@ -10,10 +10,9 @@ from grader.model import Cause, Gap, Status, Verdict
 from grader.profile.ncu import parse_raw_csv
 from grader.rubric.errors import RubricError
 from grader.rubric.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
-from grader.rubric.items import stage_item
+from grader.rubric.kinds import judge_ncu, measure, stage_item
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
-from grader.score.ncu import evaluate_ncu_item, measure
 from grader.score.stages import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,36 +83,36 @@ def test_measure_on_the_fixture():
 
 def test_pass_message_has_value_threshold_unit_and_inputs_and_the_explanation_only_on_failure():
     it = item(f"{FFMA} / {REQ}", unit="FFMA per request", explain="Each global load feeds TILE FMAs.")
-    r = evaluate_ncu_item(it, outcome())
+    r = judge_ncu(it, outcome())
     assert r.status == Status.PASSED and r.score == 3 and r.max_score == 3
     assert r.number == "3.reuse" and r.stage == "tiled" and r.visibility == "visible"
     assert r.values == {"value": 512.0, "threshold": 128.0}
     assert "measured 512 FFMA per request, needs >= 128 FFMA per request" in r.message
     assert "N=2048" in r.message and f"{REQ} = 16,777,216" in r.message
     assert "Each global load feeds TILE FMAs." not in r.message  # what to look at next: failures only
-    failed = evaluate_ncu_item(it, outcome(kernel="mmCoalesced"))
+    failed = judge_ncu(it, outcome(kernel="mmCoalesced"))
     assert failed.message.endswith("Each global load feeds TILE FMAs.")
 
 
 def test_fail_on_the_predecessor_kernel():
-    r = evaluate_ncu_item(item(f"{FFMA} / {REQ}"), outcome(kernel="mmCoalesced"))
+    r = judge_ncu(item(f"{FFMA} / {REQ}"), outcome(kernel="mmCoalesced"))
     assert r.status == Status.FAILED and r.score == 0 and r.message.startswith("not met: measured 16,")
 
 
 def test_percent_unit_reads_naturally():
     it = item("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", ">=", 45, unit="%")
-    r = evaluate_ncu_item(it, outcome("blocktiling_2d", "mm2DBlocktiling"))
+    r = judge_ncu(it, outcome("blocktiling_2d", "mm2DBlocktiling"))
     assert r.status == Status.PASSED and "measured 73.01%, needs >= 45%" in r.message
 
 
 def test_division_by_zero_fails_with_a_clear_message():
-    r = evaluate_ncu_item(item(f"{FFMA} / smsp__inst_executed_op_shared_ld.sum"), outcome("coalesced", "mmCoalesced"))
+    r = judge_ncu(item(f"{FFMA} / smsp__inst_executed_op_shared_ld.sum"), outcome("coalesced", "mmCoalesced"))
     assert r.status == Status.FAILED and "divides by zero" in r.message
     assert "smsp__inst_executed_op_shared_ld.sum = 0" in r.message
 
 
 def test_no_metrics_because_ncu_is_missing_is_not_evaluated():
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.GRADER,
+    r = judge_ncu(item(FFMA), outcome(ncu=None, gap=Gap(Cause.GRADER,
                                                                 "not evaluated: Nsight Compute (ncu) not found")))
     assert r.status == Status.NOT_EVALUATED and r.score == 0
     assert r.message == "not evaluated: Nsight Compute (ncu) not found"
@@ -121,30 +120,30 @@ def test_no_metrics_because_ncu_is_missing_is_not_evaluated():
 
 def test_the_status_follows_the_gaps_cause_not_its_wording():
     # The message is only shown: a grader-side gap is not evaluated whatever its text says.
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.GRADER, "not profiled: words only")))
+    r = judge_ncu(item(FFMA), outcome(ncu=None, gap=Gap(Cause.GRADER, "not profiled: words only")))
     assert r.status == Status.NOT_EVALUATED and r.message == "not profiled: words only"
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.STUDENT, "not evaluated: words only")))
+    r = judge_ncu(item(FFMA), outcome(ncu=None, gap=Gap(Cause.STUDENT, "not evaluated: words only")))
     assert r.status == Status.FAILED
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None))
+    r = judge_ncu(item(FFMA), outcome(ncu=None))
     assert r.status == Status.NOT_EVALUATED and r.message.startswith("not evaluated")
 
 
 def test_not_profiled_is_the_students_failure():
-    r = evaluate_ncu_item(item(FFMA), outcome(ncu=None, gap=Gap(Cause.STUDENT, "not profiled: the kernel is not correct")))
+    r = judge_ncu(item(FFMA), outcome(ncu=None, gap=Gap(Cause.STUDENT, "not profiled: the kernel is not correct")))
     assert r.status == Status.FAILED and r.message == "not profiled: the kernel is not correct"
 
 
 def test_a_wrong_kernel_never_earns_counter_points_even_with_metrics():
-    r = evaluate_ncu_item(item(f"{FFMA} / {REQ}"), outcome(correct=False))
+    r = judge_ncu(item(f"{FFMA} / {REQ}"), outcome(correct=False))
     assert r.status == Status.FAILED and r.message.startswith("not profiled: the kernel is not correct")
 
 
 def test_a_metric_this_gpu_lacks_is_not_evaluated():
     # The fixture's rows say CC 9.0 (gh100); this counter exists only on gb202's ncu.
-    r = evaluate_ncu_item(item("sm__pipe_fma_cycles_active_realtime.sum"), outcome())
+    r = judge_ncu(item("sm__pipe_fma_cycles_active_realtime.sum"), outcome())
     assert r.status == Status.NOT_EVALUATED
     assert r.message.startswith("not evaluated: ncu on gh100 has no metric sm__pipe_fma_cycles_active_realtime.sum")
-    r = evaluate_ncu_item(item("dram__bytes_read.sum.per_cycle_active"), outcome())  # on gh100, not collected
+    r = judge_ncu(item("dram__bytes_read.sum.per_cycle_active"), outcome())  # on gh100, not collected
     assert r.status == Status.NOT_EVALUATED and "ncu did not report dram__bytes_read.sum.per_cycle_active" in r.message
 
 
@@ -161,15 +160,15 @@ def test_a_broken_rubric_expression_stops_the_rubric_with_its_key():
 
 
 def test_an_expression_that_fails_only_when_evaluated_is_not_evaluated_not_failed():
-    r = evaluate_ncu_item(item(f"{FFMA} ** 100"), outcome())
+    r = judge_ncu(item(f"{FFMA} ** 100"), outcome())
     assert r.status == Status.NOT_EVALUATED and "expression is invalid" in r.message
 
 
 def test_equality_is_exact():
-    r = evaluate_ncu_item(item(FFMA, "==", "N**3"), outcome())
+    r = judge_ncu(item(FFMA, "==", "N**3"), outcome())
     assert r.status == Status.PASSED
     m = dict(TABLE["mmTiled"], **{FFMA: 2048.0**3 + 32})
-    assert evaluate_ncu_item(item(FFMA, "==", "N**3"), outcome(ncu=m)).status == Status.FAILED
+    assert judge_ncu(item(FFMA, "==", "N**3"), outcome(ncu=m)).status == Status.FAILED
 
 
 def test_scoring_dispatches_ncu_items_here():

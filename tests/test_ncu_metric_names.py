@@ -22,6 +22,7 @@ from grader.profile.ncu import metrics_needed
 from grader.rubric import metric_names
 from grader.rubric.errors import RubricError
 from grader.rubric.expr import METRIC_RE, check_expression
+from grader.rubric.kinds import judge_ncu
 from grader.rubric.load import load_rubric, parse_rubric
 from grader.rubric.metric_names import SUFFIXES, chip_for_cc, chips_with, missing_on, problem, shipped
 from grader.rubric.ncu_list import (
@@ -33,7 +34,6 @@ from grader.rubric.ncu_list import (
     raw_page_metrics,
 )
 from grader.rubric.types import Profile
-from grader.score.ncu import evaluate_ncu_item
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURES = ROOT / "tests" / "fixtures" / "ncu"
@@ -256,7 +256,7 @@ def test_on_the_h200_a_metric_only_another_chip_has_is_left_out_and_named(tmp_pa
     asked = argv[argv.index("--metrics") + 1].split(",")
     assert GB202_ONLY not in asked and "sm__throughput.avg.pct_of_peak_sustained_elapsed" in asked
     assert run.dropped_metrics == [GB202_ONLY] and f"ncu on gh100 has no metric {GB202_ONLY}" in run.notes[0]
-    r = evaluate_ncu_item(next(i for i in rubric.stage("tiled").items if i.id == "realtime"), outs["tiled"])
+    r = judge_ncu(next(i for i in rubric.stage("tiled").items if i.id == "realtime"), outs["tiled"])
     assert r.status == Status.NOT_EVALUATED
     assert r.message == (f"not evaluated: ncu on gh100 has no metric {GB202_ONLY} (it exists on gb202); "
                          "not your kernel's fault")

@@ -8,8 +8,8 @@ import pytest
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict
 from grader.profile.ncu import parse_raw_csv
+from grader.rubric.kinds import judge_ncu, measure
 from grader.rubric.load import load_rubric
-from grader.score.ncu import evaluate_ncu_item, measure
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -47,7 +47,7 @@ def test_every_stage_is_covered_and_every_fp32_stage_has_the_integrity_check():
 @pytest.mark.parametrize("stage_id,it", list(cases()))
 def test_reference_passes_with_margin(stage_id, it):
     st = RUBRIC.stage(stage_id)
-    r = evaluate_ncu_item(it, outcome(stage_id, st.kernel))
+    r = judge_ncu(it, outcome(stage_id, st.kernel))
     assert r.status == Status.PASSED, r.message
     assert it.params.get("explain") and it.title and it.points > 0
     if it.params["op"] != "==" and not it.params.get("integrity"):
@@ -58,6 +58,6 @@ def test_reference_passes_with_margin(stage_id, it):
 @pytest.mark.parametrize("stage_id,it", [c for c in cases() if c.values[0] != "naive"])
 def test_predecessor_fails_transition_items_and_passes_integrity_items(stage_id, it):
     prev = RUBRIC.stages[IDS.index(stage_id) - 1]
-    r = evaluate_ncu_item(it, outcome(stage_id, prev.kernel))
+    r = judge_ncu(it, outcome(stage_id, prev.kernel))
     expected = Status.PASSED if it.params["op"] == "==" or it.params.get("integrity") else Status.FAILED
     assert r.status == expected, r.message

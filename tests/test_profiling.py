@@ -10,10 +10,9 @@ from grader.compile.stage import CompileResult
 from grader.gpu.ncu_run import profile_stages
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Status, Verdict
-from grader.rubric.items import stage_item
+from grader.rubric.kinds import judge_ncu, stage_item
 from grader.rubric.load import load_rubric
 from grader.rubric.types import Profile
-from grader.score.ncu import evaluate_ncu_item
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "ncu" / "ncu2025.3.1_raw_solutions_h200_n2048.csv"
@@ -59,8 +58,8 @@ def test_correct_stages_are_profiled_in_one_run(tmp_path):
     assert spec["n"] == 2048 and spec["seed"] == 5 and [s["id"] for s in spec["stages"]][0] == "tiled"
     assert all(Path(s["cubin"]).is_absolute() for s in spec["stages"])
     assert spec["stages"][0]["launch"] == {"block": [32, 32], "tile": [32, 32], "smem": 0}
-    assert evaluate_ncu_item(ITEM, outs["tiled"]).status == Status.PASSED
-    assert evaluate_ncu_item(ITEM, outs["coalesced"]).status == Status.FAILED
+    assert judge_ncu(ITEM, outs["tiled"]).status == Status.PASSED
+    assert judge_ncu(ITEM, outs["coalesced"]).status == Status.FAILED
 
 
 def test_without_a_gpu_nothing_runs_and_items_are_not_evaluated(tmp_path):
@@ -71,7 +70,7 @@ def test_without_a_gpu_nothing_runs_and_items_are_not_evaluated(tmp_path):
                          work_dir=tmp_path, seed=1, ncu_tool=fake_ncu(tmp_path))
     assert run is None and not (tmp_path / "argv").exists()
     assert outs["tiled"].ncu_gap == Gap(Cause.NO_GPU, "not evaluated: no CUDA device")
-    item = evaluate_ncu_item(ITEM, outs["tiled"])
+    item = judge_ncu(ITEM, outs["tiled"])
     assert item.status == Status.NOT_EVALUATED and item.needs_gpu
 
 

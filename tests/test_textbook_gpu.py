@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.rubric.items import SPEED_KINDS, is_technique
+from grader.rubric.items import is_technique
+from grader.rubric.kinds import REGISTRY
 from grader.rubric.load import load_rubric
 from tests.gpu_jobs import TEXTBOOK_STAGES
 
@@ -30,5 +31,5 @@ def test_the_textbook_kernels_earn_their_stage(textbook_graded):
             top = extra.get("bonus_max", t.get("max_score", 0)) if st.bonus else t.get("max_score", 0)
             if it.kind == "correct" or is_technique(it):
                 assert extra.get("status") == "passed", (t["number"], t["output"][:400])
-            if it.kind in SPEED_KINDS:
+            if REGISTRY.of(it).speed:
                 assert got >= 0.5 * top > 0, (t["number"], got, top, t["output"][:400])

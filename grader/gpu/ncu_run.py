@@ -21,7 +21,7 @@ from grader.compile import toolchain
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
 from grader.profile.ncu import NcuRun, collect, metrics_needed
-from grader.rubric.metric_names import chip_for_cc, chips_with, missing_on
+from grader.rubric.metric_names import chip_for_cc, missing_on
 from grader.rubric.types import Rubric
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult
@@ -71,17 +71,6 @@ def wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list
 def stage_spec(o: StageOutcome) -> dict:
     """One entry of the profile_child spec (of a compiled stage)."""
     return {"id": o.stage.id, **o.launch_spec()}
-
-
-def missing_metric_message(metric: str, row: dict | None) -> str:
-    """Why an ncu item's metric has no value for a kernel: the chip's ncu lacks it (``row["CC"]`` is
-    the compute capability ncu reported for the kernel's GPU), or ncu did not report it."""
-    chip = chip_for_cc((row or {}).get("CC"))
-    others = sorted(chips_with(metric) - {chip})
-    if chip and others and chip not in chips_with(metric):
-        return (f"not evaluated: ncu on {chip} has no metric {metric} (it exists on {', '.join(others)}); "
-                "not your kernel's fault")
-    return f"not evaluated: ncu did not report {metric} for this kernel on this GPU (not your kernel's fault)"
 
 
 def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, gpu_reason: str,

@@ -16,7 +16,7 @@ by the item's role (the rule every default criterion must meet):
 * *technique* items (``technique: true``, the SASS and ncu evidence of the stage's technique): the
   reference passes every repeat with at least ``MIN_MARGIN``, the textbook kernel passes every
   repeat, and both predecessors fail every repeat;
-* *speed* items (grader/rubric/items.py: SPEED_KINDS, scored on their curve and only once the technique
+* *speed* items (the speed kinds of grader/rubric/kinds.py, scored on their curve and only once the technique
   items pass): the reference earns all their points with ``MIN_MARGIN`` over the full level, and the
   textbook kernel earns at least half of them in every repeat;
 * *integrity* items (``op: "=="`` or ``integrity: true``): the reference passes every repeat;
@@ -43,17 +43,14 @@ from typing import TYPE_CHECKING
 
 from grader.instructor.stage_limits import LimitProposal, limit_proposals
 from grader.instructor.stage_limits import render_lines as limit_lines
-from grader.model import Status
-from grader.rubric.items import SPEED_KINDS, is_technique
+from grader.rubric.items import Item, is_technique
+from grader.rubric.kinds import REGISTRY, Reading, Registry
 
 if TYPE_CHECKING:  # annotations only: the report logic takes any Grading-shaped object and imports no pipeline
     from grader.grading import Environment, Grading
     from grader.rubric.types import Rubric
 
 MIN_MARGIN = 0.10
-THRESHOLD_KINDS = ("ncu", *SPEED_KINDS)
-_VALUE_KEY = {"fraction_of_baseline": "fraction_of_baseline", "fraction_of_peak": "ratio",
-              "speedup_over_stage": "speedup"}
 # The textbook population a calibration grades by default (beside the solutions in a checkout).
 DEFAULT_TEXTBOOK = Path("tests") / "submissions" / "textbook" / "course"
 HALF = 0.5  # the share of a speed item's points the textbook kernel must earn
@@ -67,9 +64,9 @@ class Measured:
     passed: list[bool] = field(default_factory=list)
     earned: list[float] = field(default_factory=list)
 
-    def add(self, value: float | None, result) -> None:
-        self.values.append(value)
-        self.passed.append(bool(result and result.status == Status.PASSED))
+    def add(self, reading: Reading, result) -> None:
+        self.values.append(reading.value)
+        self.passed.append(reading.passed)
         self.earned.append(result.score / result.max_score if result is not None and result.max_score else 0.0)
 
     @property
@@ -101,26 +98,10 @@ class Row:
     why: str = ""
 
 
-def _op_threshold(item, result) -> tuple[str, float | None]:
-    if item.kind == "ncu":
-        return item.params["op"], (result.values or {}).get("threshold") if result else None
-    if item.kind == "sass":
-        return "sass", None
-    return ">=", float(item.params["min"])
-
-
-def _value(item, result) -> float | None:
-    if result is None or item.kind == "sass":
-        return None
-    key = "value" if item.kind == "ncu" else _VALUE_KEY[item.kind]
-    v = (result.values or {}).get(key)
-    return float(v) if isinstance(v, (int, float)) else None
-
-
-def _role(item, op: str) -> str:
+def _role(item: Item, op: str, registry: Registry) -> str:
     if is_technique(item):
         return "technique"
-    if item.kind in SPEED_KINDS:
+    if registry.of(item).speed:
         return "speed"
     if op == "==" or item.params.get("integrity"):
         return "integrity"
@@ -193,12 +174,13 @@ def _find(items, stage: str, item: str):
 
 def calibration_rows(rubric, references: list, predecessors: list,
                      predecessor_notes: dict[str, str] | None = None, textbook: list | None = None,
-                     textbook_predecessors: list | None = None) -> list[Row]:
+                     textbook_predecessors: list | None = None, registry: Registry = REGISTRY) -> list[Row]:
     """One row per threshold or technique item. ``references``, ``predecessors``, ``textbook`` and
     ``textbook_predecessors``: Gradings, one per repeat (the last two may be empty).
 
     ``predecessor_notes``: per stage, what the shifted submission holds (grader.instructor.shifted);
-    a stage whose note says it kept its own reference has no predecessor.
+    a stage whose note says it kept its own reference has no predecessor. Each item is read as its kind
+    says (grader/rubric/kinds.py: Kind.reading); a kind with no threshold is read only as technique evidence.
     """
     notes = predecessor_notes or {}
     rows = []
@@ -206,32 +188,34 @@ def calibration_rows(rubric, references: list, predecessors: list,
     for k, st in enumerate(rubric.stages):
         has_pred = k > 0 and "own reference" not in notes.get(st.id, "")
         for it in st.items:
-            if it.kind not in THRESHOLD_KINDS and not is_technique(it):
+            kind = registry.of(it)
+            if not kind.calibrated and not is_technique(it):
                 continue
-            first = _find(references[0].items, st.id, it.id) if references else None
-            op, thr = _op_threshold(it, first)
-            role = _role(it, op)
+            first = kind.reading(it, _find(references[0].items, st.id, it.id) if references else None)
+            op, thr = first.op, first.threshold
+            role = _role(it, op, registry)
             row = Row(st.id, st.number, it.id, it.title, it.kind, op, thr, role=role, integrity=role == "integrity",
                       predecessor_source=(notes.get(st.id) or f"stage {rubric.stages[k - 1].number}")
                       if has_pred else "none (first stage)" if k == 0 else notes.get(st.id, ""))
             for g in references:
                 r = _find(g.items, st.id, it.id)
-                row.reference.append(_value(it, r))
-                row.reference_passed.append(bool(r and r.status == Status.PASSED))
+                read = kind.reading(it, r)
+                row.reference.append(read.value)
+                row.reference_passed.append(read.passed)
                 row.reference_earned.append(r.score / r.max_score if r is not None and r.max_score else 0.0)
                 if row.threshold is None and r is not None:
-                    row.threshold = _op_threshold(it, r)[1]
+                    row.threshold = read.threshold
             for g in textbook or []:
                 r = _find(g.items, st.id, it.id)
-                row.textbook.add(_value(it, r), r)
+                row.textbook.add(kind.reading(it, r), r)
             if has_pred:
                 for g in predecessors:
-                    r = _find(g.items, st.id, it.id)
-                    row.predecessor.append(_value(it, r))
-                    row.predecessor_passed.append(bool(r and r.status == Status.PASSED))
+                    read = kind.reading(it, _find(g.items, st.id, it.id))
+                    row.predecessor.append(read.value)
+                    row.predecessor_passed.append(read.passed)
                 for g in textbook_predecessors or []:
                     r = _find(g.items, st.id, it.id)
-                    row.textbook_predecessor.add(_value(it, r), r)
+                    row.textbook_predecessor.add(kind.reading(it, r), r)
             row.margin = margin(op, row.reference, row.threshold)
             row.verdict, row.why = _verdict(row, repeats, has_pred)
             rows.append(row)

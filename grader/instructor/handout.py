@@ -22,9 +22,10 @@ from grader import REPO_ROOT as ROOT  # noqa: E402
 from grader.compile.stage import ELEMENT_TYPES, SIGNATURES
 from grader.model import Bonus
 from grader.rubric.errors import ConfigError
-from grader.rubric.items import SPEED_KINDS, Item, curve, is_technique
+from grader.rubric.items import Item, is_technique
+from grader.rubric.kinds import REGISTRY, Registry, sizes_words
 from grader.rubric.load import load_rubric
-from grader.rubric.types import BASELINES, Rubric, Stage
+from grader.rubric.types import Rubric, Stage
 
 HANDOUT = ROOT / "assignment" / "README.md"
 RUBRIC = ROOT / "rubric.yaml"
@@ -32,7 +33,6 @@ BLOCK_RE = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GEN
 
 VISIBILITY_WORDS = {"visible": "visible", "hidden": "hidden", "after_due_date": "after the due date",
                     "after_published": "when grades are published"}
-PEAK_WORDS = {"fp32": "FP32 CUDA-core peak", "fp16_tensor": "FP16/BF16 Tensor Core peak"}
 
 
 def signature(stage: Stage) -> str:
@@ -52,52 +52,13 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def _sizes(rubric: Rubric) -> str:
-    return ", ".join(str(n) for n in rubric.correctness_sizes)
-
-
-def threshold(item: Item, stage: Stage, rubric: Rubric) -> str:
-    """What an item needs, in words."""
-    p, kind = item.params, item.kind
-    if kind == "compiles":
-        tma = (f", and `{stage.tma_symbol}` declares valid TMA boxes" if stage.operands == "tensor_maps" else "")
-        return (f"`nvcc` compiles `{stage.file}`, it defines `extern \"C\" {stage.kernel}`, and the launch shape "
-                f"(`{stage.launch_symbol}` or the default) is valid{tma}")
-    if kind == "correct":
-        return (f"every element within rtol = {stage.rtol:g} at N = {_sizes(rubric)} and again at N = "
-                f"{stage.bench.n} after timing")
-    if kind == "sass":
-        parts = ["*technique*"] if is_technique(item) else []
-        if p.get("require"):
-            parts.append("the SASS contains " + ", ".join(p["require"]))
-        if p.get("forbid"):
-            parts.append("none of " + ", ".join(p["forbid"]))
-        return "; ".join(parts)
-    if kind == "no_spills":
-        return "`ptxas -v`: 0 bytes spill stores and 0 bytes spill loads, and the kernel is correct"
+def threshold(item: Item, stage: Stage, rubric: Rubric, registry: Registry = REGISTRY) -> str:
+    """What an item needs, in words: its kind's wording, and for a speed kind the technique gate."""
+    kind = registry.of(item)
     gate = ""
-    if kind in SPEED_KINDS and any(is_technique(it) for it in stage.items):
+    if kind.speed and any(is_technique(it) for it in stage.items):
         gate = "; counts once the stage's technique items (marked *technique*) pass"
-    if kind == "fraction_of_baseline":
-        words = curve(item).words(lambda v: f"{100 * v:g}%")
-        return (f"at least {100 * p['min']:g}% of {BASELINES[stage.baseline].words}'s speed (its median time / yours, "
-                f"interleaved runs at N = {stage.bench.n}) for full points{'; ' + words if words else ''}{gate}")
-    if kind == "fraction_of_peak":
-        words = curve(item).words(lambda v: f"{v:g} x")
-        return (f"at least {p['min']:g} x the {PEAK_WORDS[p['peak']]} (TFLOP/s at N = {stage.bench.n}) for full "
-                f"points{'; ' + words if words else ''}{gate}")
-    if kind == "speedup_over_stage":
-        words = curve(item).words(lambda v: f"{v:g} x")
-        return f"at least {p['min']:g} x faster than your `{p['stage']}` kernel{'; ' + words if words else ''}{gate}"
-    if kind == "ncu":
-        unit = p.get("unit", "")
-        unit = "%" if unit == "%" else (f" {unit}" if unit else "")
-        value = str(p["value"]).replace("**", "^")
-        words = curve(item).words(lambda v: f"{v:g}{unit}") if not isinstance(p["value"], str) else ""
-        mark = "*technique*: " if is_technique(item) else ""
-        return (f"{mark}`{p['expr']}` {p['op']} {value}{unit} (Nsight Compute, one launch at N = "
-                f"{rubric.profile.n}){'; ' + words if words else ''}")
-    return kind or ""  # a kind with no wording is shown by name; every stage item has a kind
+    return kind.handout(item, stage, rubric) + gate
 
 
 def block_stages(rubric: Rubric) -> str:
@@ -108,7 +69,7 @@ def block_stages(rubric: Rubric) -> str:
         lines.append(f"| {st.number} | `{st.id}` | `{st.file}` | `{st.kernel}` | `{signature(st)}` | "
                      f"{lc.block[0]} x {lc.block[1]} threads, {lc.tile[0]} x {lc.tile[1]}, {lc.smem} B | "
                      f"{st.rtol:g} |")
-    lines += ["", f"Correctness sizes: N = {_sizes(rubric)}, then the benchmark size again after timing. "
+    lines += ["", f"Correctness sizes: N = {sizes_words(rubric)}, then the benchmark size again after timing. "
               f"Benchmark size: N = {rubric.stages[0].bench.n}. Nsight Compute profile size: N = {rubric.profile.n}."]
     san = getattr(rubric, "sanitizer", None)
     if san is not None and getattr(san, "racecheck", False):

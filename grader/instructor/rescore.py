@@ -44,6 +44,7 @@ from grader.model import Bonus, ItemResult, Status
 from grader.rubric.errors import ConfigError
 from grader.rubric.expr import METRIC_RE
 from grader.rubric.items import Item
+from grader.rubric.kinds import REGISTRY, Kind
 from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
 
@@ -58,11 +59,6 @@ MEASURED_SETTINGS = {"arch_without_device": "settings.arch_without_device",
                      "correctness_sizes": "settings.correctness_sizes", "timeouts": "settings.timeouts",
                      "output_limit_bytes": "settings.output_limit_bytes", "sanitizer": "settings.sanitizer",
                      "stage_limits": "settings.stage_limits"}
-# Item kinds graded from records grading.json keeps whole (ptxas, SASS, the verdict, the timing); ``ncu`` items
-# need their metrics in the stored profile. Any other kind is refused until rescore knows what it measures.
-STORED_KINDS = frozenset({"compiles", "correct", "no_spills", "sass", "fraction_of_baseline", "speedup_over_stage",
-                          "fraction_of_peak"})
-SPEED_KINDS = frozenset({"fraction_of_baseline", "speedup_over_stage", "fraction_of_peak"})
 # What grader/outputs/write.py writes into a grading's folder; the folder's other files are copied as they are.
 WRITTEN = frozenset({"results.json", "summary.md", GRADING_FILE, "profile.md", "profile.html", "ladder.png",
                      "roofline.png", RESCORE_FILE})
@@ -123,18 +119,19 @@ def _stage_changes(measured: Stage, new: Stage) -> list[str]:
             if f.name not in SCORE_ONLY_STAGE_FIELDS and getattr(measured, f.name) != getattr(new, f.name)]
 
 
-def _metrics(item: Item) -> list[str]:
-    return list(dict.fromkeys(m for key in ("expr", "value") for m in METRIC_RE.findall(str(item.params.get(key, "")))))
+def _metrics(item: Item, kind: Kind) -> list[str]:
+    return list(dict.fromkeys(m for key in kind.expression_params
+                              for m in METRIC_RE.findall(str(item.params.get(key, "")))))
 
 
-def _ncu_problem(it: Item, measured: dict[str, Item], o: StageOutcome) -> str:
-    """Why this ncu item cannot be graded from the stored profile ("" when it can)."""
+def _ncu_problem(it: Item, kind: Kind, measured: dict[str, Item], o: StageOutcome) -> str:
+    """Why this item cannot be graded from the stored profile ("" when it can)."""
     before = measured.get(it.id)
     if before is not None and before.kind == it.kind and before.params == it.params:
         return ""  # the same criterion: what the grading collected for it is there
     if o.ncu is None:
         return ""  # not profiled: the stored gap decides, as it would in a grading
-    missing = [m for m in _metrics(it) if m not in o.ncu]
+    missing = [m for m in _metrics(it, kind) if m not in o.ncu]
     if missing:
         return f"Nsight Compute metric {', '.join(missing)} was not collected for {o.stage.kernel}"
     return ""
@@ -154,24 +151,30 @@ def _stage_items(g: Grading, new: Rubric, profile_changed: bool) -> tuple[dict[s
             changed.add(st.id)
         measured = {i.id: i for i in o.stage.items}
         for it in st.items:
+            # Every registered kind is graded from what grading.json keeps (ptxas, SASS, the verdict, the timing),
+            # and a kind with Nsight Compute expressions from the stored profile's metrics.
+            kind = REGISTRY.get(it.kind)
             if keys:
                 refused[st.id, it.id] = f"stage {st.id}'s {', '.join(keys)} changed (what is measured)"
-            elif it.kind == "ncu" and profile_changed:
-                refused[st.id, it.id] = "settings.profile changed (what Nsight Compute measured)"
-            elif it.kind == "ncu" and (why := _ncu_problem(it, measured, o)):
-                refused[st.id, it.id] = why
-            elif it.kind != "ncu" and it.kind not in STORED_KINDS:
+            elif kind is None:
                 refused[st.id, it.id] = f"rescore does not know what item kind {it.kind!r} measures"
+            elif kind.needs_profile and profile_changed:
+                refused[st.id, it.id] = "settings.profile changed (what Nsight Compute measured)"
+            elif kind.needs_profile and (why := _ncu_problem(it, kind, measured, o)):
+                refused[st.id, it.id] = why
         outcomes[st.id] = replace(o, stage=st)
     for st in new.stages:
         if st.id in changed:
             continue
         gate = next((f"{st.number}.{i.id}" for i in st.items if (st.id, i.id) in refused), None)
         for it in st.items:
-            other = it.params.get("stage")
-            if it.kind == "speedup_over_stage" and other in changed:
+            kind = REGISTRY.get(it.kind)
+            if kind is None:
+                continue  # refused above
+            other = it.params.get(kind.other_stage_param) if kind.other_stage_param else None
+            if other is not None and other in changed:
                 refused[st.id, it.id] = f"it is measured against stage {other}, whose measurements changed"
-            elif it.kind in SPEED_KINDS and gate and (st.id, it.id) not in refused:
+            elif kind.speed and gate and (st.id, it.id) not in refused:
                 refused[st.id, it.id] = f"it is scored with the stage's other items, and {gate} needs one"
     return outcomes, refused, changed
 

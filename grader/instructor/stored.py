@@ -9,8 +9,9 @@ grading wrote beside it). :func:`find_gradings` takes any of:
   ``batch.json`` beside ``submissions/``;
 - a folder of grading folders (``DIR/<name>/grading.json``, e.g. tests/fixtures/gradings/).
 
-:func:`measured_value` is the one place that knows where an item kind's measured value sits in its stored
-:class:`~grader.model.ItemResult` (``values``), and :func:`threshold_of` where its threshold sits in the item.
+:func:`measured_value` reads an item's measured value from its stored :class:`~grader.model.ItemResult`
+(``values``), and :func:`threshold_of` its threshold from the item, where its kind's entry says
+(grader/rubric/kinds.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 from grader.model import ItemResult
 from grader.rubric.errors import ConfigError
 from grader.rubric.items import Item
+from grader.rubric.kinds import REGISTRY, Registry
 
 GRADING_FILE = "grading.json"
 SUBMISSIONS = "submissions"  # a batch's folder of submission folders (grader/deploy/batch/run.py)
@@ -93,38 +95,22 @@ def read_json(path: Path) -> Any:
 # ---------------------------------------------------------------------------------------------
 # What an item measured, and what it is measured against
 # ---------------------------------------------------------------------------------------------
-# The kinds graded by a number against a threshold, and the key of ItemResult.values holding that number
-# (grader/score/stages.py and grader/score/ncu.py write them).
-MEASURED_KEYS = {
-    "fraction_of_baseline": "fraction_of_baseline",
-    "fraction_of_peak": "ratio",
-    "speedup_over_stage": "speedup",
-    "ncu": "value",
-}
+# Where a kind's number sits in ItemResult.values, and its level in the item, is the kind's entry
+# (grader/rubric/kinds.py: Kind.measured_key, Kind.level_param).
+def is_threshold_item(item: Item, registry: Registry = REGISTRY) -> bool:
+    kind = registry.get(item.kind)
+    return kind is not None and kind.threshold_kind
 
 
-def is_threshold_item(item: Item) -> bool:
-    return item.kind in MEASURED_KEYS
-
-
-def measured_value(item: Item, result: ItemResult | None) -> float | None:
+def measured_value(item: Item, result: ItemResult | None, registry: Registry = REGISTRY) -> float | None:
     """The number ``item`` was graded on, from its stored result; None when nothing was measured (not timed,
     not profiled, no GPU) or the item is not graded by a number."""
-    key = MEASURED_KEYS.get(item.kind or "")
-    if key is None or result is None:
-        return None
-    value = result.values.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        return None
-    return float(value)
+    kind = registry.get(item.kind)
+    return kind.measured(result) if kind is not None else None
 
 
-def threshold_of(item: Item, result: ItemResult | None = None) -> float | None:
+def threshold_of(item: Item, result: ItemResult | None = None, registry: Registry = REGISTRY) -> float | None:
     """The level ``item`` must reach: its ``min`` (speed kinds), its ``value`` (ncu; an expression in N is read from
     a stored result's ``threshold``); None when unknown."""
-    params = item.params
-    value = params.get("min") if item.kind != "ncu" else params.get("value")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    stored = result.values.get("threshold") if result is not None else None
-    return float(stored) if isinstance(stored, (int, float)) and not isinstance(stored, bool) else None
+    kind = registry.get(item.kind)
+    return kind.threshold(item, result) if kind is not None else None

@@ -28,6 +28,7 @@ from grader.instructor.rescore import REGRADE, load_one, measured_under, rescore
 from grader.instructor.stored import find_gradings, is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Status
 from grader.rubric.items import Item
+from grader.rubric.kinds import REGISTRY
 from grader.rubric.types import Rubric, Stage
 
 REPORT = "report.md"
@@ -90,7 +91,7 @@ class WhatIf:
 
 
 def _op(item: Item) -> str:
-    return str(item.params.get("op", ">=")) if item.kind == "ncu" else ">="
+    return REGISTRY.of(item).op(item)
 
 
 def _verdict(item: Item, r: ItemResult | None) -> Verdict | None:
@@ -103,16 +104,9 @@ def _threshold_items(g: Grading) -> list[tuple[Stage, Item]]:
     return [(o.stage, it) for o in g.outcomes.values() for it in o.stage.items if is_threshold_item(it)]
 
 
-def _xlabel(kind: str, item: Item, stages: dict[str, Stage]) -> str:
-    if kind == "fraction_of_baseline":
-        return "fraction of the baseline's speed"
-    if kind == "fraction_of_peak":
-        return f"multiple of the {item.params.get('peak')} peak"
-    if kind == "speedup_over_stage":
-        other = stages.get(str(item.params.get("stage")))
-        return f"times faster than stage {other.number if other else item.params.get('stage')}"
-    unit = item.params.get("unit", "")
-    return f"{item.params.get('expr')}" + (f" ({unit})" if unit else "")
+def _xlabel(item: Item, stages: dict[str, Stage]) -> str:
+    axis = REGISTRY.of(item).axis
+    return axis(item, stages) if axis is not None else str(item.kind)
 
 
 def _file_name(stage: str, item: str) -> str:
@@ -179,7 +173,7 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
                   if ti.proposed is not None else "proposed: not in the proposed rubric"] = ti.proposed
         png = _file_name(sid, iid)
         drawn, ti.png_problem = threshold_histogram_png(series, lines, out / png, f"{ti.number} {ti.title}",
-                                                        _xlabel(ti.kind, shown, stages))
+                                                        _xlabel(shown, stages))
         ti.png = png if drawn else ""
         report.items.append(ti)
     report.scores = [(name, g.score, after.score) for name, g, after in pairs]

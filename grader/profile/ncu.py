@@ -9,7 +9,7 @@ Nothing here raises for a missing tool, a GPU whose counters are locked, a time-
 or a kernel that crashed: the run comes back as an :class:`NcuRun` whose ``reason``
 (or per-stage :class:`~grader.model.Gap`) says why: ``Cause.GRADER`` when the grader could
 not look (worded ``not evaluated: ...``), ``Cause.STUDENT`` when the student's kernel gave
-nothing to look at (``not profiled: ...``). grader/score/ncu.py reads the cause.
+nothing to look at (``not profiled: ...``). grader/rubric/kinds.py (the ncu kind's judge) reads the cause.
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from pathlib import Path
 
 from grader.model import Cause, Gap, ProcRecord
 from grader.rubric.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
+from grader.rubric.kinds import REGISTRY
+from grader.rubric.metric_names import NOT_PROFILED_PREFIX
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.untrusted.quote import quote_code
@@ -33,7 +35,6 @@ OUTPUT_LIMIT = 8_000_000  # bytes kept per stream; the CSV is at the end, in the
 
 # Wording of the reasons people read; an item's status follows the reason's Cause, never this text.
 NOT_EVALUATED_PREFIX = "not evaluated:"
-NOT_PROFILED_PREFIX = "not profiled:"
 NCU_MISSING = "not evaluated: Nsight Compute (ncu) not found"
 _COUNTERS = "not evaluated: ncu cannot read the GPU's performance counters here"
 
@@ -132,11 +133,9 @@ def rubric_metrics(rubric) -> list[str]:
     names: list[str] = []
     for stage in rubric.stages:
         for item in stage.items:
-            if item.kind != "ncu":
-                continue
-            names += metric_names(item.params["expr"])
-            if isinstance(item.params["value"], str):
-                names += metric_names(item.params["value"])
+            for key in REGISTRY.of(item).expression_params:
+                if isinstance(item.params.get(key), str):
+                    names += metric_names(item.params[key])
     return list(dict.fromkeys(names))
 
 

@@ -8,7 +8,7 @@
 It is evaluated without ``eval``: metric names are replaced by placeholders, the text is
 parsed with :mod:`ast`, and only numbers, names, ``+ - * / **`` and parentheses are accepted.
 Pure: the rubric validates with :func:`check_expression` (the syntax, and every metric name against
-the names ncu reports, grader/rubric/metric_names.py); grader/score/ncu.py and grader/writeup/
+the names ncu reports, grader/rubric/metric_names.py); grader/rubric/kinds.py (the ncu kind) and grader/writeup/
 evaluate with :func:`evaluate_expr`.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ import yaml
 
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
-from grader.rubric.items import stage_item
+from grader.rubric.kinds import REGISTRY, stage_item
 from grader.rubric.occupancy import load_occupancy_config
 from grader.rubric.peaks import PEAKS
 from grader.rubric.reader import Reader
@@ -202,7 +202,8 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
     r.done()
     profile = settings["profile"]
     for st in stages:
-        if any(i.kind == "ncu" for i in st.items) and (profile.n % st.launch.tile[0] or profile.n % st.launch.tile[1]):
+        profiled = any(REGISTRY.of(i).needs_profile for i in st.items)
+        if profiled and (profile.n % st.launch.tile[0] or profile.n % st.launch.tile[1]):
             raise RubricError(f"{source}.settings.profile.n", f"{profile.n} is not a multiple of stage "
                               f"{st.id}'s default tile {list(st.launch.tile)}", "a size every tile divides")
     return Rubric(title=title, peak_overrides=overrides, peak_per_sm_clock=per_sm, stages=stages, source=source,

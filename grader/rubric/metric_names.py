@@ -185,3 +185,19 @@ def missing_on(names: list[str], chip: str | None, known: MetricList | None = No
     if chip not in known.chips:
         return []
     return [n for n in names if (where := chips_with(n, known)) and chip not in where]
+
+
+# How a stage's ncu gap reads when the kernel gave nothing to profile (grader/profile/ncu.py) and how the ncu
+# kind's judge opens its own "not correct" verdict (grader/rubric/kinds.py): one prefix, so readers see one word.
+NOT_PROFILED_PREFIX = "not profiled:"
+
+
+def missing_metric_message(metric: str, row: dict | None) -> str:
+    """Why an ncu item's metric has no value for a kernel: the chip's ncu lacks it (``row["CC"]`` is
+    the compute capability ncu reported for the kernel's GPU), or ncu did not report it."""
+    chip = chip_for_cc((row or {}).get("CC"))
+    others = sorted(chips_with(metric) - {chip})
+    if chip and others and chip not in chips_with(metric):
+        return (f"not evaluated: ncu on {chip} has no metric {metric} (it exists on {', '.join(others)}); "
+                "not your kernel's fault")
+    return f"not evaluated: ncu did not report {metric} for this kernel on this GPU (not your kernel's fault)"

@@ -10,6 +10,8 @@ and the knees of its partial-credit curve (grader/rubric/curve.py), so "(twice a
   ``fraction_of_peak`` and ``speedup_over_stage``: every ``N x`` (``Nx``, ``N times``) against ``min``;
 - ``speedup_over_stage`` and ``ncu`` (a numeric ``value``): the number after "at least", "at most",
   "exactly", ... against the threshold; an ``ncu`` item in percent (``unit: "%"``): every ``N%`` too.
+
+Each kind's entry (grader/rubric/kinds.py: ``title_percent``, ``title_times``, ``title_bounds``) says which.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from grader.rubric.items import Item
+from grader.rubric.kinds import REGISTRY, Kind
 from grader.rubric.types import Rubric
 
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -42,15 +46,15 @@ def _thresholds(params: dict, full: float) -> list[float]:
     return out
 
 
-def _stated(title: str, kind: str, unit: str) -> list[tuple[float, float, str]]:
+def _stated(title: str, item: Item, kind: Kind) -> list[tuple[float, float, str]]:
     """(number as stated, the same in the threshold's units, how it is stated) of each threshold the title states."""
     out: list[tuple[float, float, str]] = []
-    if kind in ("fraction_of_baseline", "fraction_of_peak") or (kind == "ncu" and unit == "%"):
-        scale = 100.0 if kind != "ncu" else 1.0
+    scale = kind.title_percent_scale(item)
+    if scale is not None:
         out += [(float(m.group(1)), float(m.group(1)) / scale, f"{m.group(1)}%") for m in PERCENT.finditer(title)]
-    if kind in ("fraction_of_peak", "speedup_over_stage"):
+    if kind.title_times:
         out += [(float(m.group(1)), float(m.group(1)), f"{m.group(1)}x") for m in TIMES.finditer(title)]
-    if kind in ("speedup_over_stage", "ncu"):
+    if kind.title_bounds:
         seen = {n for n, _, _ in out}
         out += [(float(m.group(1)), float(m.group(1)), m.group(0)) for m in BOUND.finditer(title)
                 if float(m.group(1)) not in seen]
@@ -62,14 +66,15 @@ def title_problems(rubric: Rubric) -> list[TitleProblem]:
     out = []
     for k, st in enumerate(rubric.stages):
         for j, it in enumerate(st.items):
-            key = "value" if it.kind == "ncu" else "min"
-            full = it.params.get(key)
+            kind = REGISTRY.of(it)
+            key = kind.level_param
+            full = it.params.get(key) if key else None
             if isinstance(full, bool) or not isinstance(full, (int, float)):
                 continue  # no threshold (compiles, sass), or an ncu value in N (the title says N^3, not a number)
             allowed = _thresholds(it.params, float(full))
-            for _, value, said in _stated(it.title, it.kind or "", str(it.params.get("unit", ""))):
+            for _, value, said in _stated(it.title, it, kind):
                 if not any(math.isclose(value, a, rel_tol=1e-9, abs_tol=1e-9) for a in allowed):
-                    as_pct = f" ({100 * float(full):g}%)" if it.kind in ("fraction_of_baseline", "fraction_of_peak") else ""
+                    as_pct = f" ({100 * float(full):g}%)" if kind.title_percent == 100.0 else ""
                     out.append(TitleProblem(
                         f"{rubric.source}.stages[{k}].items[{j}].title",
                         f"says {said!r} but {key} is {float(full):g}{as_pct}: the title is what students read, "

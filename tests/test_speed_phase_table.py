@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from grader.clock import Phase
+from grader.sandbox.turns import PartyTimeline
 from tests.test_grading_json import synthetic_grading
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,9 +55,9 @@ def test_the_timeline_view_places_steps_and_children_from_the_grading_start(tmp_
     g = synthetic_grading()
     g.phases = [Phase("probe", 1.0, ended=101.0), Phase("compile_stages", 2.0, ended=103.0),
                 Phase("run_stages", 5.0, ended=108.0)]
-    g.timeline = [{"party": "naive", "events": [[103.1, "start"], [105.5, "wait correctness"],
-                                                [105.6, "go correctness"], [107.9, "end"]]},
-                  {"party": "racecheck:tiled", "events": [[103.1, "start"], [107.0, "end"]]}]
+    g.timeline = [PartyTimeline("naive", [(103.1, "start"), (105.5, "wait correctness"), (105.6, "go correctness"),
+                                          (107.9, "end")]),
+                  PartyTimeline("racecheck:tiled", [(103.1, "start"), (107.0, "end")])]
     (tmp_path / "g").mkdir()
     g.write(tmp_path / "g" / "grading.json")
     out = subprocess.run([sys.executable, "tools/phase_times.py", "--timeline", str(tmp_path / "g" / "grading.json")],

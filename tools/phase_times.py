@@ -62,9 +62,8 @@ def timeline_rows(g) -> list[tuple[str, str]]:
         return []
     origin = min(p.ended - p.seconds for p in steps)
     rows = [(f"step {p.name}", f"{p.ended - p.seconds - origin:.2f} - {p.ended - origin:.2f}") for p in steps]
-    for party in g.timeline:
-        events = party.get("events") or []
-        rows.append((party.get("party", "?"), " · ".join(f"{what} {t - origin:.2f}" for t, what in events)))
+    for party in g.timeline:  # grader/sandbox/turns.py: PartyTimeline
+        rows.append((party.party, " · ".join(f"{what} {t - origin:.2f}" for t, what in party.events)))
     return rows
 
 

@@ -194,27 +194,33 @@ def test_the_batch_can_be_told_not_to_keep_contexts(tmp_path, monkeypatch, fake_
     assert not keeper_folder(tmp_path / "out" / "locks", "0").exists()
 
 
-def test_a_gpu_worker_of_the_service_keeps_a_context_for_its_life(tmp_path, monkeypatch, fake_libcuda):
-    """The real service, one GPU worker over the stand-in driver and tests/fake_cupy (its probe: an
-    H100-like GPU); no job is sent. The worker also probes its GPU once and keeps the description."""
+def test_each_gpu_worker_of_the_service_keeps_a_context_for_its_life(tmp_path, monkeypatch, fake_libcuda):
+    """The real service, two GPU workers on one GPU (gradings_per_gpu 2) over the stand-in driver and
+    tests/fake_cupy (its probe: an H100-like GPU); no job is sent. Each worker keeps its own context
+    and probes its GPU once into its own folder: the two never share a file."""
     from tests.serve_helpers import ServiceProcess
 
     log = tmp_path / "driver.log"
     _use_fake(monkeypatch, fake_libcuda, log)
     monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
     before = set(keepers())
-    with ServiceProcess(tmp_path / "data", "--gpus", "0", gpu=True) as svc:
-        svc.wait_workers(1)
-        [described] = (tmp_path / "data" / "work").glob("*-gpu0/device.json")
-        device, problem = read_device_file(described)
-        assert problem == "" and device is not None and device["cc"] == [9, 0], svc.log_text()
-        assert _wait(lambda: set(keepers()) - before, 30), svc.log_text()
-        [pid] = set(keepers()) - before
-        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        parent_argv = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
-        assert b"worker" in parent_argv and b"--gpu" in parent_argv  # the worker's own child
-        assert len(_calls(log, "cuDevicePrimaryCtxRetain")) == 1
-    assert _gone(pid, 15)
+    with ServiceProcess(tmp_path / "data", "--gpus", "0", "--gradings-per-gpu", "2", gpu=True) as svc:
+        svc.wait_workers(2)
+        assert _wait(lambda: len(list((tmp_path / "data" / "work").glob("*/device.json"))) == 2, 30), svc.log_text()
+        described = sorted((tmp_path / "data" / "work").glob("*/device.json"))
+        assert [d.parent.name.rsplit("-", 1)[1] for d in described] == ["gpu0", "gpu0.2"]
+        for d in described:
+            device, problem = read_device_file(d)
+            assert problem == "" and device is not None and device["cc"] == [9, 0], svc.log_text()
+        assert _wait(lambda: len(set(keepers()) - before) == 2, 30), svc.log_text()
+        pids = set(keepers()) - before
+        parents = {int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in pids}
+        assert len(parents) == 2  # one keeper per worker
+        for parent in parents:
+            parent_argv = Path(f"/proc/{parent}/cmdline").read_bytes().split(b"\0")
+            assert b"worker" in parent_argv and b"--gpu" in parent_argv and b"--gpu-lock" in parent_argv
+        assert len(_calls(log, "cuDevicePrimaryCtxRetain")) == 2
+    assert all(_gone(pid, 15) for pid in pids)
 
 
 @pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""The service on a GPU machine: one worker per GPU listed, pinned with CUDA_VISIBLE_DEVICES, grading
+"""The service on a GPU machine: two workers per GPU listed (sharing its lock), pinned with CUDA_VISIBLE_DEVICES, grading
 with the GPU (correctness measured, not "not evaluated"), with a CUDA context kept open on its GPU
 while it runs (grader/gpu/keeper.py) and none left once the service stopped, and its gradings handed
 the worker's one description of the GPU (no probe child each). Skipped without a GPU."""
@@ -17,14 +17,15 @@ pytestmark = pytest.mark.gpu
 def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
     data = tmp_path / "data"
     token = issue_tokens(data, ["g@x.edu"])["g@x.edu"]
-    with ServiceProcess(data, "--gpus", "0", gpu=True) as svc, svc.client() as c:
-        svc.wait_workers(1)
+    with ServiceProcess(data, "--gpus", "0", "--gradings-per-gpu", "2", gpu=True) as svc, svc.client() as c:
+        svc.wait_workers(2)
         deadline = time.monotonic() + 60
-        while not keepers() and time.monotonic() < deadline:
+        while len(keepers()) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(keepers()) == 1, svc.log_text()
-        [worker] = c.get("/api/v1/queue").json()["workers"]
-        assert worker["gpu"] == "0" and worker["name"].endswith("-gpu0")
+        assert len(keepers()) == 2, svc.log_text()  # one per worker
+        workers = c.get("/api/v1/queue").json()["workers"]
+        assert {w["gpu"] for w in workers} == {"0"}
+        assert sorted(w["name"].rsplit("-", 1)[1] for w in workers) == ["gpu0", "gpu0.2"]
         sub = c.post("/api/v1/jobs", content=zip_folder(ROOT / "solutions"), headers=bearer(token))
         assert sub.status_code == 202, sub.text
         view = wait_job(c, sub.json()["id"], timeout_s=900, service=svc)
@@ -38,6 +39,8 @@ def test_the_gpu_worker_grades_on_its_gpu(tmp_path):
         probe = next(p for p in grading["phases"] if p["name"] == "probe")
         assert probe["seconds"] < 0.5, probe
         assert not any("probed again" in n for n in grading["notes"]), grading["notes"]
+        # Two workers share the GPU: the grading held its lock for its GPU steps.
+        assert any(p["name"] == "gpu_held" for p in grading["phases"]), grading["phases"]
     deadline = time.monotonic() + 15
     while keepers() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -3,9 +3,11 @@
 
     python tools/serve_gradescope_load.py --gpus 0 --n 20 --out one.json
     python tools/serve_gradescope_load.py --gpus 0,1 --n 20 --baseline one.json --out two.json
+    python tools/serve_gradescope_load.py --gpus 0 --gradings-per-gpu 1 --n 20 --out one-at-a-time.json
     python tools/serve_gradescope_load.py --no-gpu --n 3 --stages naive     # the whole path without a GPU
 
-Starts ``python -m grader serve`` (fresh --data, an assignment secret, a worker per GPU, or static ones), builds
+Starts ``python -m grader serve`` (fresh --data, an assignment secret, --gradings-per-gpu workers per GPU, default
+2, sharing its lock; or static ones), builds
 the Gradescope package for it and runs its setup.sh once in reuse mode (this Python: the GPU box has no registry),
 then N run_autograder at once, each in its own /autograder-like tree and submission id on a copy of solutions,
 starter, tests/submissions/compile_error or nan_output made unique by a marker file: each grades statically as on
@@ -329,7 +331,10 @@ def summarize(records: list[dict], workers: int, wall: float, extra: dict) -> di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--gpus", default="0", help="a worker per GPU listed (default 0); with --no-gpu, that many")
+    p.add_argument("--gpus", default="0", help="the GPUs the service grades on (default 0); with --no-gpu, that "
+                   "many static workers")
+    p.add_argument("--gradings-per-gpu", type=int, default=2, help="the service's workers per GPU, sharing its lock "
+                   "(default 2, the service's own; 1: one grading per GPU at a time)")
     p.add_argument("--no-gpu", action="store_true", help="static workers: the whole path without a GPU")
     p.add_argument("--n", type=int, default=30, help="run_autograder processes started at once (default 30)")
     p.add_argument("--stages", help="grade only these stages (the package and the service alike)")
@@ -349,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t_setup = time.monotonic()
         extra = (["--no-gpu"] if args.no_gpu else []) + (["--stages", args.stages] if args.stages else [])
-        proc, url, _ = spawn(args.gpus, work / "data", ASSIGNMENT, extra)  # exits, naming serve.log, on failure
+        proc, url, _ = spawn(args.gpus, work / "data", ASSIGNMENT, extra, args.gradings_per_gpu)  # exits, naming serve.log, on failure
         source = setup_package(work, url, work / "secret", args.time_limit)
         stamp = f"{os.getpid()}-{time.time()}"
         runs = [make_run(work, DEFAULT_SUBMISSIONS[i % len(DEFAULT_SUBMISSIONS)], i, stamp) for i in range(args.n)]
@@ -358,7 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         wall = batch(runs, source, args.stages, args.static_parallel, args.timeout_s)
         result = summarize([check(r, http, args.no_gpu) for r in runs], workers, wall, {
             "mode": "static" if args.no_gpu else "gpu", "gpus": None if args.no_gpu else args.gpus,
+            "gradings_per_gpu": None if args.no_gpu else args.gradings_per_gpu,
             "stages": args.stages or "all", "static_parallel": args.static_parallel, "setup_s": round(setup_s, 1)})
+        if not args.no_gpu:  # workers counts processes: with several per GPU, the GPU is the unit to compare
+            gpus = len([g for g in args.gpus.split(",") if g.strip()])
+            result["jobs_per_hour_per_gpu"] = round(result["service_graded"] / wall * 3600 / max(gpus, 1), 1)
         if not result["all_merged"]:
             result["service_log_tail"] = _tail(work / "serve.log")
     except (SystemExit, subprocess.CalledProcessError) as exc:  # the service or the package's setup failed

@@ -7,7 +7,8 @@ per hour, jobs per hour per worker (GPU), and each submission's state and score.
 
 Against a running service:
     python tools/serve_load.py --server URL --assignment hw1 --secret-file hw1.secret [--n 30]
-Or start one for the run (a fresh --data folder, one worker per GPU listed), e.g. 1 then 2 GPUs:
+Or start one for the run (a fresh --data folder, --gradings-per-gpu N workers per GPU listed, default
+2), e.g. 1 then 2 GPUs:
     python tools/serve_load.py --spawn --gpus 0 --out one.json
     python tools/serve_load.py --spawn --gpus 0,1 --baseline one.json --out two.json
 (``--baseline`` adds ``wall_ratio``: this run's wall time over the baseline's; the goal is <= 0.6.)
@@ -79,7 +80,10 @@ def report(result: dict, baseline: str | None, out: str | None) -> None:
         Path(out).write_text(text + "\n")
 
 
-def spawn(gpus: str, data: Path, assignment: str, extra: list[str]) -> tuple[subprocess.Popen, str, bytes]:
+def spawn(gpus: str, data: Path, assignment: str, extra: list[str],
+          gradings_per_gpu: int = 2) -> tuple[subprocess.Popen, str, bytes]:
+    """A fresh service: ``--gpus`` with ``gradings_per_gpu`` workers each, or static ones (``--no-gpu`` in
+    ``extra``: as many as ``gpus`` lists); returns once every worker has registered."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -87,8 +91,11 @@ def spawn(gpus: str, data: Path, assignment: str, extra: list[str]) -> tuple[sub
     subprocess.run([py, "-m", "grader", "serve", "secret", "--data", str(data), "--assignment", assignment,
                     "--out", str(data.parent / "secret")], check=True, cwd=ROOT)
     log = open(data.parent / "serve.log", "ab")
-    want = len([g for g in gpus.split(",") if g.strip()])
-    workers = ["--workers", str(want)] if "--no-gpu" in extra else ["--gpus", gpus]
+    listed = len([g for g in gpus.split(",") if g.strip()])
+    if "--no-gpu" in extra:
+        want, workers = listed, ["--workers", str(listed)]
+    else:
+        want, workers = listed * gradings_per_gpu, ["--gpus", gpus, "--gradings-per-gpu", str(gradings_per_gpu)]
     proc = subprocess.Popen([py, "-m", "grader", "serve", "--data", str(data), "--port", str(port), *workers, *extra],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -159,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--assignment", default="load", help="X-Grader-Assignment (default: load)")
     p.add_argument("--secret-file", help="that assignment's secret (python -m grader serve secret)")
     p.add_argument("--spawn", action="store_true", help="start a service for this run (fresh --data)")
-    p.add_argument("--gpus", default="0", help="with --spawn: one worker per GPU listed (default 0)")
+    p.add_argument("--gpus", default="0", help="with --spawn: the GPUs the service grades on (default 0)")
+    p.add_argument("--gradings-per-gpu", type=int, default=2, help="with --spawn: workers per GPU (default 2)")
     p.add_argument("--no-gpu", action="store_true", help="with --spawn: static workers (a smoke test without GPUs)")
     p.add_argument("--stages", help="with --spawn: grade only these stages")
     p.add_argument("--n", type=int, default=30, help="archives posted at once (default 30)")
@@ -175,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.spawn:
             assert tmp is not None
             extra = (["--no-gpu"] if args.no_gpu else []) + (["--stages", args.stages] if args.stages else [])
-            proc, url, secret = spawn(args.gpus, Path(tmp.name) / "data", args.assignment, extra)
+            proc, url, secret = spawn(args.gpus, Path(tmp.name) / "data", args.assignment, extra,
+                                         args.gradings_per_gpu)
         elif args.server and args.secret_file:
             url, secret = args.server.rstrip("/"), read_secret(args.secret_file)
         else:

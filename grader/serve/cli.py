@@ -2,7 +2,8 @@
 
     python -m grader serve [--data DIR] [--host H] [--port P] [--gpus 0,1 | --no-gpu [--workers N]]
                            [--queue sqlite|redis://HOST:PORT/DB] [--no-workers] [--public-url URL] ...
-    python -m grader serve worker [--data DIR] [--queue ...] [--gpu I | --no-gpu] [--name NAME]
+    python -m grader serve [--gradings-per-gpu N] ...
+    python -m grader serve worker [--data DIR] [--queue ...] [--gpu I [--gpu-lock FILE] | --no-gpu] [--name NAME]
     python -m grader serve tokens issue --data DIR ROSTER.csv [--expires-days 120] [--out F] [--reissue]
     python -m grader serve tokens revoke --data DIR WHO        (an email/sid, a pseudonym or the token)
     python -m grader serve tokens list --data DIR
@@ -72,9 +73,10 @@ def serve_command(args: argparse.Namespace) -> int:
     from grader.serve.upload import server_config
 
     log = logging.getLogger("grader.serve")
-    app = create_app(s, Service(s, store, queue), Supervisor(s, gpus))
+    supervisor = Supervisor(s, gpus)
+    app = create_app(s, Service(s, store, queue), supervisor)
     log.info("service on http://%s:%d (public %s), queue %s, %d worker(s)%s", s.host, s.port, s.base_url,
-             queue.kind, len(gpus), " static" if s.no_gpu else "")
+             queue.kind, len(supervisor.slots), " static" if s.no_gpu else "")
     server = uvicorn.Server(server_config(app, s))
     server.run()
     return EXIT_OK if server.started else EXIT_ERROR
@@ -96,7 +98,9 @@ def worker_command(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"error: cannot open the job store or queue {s.queue!r}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    Worker(s, store, queue, getattr(args, "name", None) or default_name(gpu), gpu).run()
+    lock = getattr(args, "gpu_lock", None)
+    Worker(s, store, queue, getattr(args, "name", None) or default_name(gpu), gpu,
+           Path(lock).resolve() if lock and gpu is not None else None).run()
     return EXIT_OK
 
 
@@ -199,6 +203,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     w = sub.add_parser("worker", help="one worker, on this host, sharing the service's queue (--queue redis://...)")
     config.add_flags(w, service=False)
     w.add_argument("--gpu", help="the GPU index this worker grades on (default 0)")
+    w.add_argument("--gpu-lock", help="a lock file shared by every worker on this GPU (start several, each with "
+                                      "its own --name, to compile one job while another uses the GPU)")
     w.add_argument("--name", help="the worker's name in the queue (default: HOST-gpuI)")
     w.set_defaults(func=worker_command)
 

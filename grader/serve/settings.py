@@ -6,7 +6,9 @@ Every key is optional; the defaults are in :class:`Settings`::
     port: 8000                 # (--port)
     public_url: https://grader.example.edu   # how students and Gradescope reach it: job links (--public-url)
     queue: sqlite              # or redis://HOST:PORT/DB, shared by several GPU hosts (--queue)
-    gpus: [0, 1]               # one worker per GPU (--gpus 0,1); default: every GPU nvidia-smi lists
+    gpus: [0, 1]               # the GPUs (--gpus 0,1); default: every GPU nvidia-smi lists
+    gradings_per_gpu: 2        # 1..4 worker processes per GPU sharing its lock file (<data>/locks/gpuI.lock):
+                               # one holds the GPU for its GPU steps while another compiles (--gradings-per-gpu)
     workers: 1                 # static workers when no_gpu is set (--workers N)
     no_gpu: false              # grade statically, without a GPU (--no-gpu)
     rubric: /path/rubric.yaml  # default: the package's rubric.yaml (--rubric)
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field, fields, replace
@@ -73,6 +76,7 @@ class Settings:
     public_url: str = ""
     queue: str = "sqlite"
     gpus: tuple[str, ...] | None = None  # None: every GPU nvidia-smi lists
+    gradings_per_gpu: int = 2  # GPU workers per GPU; static (no_gpu) workers ignore it
     workers: int = 1
     no_gpu: bool = False
     run_workers: bool = True
@@ -116,6 +120,10 @@ class Settings:
             raise SettingsError("no GPU found (nvidia-smi lists none): name them with --gpus 0,1, "
                                 "or grade statically with --no-gpu")
         return list(gpus)
+
+    def gpu_lock(self, gpu: str) -> Path:
+        """The lock file shared by one GPU's workers (its index made safe as a file name)."""
+        return self.data / "locks" / f"gpu{re.sub(r'[^A-Za-z0-9._-]', '_', gpu)}.lock"
 
 
 def private_dir(path: Path) -> Path:
@@ -170,6 +178,8 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "uploads_at_once": (int, "a count"), "uploads_per_token": (int, "a count"),
     "max_connections": (int, "a count"),
 }
+GRADINGS_PER_GPU = range(1, 5)  # more than 4 would wait on the lock more than they compile
+
 _LIMITS: dict[str, tuple[type, str]] = {
     "submissions_per_hour": (int, "a count"), "concurrent_jobs": (int, "a count"), "archive_mib": (float, "MiB"),
 }
@@ -190,6 +200,11 @@ def from_mapping(base: Settings, raw: Any, where: str) -> Settings:
         if key in _SCALARS:
             kind, what = _SCALARS[key]
             changes[key] = _as(name, value, kind, what)
+        elif key == "gradings_per_gpu":
+            if not (isinstance(value, int) and not isinstance(value, bool) and value in GRADINGS_PER_GPU):
+                raise SettingsError(f"{name}: {value!r} is not an integer from {GRADINGS_PER_GPU.start} to "
+                                    f"{GRADINGS_PER_GPU.stop - 1}")
+            changes[key] = value
         elif key in ("gpus", "stages"):
             changes[key] = _list(name, value)
         elif key == "limits":
@@ -218,8 +233,8 @@ def load(args: argparse.Namespace) -> Settings:
             raise SettingsError(f"{config}: not readable YAML: {exc}") from exc
         s = from_mapping(s, raw, str(config))
     flags: dict[str, Any] = {}
-    for key in ("host", "port", "public_url", "queue", "workers", "rubric", "grade_timeout_s", "lease_s",
-                "max_attempts"):
+    for key in ("host", "port", "public_url", "queue", "workers", "gradings_per_gpu", "rubric", "grade_timeout_s",
+                "lease_s", "max_attempts"):
         value = getattr(args, key, None)
         if value is not None:
             flags[key] = value
@@ -266,7 +281,8 @@ def add_flags(p: argparse.ArgumentParser, *, service: bool) -> None:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8000)")
     p.add_argument("--public-url", help="the URL students and Gradescope use (job links)")
-    p.add_argument("--gpus", help="GPU indices, one worker each (default: every GPU)")
+    p.add_argument("--gpus", help="GPU indices, gradings_per_gpu workers each (default: every GPU)")
+    p.add_argument("--gradings-per-gpu", type=int, help="GPU workers per GPU, sharing its lock (1 to 4, default 2)")
     p.add_argument("--workers", type=int, help="number of static workers with --no-gpu (default 1)")
     p.add_argument("--no-workers", action="store_true", help="run only the HTTP side (workers run elsewhere)")
     p.add_argument("--per-hour", type=int, help="submissions per hour per token (default 6)")

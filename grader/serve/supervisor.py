@@ -1,5 +1,11 @@
-"""The service's worker processes: one per GPU (CUDA_VISIBLE_DEVICES pinned), all children of
-``python -m grader serve``, restarted when one dies, stopped (their jobs re-queued) when it stops.
+"""The service's worker processes: ``gradings_per_gpu`` per GPU (CUDA_VISIBLE_DEVICES pinned), all
+children of ``python -m grader serve``, restarted when one dies, stopped (their jobs re-queued) when it stops.
+
+Several workers on one GPU share its lock file (``grade --gpu-lock``, as a batch's two gradings per
+GPU do): one holds the GPU for its GPU steps while another compiles, and two never time kernels on
+it at once. A GPU's first worker is ``HOST-gpuI``, its others ``HOST-gpuI.2`` and on. With one worker
+per GPU there is no lock: its grading then starts its GPU children before its compiles, which a
+lock forbids.
 
 Each worker is ``python -m grader serve worker`` with the service's resolved settings as flags, so
 a worker grades exactly as the service keys its jobs. It is started through grader/serve/child.py,
@@ -16,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from grader import IMPORT_ROOT
 from grader.serve.settings import Settings
@@ -26,12 +33,13 @@ STOP_GRACE_S = 20.0  # a worker stops its grading and re-queues the job in well 
 MAX_BACKOFF_S = 60.0
 
 
-def worker_command(settings: Settings, name: str, gpu: str | None) -> list[str]:
+def worker_command(settings: Settings, name: str, gpu: str | None, gpu_lock: Path | None = None) -> list[str]:
     s = settings
     cmd = [sys.executable, "-m", "grader", "serve", "worker", "--data", str(s.data), "--queue", s.queue,
            "--name", name, "--rubric", str(s.rubric), "--grade-timeout-s", str(s.grade_timeout_s),
            "--lease-s", str(s.lease_s), "--max-attempts", str(s.max_attempts)]
     cmd += ["--no-gpu"] if gpu is None else ["--gpu", gpu]
+    cmd += ["--gpu-lock", str(gpu_lock)] if gpu is not None and gpu_lock is not None else []
     cmd += ["--stages", ",".join(s.stages)] if s.stages else []
     return cmd
 
@@ -40,16 +48,30 @@ def worker_command(settings: Settings, name: str, gpu: str | None) -> list[str]:
 class Slot:
     name: str
     gpu: str | None
+    gpu_lock: Path | None = None  # shared by every slot of this GPU (None: the GPU's only slot, or static)
     proc: subprocess.Popen | None = None
     started: float = 0.0
     backoff_s: float = 1.0
     restart_at: float = 0.0
 
 
+def slots(settings: Settings, gpus: list[str | None]) -> list[Slot]:
+    """One slot per static worker; ``settings.gradings_per_gpu`` per GPU, sharing its lock when more than one."""
+    out: list[Slot] = []
+    for i, gpu in enumerate(gpus):
+        if gpu is None:
+            out.append(Slot(default_name(None, i), None))
+            continue
+        n = settings.gradings_per_gpu
+        lock = settings.gpu_lock(gpu) if n > 1 else None
+        out += [Slot(default_name(gpu) + (f".{k + 1}" if k else ""), gpu, lock) for k in range(n)]
+    return out
+
+
 class Supervisor:
     def __init__(self, settings: Settings, gpus: list[str | None]):
         self.settings = settings
-        self.slots = [Slot(default_name(g, i), g) for i, g in enumerate(gpus)]
+        self.slots = slots(settings, gpus)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
 
@@ -61,7 +83,7 @@ class Supervisor:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the same numbering as nvidia-smi
             env["CUDA_VISIBLE_DEVICES"] = slot.gpu
         cmd = [sys.executable, "-m", "grader.serve.child", str(os.getpid()), "--",
-               *worker_command(self.settings, slot.name, slot.gpu)]
+               *worker_command(self.settings, slot.name, slot.gpu, slot.gpu_lock)]
         slot.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
         slot.started = time.monotonic()
 

@@ -1,7 +1,9 @@
 """One worker: takes job ids from the queue, claims each in the store, grades it in a child process.
 
-One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins one worker per GPU),
-or statically with --no-gpu. A GPU worker keeps one CUDA context open on its GPU for its whole life
+One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins ``gradings_per_gpu``
+workers per GPU; with more than one they share the GPU's lock, ``--gpu-lock``, which each grading
+takes for its GPU steps), or statically with --no-gpu. Each worker's files (its keeper's, its GPU's
+description, its gradings') are in its own folder, ``<data>/work/<name>``. A GPU worker keeps one CUDA context open on its GPU for its whole life
 (grader/gpu/keeper.py), so each grading's children make theirs faster, and probes its GPU once when
 it starts: each grading is handed that description (``grade --device``, as a batch does) instead of
 starting a probe child of its own (the probe phase: 0.02 s against 0.8 s on an H200;
@@ -81,19 +83,23 @@ def default_name(gpu: str | None, index: int = 0) -> str:
     return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
 
 
-def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None) -> list[str]:
-    """The child that grades one job: ``grade`` with the service's rubric, mode and stages, and the
-    worker's description of its GPU when it has one."""
+def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
+                  gpu_lock: Path | None = None) -> list[str]:
+    """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
+    worker's description of its GPU when it has one, and the GPU's lock when other workers share it."""
     cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--no-gpu"] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
+    cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []
     cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []
     return cmd + ["--", str(archive)]
 
 
 class Worker:
-    def __init__(self, settings: Settings, store: JobStore, queue: JobQueue, name: str, gpu: str | None):
+    def __init__(self, settings: Settings, store: JobStore, queue: JobQueue, name: str, gpu: str | None,
+                 gpu_lock: Path | None = None):
         self.settings, self.store, self.queue, self.name, self.gpu = settings, store, queue, name, gpu
+        self.gpu_lock = gpu_lock  # the GPU's lock file, shared with the other workers on this GPU
         self.pid = os.getpid()
         self.key = settings.grading_key()
         self.stopping = threading.Event()
@@ -217,7 +223,7 @@ class Worker:
         (folder / "submission.zip").write_bytes(archive)
         out = folder / "out"
         s = self.settings
-        cmd = grade_command(s, folder / "submission.zip", out, self.device_file)
+        cmd = grade_command(s, folder / "submission.zip", out, self.device_file, self.gpu_lock)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 

@@ -179,3 +179,43 @@ def test_the_load_tools_service_gets_the_gradings_per_gpu_they_are_given(tmp_pat
         assert sorted(w["name"] for w in workers) == [f"{HOST}-gpu0", f"{HOST}-gpu0.2"]
     finally:
         stop_spawned(proc, None)
+
+
+def test_a_worker_makes_its_context_and_probes_only_while_holding_the_gpus_lock(tmp_path):
+    """A worker that starts (or is restarted) beside another on its GPU waits for the GPU's lock before
+    its kept context and its probe touch the GPU: the other may be timing a kernel. Here the test holds
+    the lock: the worker does not start its keeper nor register until the lock is released."""
+    import fcntl
+    import time
+
+    data, lock = tmp_path / "data", tmp_path / "locks" / "gpu0.lock"
+    lock.parent.mkdir()
+    issue_tokens(data, ["a@x.edu"])  # the data folder as the service makes it
+    log = open(tmp_path / "worker.log", "wb")
+    with open(lock, "a+b") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = subprocess.Popen([sys.executable, "-m", "grader", "serve", "worker", "--data", str(data), "--gpu", "0",
+                                   "--gpu-lock", str(lock), "--name", "w-gpu0"], cwd=ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        try:
+            store = SqliteStore(data / "jobs.sqlite")
+            deadline = time.monotonic() + 4.0
+            while time.monotonic() < deadline:  # the whole wait: it must stay before its keeper
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+                assert not (data / "work" / "w-gpu0" / "keeper").exists()
+                assert not [w for w in store.workers() if w.name == "w-gpu0"]
+                time.sleep(0.2)
+            fcntl.flock(held, fcntl.LOCK_UN)
+            deadline = time.monotonic() + 90.0
+            while not [w for w in store.workers() if w.name == "w-gpu0"]:
+                assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+                time.sleep(0.2)
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+            log.close()

@@ -20,6 +20,7 @@ and queued jobs the queue lost (a worker killed between taking and claiming) are
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -27,6 +28,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from grader import IMPORT_ROOT
@@ -40,6 +43,23 @@ from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
 REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue
+
+
+@contextmanager
+def holding(lock: Path | None) -> Iterator[None]:
+    """Hold the GPU's lock file (the exclusive flock a grading's GPU steps take: grader/pipeline.py:
+    gpu_turn) while this worker makes its CUDA context and probes the GPU, so a worker that starts or
+    restarts beside another never touches the GPU during that one's timed turns. No lock: nothing."""
+    if lock is None:
+        yield
+        return
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def pid_alive(pid: int) -> bool:
@@ -121,11 +141,12 @@ class Worker:
         next_reap = 0.0
         try:
             if self.gpu is not None and not self.settings.no_gpu:
-                keeper = self.keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
-                if keeper.problem:
-                    log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu,
-                                keeper.problem)
-                self.device_file = self.describe_gpu()
+                with holding(self.gpu_lock):  # another worker on this GPU may be timing a kernel meanwhile
+                    keeper = self.keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
+                    if keeper.problem:
+                        log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu,
+                                    keeper.problem)
+                    self.device_file = self.describe_gpu()
             while not self.stopping.is_set():
                 if time.monotonic() >= next_reap:
                     self._safely(lambda: reap(self.store, self.queue, self.settings, self.name))

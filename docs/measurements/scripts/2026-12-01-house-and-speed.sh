@@ -56,12 +56,14 @@ for step in $steps; do
     timeout 540 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=15 2>&1 | tail -45 | tee -a "$OUT/run.txt"
     log "GPU tests took $(( $(date +%s) - t0 )) s" ;;
   serve-load)
-    log "the Gradescope path through the service, 16 submissions at once on one H200"
-    timeout 420 python3 tools/serve_gradescope_load.py --gpus 0 --n 16 --out "$OUT/serve_load.json" 2>&1 | tail -15 \
-      | tee -a "$OUT/run.txt" ;;
+    log "the Gradescope path through the service, 16 submissions at once on one H200: one grading per GPU, then two"
+    timeout 280 python3 tools/serve_gradescope_load.py --gpus 0 --gradings-per-gpu 1 --n 16 --out "$OUT/serve_load_1.json" \
+      2>&1 | tail -6 | tee -a "$OUT/run.txt"
+    timeout 280 python3 tools/serve_gradescope_load.py --gpus 0 --gradings-per-gpu 2 --n 16 --baseline "$OUT/serve_load_1.json" \
+      --out "$OUT/serve_load_2.json" 2>&1 | tail -6 | tee -a "$OUT/run.txt" ;;
   keeper)
-    log "the batch of 8 on one GPU, with and then without the kept CUDA context"
-    python3 tools/make_demo_export.py --n 8 "$W/export" > /dev/null
+    log "the batch of 6 on one GPU, with and then without the kept CUDA context"
+    python3 tools/make_demo_export.py --n 6 "$W/export" > /dev/null
     for mode in kept none; do
       extra=(); [ "$mode" = none ] && extra=(--no-kept-contexts)
       t0=$(date +%s.%N)

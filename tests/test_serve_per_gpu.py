@@ -63,7 +63,7 @@ def test_two_gpus_by_two_get_four_named_workers_each_gpus_pair_sharing_its_lock(
         args = parsed(worker_command(s, w.name, w.gpu, w.gpu_lock))
         assert (args.serve_command, args.name, args.gpu, args.gpu_lock) == ("worker", w.name, w.gpu, str(w.gpu_lock))
         assert not getattr(args, "no_gpu", False) and args.stages == "naive"
-    # each worker's own folder: its keeper's files, its GPU's description, its gradings
+    # each worker's own folder: its GPU's description, its gradings
     assert len({s.data / "work" / w.name for w in got}) == 4
     assert s.gpu_lock("../x") == tmp_path / "locks" / "gpu.._x.lock"  # an index never leaves the folder
 
@@ -181,10 +181,10 @@ def test_the_load_tools_service_gets_the_gradings_per_gpu_they_are_given(tmp_pat
         stop_spawned(proc, None)
 
 
-def test_a_worker_makes_its_context_and_probes_only_while_holding_the_gpus_lock(tmp_path):
+def test_a_worker_probes_its_gpu_only_while_holding_the_gpus_lock(tmp_path):
     """A worker that starts (or is restarted) beside another on its GPU waits for the GPU's lock before
-    its kept context and its probe touch the GPU: the other may be timing a kernel. Here the test holds
-    the lock: the worker does not start its keeper nor register until the lock is released."""
+    its probe touches the GPU: the other may be timing a kernel. Here the test holds
+    the lock: the worker does not probe its GPU nor register until the lock is released."""
     import fcntl
     import time
 
@@ -200,9 +200,9 @@ def test_a_worker_makes_its_context_and_probes_only_while_holding_the_gpus_lock(
         try:
             store = SqliteStore(data / "jobs.sqlite")
             deadline = time.monotonic() + 4.0
-            while time.monotonic() < deadline:  # the whole wait: it must stay before its keeper
+            while time.monotonic() < deadline:  # the whole wait: it must stay before its probe
                 assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-                assert not (data / "work" / "w-gpu0" / "keeper").exists()
+                assert not (data / "work" / "w-gpu0" / "device.json").exists()
                 assert not [w for w in store.workers() if w.name == "w-gpu0"]
                 time.sleep(0.2)
             fcntl.flock(held, fcntl.LOCK_UN)

@@ -5,8 +5,7 @@ student code), ``check`` (float64 references; trusted), ``profile`` (launch each
 under ncu), ``sanitize`` (launch each kernel once under compute-sanitizer, through the CUDA
 driver alone: :mod:`grader.children.driver`, no CuPy), ``occupancy`` (the grader's occupancy
 measurements), ``warm`` (compile CuPy's own kernels once, into the cache every other child's
-starts as a copy of; trusted), ``keep`` (hold a CUDA context open, idle, while gradings come and go
-on its GPU; trusted).
+starts as a copy of; trusted).
 :mod:`grader.children.protocol` is the protocol; :mod:`grader.sandbox.launch` starts a child
 from the grading process (it is not a runtime file: children never import it).
 """
@@ -29,7 +28,6 @@ RUNTIME_FILES: tuple[str, ...] = (
     "children/tma.py",
     "children/occupancy.py",
     "children/warm.py",
-    "children/keep.py",
     "children/inputs.py",
     "children/numerics.py",
 )

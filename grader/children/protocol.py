@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 # Mode -> the module (grader.children.<mode>) whose ``run(spec, result_path) -> int`` does it.
-MODES = ("probe", "stage", "check", "profile", "sanitize", "occupancy", "warm", "keep")
+MODES = ("probe", "stage", "check", "profile", "sanitize", "occupancy", "warm")
 USAGE = "usage: python -m grader.children {" + ",".join(MODES) + "} SPEC.json RESULT.json"
 
 

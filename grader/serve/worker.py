@@ -2,9 +2,8 @@
 
 One grading at a time, on the GPU in CUDA_VISIBLE_DEVICES (the service pins ``gradings_per_gpu``
 workers per GPU; with more than one they share the GPU's lock, ``--gpu-lock``, which each grading
-takes for its GPU steps), or statically with --no-gpu. Each worker's files (its keeper's, its GPU's
-description, its gradings') are in its own folder, ``<data>/work/<name>``. A GPU worker keeps one CUDA context open on its GPU for its whole life
-(grader/gpu/keeper.py), so each grading's children make theirs faster, and probes its GPU once when
+takes for its GPU steps), or statically with --no-gpu. Each worker's files (its GPU's description,
+its gradings') are in its own folder, ``<data>/work/<name>``. A GPU worker probes its GPU once when
 it starts: each grading is handed that description (``grade --device``, as a batch does) instead of
 starting a probe child of its own (the probe phase: 0.02 s against 0.8 s on an H200;
 docs/measurements/2026-11-30-h200-kept-context-run26-31.md). If the worker's probe fails, each grading
@@ -34,7 +33,6 @@ from pathlib import Path
 
 from grader import IMPORT_ROOT
 from grader.gpu.device import describe_into
-from grader.gpu.keeper import START_TIMEOUT_S, Keeper, start_keeper
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
@@ -42,13 +40,14 @@ from grader.serve.store import Job, JobStore, State, WorkerInfo
 from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
+PROBE_TIMEOUT_S = 60.0  # the worker's probe of its GPU at start (a batch waits the rubric's probe_s)
 REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue
 
 
 @contextmanager
 def holding(lock: Path | None) -> Iterator[None]:
     """Hold the GPU's lock file (the exclusive flock a grading's GPU steps take: grader/pipeline.py:
-    gpu_turn) while this worker makes its CUDA context and probes the GPU, so a worker that starts or
+    gpu_turn) while this worker probes the GPU, so a worker that starts or
     restarts beside another never touches the GPU during that one's timed turns. No lock: nothing."""
     if lock is None:
         yield
@@ -126,7 +125,6 @@ class Worker:
         self.work = settings.data / "work" / name
         self._job_started: float | None = None
         self.device_file: Path | None = None  # the GPU's description, probed once (describe_gpu)
-        self.keeper: Keeper | None = None  # with the gradings, this worker's only child process
 
     def register(self, state: str) -> None:
         self.store.put_worker(WorkerInfo(self.name, self.gpu, state, time.time(), self._job_started, self.pid,
@@ -137,15 +135,11 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stopping.set())
         log.info("worker %s started (%s)", self.name, f"GPU {self.gpu}" if self.gpu is not None else "static")
-        keeper: Keeper | None = None
+        self.work.mkdir(parents=True, exist_ok=True)  # its own: its GPU's description, its gradings
         next_reap = 0.0
         try:
             if self.gpu is not None and not self.settings.no_gpu:
                 with holding(self.gpu_lock):  # another worker on this GPU may be timing a kernel meanwhile
-                    keeper = self.keeper = start_keeper(self.work / "keeper", START_TIMEOUT_S, self.gpu)
-                    if keeper.problem:
-                        log.warning("worker %s: no CUDA context kept open on GPU %s: %s", self.name, self.gpu,
-                                    keeper.problem)
                     self.device_file = self.describe_gpu()
             while not self.stopping.is_set():
                 if time.monotonic() >= next_reap:
@@ -161,8 +155,6 @@ class Worker:
                 if not took and not self.queue.blocking:
                     self.stopping.wait(0.5)
         finally:
-            if keeper is not None:
-                keeper.close()
             self._safely(lambda: self.store.drop_worker(self.name))
             log.info("worker %s stopped", self.name)
 
@@ -170,7 +162,7 @@ class Worker:
         """Probe this worker's GPU once and keep its description for every grading (None: each
         grading probes for itself; the log says why)."""
         path = self.work / "device.json"
-        problem = describe_into(path, START_TIMEOUT_S)
+        problem = describe_into(path, PROBE_TIMEOUT_S)
         if problem:
             log.warning("worker %s: its GPU's probe failed (%s); each grading probes it itself", self.name, problem)
             return None
@@ -264,9 +256,8 @@ class Worker:
         thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
         thread.start()
         try:
-            keep = [self.keeper.proc.pid] if self.keeper is not None and self.keeper.proc is not None else []
             outcome = child.run(cmd, log=folder / "log.txt", timeout_s=s.grade_timeout_s, env=env,
-                                should_stop=lambda: lost.is_set() or self.stopping.is_set(), keep=keep)
+                                should_stop=lambda: lost.is_set() or self.stopping.is_set(), keep=())
         finally:
             beating.set()
             thread.join()

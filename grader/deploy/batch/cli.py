@@ -39,9 +39,6 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
                    help="time limit per submission in seconds (default: %(default)g)")
     p.add_argument("--shard", help="grade only slice I of N (I/N, 0-based; Slurm array jobs)")
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices")
-    p.add_argument("--no-kept-contexts", dest="keep_contexts", action="store_false",
-                   help="do not keep a CUDA context open on each GPU while the batch runs (for measuring "
-                        "what keeping one saves; grader/gpu/keeper.py)")
     p.add_argument("--trusted-submissions", action="store_true",
                    help="grade even where the sandbox cannot fence students' code (only for code you trust)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -97,7 +94,7 @@ def run_grade(args: argparse.Namespace) -> int:
         grade_export(Path(args.export), Path(args.out), workers=args.workers, force=args.force,
                      retry_failed=args.retry_failed, opts=opts, shard=shard, quiet=args.quiet,
                      notes=[trust_note] if trust_note else None, per_gpu=args.per_gpu,
-                     times_from=[Path(d) for d in args.times_from], keep_contexts=args.keep_contexts)
+                     times_from=[Path(d) for d in args.times_from])
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

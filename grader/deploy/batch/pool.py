@@ -98,11 +98,6 @@ def device_file(lock_dir: Path, gpu: str) -> Path:
     return _beside_lock(lock_dir, gpu, ".device.json")
 
 
-def keeper_folder(lock_dir: Path, gpu: str) -> Path:
-    """Where the batch's keeper of one GPU's context runs (beside its lock file; grader/gpu/keeper.py)."""
-    return _beside_lock(lock_dir, gpu, ".keeper")
-
-
 def probe_gpus(gpus: list[str], lock_dir: Path, timeout_s: float) -> dict[str, str]:
     """Probe each GPU once, side by side, and write its description for the gradings on it
     (grader/gpu/device.py); {GPU: "" or why its gradings probe for themselves}."""

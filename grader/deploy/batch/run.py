@@ -3,9 +3,7 @@ GPUs (plan), the children (pool), then grades.csv (table) and batch.json. Librar
 :func:`grade_export`.
 
 Each GPU is probed once, before the first grading (pool.probe_gpus): its gradings read that
-description instead of each starting a probe child. Each GPU also has one CUDA context kept open,
-idle, for the whole run (grader/gpu/keeper.py): every child of every grading then makes its own
-context in about half the time; a one-GPU batch of 24 took 5% less time, a two-GPU batch the same.
+description instead of each starting a probe child.
 
 batch.json reports each GPU's busy share over the run: the seconds its gradings held its lock (the
 GPU steps: grading.json's ``gpu_held`` phases) over the batch's wall time; with two gradings per GPU, one
@@ -25,8 +23,6 @@ from grader.deploy.batch.pool import (
     ChildCommand,
     Options,
     child_command,
-    gpu_env,
-    keeper_folder,
     probe_gpus,
     run_pool,
 )
@@ -40,7 +36,6 @@ from grader.deploy.batch.stale import (
     plan_todo,
     stage_list,
 )
-from grader.gpu.keeper import Keeper, keep_gpus
 from grader.outputs.class_summary import write_class_summary
 from grader.outputs.grades_csv import RowStatus, automatic_points, csv_rows, write_csv
 from grader.rubric.types import Rubric
@@ -106,11 +101,9 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
                  shard: tuple[int, int] | None = None, quiet: bool = False,
                  make_cmd: ChildCommand = child_command, gpus: list[str] | None = None,
                  log: Callable[[str], None] | None = None, notes: list[str] | None = None,
-                 per_gpu: int = PER_GPU, times_from: list[Path] | None = None,
-                 keep_contexts: bool = True) -> BatchSummary:
+                 per_gpu: int = PER_GPU, times_from: list[Path] | None = None) -> BatchSummary:
     """Grade every submission of ``export`` into ``out``; a submission's failure is its row's status.
     ``times_from``: earlier batches' output folders whose times order this one (longest first).
-    ``keep_contexts``: keep a CUDA context open on each GPU while the batch runs (grader/gpu/keeper.py).
 
     Raises BatchError for bad input of the whole batch (no export); KeyboardInterrupt after the
     running children finished and grades.csv was written."""
@@ -175,16 +168,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
 
     t0 = time.monotonic()
     probed: dict[str, str] = {}
-    keepers: dict[str, Keeper] = {}
     if opts.use_gpu and gpus and todo and opts.lock_dir is not None:
-        if keep_contexts:
-            lock_dir = opts.lock_dir
-            keepers = keep_gpus(gpus, rubric.timeouts.probe_s, lambda g: keeper_folder(lock_dir, g), gpu_env)
-            for gpu, keeper in keepers.items():
-                if keeper.problem:
-                    notes.append(f"GPU {gpu}: no CUDA context kept open ({keeper.problem}); its gradings "
-                                 "start their children without one")
-                    say(f"batch: note: {notes[-1]}")
         probed = probe_gpus(gpus, opts.lock_dir, rubric.timeouts.probe_s)
         for gpu, problem in probed.items():
             if problem:
@@ -207,12 +191,7 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
                                    + f" ({rec.get('wall_s', 0):.1f} s, {gpu})"
                                    + (f"; re-graded: {reason}" if reason is not Why.NEW else ""), highlight=False)
 
-        try:
-            records, interrupted = run_pool(todo, slots, subs_dir, opts, make_cmd, on_done)
-        finally:
-            kept = sorted(g for g, keeper in keepers.items() if keeper.kept)
-            for keeper in keepers.values():
-                keeper.close()
+        records, interrupted = run_pool(todo, slots, subs_dir, opts, make_cmd, on_done)
     if interrupted:
         say("batch: interrupted; the running submissions finished (run again to resume)")
 
@@ -234,7 +213,6 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
         "use_gpu": opts.use_gpu, "wall_s": round(summary.wall_s, 2), "per_gpu": per_gpu,
         "device_probe_s": round(probe_s, 2),
         "devices_probed": sorted(g for g, problem in probed.items() if not problem),
-        "contexts_kept": kept,
         "gpu_busy": summary.gpu_busy, "graded_by": now.to_json(), "regraded": summary.regraded,
         "kept_gpu_gradings": kept_gpu, "longest_first": ordered, "rescored": summary.rescored,
         "interrupted": interrupted, "notes": notes, "records": sorted(records, key=lambda r: r["folder"]),

@@ -11,19 +11,19 @@ import sys
 from pathlib import Path
 
 from grader.children.driver import Driver, DriverError
-from grader.children.protocol import write_result
+from grader.children.protocol import KeepResult, KeepSpec, write_result
 
 READY = "ready"
 
 
-def run(spec: dict, result: Path) -> int:
+def run(spec: KeepSpec, result: Path) -> int:
     del spec  # nothing to be told: the GPU is the one CUDA_VISIBLE_DEVICES shows
     try:
         Driver().start(0)
     except DriverError as exc:
-        write_result(result, {"ok": False, "reason": str(exc)})
+        write_result(result, KeepResult(ok=False, reason=str(exc)))
         return 1
-    write_result(result, {"ok": True})
+    write_result(result, KeepResult(ok=True))
     print(READY, flush=True)
     while sys.stdin.buffer.read(4096):  # nothing is ever sent: b"" once the pipe is closed
         pass

@@ -19,6 +19,7 @@ that cannot start is not an error: the gradings run as they would without one, a
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.children.keep import READY
+from grader.children.protocol import KEEP, KeepSpec
+from grader.records import to_jsonable
 from grader.sandbox.launch import child_command, child_env, read_result
 
 CLOSE_WAIT_S = 10.0
@@ -95,10 +98,10 @@ def start_keeper(work: Path, timeout_s: float, gpu: str | None = None,
     try:
         work.mkdir(parents=True, exist_ok=True)
         result.unlink(missing_ok=True)
-        spec.write_text("{}")
+        spec.write_text(json.dumps(to_jsonable(KeepSpec())))
         env = {**child_env(work / "cupy-cache"), **(extra_env or {})}
         with open(work / "keep_stderr.txt", "wb") as err:
-            proc = subprocess.Popen(child_command("keep", spec, result), cwd=work, env=env, stdin=subprocess.PIPE,
+            proc = subprocess.Popen(child_command(KEEP.name, spec, result), cwd=work, env=env, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
     except OSError as exc:
         return Keeper(gpu, None, f"the keeper could not start: {exc}")
@@ -107,9 +110,9 @@ def start_keeper(work: Path, timeout_s: float, gpu: str | None = None,
     if line == READY:
         return keeper
     keeper.close(grace_s=0.0 if line is None else 2.0)
-    said = read_result(result) or {}
-    if said.get("reason"):
-        keeper.problem = str(said["reason"])[:300]
+    said, _why = read_result(result, KEEP.result)
+    if said is not None and said.reason:
+        keeper.problem = said.reason[:300]
     elif line is None:
         keeper.problem = f"the keeper had no context after {timeout_s:g} s"
     else:

@@ -80,7 +80,7 @@ def test_the_keeper_holds_the_primary_context_until_closed(tmp_path, monkeypatch
     finally:
         k.close()
     assert not k.kept and _gone(pid, 1.0)
-    assert json.loads((tmp_path / "keep" / "keep_result.json").read_text()) == {"ok": True}
+    assert json.loads((tmp_path / "keep" / "keep_result.json").read_text()) == {"ok": True, "reason": ""}
     k.close()  # a second close does nothing
 
 

@@ -19,12 +19,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape
 from grader.clock import Phase
 from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
-from grader.model import Bonus, Gap, ItemResult, Verdict, to_jsonable
+from grader.model import Bonus, Gap, ItemResult, Verdict
 from grader.profile.timing import TimingSummary
+from grader.records import as_float, to_jsonable
 from grader.rubric.limits import StageLimit
 from grader.rubric.peaks import Peaks
 from grader.rubric.types import Stage
@@ -67,11 +69,11 @@ class StageOutcome:
     sass: SassResult | None = None
     verdict: Verdict = Verdict.NOT_EVALUATED
     correctness_message: str = ""
-    cases: list[dict] = field(default_factory=list)  # the checker's verdict per size
+    cases: list[CaseVerdict] = field(default_factory=list)  # the checker's verdict per size
     timing: TimingSummary | None = None
     gpu_reason: str = ""  # why GPU work was not done, "" when it was
     run_output: str = ""  # trimmed output of the student's run, for feedback
-    bench: dict = field(default_factory=dict)  # raw timings from the runner (unjudged)
+    bench: BenchRun | None = None  # raw timings from the runner (unjudged)
     ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
@@ -89,17 +91,17 @@ class StageOutcome:
     def ncu_reason(self) -> str:
         return self.ncu_gap.message if self.ncu_gap else ""
 
-    def launch_spec(self) -> dict:
+    def launch_spec(self) -> Kernel:
         """What a child needs to launch this compiled stage's kernel (the stage, profile and sanitize
         children alike): the cubin, the kernel, its inputs and operands, the launch shape and, for a
         tensor-map stage, the declared TMA boxes (grader/children/tma.py)."""
         c = self.compile
         assert c is not None and c.cubin is not None and c.launch is not None  # only compiled stages launch
         boxes = c.boxes
-        return {"cubin": str(Path(c.cubin).resolve()), "kernel": self.stage.kernel, "inputs": self.stage.inputs,
-                "operands": self.stage.operands,
-                "launch": {"block": list(c.launch.block), "tile": list(c.launch.tile), "smem": c.launch.smem},
-                "boxes": None if boxes is None else [boxes.k, boxes.a_rows, boxes.b_rows, boxes.swizzle]}
+        return Kernel(cubin=str(Path(c.cubin).resolve()), kernel=self.stage.kernel, inputs=self.stage.inputs,
+                      operands=self.stage.operands, id=self.stage.id,
+                      launch=LaunchShape(block=list(c.launch.block), tile=list(c.launch.tile), smem=c.launch.smem),
+                      boxes=None if boxes is None else [boxes.k, boxes.a_rows, boxes.b_rows, boxes.swizzle])
 
 
 @dataclass
@@ -199,13 +201,16 @@ class Grading:
             "cpu_s": data.get("cpu_seconds"), "cpu_self_s": data.get("cpu_seconds_grader"),
             "rubric_text": data.get("rubric") or "",
         }
+        if isinstance(shaped["outcomes"], dict):  # a stage without a benchmark was written {} before it was a record
+            shaped["outcomes"] = {k: {**v, "bench": None} if isinstance(v, dict) and v.get("bench") == {} else v
+                                  for k, v in shaped["outcomes"].items()}
         # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
         # without it still grades.
         import dacite  # typed records from JSON dicts (nested dataclasses, enums, tuples, optionals)
 
         # Enum values and tuples come back from their JSON forms; a float field written by another
         # tool as a whole number (2) reads back as a float.
-        config = dacite.Config(cast=[Enum, tuple], type_hooks={float: _as_float, Counter: Counter})
+        config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter})
         try:
             return dacite.from_dict(cls, shaped, config=config)
         except (dacite.DaciteError, ValueError, TypeError) as exc:
@@ -213,10 +218,6 @@ class Grading:
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
-
-
-def _as_float(x: Any) -> Any:
-    return float(x) if type(x) is int else x
 
 
 def load_grading(path: str | Path) -> Grading:

@@ -6,9 +6,6 @@ serialise to JSON for the results folder and for hand-off between processes.
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-import typing
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -185,41 +182,3 @@ class ItemResult:
     def counted_max(self) -> float:
         """What this item adds to the total the score is out of."""
         return 0.0 if self.bonus is not Bonus.NONE else self.max_score
-
-
-@functools.cache
-def _float_fields(cls: type) -> frozenset[str]:
-    """The fields of a record typed ``float`` (or ``float | None``)."""
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:  # noqa: BLE001 - a name only imported for type checking: no coercion then
-        return frozenset()
-    return frozenset(name for name, t in hints.items() if t is float or t == (float | None))
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Turn records (and containers of them) into JSON-ready values.
-
-    A whole number in a field typed float is written as a float (``20.0``), so that a record
-    read back (grader/grading.py) writes the same text again.
-    """
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        # Field by field, not dataclasses.asdict: asdict rebuilds a Counter from (key, value)
-        # pairs, counting the pairs, and cannot rebuild dict subclasses such as NcuTable.
-        floats = _float_fields(type(obj))
-        out = {}
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if f.name in floats and type(value) is int:
-                value = float(value)
-            out[f.name] = to_jsonable(value)
-        return out
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:  # NaN is not valid JSON
-        return None
-    return obj

@@ -5,12 +5,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from grader.children.check import check
+from grader.children import check as check_child
 from grader.children.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed
+from grader.children.protocol import CheckSpec, Expect
+from grader.records import RecordError, from_jsonable, to_jsonable
 
 ROOT = Path(__file__).resolve().parent.parent
 N, ISEED = 128, 77
+
+
+def _check(spec: dict, **kw) -> dict:
+    """The checker on the spec ``spec`` (its JSON form), its verdicts in their JSON form."""
+    return to_jsonable(check_child.check(from_jsonable(CheckSpec, spec), **kw))
 
 
 def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5, stages: int = 1):
@@ -39,14 +47,14 @@ def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5
 
 
 def test_honest_timed_launches_pass(tmp_path):
-    cases = check(_timed_run(tmp_path))["tiled"]["cases"]
+    cases = _check(_timed_run(tmp_path))["tiled"]["cases"]
     assert [c["kind"] for c in cases] == ["bench", "timed"]
     assert all(c["passed"] for c in cases)
     assert "all 5 timed launches" in cases[1]["description"]
 
 
 def test_replaying_an_earlier_result_is_caught(tmp_path):
-    cases = check(_timed_run(tmp_path, replay_from=2))["tiled"]["cases"]
+    cases = _check(_timed_run(tmp_path, replay_from=2))["tiled"]["cases"]
     timed = cases[1]
     assert not timed["passed"] and "timed launch 3, 4, 5 of 5" in timed["problem"]
     # the saved final output is the replayed (stale) one: wrong for the last launch's inputs
@@ -56,7 +64,7 @@ def test_replaying_an_earlier_result_is_caught(tmp_path):
 def test_missing_output_is_reported_not_raised(tmp_path):
     spec = {"stages": [{"id": "naive", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(tmp_path),
                         "cases": [{"n": N, "seed": 1, "file": "c_512.npy", "kind": "check"}]}]}
-    case = check(spec)["naive"]["cases"][0]
+    case = _check(spec)["naive"]["cases"][0]
     assert not case["passed"] and "no output was saved" in case["problem"]
 
 
@@ -64,7 +72,7 @@ def test_wrong_shape_output(tmp_path):
     np.save(tmp_path / "c.npy", np.zeros((N, N + 1), np.float32))
     spec = {"stages": [{"id": "naive", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(tmp_path),
                         "cases": [{"n": N, "seed": 1, "file": "c.npy", "kind": "check"}]}]}
-    assert "shape" in check(spec)["naive"]["cases"][0]["problem"]
+    assert "shape" in _check(spec)["naive"]["cases"][0]["problem"]
 
 
 def test_checker_process_writes_verdicts(tmp_path):
@@ -87,14 +95,14 @@ def test_precomputed_references_give_the_same_verdicts_and_are_reused(tmp_path):
 
     for replay in (None, 2):
         spec = _timed_run(tmp_path, replay_from=replay)
-        plain = check(spec)
+        plain = _check(spec)
         products = Products(np)
-        products.precompute({"references": [[N, rep_seed(ISEED, 4), "fp32"]]})
+        products.precompute(Expect(references=[(N, rep_seed(ISEED, 4), "fp32")]))
         foreseen = dict(products.refs)
-        assert check(spec, products=products) == plain
+        assert _check(spec, products=products) == plain
         assert all(products.refs[k] is v for k, v in foreseen.items())
     short = _timed_run(tmp_path, launches=3)  # its last seed was not foreseen
-    assert all(c["passed"] for c in check(short, products=products)["tiled"]["cases"])
+    assert all(c["passed"] for c in _check(short, products=products)["tiled"]["cases"])
     assert (N, rep_seed(ISEED, 2), "fp32") in products.refs and (N, rep_seed(ISEED, 4), "fp32") in products.refs
 
 
@@ -106,14 +114,18 @@ def test_fingerprints_need_each_launchs_own_vector_and_one_drawing_of_inputs_ser
     drawn: list[int] = []
     made = check_module.make_inputs_xp
     monkeypatch.setattr(check_module, "make_inputs_xp", lambda xp, n, seed, kind: (drawn.append(seed), made(xp, n, seed, kind))[1])
-    verdicts = check(spec)
+    verdicts = _check(spec)
     assert all(c["passed"] for v in verdicts.values() for c in v["cases"])
     assert sorted(drawn) == sorted([rep_seed(ISEED, r) for r in range(5)] + [rep_seed(ISEED, 4)])  # + the reference
     fp = spec["stages"][1]["cases"][0]["fingerprints"]
     fp["vector_seeds"] = fp["vector_seeds"][:1] + spec["stages"][2]["cases"][0]["fingerprints"]["vector_seeds"][1:]
-    timed = check(spec)["tiled1"]["cases"][1]
+    timed = _check(spec)["tiled1"]["cases"][1]
     assert not timed["passed"] and "timed launch 2, 3, 4, 5 of 5 was wrong" in timed["problem"]
-    for bad in (None, [1, 2], ["x"] * 5, [-1] * 5, [True] * 5):
+    for bad in (None, ["x"] * 5):  # not a list of integers: not a check request at all
         fp["vector_seeds"] = bad
-        timed = check(spec)["tiled1"]["cases"][1]
+        with pytest.raises(RecordError, match="vector_seeds"):
+            from_jsonable(CheckSpec, spec)
+    for bad in ([1, 2], [-1] * 5, [True] * 5):
+        fp["vector_seeds"] = bad
+        timed = _check(spec)["tiled1"]["cases"][1]
         assert not timed["passed"] and "fingerprint vectors are missing or malformed" in timed["problem"], bad

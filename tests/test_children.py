@@ -20,13 +20,16 @@ import pytest
 from grader import PACKAGE_DIR
 from grader.children import RUNTIME_FILES
 from grader.children.inputs import make_inputs_xp
-from grader.children.protocol import MODES
-from grader.sandbox.launch import child_env, launch
+from grader.children.protocol import CHECK, MODES, ProbeSpec, ProfileSpec
+from grader.records import from_jsonable
+from grader.sandbox.launch import child_command, child_env, launch
+from tests.child_helpers import launch_json
 
 ROOT = PACKAGE_DIR.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
-# What a child may import besides the runtime files: the standard library, NumPy and CuPy.
-THIRD_PARTY = {"numpy", "cupy", "cupy_backends"}
+# What a child may import besides the runtime files: the standard library, NumPy, CuPy and dacite (the
+# records' reader: pure Python in the interpreter's site-packages, which the fence shows).
+THIRD_PARTY = {"numpy", "cupy", "cupy_backends", "dacite"}
 
 
 def _module_file(name: str) -> str | None:
@@ -91,17 +94,17 @@ def test_a_child_runs_from_the_runtime_files_alone(tmp_path, monkeypatch):
     files = out.stdout.split()
     assert out.returncode == 0 and len(files) >= 8, out.stderr
     assert all(Path(f).is_relative_to(runtime) for f in files), files
-    got = launch("check", spec, tmp_path / "w", 60, 20_000, runtime=runtime)
+    got, res = launch_json("check", spec, tmp_path / "w", 60, 20_000, runtime=runtime)
     assert got.proc.ok, got.proc.stderr
-    assert got.result["verdicts"]["naive"]["cases"][0]["passed"] is True
+    assert res["verdicts"]["naive"]["cases"][0]["passed"] is True
     assert got.spec_path.name == "check_spec.json" and got.result_path.name == "check_result.json"
 
 
 def test_probe_on_the_stand_in_gpu_and_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
-    got = launch("probe", {}, tmp_path / "probe", 60, 20_000, cache_dir=tmp_path / "cache")
+    got, res = launch_json("probe", {}, tmp_path / "probe", 60, 20_000, cache_dir=tmp_path / "cache")
     assert got.proc.ok, got.proc.stderr
-    assert got.result["ok"] is True and got.result["cc"] == [9, 0] and got.result["sms"] == 132
+    assert res["ok"] is True and res["cc"] == [9, 0] and res["sms"] == 132
     env = child_env(tmp_path / "cache")
     assert env["CUPY_TF32"] == "0" and env["PYTHONUNBUFFERED"] == "1"
     assert env["CUPY_CACHE_DIR"] == str(tmp_path / "cache")
@@ -140,18 +143,24 @@ def test_the_profile_child_gives_cached_blocks_back_once_its_inputs_are_made(tmp
     monkeypatch.setattr(profile, "make_inputs_xp", lambda xp, n, seed, kind: (events.append(kind), made(xp, n, seed, kind))[1])
     monkeypatch.setitem(sys.modules, "cupy", _numpy_cupy(events))
     spec = {"n": 8, "seed": 3, "inputs": ["fp32", "bf16"],
-            "stages": [{"id": "wmma", "inputs": "fp16", "cubin": "x.cubin", "kernel": "k", "launch": {}}]}
-    assert profile.run(spec, tmp_path / "result.json") == 0
+            "stages": [{"id": "wmma", "inputs": "fp16", "cubin": "x.cubin", "kernel": "k",
+                        "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}}]}
+    assert profile.run(from_jsonable(ProfileSpec, spec), tmp_path / "result.json") == 0
     assert events == ["fp32", "bf16", "release", "fp16", "release"]
     got = json.loads((tmp_path / "result.json").read_text())
     assert "no GPU here" in got["failures"]["wmma"]
 
 
 def test_a_child_that_dies_leaves_no_result_and_a_wrong_mode_is_refused(tmp_path):
-    got = launch("check", {"stages": "not a list"}, tmp_path, 60, 20_000)
-    assert not got.proc.ok and got.result is None and "TypeError" in got.proc.stderr
+    # The stage child imports CuPy first: without it (no stand-in on the path) it dies before any result.
+    spec = {"id": "naive", "inputs": "fp32", "baseline": "cublas_sgemm", "correctness": [], "out_dir": str(tmp_path)}
+    got, res = launch_json("stage", spec, tmp_path, 60, 20_000)
+    assert not got.proc.ok and res is None and "ModuleNotFoundError" in got.proc.stderr
+    assert got.no_result == "the child wrote no result"
     with pytest.raises(ValueError, match="unknown child mode"):
-        launch("stage.py", {}, tmp_path, 60, 20_000)
+        child_command("stage.py", tmp_path / "s.json", tmp_path / "r.json")
+    with pytest.raises(TypeError, match="takes a CheckSpec"):
+        launch(CHECK, ProbeSpec(), tmp_path, 60, 20_000)
     usage = subprocess.run([sys.executable, "-m", "grader.children", "nonsense"], cwd=ROOT, capture_output=True,
                            text=True, timeout=60)
     assert usage.returncode == 2 and "usage: python -m grader.children {probe,stage" in usage.stderr
@@ -162,10 +171,10 @@ def test_a_wrapping_tool_runs_the_child(tmp_path):
     wrapper = tmp_path / "wrap.sh"
     wrapper.write_text('#!/bin/sh\necho "wrapped: $*" >&2\nexec "$@"\n')
     wrapper.chmod(0o755)
-    got = launch("check", {"stages": []}, tmp_path / "w", 60, 20_000, wrap=[str(wrapper)], name="racecheck")
-    assert got.proc.ok and got.result is not None and got.result["verdicts"] == {}
+    got, res = launch_json("check", {"stages": []}, tmp_path / "w", 60, 20_000, wrap=[str(wrapper)], name="racecheck")
+    assert got.proc.ok and res is not None and res["verdicts"] == {}
     assert "-m grader.children check" in got.proc.stderr
-    assert json.loads((tmp_path / "w" / "racecheck_spec.json").read_text()) == {"stages": []}
+    assert json.loads((tmp_path / "w" / "racecheck_spec.json").read_text()) == {"stages": [], "gate": False, "expect": {"references": []}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -185,14 +194,26 @@ def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict) -> tuple[dict
             "correctness": [{"n": 16, "seed": 3}],
             "bench": {"n": BENCH_N, "seed": 5, "integrity_seed": 6, "warmup": 1, "reps": TIMED, "min_reps": TIMED,
                       "max_seconds": 600, "flush_l2": True},
-            "cubin": str(cubin), "kernel": "mmTiled", "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}}
+            "kernel": {"cubin": str(cubin), "kernel": "mmTiled", "inputs": "fp32",
+                       "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}}}
     monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
     monkeypatch.setenv("FAKE_CUPY", json.dumps({"gemm": gemm, "device_log": str(log)}))
-    got = launch("stage", spec, work, 120, 20_000, cache_dir=tmp_path / f"{name}-cache")
-    assert got.proc.ok and got.result["error"] is None, (got.proc.stderr, got.result)
+    got, res = launch_json("stage", spec, work, 120, 20_000, cache_dir=tmp_path / f"{name}-cache")
+    assert got.proc.ok and res["error"] is None, (got.proc.stderr, res)
     held = [set(json.loads(line)) for line in log.read_text().splitlines()]
     assert len(held) == 1 + 1 + TIMED  # the correctness launch, the warm-up, the timed launches
-    return spec, got.result, held
+    return spec, res, held
+
+
+def _checked(spec: dict, report: dict) -> list[dict]:
+    """The checker's verdicts on a stage run (spec and report in their JSON forms), as the grader asks for them."""
+    from grader.children.check import check
+    from grader.children.protocol import CheckSpec, StageResult, StageSpec
+    from grader.children.warm import _check_entry
+    from grader.records import to_jsonable
+
+    entry = _check_entry("tiled", from_jsonable(StageSpec, spec), from_jsonable(StageResult, report), 1e-3)
+    return to_jsonable(check(CheckSpec(stages=[entry]))["tiled"].cases)
 
 
 def _digest(v: np.ndarray) -> str:
@@ -206,9 +227,7 @@ def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_ev
     not hold (two runs of one spec draw different ones): it is in no device memory while the kernel
     runs, nor is the vector the spec's integrity seed gives. The checker verifies every fingerprint and
     the last launch's whole output, and still catches a kernel that replays an earlier result."""
-    from grader.children.check import check
     from grader.children.inputs import integrity_vector
-    from grader.children.warm import _check_entry
     spec, report, held = _stage_run(tmp_path, monkeypatch, "honest", {})
     from_spec = _digest(integrity_vector(BENCH_N, spec["bench"]["integrity_seed"]))
     assert all(from_spec not in during for during in held), "a vector the kernel could derive was in device memory"
@@ -218,7 +237,7 @@ def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_ev
         v = _digest(integrity_vector(BENCH_N, seed))
         assert all(v not in during for during in held[:2 + r + 1]), f"v of timed launch {r} was there before it ended"
     assert any(_digest(integrity_vector(BENCH_N, seeds[0])) in during for during in held[3:])  # the log sees vectors
-    cases = check({"stages": [_check_entry("tiled", spec, report, 1e-3)]})["tiled"]["cases"]
+    cases = _checked(spec, report)
     assert [(c["kind"], c["passed"]) for c in cases] == [("check", True), ("bench", True), ("timed", True)]
     assert f"all {TIMED} timed launches" in cases[2]["description"]
 
@@ -226,6 +245,6 @@ def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_ev
     assert not set(again["bench"]["vector_seeds"]) & set(seeds)  # not from the spec: drawn afresh
 
     spec, replayed, _ = _stage_run(tmp_path, monkeypatch, "replay", {"replay_from": 3})  # timed launches 2-4 replay
-    cases = check({"stages": [_check_entry("tiled", spec, replayed, 1e-3)]})["tiled"]["cases"]
+    cases = _checked(spec, replayed)
     assert [(c["kind"], c["passed"]) for c in cases] == [("check", True), ("bench", False), ("timed", False)]
     assert "timed launch 2, 3, 4 of 4 was wrong" in cases[2]["problem"]

@@ -14,6 +14,7 @@ from grader import REPO_ROOT
 from grader.compile import toolchain
 from grader.sandbox import guard as sandbox
 from grader.sandbox.guard import Fence, Limit, run
+from tests.child_helpers import launch_json
 from tests.fence_helpers import live_with, marker, py, switch_user, wait_none_with
 
 
@@ -314,10 +315,9 @@ def test_sandbox_cost_is_small(scratch: Path):
 def test_grader_child_runs_fenced_from_the_shared_runtime(tmp_path: Path):
     """launch() with a fence: the child imports grader.children from the read-only runtime copy,
     the checkout being invisible, and still writes its result."""
-    from grader.sandbox.launch import launch
     work = tmp_path / "probe"
-    child = launch("probe", {}, work, 120, 20_000, fence=Fence(scratch=work, gpu=True))
+    child, res = launch_json("probe", {}, work, 120, 20_000, fence=Fence(scratch=work, gpu=True))
     assert child.proc.returncode == 0, child.proc.stderr
-    assert child.result is not None and "ok" in child.result
+    assert res is not None and "ok" in res
     from grader.sandbox.fence import shared_runtime
     assert not str(shared_runtime()).startswith(str(REPO_ROOT))  # the checkout itself is hidden (tests above)

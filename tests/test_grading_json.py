@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.children.protocol import BenchRun, CaseVerdict
 from grader.children.tma import Boxes
 from grader.compile import toolchain
 from grader.compile.ptxas import KernelResources
@@ -58,9 +59,9 @@ def synthetic_grading() -> Grading:
         c, sass = _compiled(st)
         o = StageOutcome(stage=st, compile=c, sass=sass, verdict=VERDICTS[st.id], profile_n=2048,
                          correctness_message=f"{st.id}: {VERDICTS[st.id].value}", run_output="printed\n")
-        o.bench = {"n": 4096, "student_ms": [MS[st.id]] * 5, "baseline_ms": [BASE_MS[st.baseline]] * 5}
+        o.bench = BenchRun(n=4096, seed=1, student_ms=[MS[st.id]] * 5, baseline_ms=[BASE_MS[st.baseline]] * 5)
         if o.verdict is Verdict.CORRECT:
-            o.cases = [{"n": 512, "kind": "check", "passed": True, "max_scaled_err": 1.5e-7, "problem": None}]
+            o.cases = [CaseVerdict(n=512, kind="check", passed=True, max_scaled_err=1.5e-7)]
             o.timing = summarize(4096, [MS[st.id]] * 5, [BASE_MS[st.baseline]] * 5, PEAKS.get(st.peak))
         if o.verdict is Verdict.CORRECT and st.kernel in TABLE:  # the fixture predates the Hopper stage
             o.ncu = dict(TABLE[st.kernel])

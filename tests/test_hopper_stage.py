@@ -14,6 +14,7 @@ import pytest
 from grader import REPO_ROOT as ROOT
 from grader.children.check import check
 from grader.children.inputs import bf16_values, make_inputs, product_operands, to_bf16
+from grader.children.protocol import CheckSpec
 from grader.children.tma import Boxes, check_boxes
 from grader.compile import toolchain
 from grader.compile.stage import compile_stage
@@ -22,6 +23,7 @@ from grader.instructor.shifted import write_shifted
 from grader.model import Bonus, ItemResult, Status
 from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.results import build_results
+from grader.records import from_jsonable
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
 from grader.score.stages import score
@@ -160,9 +162,9 @@ def test_the_checker_judges_a_bf16_stage_against_the_same_rounded_operands(tmp_p
     cases = [{"n": n, "seed": seed, "kind": "check", "file": f} for f in ("right.npy", "wrong.npy")]
     spec = {"stages": [{"id": "hopper", "inputs": "bf16", "rtol": HOPPER.rtol, "out_dir": str(tmp_path),
                         "cases": cases}]}
-    right, wrong = check(spec, xp=np)["hopper"]["cases"]
-    assert right["passed"] and right["max_scaled_err"] < 1e-6
-    assert not wrong["passed"]
+    right, wrong = check(from_jsonable(CheckSpec, spec), xp=np)["hopper"].cases
+    assert right.passed and right.max_scaled_err < 1e-6
+    assert not wrong.passed
 
 
 # -- the shifted-stage calibration ------------------------------------------------------------------

@@ -16,12 +16,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from grader.children.protocol import OccupancyResult
 from grader.compile.locate import locate
 from grader.compile.toolchain import find_nvcc
 from grader.model import Cause, Gap, ProcRecord, Status
 from grader.occupancy import run as occ_run
 from grader.occupancy.exercises import api_points, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
+from grader.records import from_jsonable, to_jsonable
 from grader.rubric.occupancy import ITEM_IDS, load_default_config, load_occupancy_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +97,7 @@ def test_child_spec_asks_every_api_point_and_keeps_the_work_equal():
     for cap in CFG.ex6.register_caps:
         builds[f"r{cap}"] = occ_run.Build(f"r{cap}", cap, Path(f"/b/occ_r{cap}.cubin"), ok=True)
     builds["r64"].ok = False  # a cap that did not build is not timed
-    spec = occ_run.child_spec(CFG, builds)
+    spec = to_jsonable(occ_run.child_spec(CFG, builds))
     json.dumps(spec)  # it travels as JSON
     assert [tuple(p) for p in spec["api_points"]] == api_points(CFG)
     assert (CFG.ex2.block_size, CFG.ex2.dynamic_smem) in {tuple(p) for p in spec["api_points"]}
@@ -350,12 +352,17 @@ def _proc(rc=0, timed_out=False, stderr="") -> ProcRecord:
     return ProcRecord(command=["x"], returncode=rc, timed_out=timed_out, stderr=stderr, timeout_s=60.0)
 
 
+def _report(data: dict) -> OccupancyResult:
+    """The occupancy child's result record from its JSON form."""
+    return from_jsonable(OccupancyResult, data)
+
+
 def test_apply_child_report_finished():
     api = simulated_api(CFG, "9.0", registers=32, sm_count=132)
     meas = Measurements(device_available=True)
-    occ_run.apply_child_report(meas, {"phase": "finished", "errors": [], "api": api,
+    occ_run.apply_child_report(meas, _report({"phase": "finished", "errors": [], "api": api,
                                       "sweep_times": {"smem": {"0": 1.0}, "block": {"32": 2.0}},
-                                      "heavy_times_ms": {"255": 1.0, "32": 2.0}}, _proc())
+                                      "heavy_times_ms": {"255": 1.0, "32": 2.0}}), _proc())
     assert meas.api == api and meas.gpu_problems == {}
     assert meas.sweep_times == {"smem": {0: 1.0}, "block": {32: 2.0}}
     assert meas.heavy_times_ms == {255: 1.0, 32: 2.0}
@@ -363,16 +370,16 @@ def test_apply_child_report_finished():
 
 def test_apply_child_report_student_and_grader_failures():
     meas = Measurements(device_available=True)
-    occ_run.apply_child_report(meas, {"phase": "sweeps", "api": {"x": 1}, "errors": [
+    occ_run.apply_child_report(meas, _report({"phase": "sweeps", "api": {"x": 1}, "errors": [
         {"phase": "sweeps", "student": True, "message": "`work` failed (block 128): CUDA_ERROR_LAUNCH_FAILED"},
-        {"phase": "heavy", "student": True, "message": "not timed: the CUDA context was lost"}]}, _proc())
+        {"phase": "heavy", "student": True, "message": "not timed: the CUDA context was lost"}]}), _proc())
     assert "api" not in meas.gpu_problems
     assert meas.gpu_problems["sweeps"] == Gap(Cause.STUDENT, "`work` failed (block 128): CUDA_ERROR_LAUNCH_FAILED")
     assert meas.heavy_times_ms is None and "context was lost" in meas.gpu_problems["heavy"].message
 
     meas = Measurements(device_available=True)
-    occ_run.apply_child_report(meas, {"phase": "setup", "errors": [
-        {"phase": "setup", "student": False, "message": "CuPy or the device is not usable: X"}]}, _proc())
+    occ_run.apply_child_report(meas, _report({"phase": "setup", "errors": [
+        {"phase": "setup", "student": False, "message": "CuPy or the device is not usable: X"}]}), _proc())
     assert all(g.cause is Cause.GRADER and g.message.startswith("not evaluated: the grader's GPU measurements failed")
                for g in meas.gpu_problems.values())
     assert set(meas.gpu_problems) == {"api", "sweeps", "heavy"}
@@ -380,7 +387,7 @@ def test_apply_child_report_student_and_grader_failures():
 
 def test_apply_child_report_timeout_and_crash():
     meas = Measurements(device_available=True)
-    occ_run.apply_child_report(meas, {"phase": "sweeps", "errors": [], "api": {"x": 1}},
+    occ_run.apply_child_report(meas, _report({"phase": "sweeps", "errors": [], "api": {"x": 1}}),
                                _proc(rc=-9, timed_out=True))
     assert "did not finish within 60 s" in meas.gpu_problems["sweeps"].message
     assert meas.gpu_problems["heavy"].cause is Cause.STUDENT and "`work`" in meas.gpu_problems["heavy"].message
@@ -393,17 +400,17 @@ def test_apply_child_report_timeout_and_crash():
 def test_apply_child_report_reads_the_student_flag_not_the_words():
     # The child's typed flag decides whose failure it is, however its message is worded.
     meas = Measurements(device_available=True)
-    occ_run.apply_child_report(meas, {"phase": "sweeps", "api": {"x": 1}, "errors": [
+    occ_run.apply_child_report(meas, _report({"phase": "sweeps", "api": {"x": 1}, "errors": [
         {"phase": "sweeps", "student": True, "message": "not evaluated: `work` failed (block 128)"},
-        {"phase": "heavy", "student": False, "message": "your kernel `heavy` failed"}]}, _proc())
+        {"phase": "heavy", "student": False, "message": "your kernel `heavy` failed"}]}), _proc())
     assert meas.gpu_problems["sweeps"] == Gap(Cause.STUDENT, "not evaluated: `work` failed (block 128)")
     assert meas.gpu_problems["heavy"] == Gap(
         Cause.GRADER, "not evaluated: the grader's GPU measurements failed: your kernel `heavy` failed")
     # The student's failure and the grader's on one part: the student's decides (the items fail).
     meas = Measurements(device_available=True)
-    occ_run.apply_child_report(meas, {"phase": "heavy", "api": {"x": 1}, "errors": [
+    occ_run.apply_child_report(meas, _report({"phase": "heavy", "api": {"x": 1}, "errors": [
         {"phase": "heavy", "student": False, "message": "timer broke"},
-        {"phase": "heavy", "student": True, "message": "`heavy` failed at cap 32"}]}, _proc())
+        {"phase": "heavy", "student": True, "message": "`heavy` failed at cap 32"}]}), _proc())
     assert meas.gpu_problems["heavy"] == Gap(Cause.STUDENT, "`heavy` failed at cap 32")
 
 

@@ -28,6 +28,7 @@ from grader.model import Limit, Status
 from grader.occupancy import run as occ_run
 from grader.occupancy.build import Build, Prebuilt
 from grader.occupancy.exercises import simulated_api
+from grader.records import from_jsonable, to_jsonable
 from grader.rubric.occupancy import load_default_config, load_occupancy_config
 from grader.sandbox.turns import Schedule, State
 from tests.test_turns import child_party, overlaps
@@ -116,11 +117,11 @@ def test_the_measurements_wait_at_their_gate_and_never_time_beside_a_bench(tmp_p
         assert t0 >= last_stage  # after every stage run's bench...
         assert not any(overlaps([t0, t1], b) for b in busy)  # ...so never beside one, nor beside a tool
     assert got is not None and got.proc.ok, got.proc.stderr if got else None
-    assert got.report["phase"] == "finished" and got.report["errors"] == []
-    assert set(got.report["heavy_times_ms"]) == {str(c) for c in CFG.ex6.register_caps}
+    assert got.report is not None and got.report.phase == "finished" and got.report.errors == []
+    assert set(got.report.heavy_times_ms or {}) == {str(c) for c in CFG.ex6.register_caps}
     assert got.held_s >= 0.8  # it waited through both 0.4 s benches, its clock held
     assert got.seconds == pytest.approx(got.proc.wall_s - got.held_s)
-    assert got.report["api"] is not None and "heavy_load" in got.report["seconds"]  # untimed, before the gate
+    assert got.report.api is not None and "heavy_load" in got.report.seconds  # untimed, before the gate
 
 
 def test_close_stops_the_waiting_child_and_the_running_program(tmp_path, monkeypatch):
@@ -140,7 +141,7 @@ def test_close_stops_the_waiting_child_and_the_running_program(tmp_path, monkeyp
     sched.close()
     assert time.monotonic() - t0 < 5
     report, proc = early.measure.result()
-    assert proc.ok and report["phase"] == "stopped" and report["sweep_times"] is None
+    assert proc.ok and report is not None and report.phase == "stopped" and report.sweep_times is None
     assert early.program.result().proc.limit is Limit.CANCELLED
 
 
@@ -262,6 +263,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     benches: list[tuple[float, float]] = []
 
     def child(mode, spec, work, *_a, **_kw):
+        m, mode, spec = mode, mode.name, to_jsonable(spec)
         if mode == "stage":
             result = work / "stage_result.json"
             wait_at_gate(result, "correctness")
@@ -276,11 +278,11 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
             stages = wait_at_gate(work / "check_result.json", "compare")["stages"]
             report = {"verdicts": {c["id"]: {"cases": [{"n": 512, "kind": "check", "passed": True,
                                                         "max_scaled_err": 1e-7}]} for c in stages}}
-        return ChildResult(ProcRecord(["python"], 0, wall_s=0.5), report, work / "spec.json", work / "result.json")
+        return ChildResult(ProcRecord(["python"], 0, wall_s=0.5), from_jsonable(m.result, report), work / "spec.json", work / "result.json")
 
     monkeypatch.setattr(run_early, "launch", child)
-    monkeypatch.setattr(run_early, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
-    monkeypatch.setattr(run_early, "run_gated", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec["id"]))
+    monkeypatch.setattr(run_early, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec.id))
+    monkeypatch.setattr(run_early, "run_gated", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec.id))
     monkeypatch.setattr(run_early, "start_profile", lambda *_a, **_k: None)
     monkeypatch.setattr(run_early, "_prepare_cupy_cache", lambda _job: None)
     monkeypatch.setattr(run_early, "occupancy_fence", lambda _work: None)  # the fake CuPy lives outside a fence

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.children.protocol import CaseRun, CaseVerdict, StageResult, StageVerdict
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck
@@ -31,25 +32,28 @@ def _proc(**kw) -> ProcRecord:
     return ProcRecord(["python", "-m", "grader.children.stage"], kw.pop("returncode", 0), timeout_s=240.0, **kw)
 
 
+_CASE = CaseRun(n=512, seed=1, file="c_512.npy", wall_ms=1.0)
+
+
 def test_how_a_run_ended_is_a_verdict():
     sizes = RUBRIC.correctness_sizes
-    ended = run_stages._run_end(_proc(returncode=None, timed_out=True), {"loaded": True, "correctness": []}, RUBRIC)
+    ended = run_stages._run_end(_proc(returncode=None, timed_out=True), StageResult(loaded=True), RUBRIC)
     assert ended is not None and ended[0] is Verdict.TIMED_OUT and f"at N={sizes[0]}" in ended[1]
-    ended = run_stages._run_end(_proc(), {"loaded": True, "correctness": [{}], "error": "illegal address"}, RUBRIC)
+    ended = run_stages._run_end(_proc(), StageResult(prepared=True, loaded=True, correctness=[_CASE], error="illegal address"), RUBRIC)
     assert ended == (Verdict.CRASHED, f"the kernel failed during the correctness run at N={sizes[1]}: "
                                       "`illegal address`")  # the child's words, quoted
     assert run_stages._run_end(_proc(returncode=1, stderr="boom"), None, RUBRIC)[0] is Verdict.CRASHED
-    assert run_stages._run_end(_proc(returncode=-9), {"loaded": True}, RUBRIC)[0] is Verdict.CRASHED
-    assert run_stages._run_end(_proc(), {"loaded": True, "correctness": [{}] * len(sizes)}, RUBRIC) is None
+    assert run_stages._run_end(_proc(returncode=-9), StageResult(loaded=True), RUBRIC)[0] is Verdict.CRASHED
+    assert run_stages._run_end(_proc(), StageResult(loaded=True, correctness=[_CASE] * len(sizes)), RUBRIC) is None
 
 
 def test_the_checkers_answer_is_a_verdict():
     o = StageOutcome(stage=RUBRIC.stage("tiled"))
     run_stages._correctness(o, None)
     assert o.verdict is Verdict.NO_VERDICT and o.correct is False
-    run_stages._correctness(o, {"cases": [{"n": 512, "kind": "check", "passed": False, "problem": "NaN"}]})
+    run_stages._correctness(o, StageVerdict([CaseVerdict(n=512, kind="check", passed=False, problem="NaN")], "numpy"))
     assert o.verdict is Verdict.WRONG and o.correctness_message == "N=512: NaN"
-    run_stages._correctness(o, {"cases": [{"n": 512, "kind": "check", "passed": True, "max_scaled_err": 1e-7}]})
+    run_stages._correctness(o, StageVerdict([CaseVerdict(n=512, kind="check", passed=True, max_scaled_err=1e-7)], "numpy"))
     assert o.verdict is Verdict.CORRECT and o.correct is True and o.correctness_message.startswith("correct at N")
 
 
@@ -69,9 +73,9 @@ def sanitizer_calls(monkeypatch):
     calls: dict[str, list[str]] = {}
 
     def run_many(tool, _sanitizer, specs, _n, _work, _timeout_s, **_kw):
-        calls[tool] = [s["id"] for s in specs]
+        calls[tool] = [s.id for s in specs]
         found = {"tiled": [Finding("Race reported between Write access at mmTiled+0x10 in tiled.cu:21")]}
-        return {s["id"]: SanitizerRun(tool, s["id"], found.get(s["id"], []) if tool == "racecheck" else [])
+        return {s.id: SanitizerRun(tool, s.id, found.get(s.id, []) if tool == "racecheck" else [])
                 for s in specs}
 
     monkeypatch.setattr(racecheck, "run_many", run_many)

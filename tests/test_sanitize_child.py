@@ -22,12 +22,19 @@ import pytest
 from grader.children import RUNTIME_FILES
 from grader.children.driver import LIBRARY_VAR, NOT_LOADED, Driver, DriverError, KernelArg, pack_params
 from grader.children.inputs import make_inputs
-from grader.children.protocol import MODES
+from grader.children.protocol import MODES, Kernel
 from grader.children.sanitize import NAN_BITS, gemm_args
 from grader.gpu import sanitize
-from grader.sandbox.launch import child_command, launch
+from grader.records import from_jsonable
+from grader.sandbox.launch import child_command
+from tests.child_helpers import launch_json
 
 ROOT = Path(__file__).resolve().parent.parent
+def _k(stage: dict) -> Kernel:
+    """A stage's launch record from its JSON form."""
+    return from_jsonable(Kernel, stage)
+
+
 STAGE = {"id": "tiled", "kernel": "mmTiled", "inputs": "fp32",
          "launch": {"block": [32, 8], "tile": [32, 64], "smem": 0}}
 
@@ -75,10 +82,10 @@ def test_the_mode_is_registered_and_a_missing_driver_is_data_not_a_traceback(tmp
     assert "sanitize" in MODES and "children/sanitize.py" in RUNTIME_FILES and "children/driver.py" in RUNTIME_FILES
     assert child_command("sanitize", Path("s"), Path("r"))[1:4] == ["-m", "grader.children", "sanitize"]
     monkeypatch.setenv(LIBRARY_VAR, str(tmp_path / "no-libcuda.so.1"))
-    spec = {"n": 64, "seed": 7, "stages": [{**STAGE, "cubin": str(tmp_path / "x.cubin")}, {**STAGE, "id": "other"}]}
-    got = launch("sanitize", spec, tmp_path / "w", 60, 20_000)
+    spec = {"n": 64, "seed": 7, "stages": [{**STAGE, "cubin": str(tmp_path / "x.cubin")}, {**STAGE, "id": "other", "cubin": str(tmp_path / "y.cubin")}]}
+    got, res = launch_json("sanitize", spec, tmp_path / "w", 60, 20_000)
     assert got.proc.returncode == 0 and "Traceback" not in got.proc.stderr, got.proc.stderr
-    failures = got.result["failures"]
+    failures = res["failures"]
     assert sorted(failures) == ["other", "tiled"]
     assert failures["tiled"].startswith("the CUDA driver did not start: dlopen: LIBCUDA_NOT_LOADED")
     assert "no-libcuda.so.1 could not be loaded" in failures["tiled"]
@@ -114,9 +121,9 @@ def test_the_child_launches_through_the_driver_as_the_contract_says(tmp_path, mo
     cubin.write_bytes(b"\x7fELF")
     _use_fake(monkeypatch, fake_libcuda, log)
     n = 64
-    got = launch("sanitize", {"n": n, "seed": 7, "stages": [{**STAGE, "cubin": str(cubin)}]}, tmp_path / "w", 60,
+    got, res = launch_json("sanitize", {"n": n, "seed": 7, "stages": [{**STAGE, "cubin": str(cubin)}]}, tmp_path / "w", 60,
                  20_000)
-    assert got.proc.ok and got.result == {"failures": {}}, got.proc.stderr
+    assert got.proc.ok and res == {"failures": {}, "stopped": False}, got.proc.stderr
     assert _calls(log, "cuModuleLoad") == [[str(cubin)]] and _calls(log, "cuFuncSetAttribute") == []
     assert [c[0] for c in _calls(log, "cuInit")] == ["0"] and _calls(log, "cuCtxSetCurrent") == [["7f0000000100"]]
     allocs = [(int(size), ptr) for size, ptr in _calls(log, "cuMemAlloc_v2")]
@@ -141,8 +148,8 @@ def test_the_fp16_stage_gets_half_inputs_and_a_raised_shared_memory_limit(tmp_pa
     n, big = 64, 100 * 1024
     stage = {**STAGE, "id": "wmma", "kernel": "mmWMMA", "inputs": "fp16", "cubin": str(cubin),
              "launch": {"block": [128, 1], "tile": [64, 32], "smem": big}}
-    got = launch("sanitize", {"n": n, "seed": 9, "stages": [stage]}, tmp_path / "w", 60, 20_000)
-    assert got.proc.ok and got.result == {"failures": {}}, got.proc.stderr
+    got, res = launch_json("sanitize", {"n": n, "seed": 9, "stages": [stage]}, tmp_path / "w", 60, 20_000)
+    assert got.proc.ok and res == {"failures": {}, "stopped": False}, got.proc.stderr
     assert _calls(log, "cuModuleLoad") == [[str(cubin)]] and _calls(log, "cuModuleGetFunction")[0][1] == "mmWMMA"
     assert _calls(log, "cuFuncSetAttribute") == [["7f0000000300", "8", str(big)]]
     host_a, host_b = make_inputs(n, 9, "fp16")
@@ -158,9 +165,9 @@ def test_a_failed_launch_is_named_and_a_lost_context_stops_the_rest(tmp_path, mo
     stages = [{**STAGE, "id": "missing_cubin", "cubin": str(tmp_path / "gone.cubin")},
               {**STAGE, "id": "missing_kernel", "kernel": "missing", "cubin": str(cubin)},
               {**STAGE, "cubin": str(cubin)}, {**STAGE, "id": "after", "cubin": str(cubin)}]
-    got = launch("sanitize", {"n": 64, "seed": 7, "stages": stages}, tmp_path / "w", 60, 20_000)
+    got, res = launch_json("sanitize", {"n": 64, "seed": 7, "stages": stages}, tmp_path / "w", 60, 20_000)
     assert got.proc.returncode == 0 and "Traceback" not in got.proc.stderr, got.proc.stderr
-    failures = got.result["failures"]
+    failures = res["failures"]
     assert failures["missing_cubin"] == "cuModuleLoad: CUDA_ERROR_FILE_NOT_FOUND (file not found)"
     assert failures["missing_kernel"] == "cuModuleGetFunction: CUDA_ERROR_NOT_FOUND (named symbol not found)"
     assert failures["tiled"] == "cuCtxSynchronize: CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)"
@@ -215,7 +222,7 @@ def test_the_runner_wraps_the_launcher_child(tmp_path, monkeypatch, fake_libcuda
     cubin = tmp_path / "tiled.cubin"
     cubin.write_bytes(b"\x7fELF")
     _use_fake(monkeypatch, fake_libcuda, tmp_path / "driver.log")
-    run = sanitize.run_tool(tool, _stand_in(tmp_path), {**STAGE, "cubin": str(cubin)}, 64, tmp_path / "w", 60)
+    run = sanitize.run_tool(tool, _stand_in(tmp_path), _k({**STAGE, "cubin": str(cubin)}), 64, tmp_path / "w", 60)
     argv = (tmp_path / "w" / "argv").read_text().split()
     assert argv[:8] == ["--tool", tool, "--error-exitcode", "17", "--print-limit", "20", "--kernel-name", "kns=mmTiled"]
     assert argv[8:11] == [sys.executable, "-m", "grader.children"] and argv[11] == "sanitize"
@@ -234,16 +241,16 @@ def test_racecheck_launches_a_corner_of_the_grid_and_the_whole_grid_if_the_corne
     log = tmp_path / "driver.log"
     _use_fake(monkeypatch, fake_libcuda, log)
     spec = {**STAGE, "cubin": str(cubin)}  # tile 32 x 64: at N = 256 the grid is 4 x 8
-    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 256, tmp_path / "w", 60, blocks=(2, 2))
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), _k(spec), 256, tmp_path / "w", 60, blocks=(2, 2))
     assert run.reason == "" and [c[1:3] for c in _calls(log, "cuLaunchKernel")] == [["2", "2"]]
     log.unlink()
     monkeypatch.setenv("FAKE_CUDA_MIN_BLOCKS", "8")
-    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 256, tmp_path / "w2", 60, blocks=(2, 2))
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), _k(spec), 256, tmp_path / "w2", 60, blocks=(2, 2))
     assert run.reason == "" and not run.launch_failed
     assert [c[1:3] for c in _calls(log, "cuLaunchKernel")] == [["2", "2"], ["4", "8"]]
     log.unlink()
     monkeypatch.setenv("FAKE_CUDA_MIN_BLOCKS", "64")  # fails on the whole grid too: said, once each
-    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 256, tmp_path / "w3", 60, blocks=(2, 2))
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), _k(spec), 256, tmp_path / "w3", 60, blocks=(2, 2))
     assert run.launch_failed and "CUDA_ERROR_INVALID_CLUSTER_SIZE" in run.reason
     assert len(_calls(log, "cuLaunchKernel")) == 2
 
@@ -251,7 +258,7 @@ def test_racecheck_launches_a_corner_of_the_grid_and_the_whole_grid_if_the_corne
 def test_without_a_driver_the_runner_says_nothing_was_checked(tmp_path, monkeypatch):
     monkeypatch.setenv(LIBRARY_VAR, str(tmp_path / "no-libcuda.so.1"))
     spec = {**STAGE, "cubin": str(tmp_path / "x.cubin")}
-    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), spec, 64, tmp_path / "w", 60)
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), _k(spec), 64, tmp_path / "w", 60)
     assert run.findings == [] and run.proc.returncode == 0
     # the launcher's words are quoted (they are a tool's output): shown, never rendered
     assert run.reason.startswith("not checked: the kernel's launch under racecheck failed (`"), run.reason
@@ -263,7 +270,7 @@ def test_an_older_sanitizer_without_kernel_name_is_run_again_without_it(tmp_path
     cubin.write_bytes(b"\x7fELF")
     _use_fake(monkeypatch, fake_libcuda, tmp_path / "driver.log")
     monkeypatch.setenv("REFUSE", "1")
-    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), {**STAGE, "cubin": str(cubin)}, 64, tmp_path / "w", 60)
+    run = sanitize.run_tool("racecheck", _stand_in(tmp_path), _k({**STAGE, "cubin": str(cubin)}), 64, tmp_path / "w", 60)
     first, second = (tmp_path / "w" / "argv").read_text().splitlines()
     assert "--kernel-name kns=mmTiled" in first and "--kernel-name" not in second
     assert "-m grader.children sanitize" in second and run.reason == "" and run.proc.returncode == 0
@@ -281,7 +288,7 @@ def test_in_the_fence_the_child_runs_from_the_runtime_files(tmp_path, monkeypatc
     _use_fake(monkeypatch, fake_libcuda, shown / "driver.log")
     monkeypatch.setenv("FAKE_CUDA_LOG", str(work / "driver.log"))  # the scratch folder: the one writable place
     fence = Fence(scratch=work, gpu=True, readonly=(shown,))
-    run = sanitize.run_tool("racecheck", _stand_in(shown), {**STAGE, "cubin": str(shown / "tiled.cubin")}, 64, work,
+    run = sanitize.run_tool("racecheck", _stand_in(shown), _k({**STAGE, "cubin": str(shown / "tiled.cubin")}), 64, work,
                             60, fence=fence)
     assert run.reason == "" and run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
     assert _calls(work / "driver.log", "cuLaunchKernel")

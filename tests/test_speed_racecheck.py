@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write_result
+from grader.children.protocol import GateClosed, Kernel, gate_files, wait_at_gate, write_result
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, sanitize
@@ -23,6 +23,7 @@ from grader.gpu.job import Job
 from grader.gpu.sanitize import SanitizerRun
 from grader.grading import Environment, StageOutcome
 from grader.model import Verdict
+from grader.records import from_jsonable
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
 from grader.sandbox.turns import Schedule, State
@@ -49,11 +50,12 @@ def _gated(tmp_path: Path, work: Path, **kw) -> tuple[threading.Thread, dict]:
     """run_gated in a thread (as the schedule runs it); the holder gets its result."""
     got: dict = {}
     handed: dict = {}
-    known = {"id": "tiled", "kernel": STAGE["kernel"], "inputs": STAGE["inputs"]}
+    known = from_jsonable(Kernel, {"id": "tiled", "kernel": STAGE["kernel"], "inputs": STAGE["inputs"], "cubin": "",
+                                   "launch": {"block": [], "tile": [], "smem": 0}})
 
     def go() -> None:
         got["run"] = sanitize.run_gated("racecheck", _stand_in(tmp_path), known, 256, work, 60,
-                                        handed=lambda: handed.get("spec"), blocks=(2, 2), **kw)
+                                        handed=lambda: from_jsonable(Kernel, handed["spec"]) if "spec" in handed else None, blocks=(2, 2), **kw)
 
     thread = threading.Thread(target=go)
     thread.start()
@@ -151,11 +153,11 @@ def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends(tmp_path
         try:
             wait_at_gate(result, "racecheck")
         except GateClosed:
-            events.append((f"{known['id']} stopped", time.monotonic()))
-            return SanitizerRun(tool, known["id"], reason="not checked: stopped before the launch")
-        assert handed()["cubin"].endswith(f"{known['id']}.cubin")
-        events.append((f"{known['id']} launched", time.monotonic()))
-        return SanitizerRun(tool, known["id"])
+            events.append((f"{known.id} stopped", time.monotonic()))
+            return SanitizerRun(tool, known.id, reason="not checked: stopped before the launch")
+        assert handed().cubin.endswith(f"{known.id}.cubin")
+        events.append((f"{known.id} launched", time.monotonic()))
+        return SanitizerRun(tool, known.id)
 
     def fake_compile(job, st, _sizes):
         time.sleep(took[st.id])
@@ -195,11 +197,11 @@ def test_collect_reads_the_early_runs_and_runs_again_only_what_could_not_be_judg
     ran_now: list[str] = []
 
     def fake_gated(tool, _sanitizer, known, *_a, **_kw):
-        return SanitizerRun(tool, known["id"], rerun=rerun and known["id"] == "wmma")
+        return SanitizerRun(tool, known.id, rerun=rerun and known.id == "wmma")
 
     def run_many(tool, _sanitizer, specs, *_a, **_kw):
-        ran_now.extend(s["id"] for s in specs)
-        return {s["id"]: SanitizerRun(tool, s["id"]) for s in specs}
+        ran_now.extend(s.id for s in specs)
+        return {s.id: SanitizerRun(tool, s.id) for s in specs}
 
     monkeypatch.setattr(gpu_session, "run_gated", fake_gated)
     monkeypatch.setattr(racecheck, "run_many", run_many)

@@ -10,6 +10,7 @@ import sys
 import time
 from types import SimpleNamespace
 
+from grader.children.protocol import Kernel, LaunchShape
 from grader.gpu import sanitize
 
 STAND_IN = """#!/bin/sh
@@ -26,13 +27,13 @@ def test_every_stage_runs_under_the_sanitizer_at_once(tmp_path, monkeypatch):
     tool.write_text(STAND_IN)
     tool.chmod(0o755)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the H200 machine; the old cap was 4
-    specs = [{"id": f"s{i}", "cubin": "x.cubin", "kernel": "k", "inputs": "fp32",
-              "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}} for i in range(6)]
+    specs = [Kernel(id=f"s{i}", cubin="x.cubin", kernel="k", inputs="fp32", launch=LaunchShape([16, 16], [16, 16], 0))
+             for i in range(6)]
     t0 = time.monotonic()
     runs = sanitize.run_many("racecheck", SimpleNamespace(path=str(tool)), specs, 256, tmp_path / "rc", 60)
     took = time.monotonic() - t0
-    assert sorted(runs) == [s["id"] for s in specs] and all(not r.findings and not r.reason for r in runs.values())
-    spans = [tuple(float((tmp_path / "rc" / s["id"] / f).read_text()) for f in ("started", "ended")) for s in specs]
+    assert sorted(runs) == [s.id for s in specs] and all(not r.findings and not r.reason for r in runs.values())
+    spans = [tuple(float((tmp_path / "rc" / s.id / f).read_text()) for f in ("started", "ended")) for s in specs]
     assert max(start for start, _ in spans) < min(end for _, end in spans), spans  # all six at once
     assert took < 6  # not one after another (six seconds and more)
 
@@ -50,8 +51,7 @@ def test_the_sanitizer_children_need_no_cupy_cache(tmp_path):
     tool = tmp_path / "compute-sanitizer"
     tool.write_text(STAND_IN + 'echo "$*" > "$PWD/argv"\n')
     tool.chmod(0o755)
-    spec = {"id": "tiled", "cubin": "x.cubin", "kernel": "k", "inputs": "fp32",
-            "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}}
+    spec = Kernel(id="tiled", cubin="x.cubin", kernel="k", inputs="fp32", launch=LaunchShape([16, 16], [16, 16], 0))
     sanitize.run_many("memcheck", SimpleNamespace(path=str(tool)), [spec], 256, tmp_path / "mc", 60)
     assert " -m grader.children sanitize " in (tmp_path / "mc" / "tiled" / "argv").read_text()
     assert not (tmp_path / "mc" / "tiled" / "cupy-cache").exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import wait_at_gate
+from grader.children.protocol import WarmResult, wait_at_gate
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, warm
@@ -25,6 +25,7 @@ from grader.gpu.job import Job
 from grader.gpu.sanitize import Finding, SanitizerRun
 from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Verdict
+from grader.records import from_jsonable, to_jsonable
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
 from grader.sandbox import guard as sandbox
@@ -42,17 +43,17 @@ def warm_child(monkeypatch):
     state = {"calls": 0, "ok": True, "delay": 0.0}
 
     def launch(mode, spec, work, timeout_s, output_limit, *, cache_dir=None, **_kw):
-        assert mode == "warm" and cache_dir is not None
+        assert mode.name == "warm" and cache_dir is not None
         state["calls"] += 1
         time.sleep(state["delay"])
         cache_dir.mkdir(parents=True, exist_ok=True)
         for name in ("aaa_2.cubin", "bbb_2.cubin"):
             (cache_dir / name).write_bytes(os.urandom(64))
-        assert {r["inputs"] for r in spec["runs"]} == {"fp32", "fp16", "bf16"}
+        assert {r.inputs for r in spec.runs} == {"fp32", "fp16", "bf16"}
         ok = state["ok"]
         proc = ProcRecord(["python", "-m", "grader.children", "warm"], 0 if ok else 1, wall_s=1.5,
                           stderr="" if ok else "ImportError: cupy")
-        return ChildResult(proc, {"ok": True} if ok else None, work / "warm_spec.json", work / "warm_result.json")
+        return ChildResult(proc, WarmResult(ok=True) if ok else None, work / "warm_spec.json", work / "warm_result.json")
 
     monkeypatch.setattr(warm, "launch", launch)
     return state
@@ -88,13 +89,13 @@ def test_the_key_follows_what_cupys_kernels_depend_on():
 
 
 def test_the_warm_child_is_asked_for_every_kind_of_stage_at_the_rubrics_sizes(tmp_path):
-    spec = warm.warm_spec(RUBRIC, DEVICE, tmp_path)
+    spec = to_jsonable(warm.warm_spec(RUBRIC, DEVICE, tmp_path))
     kinds = {(st.inputs, st.baseline, st.bench.n, st.bench.flush_l2) for st in RUBRIC.stages}
     assert {(r["inputs"], r["baseline"], r["bench"]["n"], r["bench"]["flush_l2"]) for r in spec["runs"]} == kinds
     for run in spec["runs"]:
         assert [c["n"] for c in run["correctness"]] == list(RUBRIC.correctness_sizes)
-        assert run["l2_bytes"] == DEVICE["l2_bytes"] and run["kernel"] == warm.KERNEL
-        tile = run["launch"]["tile"][0]
+        assert run["l2_bytes"] == DEVICE["l2_bytes"] and run["kernel"]["kernel"] == warm.KERNEL
+        tile = run["kernel"]["launch"]["tile"][0]
         assert all(n % tile == 0 for n in [*RUBRIC.correctness_sizes, run["bench"]["n"]])
     # the ncu launch's draws only: the sanitizer's launcher uses no CuPy
     assert {(d["n"], d["inputs"]) for d in spec["draws"]} == {(RUBRIC.profile.n, k) for k in ("fp32", "fp16", "bf16")}
@@ -189,6 +190,7 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     seen: dict[str, Path | None] = {}
 
     def gpu_child(mode, spec, work, timeout_s, output_limit, *, cache_seed=None, **_kw):
+        m, mode, spec = mode, mode.name, to_jsonable(spec)
         seen[spec.get("id", mode)] = cache_seed
         if mode == "stage":
             sizes = RUBRIC.correctness_sizes
@@ -202,11 +204,11 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
                                                         "max_scaled_err": 1e-7}]} for c in stages},
                       "times": {"start": 0.5, "references": 0.2, "compare": 0.1}}
         proc = ProcRecord(["python"], 0, wall_s=1.2)
-        return ChildResult(proc, report, work / "spec.json", work / "result.json")
+        return ChildResult(proc, from_jsonable(m.result, report), work / "spec.json", work / "result.json")
 
     def sanitizer(tool, _sanitizer, spec, *_a, **kw):
         seen[tool] = kw.get("cache_seed")  # none: the sanitizer's launcher child uses no CuPy
-        return SanitizerRun(tool, spec["id"])
+        return SanitizerRun(tool, spec.id)
 
     monkeypatch.setattr(run_stages, "launch", gpu_child)
     monkeypatch.setattr(run_early, "launch", gpu_child)
@@ -260,8 +262,8 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
         if tool == "racecheck":
             found = {"tiled": [Finding("Race reported between Write access at mmTiled+0x10 in tiled.cu:21")]}
         else:  # memcheck finds something in both failed stages
-            found = {s["id"]: [Finding("Invalid __global__ write of size 4 bytes")] for s in specs}
-        return {s["id"]: SanitizerRun(tool, s["id"], found.get(s["id"], [])) for s in specs}
+            found = {s.id: [Finding("Invalid __global__ write of size 4 bytes")] for s in specs}
+        return {s.id: SanitizerRun(tool, s.id, found.get(s.id, [])) for s in specs}
 
     monkeypatch.setattr(racecheck, "run_many", run_many)
     job = _job(tmp_path, ("tiled", Verdict.WRONG), ("blocktiling_1d", Verdict.WRONG))
@@ -284,28 +286,29 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
     asked: list[str] = []
 
     def run_tool(tool, _sanitizer, spec, *_a, **_kw):
-        asked.append(f"{tool}:{spec['id']}")
+        asked.append(f"{tool}:{spec.id}")
         events.append((f"{tool} starts", time.monotonic()))
         time.sleep(0.3)
         found = [Finding("Race reported between Write access at mmTiled+0x10 in tiled.cu:21")] \
-            if tool == "racecheck" and spec["id"] == "tiled" else []
-        return SanitizerRun(tool, spec["id"], found)
+            if tool == "racecheck" and spec.id == "tiled" else []
+        return SanitizerRun(tool, spec.id, found)
 
     def run_many(tool, _sanitizer, specs, *_a, **_kw):
-        return {s["id"]: run_tool(tool, _sanitizer, s) for s in specs}
+        return {s.id: run_tool(tool, _sanitizer, s) for s in specs}
 
     def child(mode, spec, work, *_a, **_kw):
+        m, mode, spec = mode, mode.name, to_jsonable(spec)
         if mode == "stage":
             report = {"loaded": True, "correctness": [{"n": 512, "seed": 1, "file": "c_512.npy"}],
                       "bench": {"n": 4096, "seed": 1, "student_ms": [1.0] * 5, "baseline_ms": [0.9] * 5}}
-            return ChildResult(ProcRecord(["python"], 0, wall_s=0.1), report, work / "s", work / "r")
+            return ChildResult(ProcRecord(["python"], 0, wall_s=0.1), from_jsonable(m.result, report), work / "s", work / "r")
         assert mode == "check" and spec.get("gate")
         wait_at_gate(work / "check_result.json", "compare")
         events.append(("checker ends", time.monotonic()))
         bad = [{"n": 512, "kind": "check", "passed": False, "problem": "wrong numbers"}]
         good = [{"n": 512, "kind": "check", "passed": True, "max_scaled_err": 1e-7}]
         verdicts = {"tiled": {"cases": bad}, "naive": {"cases": good}, "blocktiling_1d": {"cases": good}}
-        return ChildResult(ProcRecord(["python"], 0, wall_s=0.3), {"verdicts": verdicts, "times": {}},
+        return ChildResult(ProcRecord(["python"], 0, wall_s=0.3), from_jsonable(m.result, {"verdicts": verdicts, "times": {}}),
                            work / "s", work / "r")
 
     monkeypatch.setattr(run_early, "run_tool", run_tool)
@@ -339,14 +342,15 @@ def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
     def run_tool(tool, _sanitizer, spec, *_a, control: Control | None = None, **_kw):
         assert control is not None
         stopped.append(control.cancel.wait(10))
-        return SanitizerRun(tool, spec["id"], reason="stopped")
+        return SanitizerRun(tool, spec.id, reason="stopped")
 
     def child(mode, spec, work, *_a, **_kw):
+        m, mode, spec = mode, mode.name, to_jsonable(spec)
         if mode == "stage":
             time.sleep(0.2)
             proc = ProcRecord(["python"], -9, wall_s=10.0, timed_out=True, timeout_s=10.0, limit=Limit.TIME)
-            return ChildResult(proc, {"loaded": True, "correctness": []}, work / "s", work / "r")
-        return ChildResult(ProcRecord(["python"], 0), {"verdicts": {}}, work / "s", work / "r")
+            return ChildResult(proc, from_jsonable(m.result, {"loaded": True, "correctness": []}), work / "s", work / "r")
+        return ChildResult(ProcRecord(["python"], 0), from_jsonable(m.result, {"verdicts": {}}), work / "s", work / "r")
 
     monkeypatch.setattr(run_early, "run_tool", run_tool)
     monkeypatch.setattr(run_early, "run_gated", run_tool)

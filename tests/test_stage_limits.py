@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from grader.children.protocol import CaseRun, StageResult
 from grader.clock import Phase
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
@@ -160,7 +161,7 @@ def _proc(**kw) -> ProcRecord:
 
 
 def test_a_flood_and_a_hang_are_typed_verdicts_naming_their_limit():
-    report = {"loaded": True, "correctness": []}
+    report = StageResult(prepared=True, loaded=True)
     flood = _proc(limit=Limit.OUTPUT, stdout_bytes=1_048_576, timeout_s=15.8)
     ended = run_stages._run_end(flood, report, RUBRIC, stage_limit(RUBRIC.stage("naive"), RUBRIC))
     assert ended is not None
@@ -189,7 +190,7 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
             proc = _proc(limit=Limit.OUTPUT, stdout_bytes=70_000, timeout_s=timeout_s)
         else:  # hangs
             proc = _proc(timed_out=True, limit=Limit.TIME, timeout_s=timeout_s)
-        return ChildResult(proc, {"loaded": True, "correctness": []}, Path(work) / "s.json", Path(work) / "r.json")
+        return ChildResult(proc, StageResult(prepared=True, loaded=True), Path(work) / "s.json", Path(work) / "r.json")
 
     monkeypatch.setattr(run_early, "launch", fake_launch)
     outcomes = {}
@@ -216,8 +217,8 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
 def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
     """A grading that waited for the GPU lock (or compiled for long) still runs its stages."""
     monkeypatch.setattr(run_early, "launch", lambda mode, spec, work, *a, **kw: ChildResult(
-        _proc(returncode=0), {"loaded": True, "bench": {},
-                              "correctness": [{"n": n, "seed": 1, "file": f"c_{n}.npy"} for n in (512, 1280)]},
+        _proc(returncode=0), StageResult(prepared=True, loaded=True, correctness=[
+            CaseRun(n=n, seed=1, file=f"c_{n}.npy", wall_ms=1.0) for n in (512, 1280)]),
         Path(work), Path(work)))
     st = RUBRIC.stage("naive")
     o = StageOutcome(stage=st, compile=CompileResult("naive", True, cubin="/w/n.cubin",

@@ -262,6 +262,7 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     import numpy as np
 
     from grader.children.inputs import make_inputs_xp
+    from grader.children.protocol import CHECK, CheckSpec
     from grader.sandbox.launch import launch
     n = 32
     a, b = make_inputs_xp(np, n, 3, "fp32")
@@ -271,7 +272,7 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     work = tmp_path / "work"
 
     def run(control: Control) -> ChildResult:
-        return launch("check", {"gate": True, "stages": []}, work, 60, 20_000, control=control)
+        return launch(CHECK, CheckSpec(gate=True), work, 60, 20_000, control=control)
 
     sched = Schedule(max_children=2)
     checker = sched.add(Party("checker", ("compare",), work / "check_result.json", run))
@@ -284,9 +285,9 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     got = sched.wait(checker)
     sched.close()
     assert got.proc.ok, got.proc.stderr
-    verdicts = got.result["verdicts"]
-    assert verdicts["right"]["cases"][0]["passed"] is True and verdicts["wrong"]["cases"][0]["passed"] is False
-    assert "wait" not in got.result["times"] and checker.control.held_s() >= 0.3  # the grader times the wait
+    verdicts = got.result.verdicts
+    assert verdicts["right"].cases[0].passed is True and verdicts["wrong"].cases[0].passed is False
+    assert "wait" not in got.result.times and checker.control.held_s() >= 0.3  # the grader times the wait
 
 
 def test_a_tool_gate_lets_the_shared_turns_go_on_and_holds_the_exclusive_ones(tmp_path):

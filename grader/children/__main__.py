@@ -18,7 +18,7 @@ def main(argv: list[str]) -> int:
         return 2
     mode, spec_path, result_path = argv[1:]
     module = importlib.import_module(f"grader.children.{mode}")
-    return int(module.run(read_spec(spec_path), Path(result_path)))
+    return int(module.run(read_spec(spec_path, mode), Path(result_path)))
 
 
 if __name__ == "__main__":

@@ -11,14 +11,26 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from grader.children.inputs import integrity_vector, make_inputs_xp, product_operands, rep_seed
 from grader.children.numerics import compare
-from grader.children.protocol import GateClosed, wait_at_gate, write_result
+from grader.children.protocol import (
+    CaseVerdict,
+    CheckCase,
+    CheckGo,
+    CheckResult,
+    CheckSpec,
+    Expect,
+    Fingerprints,
+    GateClosed,
+    StageVerdict,
+    wait_at_gate,
+    write_result,
+)
+from grader.records import from_jsonable
 
 
 def _array_module():
@@ -90,55 +102,59 @@ class Products:
         self.fingerprints(n, inputs, integrity_seed, rep, [vector_seed])
         return self.prints[(n, inputs, integrity_seed, rep, vector_seed)]
 
-    def precompute(self, expect: dict) -> None:
-        """``expect``: ``{"references": [[n, seed, inputs], ...]}`` (grader/gpu/session.py: checker_expectations)."""
-        for n, seed, inputs in expect.get("references") or []:
+    def precompute(self, expect: Expect) -> None:
+        """``expect``: the references [n, seed, inputs] (grader/gpu/session.py: checker_expectations)."""
+        for n, seed, inputs in expect.references:
             self.kept.add((int(n), int(seed), str(inputs)))
             self.reference(int(n), int(seed), str(inputs))
 
 
-def vector_seeds(fp: dict) -> list[int] | None:
+def vector_seeds(fp: Fingerprints) -> list[int] | None:
     """The seeds of a benchmark's fingerprint vectors, one per timed launch; None when missing or not
     ``count`` integers of 63 bits (grader/children/inputs.py: fresh_vector_seed)."""
-    seeds, count = fp.get("vector_seeds"), fp.get("count")
-    if not isinstance(seeds, list) or len(seeds) != count:
+    seeds, count = fp.vector_seeds, fp.count
+    if len(seeds) != count:
         return None
     ok = all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds)
     return seeds if ok else None
 
 
-def _all_fingerprints(spec: dict, products: Products) -> None:
+def _all_fingerprints(spec: CheckSpec, products: Products) -> None:
     """Every stage's fingerprint products, launch number by launch number: one drawing of launch r's
     inputs serves every stage that made it (each has its own vector)."""
     wanted: dict[tuple[int, str, int, int], list[int]] = {}
-    for stage in spec["stages"]:
-        for case in stage["cases"]:
-            fp = case.get("fingerprints")
-            seeds = vector_seeds(fp) if fp else None
-            for rep, seed in enumerate(seeds or []):
-                wanted.setdefault((int(case["n"]), stage["inputs"], int(fp["integrity_seed"]), rep), []).append(seed)
+    for stage in spec.stages:
+        for case in stage.cases:
+            fp = case.fingerprints
+            if fp is None:
+                continue
+            for rep, seed in enumerate(vector_seeds(fp) or []):
+                wanted.setdefault((case.n, stage.inputs, fp.integrity_seed, rep), []).append(seed)
     for (n, inputs, iseed, rep), seeds in sorted(wanted.items()):
         products.fingerprints(n, inputs, iseed, rep, seeds)
 
 
-def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, products: Products) -> dict:
+def check_fingerprints(out_dir: Path, case: CheckCase, fp: Fingerprints, rtol: float, inputs: str,
+                       products: Products) -> CaseVerdict:
     """Every timed launch's fingerprint C_r @ v_r against A_r (B_r v_r), computed here in float64."""
-    n, fp = case["n"], case["fingerprints"]
-    base = {"n": n, "kind": "timed", "max_scaled_err": 0.0}
-    count = int(fp["count"])
+    n, count = case.n, fp.count
+
+    def failed(problem: str, worst: float = 0.0) -> CaseVerdict:
+        return CaseVerdict(n=n, kind="timed", passed=False, problem=problem, max_scaled_err=worst)
+
     seeds = vector_seeds(fp)
     if seeds is None:
-        return {**base, "passed": False, "problem": "the seeds of the timed launches' fingerprint vectors are "
-                                                    f"missing or malformed (expected {count} integers)"}
+        return failed("the seeds of the timed launches' fingerprint vectors are "
+                      f"missing or malformed (expected {count} integers)")
     try:
-        got = np.load(out_dir / fp["file"], allow_pickle=False).astype(np.float64)
+        got = np.load(out_dir / fp.file, allow_pickle=False).astype(np.float64)
     except Exception as exc:
-        return {**base, "passed": False, "problem": f"fingerprints of the timed launches unreadable ({exc})"}
+        return failed(f"fingerprints of the timed launches unreadable ({exc})")
     if count < 1 or got.shape != (count, n):
-        return {**base, "passed": False, "problem": f"fingerprints have shape {got.shape}, expected ({count}, {n})"}
+        return failed(f"fingerprints have shape {got.shape}, expected ({count}, {n})")
     bad, worst = [], 0.0
     for r in range(count):
-        expected = products.fingerprint(n, inputs, int(fp["integrity_seed"]), r, seeds[r])
+        expected = products.fingerprint(n, inputs, fp.integrity_seed, r, seeds[r])
         scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
         err = np.abs(got[r] - expected) / scale
         finite = bool(np.isfinite(err).all())
@@ -146,12 +162,11 @@ def check_fingerprints(out_dir: Path, case: dict, rtol: float, inputs: str, prod
         if not finite or (err > rtol).any():
             bad.append(r + 1)
     if bad:
-        return {**base, "passed": False, "max_scaled_err": worst, "problem": (
-            f"the output of timed launch {', '.join(map(str, bad[:5]))} of {count} was wrong: every timed "
-            "launch gets fresh inputs, and the kernel's result did not match them (a kernel must compute "
-            "every launch from its inputs, not reuse an earlier result or skip work)")}
-    return {**base, "passed": True, "max_scaled_err": worst, "problem": None,
-            "description": f"all {count} timed launches computed the right result for their own fresh inputs"}
+        return failed(f"the output of timed launch {', '.join(map(str, bad[:5]))} of {count} was wrong: every timed "
+                      "launch gets fresh inputs, and the kernel's result did not match them (a kernel must compute "
+                      "every launch from its inputs, not reuse an earlier result or skip work)", worst)
+    return CaseVerdict(n=n, kind="timed", passed=True, max_scaled_err=worst,
+                       description=f"all {count} timed launches computed the right result for their own fresh inputs")
 
 
 class _Times:
@@ -184,7 +199,8 @@ def _started(times: dict[str, float]):
     return xp
 
 
-def check(spec: dict, times: dict[str, float] | None = None, xp=None, products: Products | None = None) -> dict:
+def check(spec: CheckSpec, times: dict[str, float] | None = None, xp=None,
+          products: Products | None = None) -> dict[str, StageVerdict]:
     """Every stage's verdicts; ``times`` (if given) gets the seconds of each part: ``start`` (CuPy's
     import and the CUDA context), ``load`` (the saved outputs), ``references`` (float64 products),
     ``compare`` and ``fingerprints``. ``xp``: the array module, already started; ``products``: the
@@ -197,31 +213,35 @@ def check(spec: dict, times: dict[str, float] | None = None, xp=None, products: 
 
     with timer.part("fingerprints"):
         _all_fingerprints(spec, products)
-    verdicts: dict[str, dict] = {}
-    for stage in spec["stages"]:
-        out_dir = Path(stage["out_dir"])
+    verdicts: dict[str, StageVerdict] = {}
+    for stage in spec.stages:
+        out_dir = Path(stage.out_dir)
         results = []
-        for case in stage["cases"]:
-            n = case["n"]
+        for case in stage.cases:
+            n = case.n
             with timer.part("load"):
-                c, problem = _load_output(out_dir / case["file"], n, xp)
+                c, problem = _load_output(out_dir / case.file, n, xp)
             if problem:
-                results.append({"n": n, "kind": case["kind"], "passed": False, "problem": problem})
+                results.append(CaseVerdict(n=n, kind=case.kind, passed=False, problem=problem))
                 continue
             with timer.part("references"):
-                ref = products.reference(n, case["seed"], stage["inputs"])
+                ref = products.reference(n, case.seed, stage.inputs)
             with timer.part("compare"):
-                cmp = compare(c, ref, stage["rtol"], xp)
-            results.append({"n": n, "kind": case["kind"], "problem": None,
-                            "description": cmp.describe(), **asdict(cmp)})
-            if case.get("fingerprints"):
+                cmp = compare(c, ref, stage.rtol, xp)
+            results.append(CaseVerdict(
+                n=n, kind=case.kind, passed=cmp.passed, description=cmp.describe(), max_scaled_err=cmp.max_scaled_err,
+                max_abs_err=cmp.max_abs_err, rtol=cmp.rtol, bad_count=cmp.bad_count,
+                nonfinite_count=cmp.nonfinite_count, first_bad=None if cmp.first_bad is None else list(cmp.first_bad),
+                got=cmp.got, expected=cmp.expected))
+            if case.fingerprints is not None:
                 with timer.part("fingerprints"):
-                    results.append(check_fingerprints(out_dir, case, stage["rtol"], stage["inputs"], products))
-        verdicts[stage["id"]] = {"cases": results, "backend": xp.__name__}
+                    results.append(check_fingerprints(out_dir, case, case.fingerprints, stage.rtol, stage.inputs,
+                                                      products))
+        verdicts[stage.id] = StageVerdict(cases=results, backend=xp.__name__)
     return verdicts
 
 
-def run(spec: dict, result: Path) -> int:
+def run(spec: CheckSpec, result: Path) -> int:
     """RESULT.json: ``{"verdicts": {stage id: ...}, "times": {part: seconds}}``.
 
     With ``"gate": true`` the checker starts (CuPy, the CUDA context, its kernels) while the stages
@@ -229,19 +249,19 @@ def run(spec: dict, result: Path) -> int:
     the list of stages to judge (grader/sandbox/turns.py)."""
     times: dict[str, float] = {}
     xp = products = None
-    if spec.get("gate"):
+    if spec.gate:
         xp = _started(times)  # the grader times the wait at the gate itself (it holds this child's clock)
         products = Products(xp)
         t0 = time.perf_counter()
-        products.precompute(spec.get("expect") or {})
+        products.precompute(spec.expect)
         if xp is not np:
             xp.cuda.Device().synchronize()
         times["precompute"] = round(time.perf_counter() - t0, 3)
         try:
-            spec = {**spec, "stages": wait_at_gate(result, "compare").get("stages") or []}
+            spec = CheckSpec(stages=from_jsonable(CheckGo, wait_at_gate(result, "compare")).stages)
         except GateClosed:
-            write_result(result, {"verdicts": {}, "times": times, "stopped": True})
+            write_result(result, CheckResult(times=times, stopped=True))
             return 0
     verdicts = check(spec, times, xp, products)
-    write_result(result, {"verdicts": verdicts, "times": times})
+    write_result(result, CheckResult(verdicts=verdicts, times=times))
     return 0

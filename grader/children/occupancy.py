@@ -28,7 +28,7 @@ import time
 import traceback
 from pathlib import Path
 
-from grader.children.protocol import GateClosed, wait_at_gate, write_result
+from grader.children.protocol import GateClosed, OccupancySpec, wait_at_gate, write_result
 
 # CUfunction_attribute (cuda.h)
 ATTR_MAX_DYNAMIC_SHARED = 8
@@ -106,13 +106,13 @@ def _raise_dynamic_limit(driver, kernel, needed: int, static: int, optin: int, n
     return target
 
 
-def measure_api(cp, driver, runtime, spec: dict, work, rep: _Report) -> dict:
+def measure_api(cp, driver, runtime, spec: OccupancySpec, work, rep: _Report) -> dict:
     dev = runtime.getDevice()
     props = device_props(runtime, dev)
     attrs = _attributes(work)
     rep.data["work_attributes"] = attrs
     fptr = work.kernel.ptr
-    potential_smem = int(spec["potential_smem"])
+    potential_smem = int(spec.potential_smem)
     try:  # before any limit is raised, as a program that asks first would see it
         min_grid, best = driver.occupancyMaxPotentialBlockSize(fptr, potential_smem, 0)
         potential: dict[str, int | None] = {"smem": potential_smem, "best_block": int(best),
@@ -120,7 +120,7 @@ def measure_api(cp, driver, runtime, spec: dict, work, rep: _Report) -> dict:
     except Exception as exc:
         rep.data["notes"].append(f"occupancyMaxPotentialBlockSize failed: {_describe(exc)}")
         potential = {"smem": potential_smem, "best_block": None, "min_grid": None}
-    points = [(int(b), int(s)) for b, s in spec["api_points"]]
+    points = [(int(b), int(s)) for b, s in spec.api_points]
     limit = _raise_dynamic_limit(driver, work, max((s for _, s in points), default=0),
                                  attrs["static_smem"], props["smem_per_block_optin"],
                                  rep.data["notes"])
@@ -164,19 +164,19 @@ def time_launches(cp, launches: dict, warmup: int, reps: int, min_reps: int,
     return best, rounds
 
 
-def load_work(cp, driver, runtime, spec: dict, rep: _Report):
+def load_work(cp, driver, runtime, spec: OccupancySpec, rep: _Report):
     """Load ``work`` and ask the Occupancy API about it (nothing timed). Returns the kernel, or None
     when it could not be loaded or asked about (the error is recorded)."""
     rep.phase("load")
-    work_name = spec["work_kernel"]
-    if not spec.get("cubin"):
-        rep.error("load", spec.get("work_problem") or f"`{work_name}` was not built", student=True)
+    work_name = spec.work_kernel
+    if not spec.cubin:
+        rep.error("load", spec.work_problem or f"`{work_name}` was not built", student=True)
         return None
     try:
-        work = cp.RawModule(path=spec["cubin"]).get_function(work_name)
+        work = cp.RawModule(path=spec.cubin).get_function(work_name)
         _ = work.attributes  # loads the module now, so a missing kernel shows here
     except Exception as exc:
-        rep.error("load", f"`{work_name}` could not be loaded from the compiled {spec['source']}: "
+        rep.error("load", f"`{work_name}` could not be loaded from the compiled {spec.source}: "
                           f"{_describe(exc)}", student=True)
         return None
 
@@ -194,12 +194,12 @@ def load_work(cp, driver, runtime, spec: dict, rep: _Report):
     return work
 
 
-def time_sweeps(cp, np, driver, work, spec: dict, rep: _Report, inp, out, n: int) -> str:
+def time_sweeps(cp, np, driver, work, spec: OccupancySpec, rep: _Report, inp, out, n: int) -> str:
     """Re-run both sweeps with ``work``. Returns "ok", "skipped" or "context lost"."""
     rep.phase("sweeps")
     t0 = time.monotonic()
-    sw, work_name = spec["sweeps"], spec["work_kernel"]
-    total, iters = int(sw["total_threads"]), int(sw["iters"])
+    sw, work_name = spec.sweeps, spec.work_kernel
+    total, iters = int(sw.total_threads), int(sw.iters)
     launches, keys = {}, {}
     current: dict[str, tuple[int, int] | None] = {"point": None}
 
@@ -211,7 +211,7 @@ def time_sweeps(cp, np, driver, work, spec: dict, rep: _Report, inp, out, n: int
 
     limit = rep.data["api"].get("dynamic_limit", DEFAULT_DYNAMIC_LIMIT)
     for name in ("smem", "block"):
-        for block, smem in sw[name]:
+        for block, smem in getattr(sw, name):
             block, smem = int(block), int(smem)
             if smem > limit:
                 _raise_dynamic_limit(driver, work, smem, rep.data["work_attributes"]["static_smem"],
@@ -220,8 +220,8 @@ def time_sweeps(cp, np, driver, work, spec: dict, rep: _Report, inp, out, n: int
             launches[(name, block, smem)] = work_launch(block, smem, -(-total // block))
             keys[(name, block, smem)] = smem if name == "smem" else block
     try:
-        best, rounds = time_launches(cp, launches, int(sw["warmup"]), int(sw["reps"]),
-                                     int(sw["min_reps"]), float(sw["max_seconds"]))
+        best, rounds = time_launches(cp, launches, int(sw.warmup), int(sw.reps),
+                                     int(sw.min_reps), float(sw.max_seconds))
     except Exception as exc:
         block, smem = current["point"] or (None, None)
         rep.error("sweeps", f"`{work_name}` failed in the grader's re-run of the sweeps (block {block}, "
@@ -239,14 +239,14 @@ def time_sweeps(cp, np, driver, work, spec: dict, rep: _Report, inp, out, n: int
     return "ok"
 
 
-def load_heavy(cp, np, spec: dict, rep: _Report, inp, out, n: int) -> tuple[dict, list[str], dict]:
+def load_heavy(cp, np, spec: OccupancySpec, rep: _Report, inp, out, n: int) -> tuple[dict, list[str], dict]:
     """Load ``heavy`` from every cap's cubin (nothing timed): (cap -> its launch, the errors that
     :func:`time_heavy` records, where a failing launch was: ``current["point"]``)."""
     rep.phase("heavy")
-    t0, hv, heavy_name = time.monotonic(), spec["heavy"], spec["heavy_kernel"]
-    block, h_iters, current = int(hv["block"]), int(hv["iters"]), {"point": None}
-    grid, launches, errors = -(-int(hv["total_threads"]) // block), {}, []
-    for cap, path in hv["cubins"].items():
+    t0, hv, heavy_name = time.monotonic(), spec.heavy, spec.heavy_kernel
+    block, h_iters, current = int(hv.block), int(hv.iters), {"point": None}
+    grid, launches, errors = -(-int(hv.total_threads) // block), {}, []
+    for cap, path in hv.cubins.items():
         try:
             kern = cp.RawModule(path=path).get_function(heavy_name)
             attrs = rep.data["heavy_attributes"][cap] = _attributes(kern)
@@ -267,26 +267,26 @@ def load_heavy(cp, np, spec: dict, rep: _Report, inp, out, n: int) -> tuple[dict
     return launches, errors, current
 
 
-def time_heavy(cp, spec: dict, rep: _Report, launches: dict, errors: list[str], current: dict) -> None:
+def time_heavy(cp, spec: OccupancySpec, rep: _Report, launches: dict, errors: list[str], current: dict) -> None:
     """Time heavy at every cap loaded; record the loading's errors first (none after a lost context)."""
     rep.phase("heavy")
-    t0, hv = time.monotonic(), spec["heavy"]
+    t0, hv = time.monotonic(), spec.heavy
     for message in errors:
         rep.error("heavy", message, student=True)
     if launches:
         try:
-            best, rounds = time_launches(cp, launches, int(hv["warmup"]), int(hv["reps"]),
-                                         int(hv["min_reps"]), float(hv["max_seconds"]))
+            best, rounds = time_launches(cp, launches, int(hv.warmup), int(hv.reps),
+                                         int(hv.min_reps), float(hv.max_seconds))
             rep.data["heavy_times_ms"] = best
             rep.data["heavy_rounds"] = rounds
         except Exception as exc:
-            rep.error("heavy", f"`{spec['heavy_kernel']}` built with -maxrregcount={current['point']} failed when "
-                               f"the grader timed it (block {int(hv['block'])}): {_describe(exc)}", student=True)
+            rep.error("heavy", f"`{spec.heavy_kernel}` built with -maxrregcount={current['point']} failed when "
+                               f"the grader timed it (block {int(hv.block)}): {_describe(exc)}", student=True)
     rep.data["seconds"]["heavy"] = round(time.monotonic() - t0, 3)
     rep.data["done"].append("heavy")
 
 
-def run(spec: dict, result: Path) -> int:
+def run(spec: OccupancySpec, result: Path) -> int:
     rep = _Report(result)
     t_start = time.monotonic()
     try:
@@ -295,7 +295,7 @@ def run(spec: dict, result: Path) -> int:
         from cupy.cuda import driver, runtime
 
         rep.data["device"] = device_props(runtime, runtime.getDevice())
-        n = int(spec["n"])
+        n = int(spec.n)
         inp = cp.full(n, 0.5, dtype=cp.float32)
         out = cp.zeros(n, dtype=cp.float32)
         cp.cuda.Device().synchronize()
@@ -307,7 +307,7 @@ def run(spec: dict, result: Path) -> int:
     # -- everything untimed first: the modules, the Occupancy API ---------------------------------
     work = load_work(cp, driver, runtime, spec, rep)
     heavy, heavy_errors, current = load_heavy(cp, np, spec, rep, inp, out, n)
-    if spec.get("gate") and (work is not None or heavy):
+    if spec.gate and (work is not None or heavy):
         rep.phase("ready")  # the timed part waits for the GPU alone (grader/sandbox/turns.py)
         try:
             wait_at_gate(result, "sweeps")
@@ -319,7 +319,7 @@ def run(spec: dict, result: Path) -> int:
     # -- timed: the sweeps with work, then heavy at each register cap ------------------------------
     if work is not None and time_sweeps(cp, np, driver, work, spec, rep, inp, out, n) == "context lost":
         rep.error("heavy", "not timed: the CUDA context was lost when "
-                           f"`{spec['work_kernel']}` failed", student=True)
+                           f"`{spec.work_kernel}` failed", student=True)
         return 0
     time_heavy(cp, spec, rep, heavy, heavy_errors, current)
     rep.data["phase"] = "finished"

@@ -10,7 +10,7 @@ import glob
 import shutil
 from pathlib import Path
 
-from grader.children.protocol import write_result
+from grader.children.protocol import ProbeResult, ProbeSpec, write_result
 
 # cudaDeviceAttr values (stable across CUDA 12 and 13; CUDA 13 dropped clockRate
 # from cudaDeviceProp, so attributes are read one by one).
@@ -27,20 +27,20 @@ def nvidia_gpu_visible() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*")) or shutil.which("nvidia-smi") is not None
 
 
-def describe() -> dict:
+def describe() -> ProbeResult:
     try:
         import cupy  # noqa: F401
         from cupy.cuda import runtime
     except Exception as exc:  # ImportError, or a CuPy built for another CUDA
         if not nvidia_gpu_visible():
-            return {"ok": False, "reason": "no CUDA device (this machine has no NVIDIA GPU)"}
-        return {"ok": False, "reason": f"no CUDA device (CuPy is not usable here: {type(exc).__name__}: {exc})"}
+            return ProbeResult(ok=False, reason="no CUDA device (this machine has no NVIDIA GPU)")
+        return ProbeResult(ok=False, reason=f"no CUDA device (CuPy is not usable here: {type(exc).__name__}: {exc})")
     try:
         count = runtime.getDeviceCount()
     except Exception as exc:  # cudaErrorInsufficientDriver / NoDevice on CPU-only machines
-        return {"ok": False, "reason": f"no CUDA device ({exc})"}
+        return ProbeResult(ok=False, reason=f"no CUDA device ({exc})")
     if count < 1:
-        return {"ok": False, "reason": "no CUDA device"}
+        return ProbeResult(ok=False, reason="no CUDA device")
     dev = runtime.getDevice()
     props = runtime.getDeviceProperties(dev)
     name = props.get("name", b"")
@@ -49,22 +49,13 @@ def describe() -> dict:
     def attr(a: int) -> int:
         return int(runtime.deviceGetAttribute(a, dev))
 
-    return {
-        "ok": True,
-        "index": dev,
-        "count": count,
-        "name": name,
-        "cc": [attr(_ATTR_CC_MAJOR), attr(_ATTR_CC_MINOR)],
-        "sms": attr(_ATTR_SM_COUNT),
-        "clock_khz": attr(_ATTR_CLOCK_KHZ),
-        "l2_bytes": attr(_ATTR_L2_BYTES),
-        "total_mem": int(props.get("totalGlobalMem", 0)),
-        "runtime_version": runtime.runtimeGetVersion(),
-        "driver_version": runtime.driverGetVersion(),
-        "cupy_version": cupy.__version__,
-    }
+    return ProbeResult(ok=True, index=int(dev), count=int(count), name=name,
+                       cc=[attr(_ATTR_CC_MAJOR), attr(_ATTR_CC_MINOR)], sms=attr(_ATTR_SM_COUNT),
+                       clock_khz=attr(_ATTR_CLOCK_KHZ), l2_bytes=attr(_ATTR_L2_BYTES),
+                       total_mem=int(props.get("totalGlobalMem", 0)), runtime_version=int(runtime.runtimeGetVersion()),
+                       driver_version=int(runtime.driverGetVersion()), cupy_version=str(cupy.__version__))
 
 
-def run(spec: dict, result: Path) -> int:
+def run(spec: ProbeSpec, result: Path) -> int:
     write_result(result, describe())
     return 0

@@ -1,34 +1,439 @@
-"""The one protocol of the grader's child processes (this file runs inside them: stdlib only).
+"""The one protocol of the grader's child processes (this file runs inside them: no grader module
+but the runtime files).
 
 Every child is started as ``python -m grader.children MODE SPEC.json RESULT.json``: it reads
 its task from SPEC.json and writes what it found to RESULT.json, replacing the file whole
 (write, then rename) each time it has something to keep, so a crash or a time-out still leaves
 the last complete result. stdout and stderr are for people only; nothing parses them.
+
+Both files hold typed records (:class:`Mode`: each mode's spec and result record), written with
+grader.records.to_jsonable and read back with grader.records.from_jsonable; the JSON keys are the
+records' field names, so stored files and tools read the same keys as before.
 """
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from grader.records import from_jsonable, to_jsonable
+
+MAX_SPEC_BYTES = 16 << 20  # a spec is a few KB: the grader writes it, but a child reads nothing unbounded
+
+
+# ---- what children launch -----------------------------------------------------------------------------
+@dataclass
+class LaunchShape:
+    """The launch of a stage's kernel: its block, the [BM, BN] tile of C each block computes, dynamic smem."""
+
+    block: list[int]
+    tile: list[int]
+    smem: int
+
+
+@dataclass
+class Kernel:
+    """A compiled stage's kernel as every child launches it (grading.py: StageOutcome.launch_spec): the
+    cubin, the kernel's name, its inputs and operands and, for a tensor-map stage, the TMA boxes
+    ``[k, a_rows, b_rows, swizzle]`` (grader/children/tma.py)."""
+
+    cubin: str
+    kernel: str
+    inputs: str
+    launch: LaunchShape
+    operands: str = "pointers"
+    boxes: list[int] | None = None
+    id: str = ""  # the stage's id, in the profile and sanitize children's lists
+
+
+@dataclass
+class KernelGo:
+    """The stage child's go at its correctness gate: the compiled kernel."""
+
+    kernel: Kernel
+
+
+@dataclass
+class StagesGo:
+    """The go of the profile, sanitize and check children's gates: what to launch or judge."""
+
+    stages: list[Kernel]
+
+
+# ---- probe ------------------------------------------------------------------------------------------
+@dataclass
+class ProbeSpec:
+    """The probe is told nothing: the GPU is the one CUDA_VISIBLE_DEVICES shows."""
+
+
+@dataclass
+class ProbeResult:
+    """The GPU, or (``ok`` false) why there is none."""
+
+    ok: bool
+    reason: str = ""
+    index: int = 0
+    count: int = 0
+    name: str = ""
+    cc: list[int] = field(default_factory=list)
+    sms: int = 0
+    clock_khz: int = 0
+    l2_bytes: int = 0
+    total_mem: int = 0
+    runtime_version: int = 0
+    driver_version: int = 0
+    cupy_version: str = ""
+
+
+# ---- stage ------------------------------------------------------------------------------------------
+@dataclass
+class Case:
+    n: int
+    seed: int
+
+
+@dataclass
+class BenchSpec:
+    n: int
+    seed: int
+    warmup: int
+    reps: int
+    min_reps: int
+    max_seconds: float
+    flush_l2: bool
+    integrity_seed: int | None = None  # default: seed + 1
+
+
+@dataclass
+class StageSpec:
+    """One stage's run: its inputs, baseline, correctness cases and benchmark; its kernel now, or (``gate``)
+    handed over at the correctness gate (:class:`KernelGo`)."""
+
+    id: str
+    inputs: str
+    baseline: str
+    correctness: list[Case]
+    out_dir: str
+    bench: BenchSpec | None = None
+    l2_bytes: int = 0
+    gate: bool = False
+    kernel: Kernel | None = None
+
+
+@dataclass
+class CaseRun:
+    """One correctness launch: its size, seed, saved output and wall time."""
+
+    n: int
+    seed: int
+    file: str
+    wall_ms: float = 0.0
+
+
+@dataclass
+class BenchRun:
+    """The benchmark: per-repetition times of the kernel and its baseline, and what the checker needs of
+    the timed launches (the last output, its seed, the fingerprints and their vectors' seeds)."""
+
+    n: int
+    seed: int
+    student_ms: list[float] = field(default_factory=list)
+    baseline_ms: list[float] = field(default_factory=list)
+    file: str | None = None
+    last_seed: int | None = None
+    timed_launches: int = 0
+    fingerprints: str | None = None
+    vector_seeds: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StageResult:
+    prepared: bool = False
+    loaded: bool = False
+    correctness: list[CaseRun] = field(default_factory=list)
+    bench: BenchRun | None = None
+    error: str | None = None
+    traceback: str | None = None
+    stopped: str | None = None
+    attributes: dict[str, int] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+
+
+# ---- check ------------------------------------------------------------------------------------------
+@dataclass
+class Fingerprints:
+    """A benchmark's fingerprints file, the timed launches' count, their inputs' seed and vectors' seeds."""
+
+    file: str
+    count: int
+    integrity_seed: int
+    vector_seeds: list[int]
+
+
+@dataclass
+class CheckCase:
+    """One output to judge: ``kind`` check (a correctness size) or bench (the last timed output)."""
+
+    n: int
+    seed: int
+    file: str
+    kind: str
+    fingerprints: Fingerprints | None = None
+
+
+@dataclass
+class CheckRequest:
+    """One stage's outputs for the checker (grader/gpu/stages.py: _check_request)."""
+
+    id: str
+    inputs: str
+    rtol: float
+    out_dir: str
+    cases: list[CheckCase]
+
+
+@dataclass
+class Expect:
+    """The references the checker computes ahead: [n, seed, inputs] each."""
+
+    references: list[tuple[int, int, str]] = field(default_factory=list)
+
+
+@dataclass
+class CheckSpec:
+    stages: list[CheckRequest] = field(default_factory=list)
+    gate: bool = False
+    expect: Expect = field(default_factory=Expect)
+
+
+@dataclass
+class CaseVerdict:
+    """The checker's verdict on one case (``kind`` check, bench or timed: the fingerprints)."""
+
+    n: int
+    kind: str
+    passed: bool
+    problem: str | None = None
+    description: str | None = None
+    max_scaled_err: float = 0.0
+    max_abs_err: float | None = None
+    rtol: float | None = None
+    bad_count: int | None = None
+    nonfinite_count: int | None = None
+    first_bad: list[int] | None = None
+    got: float | None = None
+    expected: float | None = None
+
+
+@dataclass
+class StageVerdict:
+    cases: list[CaseVerdict]
+    backend: str = ""
+
+
+@dataclass
+class CheckGo:
+    """The checker's go at its gate: the stages to judge."""
+
+    stages: list[CheckRequest]
+
+
+@dataclass
+class CheckResult:
+    verdicts: dict[str, StageVerdict] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+    stopped: bool = False
+
+
+# ---- profile and sanitize ---------------------------------------------------------------------------
+@dataclass
+class ProfileSpec:
+    """One launch of each stage's kernel at size n under ncu; with ``gate`` the stages come at the gate
+    ``launch`` (:class:`StagesGo`), the input kinds in ``inputs`` made before it."""
+
+    n: int
+    seed: int
+    stages: list[Kernel] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    gate: bool = False
+
+
+@dataclass
+class SanitizeSpec:
+    """One launch of each stage's kernel under compute-sanitizer; ``blocks``: only that corner of the grid.
+    With ``gate`` (the tool's name) the stages come at that gate; ``ids`` name those it may be given."""
+
+    n: int
+    seed: int
+    stages: list[Kernel] = field(default_factory=list)
+    blocks: list[int] | None = None
+    gate: str | None = None
+    ids: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchResult:
+    """The profile and sanitize children's result: each stage whose launch failed, and why; ``stopped``:
+    ended at the gate (false, or why)."""
+
+    failures: dict[str, str] = field(default_factory=dict)
+    stopped: bool | str = False
+
+
+# ---- occupancy --------------------------------------------------------------------------------------
+@dataclass
+class SweepsSpec:
+    smem: list[tuple[int, int]]  # [block, dynamic smem] per point
+    block: list[tuple[int, int]]
+    total_threads: int
+    iters: int
+    warmup: int
+    reps: int
+    min_reps: int
+    max_seconds: float
+
+
+@dataclass
+class HeavySpec:
+    block: int
+    iters: int
+    total_threads: int
+    cubins: dict[str, str]  # register cap -> its cubin
+    warmup: int
+    reps: int
+    min_reps: int
+    max_seconds: float
+
+
+@dataclass
+class OccupancySpec:
+    source: str
+    work_kernel: str
+    heavy_kernel: str
+    cubin: str | None
+    work_problem: str | None
+    n: int
+    api_points: list[tuple[int, int]]
+    potential_smem: int
+    sweeps: SweepsSpec
+    heavy: HeavySpec
+    gate: bool = False
+
+
+@dataclass
+class OccupancyError:
+    phase: str
+    message: str
+    student: bool
+
+
+@dataclass
+class OccupancyResult:
+    """The occupancy child's measurements; ``api`` in the format of grader/occupancy/exercises.py:
+    simulated_api (its parts read there)."""
+
+    phase: str
+    done: list[str] = field(default_factory=list)
+    errors: list[OccupancyError] = field(default_factory=list)
+    device: dict[str, int | str] | None = None
+    api: dict[str, dict[str, int | str | None] | list[dict[str, int | None]] | int] | None = None
+    work_attributes: dict[str, int] | None = None
+    sweep_times: dict[str, dict[str, float]] | None = None
+    sweep_rounds: int | None = None
+    sweep_work: dict[str, int] | None = None
+    heavy_times_ms: dict[str, float] | None = None
+    heavy_rounds: int | None = None
+    heavy_attributes: dict[str, dict[str, int]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+# ---- warm and keep ----------------------------------------------------------------------------------
+@dataclass
+class Draw:
+    n: int
+    inputs: str
+
+
+@dataclass
+class WarmStage(StageSpec):
+    """A stage run of the warm child, on the grader's own kernel; ``rtol`` for the checker's calls."""
+
+    rtol: float = 1e-3
+
+
+@dataclass
+class WarmSpec:
+    runs: list[WarmStage]
+    draws: list[Draw] = field(default_factory=list)
+
+
+@dataclass
+class WarmRun:
+    inputs: str
+    baseline: str
+    n: int
+
+
+@dataclass
+class WarmResult:
+    ok: bool = False
+    runs: list[WarmRun] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)
+    checked: list[str] = field(default_factory=list)
+
+
+
+# ---- the modes --------------------------------------------------------------------------------------
+S = TypeVar("S")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Mode(Generic[S, R]):
+    """A child mode: its name (grader.children.<name> runs it), its spec record and its result record."""
+
+    name: str
+    spec: type[S]
+    result: type[R]
+
+
+PROBE = Mode("probe", ProbeSpec, ProbeResult)
+STAGE = Mode("stage", StageSpec, StageResult)
+CHECK = Mode("check", CheckSpec, CheckResult)
+PROFILE = Mode("profile", ProfileSpec, LaunchResult)
+SANITIZE = Mode("sanitize", SanitizeSpec, LaunchResult)
+OCCUPANCY = Mode("occupancy", OccupancySpec, OccupancyResult)
+WARM = Mode("warm", WarmSpec, WarmResult)
+BY_NAME: dict[str, Mode[Any, Any]] = {m.name: m for m in (PROBE, STAGE, CHECK, PROFILE, SANITIZE, OCCUPANCY, WARM)}
 # Mode -> the module (grader.children.<mode>) whose ``run(spec, result_path) -> int`` does it.
-MODES = ("probe", "stage", "check", "profile", "sanitize", "occupancy", "warm")
+MODES = tuple(BY_NAME)
 USAGE = "usage: python -m grader.children {" + ",".join(MODES) + "} SPEC.json RESULT.json"
 
 
-def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
-    spec = json.loads(Path(path).read_text())
-    if not isinstance(spec, dict):
-        raise ValueError(f"{path}: the spec is a JSON {type(spec).__name__}, not an object")
-    return spec
+def read_json(path: str | os.PathLike[str], limit: int) -> Any:
+    """The JSON in ``path``, read only when it is a regular file of at most ``limit`` bytes (ValueError else)."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_file():
+        raise ValueError(f"{path.name} is not a regular file")
+    if path.stat().st_size > limit:
+        raise ValueError(f"{path.name} is over {limit} bytes")
+    return json.loads(path.read_text())
+
+
+def read_spec(path: str | os.PathLike[str], mode: str) -> Any:
+    """SPEC.json as the mode's spec record (the grader wrote it; a wrong one is the grader's bug: it raises)."""
+    return from_jsonable(BY_NAME[mode].spec, read_json(path, MAX_SPEC_BYTES))
 
 
 def write_result(path: str | os.PathLike[str], data: Any) -> None:
-    """Replace RESULT.json whole: a reader never sees half a file."""
+    """Replace RESULT.json whole with the record ``data``: a reader never sees half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, default=float))
+    tmp.write_text(json.dumps(to_jsonable(data), default=float))
     os.replace(tmp, path)
 
 

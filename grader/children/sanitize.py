@@ -22,12 +22,20 @@ A stop at the gate ends it with ``{"failures": {}, "stopped": why}``: nothing wa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from grader.children.driver import Driver, DriverError, KernelArg
 from grader.children.inputs import make_inputs
-from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
+from grader.children.protocol import (
+    GateClosed,
+    LaunchResult,
+    SanitizeSpec,
+    StagesGo,
+    launch_grid,
+    wait_at_gate,
+    write_result,
+)
 from grader.children.tma import boxes_of, operand_args
+from grader.records import from_jsonable
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: an element the kernel never writes stays NaN
 C_ITEMSIZE = 4  # C is float32 in every stage (the fp16 stage accumulates and writes fp32)
@@ -39,56 +47,54 @@ def gemm_args(a: int, b: int, c: int, n: int) -> list[KernelArg]:
     return [KernelArg.pointer(a), KernelArg.pointer(b), KernelArg.pointer(c), KernelArg.int32(n)]
 
 
-def run(spec: dict[str, Any], result: Path) -> int:
-    n, seed, stages = int(spec["n"]), int(spec["seed"]), spec["stages"]
-    blocks = spec.get("blocks")
-    ids = [st["id"] for st in stages] or list(spec.get("ids") or [])
+def run(spec: SanitizeSpec, result: Path) -> int:
+    n, seed, stages, blocks = spec.n, spec.seed, spec.stages, spec.blocks
+    ids = [st.id for st in stages] or list(spec.ids)
     try:
         cuda = Driver()
         cuda.start()
     except DriverError as exc:  # no driver, no device: no stage can be launched
-        write_result(result, {"failures": {sid: f"the CUDA driver did not start: {exc}" for sid in ids}})
+        write_result(result, LaunchResult({sid: f"the CUDA driver did not start: {exc}" for sid in ids}))
         return 0
     failures: dict[str, str] = {}
     inputs: dict[str, tuple[int, int]] = {}  # inputs kind -> device A, B
     lost = ""  # why the context is unusable, once it is
-    if gate := spec.get("gate"):
+    if gate := spec.gate:
         try:
-            for kind in spec.get("inputs") or []:
+            for kind in spec.inputs:
                 inputs[kind] = _upload_inputs(cuda, n, seed, kind)
         except DriverError as exc:
-            write_result(result, {"failures": {sid: f"the inputs could not be uploaded: {exc}" for sid in ids}})
+            write_result(result, LaunchResult({sid: f"the inputs could not be uploaded: {exc}" for sid in ids}))
             return 0
         try:
-            stages = wait_at_gate(result, str(gate)).get("stages") or []
+            stages = from_jsonable(StagesGo, wait_at_gate(result, gate)).stages
         except GateClosed as why:
-            write_result(result, {"failures": {}, "stopped": str(why)})
+            write_result(result, LaunchResult(stopped=str(why)))
             return 0
     for st in stages:
         if lost:
-            failures[st["id"]] = f"not launched: {lost}"
+            failures[st.id] = f"not launched: {lost}"
             continue
-        lp = st["launch"]
+        lp = st.launch
         try:
-            function = cuda.load_function(st["cubin"], st["kernel"], lp["smem"])
-            if st["inputs"] not in inputs:
-                inputs[st["inputs"]] = _upload_inputs(cuda, n, seed, st["inputs"])
-            a, b = inputs[st["inputs"]]
+            function = cuda.load_function(st.cubin, st.kernel, lp.smem)
+            if st.inputs not in inputs:
+                inputs[st.inputs] = _upload_inputs(cuda, n, seed, st.inputs)
+            a, b = inputs[st.inputs]
             c = cuda.alloc(n * n * C_ITEMSIZE)
             cuda.fill32(c, NAN_BITS, n * n)
-            if st.get("operands") == "tensor_maps":  # the Hopper contract (grader/children/tma.py)
+            if st.operands == "tensor_maps":  # the Hopper contract (grader/children/tma.py)
                 args = operand_args(cuda, boxes_of(st), a, b, c, n)
             else:
                 args = gemm_args(a, b, c, n)
-            cuda.launch(function, launch_grid(n, lp["tile"], blocks), (lp["block"][0], lp["block"][1], 1),
-                        lp["smem"], args)
+            cuda.launch(function, launch_grid(n, lp.tile, blocks), (lp.block[0], lp.block[1], 1), lp.smem, args)
             cuda.synchronize()
             cuda.free(c)
         except DriverError as exc:  # a broken kernel or cubin stops its own launch only
-            failures[st["id"]] = str(exc)
+            failures[st.id] = str(exc)
             if exc.context_lost:  # later launches would fail the same way
-                lost = f"the CUDA context was lost at stage {st['id']} ({exc.name})"
-    write_result(result, {"failures": failures})
+                lost = f"the CUDA context was lost at stage {st.id} ({exc.name})"
+    write_result(result, LaunchResult(failures))
     return 0
 
 

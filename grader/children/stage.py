@@ -38,7 +38,21 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 import numpy as np  # noqa: E402
 
 from grader.children.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
-from grader.children.protocol import GateClosed, launch_grid, release_turn, wait_at_gate, write_result  # noqa: E402
+from grader.children.protocol import (  # noqa: E402
+    BenchRun,
+    BenchSpec,
+    CaseRun,
+    GateClosed,
+    Kernel,
+    KernelGo,
+    StageResult,
+    StageSpec,
+    launch_grid,
+    release_turn,
+    wait_at_gate,
+    write_result,
+)
+from grader.records import from_jsonable  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)
 _CUDA_R_32F, _CUDA_R_16F, _CUDA_R_16BF = 0, 2, 14
@@ -50,14 +64,14 @@ _GEMM_EX = {"cublas_gemmex_fp16": (_OP_N, _CUDA_R_16F), "cublas_gemmex_bf16": (_
 
 
 class Runner:
-    def __init__(self, spec: dict, result: Path):
+    def __init__(self, spec: StageSpec, result: Path):
         import cupy as cp
 
         self.cp = cp
         self.spec = spec
         self.result = result
-        self.out = Path(spec["out_dir"])
-        self.report: dict = {"prepared": False, "loaded": False, "correctness": [], "bench": None, "error": None}
+        self.out = Path(spec.out_dir)
+        self.report = StageResult()
         self.tensor_maps = False
 
     def save(self) -> None:
@@ -65,35 +79,45 @@ class Runner:
 
     # -- loading -------------------------------------------------------------------
     def load(self) -> None:
-        """Load the student's cubin (the spec's ``cubin``, ``kernel``, ``launch``, ``operands``, ``boxes``:
-        under a gate, handed over at the correctness turn, once the stage has compiled)."""
+        """Load the student's cubin (the spec's ``kernel``: under a gate, handed over at the correctness
+        turn, once the stage has compiled)."""
         cp = self.cp
+        k = self.compiled()
         # The Hopper contract: two tensor maps the grader encodes, then the pointers (grader/children/tma.py).
-        self.tensor_maps = self.spec.get("operands") == "tensor_maps"
-        self.module = cp.RawModule(path=self.spec["cubin"])
-        self.kernel = self.module.get_function(self.spec["kernel"])
-        smem = int(self.spec["launch"]["smem"])
-        if smem > 48 * 1024:
-            self.kernel.max_dynamic_shared_size_bytes = smem
-        self.report["attributes"] = {k: int(v) for k, v in self.kernel.attributes.items()
-                                     if isinstance(v, (int, np.integer))}
+        self.tensor_maps = k.operands == "tensor_maps"
+        self.module = cp.RawModule(path=k.cubin)
+        self.kernel = self.module.get_function(k.kernel)
+        if k.launch.smem > 48 * 1024:
+            self.kernel.max_dynamic_shared_size_bytes = k.launch.smem
+        self.report.attributes = {k: int(v) for k, v in self.kernel.attributes.items()
+                                  if isinstance(v, (int, np.integer))}
         if self.tensor_maps:  # launched through the driver: CuPy cannot pass a CUtensorMap by value
             from grader.children.tma import MapLauncher
 
-            self.map_launch = MapLauncher(self.spec)
-        self.report["loaded"] = True
+            self.map_launch = MapLauncher(k)
+        self.report.loaded = True
         self.save()
 
+    def compiled(self) -> Kernel:
+        if self.spec.kernel is None:
+            raise ValueError("the spec names no kernel (none was handed over at the gate)")
+        return self.spec.kernel
+
+    def bench_spec(self) -> BenchSpec:
+        if self.spec.bench is None:
+            raise ValueError("the spec has no benchmark")
+        return self.spec.bench
+
     def launch(self, a, b, c, n: int) -> None:
-        lp = self.spec["launch"]
-        bx, by = lp["block"]
+        lp = self.compiled().launch
+        bx, by = lp.block
         if self.tensor_maps:
             self.map_launch(self.kernel, a, b, c, n)
         else:
-            self.kernel(launch_grid(n, lp["tile"]), (bx, by, 1), (a, b, c, np.int32(n)), shared_mem=int(lp["smem"]))
+            self.kernel(launch_grid(n, lp.tile), (bx, by, 1), (a, b, c, np.int32(n)), shared_mem=int(lp.smem))
 
     def device_inputs(self, n: int, seed: int):
-        return make_inputs_xp(self.cp, n, seed, self.spec["inputs"])
+        return make_inputs_xp(self.cp, n, seed, self.spec.inputs)
 
     # -- before the first gate: everything but the student's kernel --------------------------------
     def prepare(self) -> None:
@@ -102,32 +126,32 @@ class Runner:
         product is left in device memory (the baseline's warm-up output is overwritten with NaN)."""
         cp = self.cp
         self.cases = []
-        for case in self.spec["correctness"]:
-            n = case["n"]
-            a, b = self.device_inputs(n, case["seed"])
+        for case in self.spec.correctness:
+            n = case.n
+            a, b = self.device_inputs(n, case.seed)
             self.cases.append((case, a, b, cp.full((n, n), cp.nan, dtype=cp.float32)))
-        self.timing: dict | None = self._bench_buffers() if self.spec.get("bench") else None
+        self.timing: dict | None = self._bench_buffers() if self.spec.bench is not None else None
         cp.cuda.Device().synchronize()
-        self.report["prepared"] = True
+        self.report.prepared = True
 
     # -- phase 1: correctness ------------------------------------------------------
     def correctness(self) -> None:
         cp = self.cp
         for case, a, b, c in self.cases:
-            n, seed = case["n"], case["seed"]
+            n, seed = case.n, case.seed
             t0 = time.perf_counter()
             self.launch(a, b, c, n)
             cp.cuda.Device().synchronize()
-            entry = {"n": n, "seed": seed, "file": f"c_{n}.npy", "wall_ms": (time.perf_counter() - t0) * 1e3}
-            np.save(self.out / entry["file"], cp.asnumpy(c))
-            self.report["correctness"].append(entry)
+            entry = CaseRun(n=n, seed=seed, file=f"c_{n}.npy", wall_ms=(time.perf_counter() - t0) * 1e3)
+            np.save(self.out / entry.file, cp.asnumpy(c))
+            self.report.correctness.append(entry)
             self.save()
         self.cases = []  # their memory goes back to the pool before the benchmark
 
     # -- phase 2: timing -----------------------------------------------------------
     def baseline(self, a, b, c_ref):
         cp = self.cp
-        if self.spec["baseline"] == "cublas_sgemm":
+        if self.spec.baseline == "cublas_sgemm":
             return lambda: cp.matmul(a, b, out=c_ref)
         try:
             from cupy_backends.cuda.libs import cublas
@@ -138,7 +162,7 @@ class Runner:
         one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
         # Row-major C = A B is column-major C^T = B^T A^T: pass B first. The BF16 stage's B arrives
         # transposed (K-major), so that first operand is taken transposed (op T).
-        op_b, dtype = _GEMM_EX[self.spec["baseline"]]
+        op_b, dtype = _GEMM_EX[self.spec.baseline]
 
         def gemm_ex():
             cublas.gemmEx(handle, op_b, _OP_N, n, n, n, one.ctypes.data, b.data.ptr, dtype, n,
@@ -150,15 +174,15 @@ class Runner:
         """The benchmark's inputs and buffers, its baseline run once (cuBLAS's library, handle and
         kernel choice loaded) and the matrix-vector kernel of the fingerprints loaded, before any gate."""
         cp = self.cp
-        bs = self.spec["bench"]
-        n = bs["n"]
-        a, b = self.device_inputs(n, bs["seed"])
+        bs = self.bench_spec()
+        n = bs.n
+        a, b = self.device_inputs(n, bs.seed)
         c = cp.full((n, n), cp.nan, dtype=cp.float32)
         c_ref = cp.empty((n, n), dtype=cp.float32)
         base = self.baseline(a, b, c_ref)
         base()
         c_ref.fill(cp.nan)  # no correct product may sit in device memory while student code runs
-        flush = cp.empty(max(int(self.spec.get("l2_bytes") or 0) * 2, 64 << 20), dtype=cp.uint8)
+        flush = cp.empty(max(self.spec.l2_bytes * 2, 64 << 20), dtype=cp.uint8)
         flush.fill(1)
         # C_r @ v_r of every timed output goes to the checker (see _measure); each v_r is drawn after its
         # launch, so only the matrix-vector kernel is loaded now, on a vector that is no secret.
@@ -168,26 +192,28 @@ class Runner:
 
     def bench(self) -> None:
         """Time the kernel against the baseline (:meth:`_measure`), release the GPU, save the files."""
-        n, iseed = self.spec["bench"]["n"], _integrity_seed(self.spec["bench"])
+        n, iseed = self.bench_spec().n, _integrity_seed(self.bench_spec())
         prints, vector_seeds, last, launches = self._measure()
         self.release()  # _measure's arrays are gone with its frame: their memory can be freed
-        self.report["bench"]["file"] = f"c_bench_{n}.npy"
-        self.report["bench"]["last_seed"] = rep_seed(iseed, launches - 1)
-        self.report["bench"]["timed_launches"] = len(prints)
-        self.report["bench"]["fingerprints"] = "fingerprints.npy"
-        self.report["bench"]["vector_seeds"] = vector_seeds  # v_r of each fingerprint, for the checker
+        run = self.report.bench
+        assert run is not None  # _measure made it
+        run.file = f"c_bench_{n}.npy"
+        run.last_seed = rep_seed(iseed, launches - 1)
+        run.timed_launches = len(prints)
+        run.fingerprints = "fingerprints.npy"
+        run.vector_seeds = vector_seeds  # v_r of each fingerprint, for the checker
         np.save(self.out / "fingerprints.npy", np.stack(prints).astype(np.float32))
-        np.save(self.out / self.report["bench"]["file"], last)
+        np.save(self.out / run.file, last)
         self.save()
 
     def _measure(self) -> tuple[list, list[int], np.ndarray, int]:
         """The timed launches: (each timed output's fingerprint, the seed of each fingerprint's vector,
         the last output, launches made)."""
         cp = self.cp
-        bs = self.spec["bench"]
+        bs = self.bench_spec()
         t, self.timing = self.timing, None
         assert t is not None  # prepare() made it
-        n, seed, iseed = t["n"], bs["seed"], t["iseed"]
+        n, seed, iseed = t["n"], bs.seed, t["iseed"]
         a, b, c, c_ref, flush, base = t["a"], t["b"], t["c"], t["c_ref"], t["flush"], t["base"]
         student = lambda: self.launch(a, b, c, n)  # noqa: E731
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -198,19 +224,19 @@ class Runner:
         # can shape an output to fit it. The trusted checker verifies every fingerprint against
         # A_r (B_r v_r) in float64, so a kernel that replays an earlier result or skips work on
         # later launches is caught, whatever it caches; the last output is checked in full.
-        counter = {"launch": -int(bs["warmup"])}
+        counter = {"launch": -bs.warmup}
         prints: list[np.ndarray] = []
         vector_seeds: list[int] = []
 
         def fresh_inputs() -> None:
-            a[...], b[...] = make_inputs_xp(cp, n, rep_seed(iseed, counter["launch"]), self.spec["inputs"])
+            a[...], b[...] = make_inputs_xp(cp, n, rep_seed(iseed, counter["launch"]), self.spec.inputs)
             counter["launch"] += 1
 
         def timed(fn, is_student: bool) -> float:
             if is_student:
                 fresh_inputs()
                 c.fill(cp.nan)  # the kernel must write every element again
-            if bs["flush_l2"]:
+            if bs.flush_l2:
                 flush.fill(1)
             e0.record()
             fn()
@@ -226,16 +252,15 @@ class Runner:
                 c_ref.fill(cp.nan)
             return ms
 
-        for _ in range(bs["warmup"]):
+        for _ in range(bs.warmup):
             timed(student, True)
             timed(base, False)
         del prints[:], vector_seeds[:]  # only timed launches are checked (launch numbers 0, 1, ...)
         student_ms: list[float] = []
         base_ms: list[float] = []
-        self.report["bench"] = {"n": n, "seed": seed, "student_ms": student_ms, "baseline_ms": base_ms,
-                                "file": None}
+        self.report.bench = BenchRun(n=n, seed=seed, student_ms=student_ms, baseline_ms=base_ms)
         start = time.perf_counter()
-        for rep in range(bs["reps"]):
+        for rep in range(bs.reps):
             # Alternate the order so neither kernel always runs on a warmer GPU.
             if rep % 2 == 0:
                 student_ms.append(timed(student, True))
@@ -243,7 +268,7 @@ class Runner:
             else:
                 base_ms.append(timed(base, False))
                 student_ms.append(timed(student, True))
-            if time.perf_counter() - start > bs["max_seconds"] and rep + 1 >= bs["min_reps"]:
+            if time.perf_counter() - start > bs.max_seconds and rep + 1 >= bs.min_reps:
                 break
         return prints, vector_seeds, cp.asnumpy(c), counter["launch"]
 
@@ -252,51 +277,52 @@ class Runner:
         child saves its files and exits (grader/sandbox/turns.py: State.RELEASED)."""
         self.cp.cuda.Device().synchronize()
         self.cp.get_default_memory_pool().free_all_blocks()
-        if self.spec.get("gate"):
+        if self.spec.gate:
             release_turn(self.result, "bench")
 
 
-def _integrity_seed(bench: dict) -> int:
+def _integrity_seed(bench: BenchSpec) -> int:
     """The seed of the timed launches' fresh inputs (the fingerprints' vectors have seeds of their own)."""
-    return int(bench.get("integrity_seed", bench["seed"] + 1))
+    return bench.seed + 1 if bench.integrity_seed is None else bench.integrity_seed
 
 
-def _turn(runner: Runner, gate: str) -> dict | None:
+def _turn(runner: Runner, gate: str) -> KernelGo | None:
     """With ``"gate": true`` in the spec, wait for the grader's go at ``gate`` (grader/sandbox/turns.py):
     the correctness runs share the GPU with no other stage's kernel, the timing with nothing at all.
     The grader times the wait itself (it holds this child's clock meanwhile). Returns what the go
-    handed over ({} without a gate), None when it said stop."""
-    if not runner.spec.get("gate"):
-        return {}
+    handed over (the spec's own kernel without a gate), None when it said stop."""
+    if not runner.spec.gate:
+        return KernelGo(runner.compiled())
     runner.save()
     try:
-        return wait_at_gate(runner.result, gate)
+        go = wait_at_gate(runner.result, gate)
+        return KernelGo(runner.compiled()) if gate == "bench" else from_jsonable(KernelGo, go)
     except GateClosed as why:
-        runner.report["stopped"] = str(why)
+        runner.report.stopped = str(why)
         runner.save()
         return None
 
 
-def run(spec: dict, result: Path) -> int:
+def run(spec: StageSpec, result: Path) -> int:
     """Under a gate the child starts before its stage has compiled: everything but the student's
     kernel is made ready (:meth:`Runner.prepare`), and the correctness turn's go hands over the
-    compiled kernel (``{"kernel": {"cubin", "kernel", "launch", "operands", "boxes"}}``)."""
+    compiled kernel (:class:`~grader.children.protocol.KernelGo`)."""
     runner = None
     try:
         t0 = time.perf_counter()
         runner = Runner(spec, result)  # imports CuPy
-        times = runner.report["times"] = {}
+        times = runner.report.times
         runner.prepare()  # the CUDA context, inputs, buffers, cuBLAS: everything but the student's kernel
         times["prepare"] = round(time.perf_counter() - t0, 3)
         go = _turn(runner, "correctness")
         if go is None:
             return 0
-        runner.spec.update(go.get("kernel") or {})
+        runner.spec.kernel = go.kernel
         t1 = time.perf_counter()
         runner.load()  # the student's cubin
         runner.correctness()
         times["correctness"] = round(time.perf_counter() - t1, 3)
-        if spec.get("bench"):
+        if spec.bench is not None:
             if _turn(runner, "bench") is None:
                 return 0
             t2 = time.perf_counter()
@@ -307,7 +333,7 @@ def run(spec: dict, result: Path) -> int:
     except Exception as exc:  # a student's launch failure is data, written to RESULT.json
         if runner is None:
             raise
-        runner.report["error"] = f"{type(exc).__name__}: {exc}"
-        runner.report["traceback"] = traceback.format_exc(limit=4)
+        runner.report.error = f"{type(exc).__name__}: {exc}"
+        runner.report.traceback = traceback.format_exc(limit=4)
         runner.save()
         return 3

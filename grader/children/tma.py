@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.children.driver import Driver, KernelArg
-from grader.children.protocol import launch_grid
+from grader.children.protocol import Kernel, launch_grid
 
 TMA_FIELDS = "{box k-width (elements), A box rows, B box rows, swizzle bytes}"
 SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CUtensorMapSwizzle
@@ -72,9 +72,9 @@ def operand_args(driver: Driver, boxes: Boxes, a_ptr: int, b_ptr: int, c_ptr: in
             KernelArg.pointer(b_ptr), KernelArg.pointer(c_ptr), KernelArg.int32(n)]
 
 
-def boxes_of(spec: dict) -> Boxes:
+def boxes_of(spec: Kernel) -> Boxes:
     """The Boxes a child's spec carries (``"boxes": [k, a_rows, b_rows, swizzle]``, checked at compile time)."""
-    k, a_rows, b_rows, swizzle = (int(v) for v in spec["boxes"])
+    k, a_rows, b_rows, swizzle = (int(v) for v in spec.boxes or ())
     return Boxes(k, a_rows, b_rows, swizzle)
 
 
@@ -83,14 +83,14 @@ class MapLauncher:
     ``CUtensorMap`` by value): the stage and profile children's launch for such a stage. The
     arguments of each (A, B, C, n) are encoded once: the timed loop refills A and B in place."""
 
-    def __init__(self, spec: dict) -> None:
+    def __init__(self, spec: Kernel) -> None:
         self.driver = Driver()
         self.driver.start()  # the device's primary context: the one CuPy uses
         self.boxes = boxes_of(spec)
-        block, tile = spec["launch"]["block"], spec["launch"]["tile"]
+        block, tile = spec.launch.block, spec.launch.tile
         self.block = (int(block[0]), int(block[1]), 1)
         self.tile = (int(tile[0]), int(tile[1]))
-        self.smem = int(spec["launch"]["smem"])
+        self.smem = int(spec.launch.smem)
         self._args: dict[tuple[int, int, int, int], list[KernelArg]] = {}
 
     def __call__(self, kernel, a, b, c, n: int) -> None:

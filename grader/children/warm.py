@@ -26,7 +26,18 @@ from pathlib import Path
 
 from grader.children.check import check
 from grader.children.inputs import make_inputs_xp
-from grader.children.protocol import write_result
+from grader.children.protocol import (
+    CheckCase,
+    CheckRequest,
+    CheckSpec,
+    Fingerprints,
+    StageResult,
+    StageSpec,
+    WarmResult,
+    WarmRun,
+    WarmSpec,
+    write_result,
+)
 from grader.children.stage import Runner
 
 KERNEL_NAME = "warm_gemm"
@@ -46,50 +57,52 @@ class _GraderKernelRunner(Runner):
     def load(self) -> None:
         self.module = self.cp.RawModule(code=_KERNEL)
         self.kernel = self.module.get_function(KERNEL_NAME)
-        self.report["loaded"] = True
+        self.report.loaded = True
         self.save()
 
 
-def _check_entry(run_id: str, spec: dict, report: dict, rtol: float) -> dict:
+def _check_entry(run_id: str, spec: StageSpec, report: StageResult, rtol: float) -> CheckRequest:
     """What the grading process would ask the checker about this run (grader/gpu/stages.py: _check_request)."""
-    cases = [{"n": c["n"], "seed": c["seed"], "file": c["file"], "kind": "check"} for c in report["correctness"]]
-    bench = report["bench"]
-    prints = {"file": bench["fingerprints"], "count": bench["timed_launches"],
-              "integrity_seed": spec["bench"]["integrity_seed"], "vector_seeds": bench["vector_seeds"]}
-    cases.append({"n": bench["n"], "seed": bench["last_seed"], "file": bench["file"], "kind": "bench",
-                  "fingerprints": prints})
-    return {"id": run_id, "inputs": spec["inputs"], "rtol": rtol, "out_dir": spec["out_dir"], "cases": cases}
+    cases = [CheckCase(n=c.n, seed=c.seed, file=c.file, kind="check") for c in report.correctness]
+    bench, bs = report.bench, spec.bench
+    assert bench is not None and bs is not None and bench.file and bench.fingerprints and bench.last_seed is not None
+    prints = Fingerprints(file=bench.fingerprints, count=bench.timed_launches,
+                          integrity_seed=bs.seed + 1 if bs.integrity_seed is None else bs.integrity_seed,
+                          vector_seeds=bench.vector_seeds)
+    cases.append(CheckCase(n=bench.n, seed=bench.last_seed, file=bench.file, kind="bench", fingerprints=prints))
+    return CheckRequest(id=run_id, inputs=spec.inputs, rtol=rtol, out_dir=spec.out_dir, cases=cases)
 
 
-def run(spec: dict, result: Path) -> int:
+
+def run(spec: WarmSpec, result: Path) -> int:
     import cupy as cp
 
-    times: dict[str, float] = {}
-    report: dict = {"ok": False, "runs": [], "times": times}
+    report = WarmResult()
+    times = report.times
     t0 = time.perf_counter()
     to_check = []
-    for i, rs in enumerate(spec["runs"]):
-        out = Path(rs["out_dir"])
+    for i, rs in enumerate(spec.runs):
+        out = Path(rs.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         runner = _GraderKernelRunner(rs, out / "stage_result.json")
         runner.prepare()
         runner.load()
         runner.correctness()
         runner.bench()
-        to_check.append(_check_entry(f"run{i}", rs, runner.report, float(rs.get("rtol", 1e-3))))
-        report["runs"].append({"inputs": rs["inputs"], "baseline": rs["baseline"], "n": rs["bench"]["n"]})
+        to_check.append(_check_entry(f"run{i}", rs, runner.report, rs.rtol))
+        report.runs.append(WarmRun(inputs=rs.inputs, baseline=rs.baseline, n=rs.bench.n if rs.bench else 0))
     times["stage"] = round(time.perf_counter() - t0, 3)
     t1 = time.perf_counter()
-    verdicts = check({"stages": to_check})
+    verdicts = check(CheckSpec(stages=to_check))
     times["check"] = round(time.perf_counter() - t1, 3)
     t2 = time.perf_counter()
-    for draw in spec.get("draws", []):  # grader/children/profile.py's calls, at its sizes
-        n = int(draw["n"])
-        make_inputs_xp(cp, n, 7, draw["inputs"])
+    for draw in spec.draws:  # grader/children/profile.py's calls, at its sizes
+        n = draw.n
+        make_inputs_xp(cp, n, 7, draw.inputs)
         cp.full((n, n), cp.nan, dtype=cp.float32)
     cp.cuda.Device().synchronize()
     times["draws"] = round(time.perf_counter() - t2, 3)
-    report["checked"] = sorted(verdicts)
-    report["ok"] = True
+    report.checked = sorted(verdicts)
+    report.ok = True
     write_result(result, report)
     return 0

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from grader.children.protocol import PROBE, ProbeSpec
+from grader.records import to_jsonable
 from grader.sandbox.launch import launch
 
 DEVICE_FILE_MAX_BYTES = 64 * 1024  # the probe writes a few hundred bytes
@@ -29,13 +31,13 @@ def probe_device(timeout_s: float, work: Path | None = None,
     """(the probe child's description, "") or (None, why there is no usable GPU). A description
     whose "ok" is false is returned with its own reason (no device, CuPy unusable)."""
     with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
-        child = launch("probe", {}, Path(work or tmp), timeout_s, PROBE_OUTPUT_LIMIT, extra_env=extra_env)
-    device = child.result if child.result and "ok" in child.result else None
-    if device is None:
-        return None, f"the device probe failed ({child.proc.brief()}): {child.proc.stderr.strip()[-300:]}"
-    if not device.get("ok"):
-        return device, str(device.get("reason", ""))
-    return device, ""
+        child = launch(PROBE, ProbeSpec(), Path(work or tmp), timeout_s, PROBE_OUTPUT_LIMIT, extra_env=extra_env)
+    if child.result is None:
+        why = child.no_result if child.proc.ok else child.proc.stderr.strip()[-300:]
+        return None, f"the device probe failed ({child.proc.brief()}): {why}"
+    # grading.json keeps the description as the probe wrote it (Environment.device, read by many steps)
+    device: dict[str, Any] = to_jsonable(child.result)
+    return device, "" if child.result.ok else child.result.reason
 
 
 def device_problem(data: Any) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.children.protocol import CheckRequest
 from grader.clock import Clock
 from grader.compile.intake import Intake
 from grader.compile.sass import SassDumps
@@ -38,7 +39,7 @@ class Job:
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
     seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
-    checks: list[dict] = field(default_factory=list)  # finished runs, for the reference checker
+    checks: list[CheckRequest] = field(default_factory=list)  # finished runs, for the reference checker
     items: list[ItemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     profile: ProfileRun | None = None

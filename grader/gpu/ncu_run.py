@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.children.protocol import Kernel, LaunchResult, StagesGo
 from grader.compile import toolchain
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
 from grader.profile.ncu import NcuRun, collect, metrics_needed
+from grader.records import to_jsonable
 from grader.rubric.metric_names import chip_for_cc, missing_on
 from grader.rubric.types import Rubric
 from grader.sandbox.fence import Fence
@@ -68,9 +70,9 @@ def wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list
     return [m for m in wanted if m not in absent], absent, chip
 
 
-def stage_spec(o: StageOutcome) -> dict:
-    """One entry of the profile_child spec (of a compiled stage)."""
-    return {"id": o.stage.id, **o.launch_spec()}
+def stage_spec(o: StageOutcome) -> Kernel:
+    """One entry of the profile and sanitize children's stages (of a compiled stage)."""
+    return o.launch_spec()
 
 
 def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, gpu_reason: str,
@@ -113,8 +115,8 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
     if early is not None and schedule is not None and set(ids) <= set(early.stage_ids) and early.metrics == metrics:
         party = early.party
 
-        def first() -> ChildResult:
-            schedule.open(party, {"stages": [stage_spec(o) for o in todo]})
+        def first() -> ChildResult[LaunchResult]:
+            schedule.open(party, to_jsonable(StagesGo([stage_spec(o) for o in todo])))
             return schedule.wait(party)
     else:
         _stop(early, schedule)

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.children.protocol import SANITIZE, Kernel, LaunchResult, SanitizeSpec
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
@@ -84,7 +85,7 @@ class SanitizerRun:
     rerun: bool = False  # a gated run that could not be judged as it was: run it again ungated (run_gated)
 
 
-def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float, *,
+def run_tool(tool: str, sanitizer, stage_spec: Kernel, n: int, work: Path, timeout_s: float, *,
              fence: Fence | None = None, control: Control | None = None,
              blocks: tuple[int, int] | None = None) -> SanitizerRun:
     """Launch one stage kernel once at size n under ``tool`` (racecheck or memcheck), in the
@@ -92,7 +93,7 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
     longer needed (grader/sandbox/turns.py). ``blocks``: launch at most this many blocks along x and y
     of the size-n grid (racecheck: see Sanitizer.racecheck_blocks); a kernel whose launch fails on
     that part of the grid (a cluster shape it does not divide) is run again on the whole grid."""
-    result = SanitizerRun(tool, stage_spec["id"])
+    result = SanitizerRun(tool, stage_spec.id)
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
         return result
@@ -102,31 +103,31 @@ def run_tool(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout
     return result
 
 
-def run_gated(tool: str, sanitizer, stage: dict, n: int, work: Path, timeout_s: float, *,
-              handed: Callable[[], dict | None], fence: Fence | None = None, control: Control | None = None,
+def run_gated(tool: str, sanitizer, stage: Kernel, n: int, work: Path, timeout_s: float, *,
+              handed: Callable[[], Kernel | None], fence: Fence | None = None, control: Control | None = None,
               blocks: tuple[int, int] | None = None) -> SanitizerRun:
     """:func:`run_tool` for a child started before its stage has compiled (grader/gpu/racecheck.py):
-    ``stage`` is what is known then (``id``, ``kernel``, ``inputs``); the child starts the driver
+    ``stage`` is what is known then (its id, kernel name and inputs; no cubin yet); the child starts the driver
     under the tool and uploads its inputs, then waits at its gate, named after the tool, whose go
     hands over the compiled stage (``handed()`` returns that spec once the gate has opened). A run
     that cannot be judged as it is (an older compute-sanitizer refusing ``--kernel-name``: it never
     reached the gate) comes back with ``rerun``; the caller runs it again with :func:`run_tool`."""
-    result = SanitizerRun(tool, stage["id"])
+    result = SanitizerRun(tool, stage.id)
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
         return result
-    spec = {"n": n, "seed": SEED, "stages": [], "gate": tool, "ids": [stage["id"]], "inputs": [stage["inputs"]],
-            "blocks": list(blocks) if blocks else None}
-    child = launch("sanitize", spec, work, timeout_s, OUTPUT_LIMIT, wrap=[*_wrap(tool, sanitizer),
-                   *_only(stage["kernel"])], name=tool, fence=fence, control=control)
+    spec = SanitizeSpec(n=n, seed=SEED, gate=tool, ids=[stage.id], inputs=[stage.inputs],
+                        blocks=list(blocks) if blocks else None)
+    child = launch(SANITIZE, spec, work, timeout_s, OUTPUT_LIMIT, wrap=[*_wrap(tool, sanitizer),
+                   *_only(stage.kernel)], name=tool, fence=fence, control=control)
     text = child.proc.stdout + "\n" + child.proc.stderr
-    if (child.result or {}).get("stopped"):
+    if child.result is not None and child.result.stopped:
         result.reason, result.proc = "not checked: stopped before the launch", child.proc
         return result
     if _option_refused(text):
         result.reason, result.rerun = "not checked: this compute-sanitizer has no --kernel-name", True
         return result
-    result = _judge(tool, stage["id"], child, text, work, timeout_s)
+    result = _judge(tool, stage.id, child, text, work, timeout_s)
     spec_now = handed()
     if blocks and result.launch_failed and spec_now and not (control is not None and control.cancel.is_set()):
         result = _run_once(tool, sanitizer, spec_now, n, work, timeout_s, fence, control, None)
@@ -146,25 +147,25 @@ def _only(kernel: str) -> list[str]:
     return ["--kernel-name", f"kns={kernel}"]
 
 
-def _run_once(tool: str, sanitizer, stage_spec: dict, n: int, work: Path, timeout_s: float,
+def _run_once(tool: str, sanitizer, stage_spec: Kernel, n: int, work: Path, timeout_s: float,
               fence: Fence | None, control: Control | None, blocks: tuple[int, int] | None) -> SanitizerRun:
-    for attempt in (_only(stage_spec["kernel"]), []):
-        spec = {"n": n, "seed": SEED, "stages": [stage_spec], "blocks": list(blocks) if blocks else None}
-        child = launch("sanitize", spec, work, timeout_s, OUTPUT_LIMIT,
+    for attempt in (_only(stage_spec.kernel), []):
+        spec = SanitizeSpec(n=n, seed=SEED, stages=[stage_spec], blocks=list(blocks) if blocks else None)
+        child = launch(SANITIZE, spec, work, timeout_s, OUTPUT_LIMIT,
                        wrap=[*_wrap(tool, sanitizer), *attempt], name=tool, fence=fence, control=control)
         text = child.proc.stdout + "\n" + child.proc.stderr
         if not (attempt and _option_refused(text)):
             break  # an older compute-sanitizer without --kernel-name: run again without it
-    return _judge(tool, stage_spec["id"], child, text, work, timeout_s)
+    return _judge(tool, stage_spec.id, child, text, work, timeout_s)
 
 
-def _judge(tool: str, stage_id: str, child: ChildResult, text: str, work: Path, timeout_s: float) -> SanitizerRun:
+def _judge(tool: str, stage_id: str, child: ChildResult[LaunchResult], text: str, work: Path, timeout_s: float) -> SanitizerRun:
     """What one sanitizer child's run says: its findings, or why it says nothing."""
     result = SanitizerRun(tool, stage_id)
     proc = result.proc = child.proc
     (work / f"{tool}.txt").write_text(text)
     result.findings = parse_sanitizer(text)
-    failed = ((child.result or {}).get("failures") or {}).get(stage_id)
+    failed = child.result.failures.get(stage_id) if child.result is not None else None
     if proc.timed_out:
         result.reason = f"not checked: {tool} did not finish within {timeout_s:g} s"
     elif "Device not supported" in text or (proc.returncode not in (0, ERROR_EXIT) and not result.findings):
@@ -185,13 +186,13 @@ def parallel_runs(count: int) -> int:
     return max(1, min(count, max(4, os.cpu_count() or 1)))
 
 
-def run_many(tool: str, sanitizer, specs: list[dict], n: int, work_root: Path, timeout_s: float, *,
+def run_many(tool: str, sanitizer, specs: list[Kernel], n: int, work_root: Path, timeout_s: float, *,
              fence: Fence | None = None, blocks: tuple[int, int] | None = None) -> dict[str, SanitizerRun]:
     """One sanitizer child per stage, all side by side: each is one launch at size n, a correctness
     tool whose answer does not depend on what else the GPU runs (nothing is timed here), so the
     step takes as long as its slowest stage, not the sum (:func:`parallel_runs`: each is a
     compute-sanitizer and a Python process)."""
     with ThreadPoolExecutor(max_workers=parallel_runs(len(specs)), thread_name_prefix=tool) as pool:
-        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s["id"], timeout_s, fence=fence,
+        runs = pool.map(lambda s: run_tool(tool, sanitizer, s, n, work_root / s.id, timeout_s, fence=fence,
                                            blocks=blocks), specs)
         return {r.stage: r for r in runs}

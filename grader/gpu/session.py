@@ -27,6 +27,24 @@ from pathlib import Path
 
 from grader import pyplot
 from grader.children.inputs import rep_seed
+from grader.children.protocol import (
+    CHECK,
+    PROFILE,
+    STAGE,
+    BenchSpec,
+    Case,
+    CheckResult,
+    CheckSpec,
+    Expect,
+    Kernel,
+    LaunchResult,
+    LaunchShape,
+    OccupancyResult,
+    ProfileSpec,
+    StageResult,
+    StagesGo,
+    StageSpec,
+)
 from grader.compile import toolchain
 from grader.gpu import warm
 from grader.gpu.job import Job
@@ -41,6 +59,7 @@ from grader.occupancy.child import CHILD_TIMEOUT_S, run_child
 from grader.occupancy.early import GATE as OCCUPANCY_GATE
 from grader.occupancy.early import EarlyOccupancy, ProgramRun, occupancy_fence, program_now, wants_child, wants_program
 from grader.profile.ncu import OUTPUT_LIMIT, command
+from grader.records import from_jsonable, to_jsonable
 from grader.rubric.limits import stage_limit
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.types import Rubric, Stage
@@ -106,11 +125,13 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
     work.mkdir(parents=True, exist_ok=True)
     fence = stage_folders_fence(work, job, [st])
     handed: dict[str, dict] = {}  # the party's payloads: RACECHECK_GATE -> {"stages": [the compiled stage]}
-    known = {"id": st.id, "kernel": st.kernel, "inputs": st.inputs}
+    # What is known before the compile: the id, the kernel's name and inputs (no cubin, no launch shape yet).
+    known = Kernel(cubin="", kernel=st.kernel, inputs=st.inputs, id=st.id, launch=LaunchShape([], [], 0))
     blocks, start = blocks_for(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
 
-    def handed_spec() -> dict | None:
-        stages = (handed.get(RACECHECK_GATE) or {}).get("stages") or []
+    def handed_spec() -> Kernel | None:
+        go = handed.get(RACECHECK_GATE)  # the grader's own payload (hand_racecheck_kernel)
+        stages = from_jsonable(StagesGo, go).stages if go else []
         return stages[0] if stages else None
 
     def run(control: Control) -> SanitizerRun:
@@ -128,7 +149,7 @@ def hand_racecheck_kernel(job: Job, o: StageOutcome) -> None:
     if party is None or sched is None:
         return
     if o.compile is not None and o.compile.ok and uses_shared_memory(o):
-        party.payloads[RACECHECK_GATE] = {"stages": [stage_spec(o)]}
+        party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([stage_spec(o)]))
         sched.open(party)
     else:
         sched.stop(party)
@@ -174,11 +195,11 @@ def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_di
         return None
     metrics, _absent, _chip = wanted_metrics(rubric, device)
     wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
-    spec = {"n": prof.n, "seed": seed, "inputs": sorted({st.inputs for st in stages}), "gate": True}
+    spec = ProfileSpec(n=prof.n, seed=seed, inputs=sorted({st.inputs for st in stages}), gate=True)
     work_dir = Path(work_dir).resolve()
 
-    def run(control: Control) -> ChildResult:
-        return launch("profile", spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
+    def run(control: Control) -> ChildResult[LaunchResult]:
+        return launch(PROFILE, spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
                       cache_seed=cache_seed, control=control)
 
     party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
@@ -212,7 +233,7 @@ def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Pat
     if wants_child(builds, cfg):
         measure_now = run_child  # bound now: it starts later, on the schedule's thread
 
-        def measure(control: Control) -> tuple[dict | None, ProcRecord]:
+        def measure(control: Control) -> tuple[OccupancyResult | None, ProcRecord]:
             return measure_now(cfg, builds, work, CHILD_TIMEOUT_S, fence=fence, gate=True, control=control)
 
         early.measure = schedule.add(Party("occupancy:measure", (OCCUPANCY_GATE,), work / "occupancy_result.json",
@@ -227,19 +248,17 @@ def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Pat
     return early
 
 
-def stage_party_spec(job: Job, st: Stage) -> dict:
+def stage_party_spec(job: Job, st: Stage) -> StageSpec:
     """The stage child's spec before its stage is compiled: the seeds, sizes and benchmark settings.
     The compiled kernel (StageOutcome.launch_spec) is handed over at its correctness gate."""
     seeds = job.seeds
-    return {
-        "id": st.id, "inputs": st.inputs, "baseline": st.baseline,
-        "correctness": [{"n": n, "seed": seeds[n]} for n in job.rubric.correctness_sizes],
-        "bench": {"n": st.bench.n, "seed": seeds["bench"], "integrity_seed": seeds["integrity"],
-                  "warmup": st.bench.warmup, "reps": st.bench.reps,
-                  "min_reps": st.bench.min_reps, "max_seconds": st.bench.max_seconds,
-                  "flush_l2": st.bench.flush_l2},
-        "out_dir": str(job.work / st.id), "l2_bytes": (job.env.device or {}).get("l2_bytes", 0), "gate": True,
-    }
+    return StageSpec(
+        id=st.id, inputs=st.inputs, baseline=st.baseline,
+        correctness=[Case(n=n, seed=seeds[n]) for n in job.rubric.correctness_sizes],
+        bench=BenchSpec(n=st.bench.n, seed=seeds["bench"], integrity_seed=seeds["integrity"],
+                        warmup=st.bench.warmup, reps=st.bench.reps, min_reps=st.bench.min_reps,
+                        max_seconds=st.bench.max_seconds, flush_l2=st.bench.flush_l2),
+        out_dir=str(job.work / st.id), l2_bytes=int((job.env.device or {}).get("l2_bytes") or 0), gate=True)
 
 
 def _stage_party(st: Stage, job: Job) -> Party:
@@ -251,36 +270,36 @@ def _stage_party(st: Stage, job: Job) -> Party:
     limit_s = stage_limit(st, rubric).seconds
     start, cache_seed = launch, job.cupy_cache  # bound now: the child may start later, from the schedule's thread
 
-    def run(control: Control) -> ChildResult:
-        return start("stage", spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
+    def run(control: Control) -> ChildResult[StageResult]:
+        return start(STAGE, spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
                      cache_seed=cache_seed, control=control,
                      fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
 
     return Party(st.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
 
 
-def checker_expectations(job: Job, stages: list[Stage]) -> dict:
+def checker_expectations(job: Job, stages: list[Stage]) -> Expect:
     """The float64 products the checker will be asked for if every run goes to the end: each
     correctness size's reference and each benchmark's last launch's reference, per input kind
     (grader/children/check.py: Products.precompute). The timed launches' fingerprints are not
     foreseeable: their vectors are drawn after each launch."""
-    refs: dict[tuple, None] = {}
+    refs: dict[tuple[int, int, str], None] = {}
     iseed = job.seeds["integrity"]
     for st in stages:
         for n in job.rubric.correctness_sizes:
             refs[(n, job.seeds[n], st.inputs)] = None
         refs[(st.bench.n, rep_seed(iseed, st.bench.reps - 1), st.inputs)] = None
-    return {"references": [list(k) for k in refs]}
+    return Expect(references=list(refs))
 
 
-def _checker_party(job: Job, expect: dict) -> Party:
+def _checker_party(job: Job, expect: Expect) -> Party:
     """The trusted checker: it computes the ``expect``ed products, then waits at its gate ``compare``
     for the list of outputs to judge (gpu/stages.py: check_results opens it)."""
     start = launch  # bound now: the child may start later, from the schedule's thread
-    spec = {"gate": True, "stages": [], "expect": expect}
+    spec = CheckSpec(gate=True, expect=expect)
 
-    def run(control: Control) -> ChildResult:
-        return start("check", spec, job.work, job.rubric.timeouts.checker_s, 20_000,
+    def run(control: Control) -> ChildResult[CheckResult]:
+        return start(CHECK, spec, job.work, job.rubric.timeouts.checker_s, 20_000,
                      cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control)
 
     return Party("checker", ("compare",), job.work / "check_result.json", run, late=True)

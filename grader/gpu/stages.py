@@ -11,6 +11,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from grader.children.protocol import (
+    CHECK,
+    CheckCase,
+    CheckGo,
+    CheckRequest,
+    CheckResult,
+    CheckSpec,
+    Fingerprints,
+    KernelGo,
+    StageResult,
+    StageVerdict,
+)
 from grader.compile import toolchain
 from grader.gpu import racecheck, session
 from grader.gpu.job import Job
@@ -19,6 +31,7 @@ from grader.gpu.session import start_gpu_children
 from grader.grading import StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.timing import summarize
+from grader.records import to_jsonable
 from grader.rubric.limits import StageLimit, stage_limit
 from grader.rubric.types import Rubric
 from grader.sandbox.launch import ChildResult, launch
@@ -34,11 +47,11 @@ RACECHECKED = (Verdict.CORRECT, Verdict.WRONG, Verdict.CRASHED, Verdict.NO_VERDI
 MEMCHECKED = (Verdict.WRONG, Verdict.CRASHED, Verdict.NO_VERDICT)
 
 
-def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
+def _run_end(proc: ProcRecord, report: StageResult | None, rubric: Rubric,
              limit: StageLimit | None = None) -> tuple[Verdict, str] | None:
     """How a run failed to finish (and why, in words), or None when it finished. ``limit``: the
     time limit in force, named in a timeout's message."""
-    done = len((report or {}).get("correctness", []))
+    done = len(report.correctness) if report else 0
     sizes = rubric.correctness_sizes
     where = (f"during the correctness run at N={sizes[done]}" if done < len(sizes)
              else "while timing at the benchmark size")
@@ -49,19 +62,19 @@ def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
         return Verdict.OUTPUT_LIMIT, (f"stopped {where}: it printed {printed:,} bytes (shown trimmed), more than "
                                       f"the {rubric.output_limit_bytes:,}-byte output limit: printf in a kernel's "
                                       "hot path slows it enormously (print from one thread, or only while debugging)")
-    if proc.limit is Limit.CANCELLED and not (report or {}).get("loaded"):
+    if proc.limit is Limit.CANCELLED and not (report and report.loaded):
         return Verdict.NO_VERDICT, (f"not run: the stage's child did not start within {STARTUP_LIMIT_S:g} s (the "
                                     "grader's own start-up, before your kernel ran; course staff can re-run it)")
     if proc.timed_out:
         named = f" (this stage's time limit: {limit.why})" if limit is not None and limit.why else ""
         return Verdict.TIMED_OUT, (f"timed out after {proc.timeout_s:g} s{named} {where}: the kernel did not finish "
                                    f"(look for a loop that never ends or a barrier some threads never reach){noisy}")
-    if report and report.get("error") and report.get("prepared") is False:
+    if report and report.error and not report.prepared:
         return Verdict.NO_VERDICT, (f"not run: the grader could not prepare this stage's run before your kernel "
-                                    f"ran ({quote_code(report['error'], 300)}); course staff can re-run it")
-    if report and report.get("error"):
-        return Verdict.CRASHED, f"the kernel failed {where}: {quote_code(report['error'], 300)}"
-    if report is None or not report.get("loaded"):
+                                    f"ran ({quote_code(report.error, 300)}); course staff can re-run it")
+    if report and report.error:
+        return Verdict.CRASHED, f"the kernel failed {where}: {quote_code(report.error, 300)}"
+    if report is None or not report.loaded:
         return Verdict.CRASHED, (f"the kernel could not be loaded or run ({proc.brief()}):"
                                  + fence_block(proc.stderr or proc.stdout, 800))
     if not proc.ok:
@@ -69,18 +82,17 @@ def _run_end(proc: ProcRecord, report: dict | None, rubric: Rubric,
     return None
 
 
-def _check_request(o: StageOutcome, report: dict, work: Path, job: Job) -> dict:
+def _check_request(o: StageOutcome, report: StageResult, work: Path, job: Job) -> CheckRequest:
     """What the reference checker is to compare for one finished run."""
-    cases = [{"n": c["n"], "seed": c["seed"], "file": c["file"], "kind": "check"}
-             for c in report.get("correctness", [])]
+    cases = [CheckCase(n=c.n, seed=c.seed, file=c.file, kind="check") for c in report.correctness]
     bench = o.bench
-    if bench.get("file"):
-        prints = ({"file": bench["fingerprints"], "count": bench.get("timed_launches", 0),
-                   "integrity_seed": job.seeds["integrity"], "vector_seeds": bench.get("vector_seeds")}
-                  if bench.get("fingerprints") else None)
-        cases.append({"n": bench["n"], "seed": bench.get("last_seed", bench["seed"]), "file": bench["file"],
-                      "kind": "bench", "fingerprints": prints})
-    return {"id": o.stage.id, "inputs": o.stage.inputs, "rtol": o.stage.rtol, "out_dir": str(work), "cases": cases}
+    if bench is not None and bench.file:
+        prints = (Fingerprints(file=bench.fingerprints, count=bench.timed_launches,
+                               integrity_seed=job.seeds["integrity"], vector_seeds=bench.vector_seeds)
+                  if bench.fingerprints else None)
+        cases.append(CheckCase(n=bench.n, seed=bench.seed if bench.last_seed is None else bench.last_seed,
+                               file=bench.file, kind="bench", fingerprints=prints))
+    return CheckRequest(id=o.stage.id, inputs=o.stage.inputs, rtol=o.stage.rtol, out_dir=str(work), cases=cases)
 
 
 def run_stages(job: Job) -> Job:
@@ -113,7 +125,7 @@ def run_stages(job: Job) -> Job:
     for o in compiled:
         o.run_limit = stage_limit(o.stage, rubric)
         runs[o.stage.id] = party = job.stage_runs[o.stage.id]
-        party.payloads["correctness"] = {"kernel": o.launch_spec()}
+        party.payloads["correctness"] = to_jsonable(KernelGo(o.launch_spec()))
     occupancy = session.start_occupancy(job, list(runs.values()))
     job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
@@ -150,12 +162,12 @@ def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | No
     """Read one stage's run: its verdict when it did not finish, else its request to the checker.
     Its "run" phase is the time its limit counted (its waits at the gates are "run.wait")."""
     rubric = job.rubric
-    child: ChildResult = party.result()
+    child: ChildResult[StageResult] = party.result()
     proc, report, held = child.proc, child.result, party.control.held_s()
     job.clock.add("run", (proc.wall_s or 0.0) - held, o.stage.id)
     _record_child_times(job, o.stage.id, proc, report, held_s=held)
     o.run_output = (proc.stdout + proc.stderr).strip()[-RUN_OUTPUT_KEPT:]
-    o.bench = (report or {}).get("bench") or {}
+    o.bench = report.bench if report else None
     if over_budget is not None:
         o.verdict = Verdict.NOT_RUN
         o.correctness_message = (f"not run: the submission's time budget ({rubric.timeouts.submission_s:g} s "
@@ -165,22 +177,21 @@ def _finish_run(job: Job, o: StageOutcome, party: Party, over_budget: float | No
     if ended:
         o.verdict, o.correctness_message = ended
     else:
-        job.checks.append(_check_request(o, report or {}, work=job.work / o.stage.id, job=job))
+        assert report is not None  # _run_end said it finished
+        job.checks.append(_check_request(o, report, work=job.work / o.stage.id, job=job))
 
 
-def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | None, prefix: str = "run",
-                        held_s: float = 0.0) -> None:
+def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: StageResult | CheckResult | None,
+                        prefix: str = "run", held_s: float = 0.0) -> None:
     """A child's own account of its time (the stage child's, the checker's), as detail phases
     ``<prefix>.<part>``; what it does not account for is the process's start: the interpreter,
     NumPy, the fence (``<prefix>.start``, added to the child's own ``start`` if it has one).
     ``held_s``: the time it waited at its gates, as the grading process held its clock
     (grader/sandbox/turns.py): ``<prefix>.wait``."""
-    times = (report or {}).get("times")
-    known = ({k: float(v) for k, v in times.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-             if isinstance(times, dict) else {})
+    known = report.times if report is not None else {}
     if held_s:
         job.clock.add(f"{prefix}.wait", held_s, stage)
-    if not isinstance(times, dict):
+    if report is None:
         return
     for name, secs in known.items():
         if name != "start":
@@ -189,21 +200,24 @@ def _record_child_times(job: Job, stage: str, proc: ProcRecord, report: dict | N
         job.clock.add(f"{prefix}.start", proc.wall_s - held_s - sum(known.values()) + known.get("start", 0.0), stage)
 
 
-def _correctness(o: StageOutcome, verdict: dict | None) -> None:
+def _correctness(o: StageOutcome, verdict: StageVerdict | None) -> None:
     if verdict is None:
         o.verdict, o.correctness_message = Verdict.NO_VERDICT, "the checker produced no verdict for this stage"
         return
-    o.cases = verdict["cases"]
-    bad = [c for c in o.cases if not c.get("passed")]
+    o.cases = verdict.cases
+    bad = [c for c in o.cases if not c.passed]
     if bad:
         o.verdict = Verdict.WRONG
-        o.correctness_message = "\n".join(c.get("description") or f"N={c['n']}: {c.get('problem')}" for c in bad)
+        o.correctness_message = "\n".join(c.description or f"N={c.n}: {c.problem}" for c in bad)
+        return
+    if not o.cases:
+        o.verdict, o.correctness_message = Verdict.NO_VERDICT, "the checker judged no output of this stage"
         return
     o.verdict = Verdict.CORRECT
-    worst = max(c["max_scaled_err"] for c in o.cases)
-    sizes = ", ".join(f"{c['n']}{' (after timing)' if c['kind'] == 'bench' else ''}" for c in o.cases
-                      if c["kind"] != "timed")
-    timed = [c["description"] for c in o.cases if c["kind"] == "timed"]
+    worst = max(c.max_scaled_err for c in o.cases)
+    sizes = ", ".join(f"{c.n}{' (after timing)' if c.kind == 'bench' else ''}" for c in o.cases
+                      if c.kind != "timed")
+    timed = [c.description or "" for c in o.cases if c.kind == "timed"]
     o.correctness_message = (f"correct at N = {sizes}; max scaled error {worst:.2e} (rtol {o.stage.rtol:g})"
                              + (f"; {timed[0]}" if timed else ""))
 
@@ -219,22 +233,22 @@ def check_results(job: Job) -> Job:
         return job
     job.progress("checking results against float64 references")
     if checker is not None and sched is not None:
-        sched.open(checker, {"stages": job.checks})
+        sched.open(checker, to_jsonable(CheckGo(job.checks)))
         child = sched.wait(checker)
     else:
-        child = launch("check", {"stages": job.checks}, job.work, job.rubric.timeouts.checker_s, 20_000,
+        child = launch(CHECK, CheckSpec(stages=job.checks), job.work, job.rubric.timeouts.checker_s, 20_000,
                        cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache)
-    proc, verdicts = child.proc, (child.result or {}).get("verdicts") or {}
+    proc, verdicts = child.proc, child.result.verdicts if child.result else {}
     _record_child_times(job, "", proc, child.result, prefix="check",
                         held_s=checker.control.held_s() if checker is not None and sched is not None else 0.0)
     if not proc.ok:
         job.notes.append(f"the reference checker failed ({proc.brief()}): {quote_code(proc.stderr.strip()[-500:], 500)}")
     for chk in job.checks:
-        o = job.outcomes[chk["id"]]
-        _correctness(o, verdicts.get(chk["id"]))
+        o = job.outcomes[chk.id]
+        _correctness(o, verdicts.get(chk.id))
         bench = o.bench
-        if o.verdict is Verdict.CORRECT and bench.get("student_ms"):
-            o.timing = summarize(bench["n"], bench["student_ms"], bench["baseline_ms"],
+        if o.verdict is Verdict.CORRECT and bench is not None and bench.student_ms:
+            o.timing = summarize(bench.n, bench.student_ms, bench.baseline_ms,
                                  job.env.peaks.get(o.stage.peak))
     return job
 

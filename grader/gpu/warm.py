@@ -43,6 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.children.protocol import WARM, BenchSpec, Case, Draw, Kernel, LaunchShape, WarmSpec, WarmStage
+from grader.records import to_jsonable
 from grader.rubric.types import Rubric
 from grader.sandbox import guard as sandbox
 from grader.sandbox.launch import launch
@@ -67,7 +69,7 @@ def _device_identity(device: dict) -> dict:
     return {k: device.get(k) for k in ("name", "cc", "runtime_version", "driver_version", "cupy_version")}
 
 
-def warm_runs(rubric: Rubric) -> list[dict]:
+def warm_runs(rubric: Rubric) -> list[WarmStage]:
     """One run per kind of stage (inputs, baseline, benchmark size, L2 flush), as the stage child
     would be asked, without the paths and seeds (they change no kernel)."""
     sizes = list(rubric.correctness_sizes)
@@ -75,10 +77,12 @@ def warm_runs(rubric: Rubric) -> list[dict]:
     runs = []
     for inputs, baseline, n, flush, rtol in kinds:
         tile = 16 if all(m % 16 == 0 for m in [*sizes, n]) else 1  # one thread per element of C
-        runs.append({"kernel": KERNEL, "inputs": inputs, "baseline": baseline, "rtol": rtol,
-                     "launch": {"block": [tile, tile], "tile": [tile, tile], "smem": 0},
-                     "correctness": [{"n": m} for m in sizes],
-                     "bench": {"n": n, "warmup": 1, "reps": 1, "min_reps": 1, "max_seconds": 0, "flush_l2": flush}})
+        kernel = Kernel(cubin="", kernel=KERNEL, inputs=inputs,
+                        launch=LaunchShape(block=[tile, tile], tile=[tile, tile], smem=0))
+        runs.append(WarmStage(id="", inputs=inputs, baseline=baseline, rtol=rtol, kernel=kernel, out_dir="",
+                              correctness=[Case(n=m, seed=0) for m in sizes],
+                              bench=BenchSpec(n=n, seed=0, warmup=1, reps=1, min_reps=1, max_seconds=0,
+                                              flush_l2=flush)))
     return runs
 
 
@@ -88,22 +92,22 @@ def warm_key(rubric: Rubric, device: dict) -> str:
 
     inputs = sorted({st.inputs for st in rubric.stages})
     core = {"version": SPEC_VERSION, "code": code_version(), "device": _device_identity(device),
-            "runs": warm_runs(rubric), "draws": [rubric.profile.n], "inputs": inputs}
+            "runs": to_jsonable(warm_runs(rubric)), "draws": [rubric.profile.n], "inputs": inputs}
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-def warm_spec(rubric: Rubric, device: dict, folder: Path) -> dict:
+def warm_spec(rubric: Rubric, device: dict, folder: Path) -> WarmSpec:
     """The warm child's spec: :func:`warm_runs` with their seeds and output folders, and the draws."""
     runs = []
     for i, run in enumerate(warm_runs(rubric)):
-        spec = json.loads(json.dumps(run))
-        spec["correctness"] = [{"n": c["n"], "seed": 11 + j} for j, c in enumerate(spec["correctness"])]
-        spec["bench"].update(seed=5, integrity_seed=6)
-        spec.update(out_dir=str(folder / f"run{i}"), l2_bytes=int(device.get("l2_bytes") or 0))
-        runs.append(spec)
+        run.correctness = [Case(n=c.n, seed=11 + j) for j, c in enumerate(run.correctness)]
+        if run.bench is not None:
+            run.bench.seed, run.bench.integrity_seed = 5, 6
+        run.out_dir, run.l2_bytes = str(folder / f"run{i}"), int(device.get("l2_bytes") or 0)
+        runs.append(run)
     inputs = sorted({st.inputs for st in rubric.stages})
-    draws = [{"n": rubric.profile.n, "inputs": k} for k in inputs]  # the ncu launch's (the sanitizer's uses no CuPy)
-    return {"runs": runs, "draws": draws}
+    draws = [Draw(n=rubric.profile.n, inputs=k) for k in inputs]  # the ncu launch's (the sanitizer's uses no CuPy)
+    return WarmSpec(runs=runs, draws=draws)
 
 
 def _private(path: Path) -> bool:
@@ -173,10 +177,10 @@ def _make(folder: Path, rubric: Rubric, device: dict, key: str, timeout_s: float
     (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
     cache, runs = folder / CACHE, folder / "runs"
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    child = launch("warm", warm_spec(rubric, device, runs), folder, timeout_s, 20_000, cache_dir=cache)
+    child = launch(WARM, warm_spec(rubric, device, runs), folder, timeout_s, 20_000, cache_dir=cache)
     shutil.rmtree(runs, ignore_errors=True)
-    if not (child.proc.ok and child.result and child.result.get("ok") is True):
-        return None, f"{child.proc.brief()}: {child.proc.stderr.strip()[-300:]}"
+    if not (child.proc.ok and child.result and child.result.ok):
+        return None, f"{child.proc.brief()}: {child.no_result or child.proc.stderr.strip()[-300:]}"
     files = _list_files(cache)
     if files is None:
         return None, "the warm child left something other than files in its cache"

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grader.children.protocol import OCCUPANCY, HeavySpec, OccupancyResult, OccupancySpec, SweepsSpec
 from grader.compile.student import Fence
 from grader.model import Cause, Gap, ProcRecord
 from grader.occupancy.build import Build
 from grader.occupancy.exercises import api_points
 from grader.occupancy.grading import Measurements
+from grader.records import to_jsonable
 from grader.rubric.occupancy import OccupancyConfig
 from grader.sandbox.launch import launch
 from grader.sandbox.process import Control
@@ -29,31 +31,30 @@ SWEEP_TOTAL_THREADS = 1 << 20
 SWEEP_ITERS = 256
 HEAVY_TOTAL_THREADS = 1 << 20
 HEAVY_ITERS = 64
-SWEEP_TIMING = {"warmup": 1, "reps": 15, "min_reps": 5, "max_seconds": 8.0}
+SWEEP_TIMING = {"warmup": 1, "reps": 15, "min_reps": 5, "max_seconds": 8.0}  # SweepsSpec's and HeavySpec's
 HEAVY_TIMING = {"warmup": 1, "reps": 10, "min_reps": 3, "max_seconds": 6.0}
 CHILD_TIMEOUT_S = 60.0
 
 
-def child_spec(cfg: OccupancyConfig, builds: dict[str, Build]) -> dict:
+def child_spec(cfg: OccupancyConfig, builds: dict[str, Build], gate: bool = False) -> OccupancySpec:
     """What :mod:`grader.children.occupancy` measures, from the rubric and the builds."""
     e4, e6 = cfg.ex4, cfg.ex6
-    return {
-        "source": cfg.program_file,
-        "work_kernel": cfg.program.work_kernel,
-        "heavy_kernel": cfg.program.heavy_kernel,
-        "cubin": str(builds["default"].output) if "default" in builds and builds["default"].ok else None,
-        "work_problem": (builds["default"].problem if "default" in builds else "not built") or None,
-        "n": ARRAY_N,
-        "api_points": [list(p) for p in api_points(cfg)],
-        "potential_smem": cfg.ex2.dynamic_smem,
-        "sweeps": {"smem": [[e4.smem_block_size, s] for s in e4.smem_points],
-                   "block": [[b, e4.block_smem] for b in e4.block_points],
-                   "total_threads": SWEEP_TOTAL_THREADS, "iters": SWEEP_ITERS, **SWEEP_TIMING},
-        "heavy": {"block": e6.block_size, "iters": HEAVY_ITERS, "total_threads": HEAVY_TOTAL_THREADS,
-                  "cubins": {str(cap): str(builds[f"r{cap}"].output) for cap in e6.register_caps
-                             if f"r{cap}" in builds and builds[f"r{cap}"].ok},
-                  **HEAVY_TIMING},
-    }
+    sweeps = SweepsSpec(smem=[(e4.smem_block_size, s) for s in e4.smem_points],
+                        block=[(b, e4.block_smem) for b in e4.block_points],
+                        total_threads=SWEEP_TOTAL_THREADS, iters=SWEEP_ITERS, warmup=int(SWEEP_TIMING["warmup"]),
+                        reps=int(SWEEP_TIMING["reps"]), min_reps=int(SWEEP_TIMING["min_reps"]),
+                        max_seconds=SWEEP_TIMING["max_seconds"])
+    heavy = HeavySpec(block=e6.block_size, iters=HEAVY_ITERS, total_threads=HEAVY_TOTAL_THREADS,
+                      cubins={str(cap): str(builds[f"r{cap}"].output) for cap in e6.register_caps
+                              if f"r{cap}" in builds and builds[f"r{cap}"].ok},
+                      warmup=int(HEAVY_TIMING["warmup"]), reps=int(HEAVY_TIMING["reps"]),
+                      min_reps=int(HEAVY_TIMING["min_reps"]), max_seconds=HEAVY_TIMING["max_seconds"])
+    return OccupancySpec(
+        source=cfg.program_file, work_kernel=cfg.program.work_kernel, heavy_kernel=cfg.program.heavy_kernel,
+        cubin=str(builds["default"].output) if "default" in builds and builds["default"].ok else None,
+        work_problem=(builds["default"].problem if "default" in builds else "not built") or None,
+        n=ARRAY_N, api_points=[(int(b), int(s)) for b, s in api_points(cfg)], potential_smem=cfg.ex2.dynamic_smem,
+        sweeps=sweeps, heavy=heavy, gate=gate)
 
 
 _PARTS = ("api", "sweeps", "heavy")
@@ -64,11 +65,10 @@ _GRADERS = ("setup", "load", "api", "ready")  # phases of the grader's own code
 _DOING = {"ready": "waiting for its turn on the GPU"}
 
 
-def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord | None) -> None:
+def apply_child_report(meas: Measurements, report: OccupancyResult | None, proc: ProcRecord | None) -> None:
     """Fill ``meas`` from the child's report; say in ``meas.gpu_problems`` what is missing and whose
     doing that is (the child marks its errors ``student``; a crash while the grader's own set-up or
     API calls run is the grader's, one while the student's kernels run is the student's)."""
-    report = report or {}
     problems: dict[str, list[Gap]] = {}
 
     def add(parts: tuple[str, ...], gap: Gap) -> None:
@@ -77,15 +77,15 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
             if gap not in problems[part]:
                 problems[part].append(gap)
 
-    for err in report.get("errors", []):
-        msg = str(err.get("message", "")).strip()
-        gap = (Gap(Cause.STUDENT, msg) if err.get("student") else
+    for err in report.errors if report else []:
+        msg = err.message.strip()
+        gap = (Gap(Cause.STUDENT, msg) if err.student else
                Gap(Cause.GRADER, "not evaluated: the grader's GPU measurements failed: " + msg))
-        add(_PHASE_PARTS.get(err.get("phase"), _PARTS), gap)
+        add(_PHASE_PARTS.get(err.phase, _PARTS), gap)
 
-    phase = report.get("phase")
+    phase = report.phase if report else None
     if proc is not None and not proc.ok and phase != "finished":
-        if not report:
+        if report is None or phase is None:
             add(_PARTS, Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurement process failed "
                                           f"({proc.brief()}): {quote_code((proc.stderr or proc.stdout).strip()[-400:], 400)}"))
         elif phase in _GRADERS:
@@ -101,14 +101,16 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
                 msg = f"the grader's run of your `{kernel}` kernel ended abnormally ({proc.brief()})"
             add(_PHASE_PARTS[phase] if phase == "heavy" else ("sweeps", "heavy"), Gap(Cause.STUDENT, msg))
 
-    meas.api = report.get("api")
-    sweeps = report.get("sweep_times")
-    if isinstance(sweeps, dict):
-        meas.sweep_times = {name: {int(k): float(v) for k, v in (sweeps.get(name) or {}).items()}
-                            for name in ("smem", "block")}
-    heavy = report.get("heavy_times_ms")
-    if isinstance(heavy, dict) and "heavy" not in problems:
-        meas.heavy_times_ms = {int(k): float(v) for k, v in heavy.items()}
+    meas.api = to_jsonable(report.api) if report else None
+    sweeps = report.sweep_times if report else None
+    try:  # the point keys are whole numbers written as JSON keys
+        if sweeps is not None:
+            meas.sweep_times = {name: {int(k): v for k, v in sweeps.get(name, {}).items()} for name in ("smem", "block")}
+        heavy = report.heavy_times_ms if report else None
+        if heavy is not None and "heavy" not in problems:
+            meas.heavy_times_ms = {int(k): v for k, v in heavy.items()}
+    except ValueError as exc:
+        add(_PARTS, Gap(Cause.GRADER, f"not evaluated: the grader's GPU measurements are not readable ({exc})"))
     for part in _PARTS:
         if part in problems:
             # The student's failures decide (the items fail with all of them); else the grader's first.
@@ -125,10 +127,10 @@ def apply_child_report(meas: Measurements, report: dict | None, proc: ProcRecord
 
 def run_child(cfg: OccupancyConfig, builds: dict[str, Build], work: Path, timeout_s: float | None = None, *,
               fence: Fence | None = None, gate: bool = False,
-              control: Control | None = None) -> tuple[dict | None, ProcRecord]:
+              control: Control | None = None) -> tuple[OccupancyResult | None, ProcRecord]:
     """Run :mod:`grader.children.occupancy` on the builds; (its report or None, the process). ``gate``:
     it waits at its gate ``sweeps`` before timing anything (grader/occupancy/early.py opens it);
     ``control``: the schedule's hold on its clock while it waits, and its cancel."""
-    spec = {**child_spec(cfg, builds), "gate": gate}
-    child = launch("occupancy", spec, work, timeout_s or CHILD_TIMEOUT_S, 20_000, fence=fence, control=control)
+    spec = child_spec(cfg, builds, gate)
+    child = launch(OCCUPANCY, spec, work, timeout_s or CHILD_TIMEOUT_S, 20_000, fence=fence, control=control)
     return child.result, child.proc

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.children.protocol import OccupancyResult
 from grader.compile.student import Fence
 from grader.model import ProcRecord
 from grader.occupancy.build import Build, ptxas_measurements
@@ -63,13 +64,13 @@ class ChildRun:
     """The measurement child's run: its report, the process, the seconds its clock ran (its own
     limit's) and those it waited at its gate, held."""
 
-    report: dict | None
+    report: OccupancyResult | None
     proc: ProcRecord
     seconds: float
     held_s: float = 0.0
 
     @classmethod
-    def timed(cls, run: Callable[[], tuple[dict | None, ProcRecord]]) -> ChildRun:
+    def timed(cls, run: Callable[[], tuple[OccupancyResult | None, ProcRecord]]) -> ChildRun:
         """``run()`` (:func:`grader.occupancy.child.run_child`'s answer) with nothing held, timed."""
         t0 = time.monotonic()
         report, proc = run()

@@ -43,7 +43,7 @@ from typing import Any
 from grader.clock import Clock
 from grader.compile.locate import MAX_SOURCE_BYTES, Problem, locate
 from grader.compile.student import Fence, student_user
-from grader.model import Cause, Gap, ItemResult, Status, to_jsonable
+from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
@@ -52,6 +52,7 @@ from grader.occupancy.exercises import grade_occupancy
 from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
 from grader.occupancy.plots import plot_sweeps, sweep_series
 from grader.occupancy.program import PROGRAM_OUTPUT_LIMIT, PROGRAM_TIMEOUT_S, parse_program_output, run_program
+from grader.records import to_jsonable
 from grader.rubric.occupancy import HAND_GRADED, OccupancyConfig
 from grader.rubric.types import Rubric
 from grader.untrusted.yaml_load import Limits as YamlLimits

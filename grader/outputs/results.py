@@ -36,7 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from grader.model import Bonus, ItemResult, Status, to_jsonable
+from grader.model import Bonus, ItemResult, Status
+from grader.records import to_jsonable
 from grader.rubric.items import VISIBILITIES
 from grader.untrusted.quote import fence_block, markdown_safe
 

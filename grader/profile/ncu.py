@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.children.protocol import PROFILE, Kernel, LaunchResult, ProfileSpec
 from grader.model import Cause, Gap, ProcRecord
 from grader.rubric.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
 from grader.rubric.kinds import REGISTRY
@@ -216,30 +217,30 @@ def command(ncu_path: str, kernels: list[str], metrics: list[str], clock_control
             "--metrics", ",".join(metrics), "-k", regex, "--launch-count", str(len(kernels))]
 
 
-def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool, clock_control: str,
+def collect(stages: list[Kernel], n: int, seed: int, metrics: list[str], ncu_tool, clock_control: str,
             timeout_s: float, work_dir: Path, *, fence: Fence | None = None,
-            first: Callable[[], ChildResult] | None = None) -> NcuRun:
+            first: Callable[[], ChildResult[LaunchResult]] | None = None) -> NcuRun:
     """Profile every stage kernel once in one ncu process. Never raises.
 
-    ``stages``: the profile_child spec entries ``{id, cubin, kernel, inputs, launch}``.
+    ``stages``: the kernels to launch, each with its stage's id.
     ``ncu_tool``: a toolchain.Tool (``.path`` None when ncu is missing). ``first``: the first run,
     already started with these metrics (grader/gpu/ncu_run.py: start_profile); ncu is started
     here only if it refused metrics.
     """
-    run = NcuRun(kernels={s["id"]: s["kernel"] for s in stages})
+    run = NcuRun(kernels={s.id: s.kernel for s in stages})
     if not stages:
         return run
     if ncu_tool is None or getattr(ncu_tool, "path", None) is None:
         run.reason = NCU_MISSING
         return run
     work_dir = Path(work_dir).resolve()  # ncu runs in it, so every path handed over is absolute
-    spec = {"n": n, "seed": seed, "stages": stages}
+    spec = ProfileSpec(n=n, seed=seed, stages=stages)
     wanted = list(metrics)
     for attempt in range(2):
-        wrap = command(ncu_tool.path, [s["kernel"] for s in stages], wanted, clock_control)
+        wrap = command(ncu_tool.path, [s.kernel for s in stages], wanted, clock_control)
         try:
             child = (first() if first is not None and attempt == 0 else
-                     launch("profile", spec, work_dir, timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence))
+                     launch(PROFILE, spec, work_dir, timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence))
         except OSError as exc:
             run.reason = f"not evaluated: could not write the profile spec ({exc})"
             return run
@@ -253,10 +254,10 @@ def collect(stages: list[dict], n: int, seed: int, metrics: list[str], ncu_tool,
             wanted = [m for m in wanted if m not in bad]
             continue
         break
-    return _finish(run, proc, stages, timeout_s, work_dir, (child.result or {}).get("failures"))
+    return _finish(run, proc, stages, timeout_s, work_dir, child.result.failures if child.result else None)
 
 
-def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
+def _finish(run: NcuRun, proc: ProcRecord, stages: list[Kernel], timeout_s: float,
             work_dir: Path | None = None, failures: dict[str, str] | None = None) -> NcuRun:
     """``failures``: the profile child's RESULT.json; None reads them from stdout, where the
     children printed them before the one protocol (the captured fixtures in tests/ hold that)."""
@@ -286,16 +287,16 @@ def _finish(run: NcuRun, proc: ProcRecord, stages: list[dict], timeout_s: float,
                       + (f": {quote_code(detail, 300)}" if detail else ""))
         return run
     for st in stages:
-        if st["id"] not in failures and run.table.row(st["kernel"]) is not None:
+        if st.id not in failures and run.table.row(st.kernel) is not None:
             continue
-        if st["id"] in failures:  # even with a row: the launch failed, its counters mean nothing
-            run.stage_reasons[st["id"]] = Gap(Cause.STUDENT, f"{NOT_PROFILED_PREFIX} the kernel failed when it "
-                                              f"was launched for profiling: {failures[st['id']][:300]}")
+        if st.id in failures:  # even with a row: the launch failed, its counters mean nothing
+            run.stage_reasons[st.id] = Gap(Cause.STUDENT, f"{NOT_PROFILED_PREFIX} the kernel failed when it "
+                                           f"was launched for profiling: {failures[st.id][:300]}")
         elif failures:
             first = next(iter(failures))
-            run.stage_reasons[st["id"]] = Gap(Cause.GRADER, f"{NOT_EVALUATED_PREFIX} not reached: stage {first}'s "
+            run.stage_reasons[st.id] = Gap(Cause.GRADER, f"{NOT_EVALUATED_PREFIX} not reached: stage {first}'s "
                                               "kernel broke the GPU context before this kernel was launched")
         else:
-            run.stage_reasons[st["id"]] = Gap(Cause.GRADER,
-                                              f"{NOT_EVALUATED_PREFIX} ncu reported no metrics for {st['kernel']}")
+            run.stage_reasons[st.id] = Gap(Cause.GRADER,
+                                              f"{NOT_EVALUATED_PREFIX} ncu reported no metrics for {st.kernel}")
     return run

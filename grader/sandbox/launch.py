@@ -17,11 +17,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
 from grader import IMPORT_ROOT
-from grader.children.protocol import MODES
+from grader.children.protocol import MODES, Mode, read_json
 from grader.model import ProcRecord
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.sandbox.fence import Fence, shared_runtime
 from grader.sandbox.guard import run_guarded
 from grader.sandbox.process import Control
@@ -34,14 +35,21 @@ MAX_RESULT_BYTES = 64 << 20  # a result is a few KB (a stage run's timings: a fe
 ONE_QUEUE = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
+S = TypeVar("S")
+R = TypeVar("R")
+
+
 @dataclass
-class ChildResult:
-    """How the child ended, and the last RESULT.json it wrote (None: none, or not a JSON object)."""
+class ChildResult(Generic[R]):
+    """How the child ended, and the last RESULT.json it wrote as the mode's result record. ``result``
+    None: there is none, and ``no_result`` says why (no file, too large, not JSON, not the record: the
+    children run student code, which may write anything there)."""
 
     proc: ProcRecord
-    result: dict[str, Any] | None
+    result: R | None
     spec_path: Path
     result_path: Path
+    no_result: str = ""
 
 
 def child_env(cache_dir: Path, runtime: Path | None = None) -> dict[str, str]:
@@ -67,14 +75,17 @@ def child_command(mode: str, spec_path: Path, result_path: Path) -> list[str]:
     return [sys.executable, "-m", "grader.children", mode, str(spec_path), str(result_path)]
 
 
-def read_result(path: Path) -> dict[str, Any] | None:
+def read_result(path: Path, cls: type[R]) -> tuple[R | None, str]:
+    """(RESULT.json as the record ``cls``, "") or (None, why not); never raises for what is in the file."""
+    if not path.exists() and not path.is_symlink():
+        return None, "the child wrote no result"
     try:
-        if path.is_symlink() or path.stat().st_size > MAX_RESULT_BYTES:
-            return None
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
+        return from_jsonable(cls, read_json(path, MAX_RESULT_BYTES)), ""
+    except RecursionError:
+        return None, f"{path.name}: nested too deeply"
+    except (OSError, ValueError) as exc:  # RecordError and json's errors are ValueErrors
+        kind = "not a result" if isinstance(exc, RecordError) else "unreadable"
+        return None, f"{path.name}: {kind} ({str(exc)[:300]})"
 
 
 def seed_cache(seed: Path, cache: Path) -> None:
@@ -87,7 +98,7 @@ def seed_cache(seed: Path, cache: Path) -> None:
             shutil.copyfile(entry.path, cache / entry.name, follow_symlinks=False)
 
 
-def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output_limit: int, *,
+def launch(mode: Mode[S, R], spec: S, work: Path, timeout_s: float, output_limit: int, *,
            fence: Fence | None = None, wrap: Sequence[str] = (), name: str | None = None,
            cache_dir: Path | None = None, runtime: Path | None = None,
            cache_seed: Path | None = None, control: Control | None = None,
@@ -104,11 +115,13 @@ def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output
     """
     work = Path(work).resolve()  # the child runs there; every path handed over is absolute
     work.mkdir(parents=True, exist_ok=True)
-    stem = name or mode
+    stem = name or mode.name
     spec_path, result_path = work / f"{stem}_spec.json", work / f"{stem}_result.json"
     result_path.unlink(missing_ok=True)
-    spec_path.write_text(json.dumps(spec))
-    cmd = [*wrap, *child_command(mode, spec_path, result_path)]
+    if not isinstance(spec, mode.spec):
+        raise TypeError(f"the {mode.name} child takes a {mode.spec.__name__}, not a {type(spec).__name__}")
+    spec_path.write_text(json.dumps(to_jsonable(spec)))
+    cmd = [*wrap, *child_command(mode.name, spec_path, result_path)]
     if fence is not None:  # fenced, the child sees the runtime files (read-only) and nothing else of the grader
         runtime = runtime or shared_runtime()
         fence = replace(fence, readonly=(*fence.readonly, runtime))
@@ -118,4 +131,5 @@ def launch(mode: str, spec: dict[str, Any], work: Path, timeout_s: float, output
     env = {**child_env(cache, runtime), **(extra_env or {})}
     proc = run_guarded(cmd, cwd=work, timeout_s=timeout_s, output_limit=output_limit, env=env, fence=fence,
                        control=control)
-    return ChildResult(proc, read_result(result_path), spec_path, result_path)
+    result, why = read_result(result_path, mode.result)
+    return ChildResult(proc, result, spec_path, result_path, why)

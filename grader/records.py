@@ -1,0 +1,80 @@
+"""Typed records to and from JSON: the one codec of grading.json and of the child protocol.
+
+On the ground floor and a runtime file (grader/children/__init__.py: RUNTIME_FILES): the grading
+process and its children both use it, so what one writes the other reads back as the same record.
+:func:`from_jsonable` uses dacite (a well-kept reader of nested dataclasses, optionals, enums and
+tuples, pure Python, so the fenced children import it from the interpreter's site-packages as they
+import NumPy) instead of a hand-written walk over type hints.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from enum import Enum
+from typing import Any, TypeVar
+
+import dacite
+
+T = TypeVar("T")
+
+
+class RecordError(ValueError):
+    """JSON data that is not the record it should be: the message names the field and what was expected."""
+
+
+@functools.cache
+def _float_fields(cls: type) -> frozenset[str]:
+    """The fields of a record typed ``float`` (or ``float | None``)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - a name only imported for type checking: no coercion then
+        return frozenset()
+    return frozenset(name for name, t in hints.items() if t is float or t == (float | None))
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Turn records (and containers of them) into JSON-ready values.
+
+    A whole number in a field typed float is written as a float (``20.0``), so that a record
+    read back (grader/grading.py) writes the same text again.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # Field by field, not dataclasses.asdict: asdict rebuilds a Counter from (key, value)
+        # pairs, counting the pairs, and cannot rebuild dict subclasses such as NcuTable.
+        floats = _float_fields(type(obj))
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if f.name in floats and type(value) is int:
+                value = float(value)
+            out[f.name] = to_jsonable(value)
+        return out
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:  # NaN is not valid JSON
+        return None
+    return obj
+
+
+def as_float(x: Any) -> Any:
+    """A whole number where a float is expected reads as that float (JSON writes 2.0 as 2 in other tools)."""
+    return float(x) if type(x) is int else x
+
+
+def from_jsonable(cls: type[T], data: Any, *, strict: bool = True) -> T:
+    """The record ``cls`` that ``data`` (parsed JSON) holds; raises :class:`RecordError` naming the
+    field when it is not one. ``strict``: a key the record does not declare is an error too."""
+    if not isinstance(data, dict):
+        raise RecordError(f"expected a JSON object, found {type(data).__name__}")
+    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float}, strict=strict)
+    try:
+        return dacite.from_dict(cls, data, config=config)
+    except RecursionError:
+        raise RecordError("nested too deeply") from None
+    except (dacite.DaciteError, ValueError, TypeError) as exc:
+        raise RecordError(str(exc)) from None

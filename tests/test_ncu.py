@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from grader.children.protocol import Kernel
 from grader.model import Cause, Gap
 from grader.profile import ncu
 from grader.profile.ncu import (
@@ -17,6 +18,7 @@ from grader.profile.ncu import (
     parse_value,
     rubric_metrics,
 )
+from grader.records import from_jsonable
 from grader.rubric.load import load_rubric, parse_rubric
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,10 +137,10 @@ def test_rubric_metrics_are_the_items_names_only_and_lead_metrics_needed():
 
 # --- collect() with fake ncu programs (no GPU needed) -------------------------------------------
 
-STAGES = [{"id": "naive", "cubin": "/x/naive.cubin", "kernel": "mmNaive", "inputs": "fp32",
-           "launch": {"block": [32, 32], "tile": [32, 32], "smem": 0}},
-          {"id": "tiled", "cubin": "/x/tiled.cubin", "kernel": "mmTiled", "inputs": "fp32",
-           "launch": {"block": [32, 32], "tile": [32, 32], "smem": 0}}]
+STAGES = [from_jsonable(Kernel, {"id": "naive", "cubin": "/x/naive.cubin", "kernel": "mmNaive", "inputs": "fp32",
+                                 "launch": {"block": [32, 32], "tile": [32, 32], "smem": 0}}),
+          from_jsonable(Kernel, {"id": "tiled", "cubin": "/x/tiled.cubin", "kernel": "mmTiled", "inputs": "fp32",
+                                 "launch": {"block": [32, 32], "tile": [32, 32], "smem": 0}})]
 
 
 def _fake_ncu(tmp_path: Path, script: str) -> SimpleNamespace:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from grader.children.protocol import Kernel
 from grader.compile import toolchain
 from grader.gpu.sanitize import run_tool
+from grader.records import from_jsonable
 
 ROOT = Path(__file__).resolve().parent.parent
 RACY = ROOT / "tests" / "submissions" / "race_missing_sync" / "gemm" / "tiled.cu"
@@ -39,10 +41,10 @@ def _cubin(source: Path, out: Path) -> str:
     return str(out)
 
 
-def _spec(cubin: str) -> dict:
+def _spec(cubin: str) -> Kernel:
     # both files declare mmTiled_launch = {32, 32, 32, 32, 0}
-    return {"id": "tiled", "cubin": cubin, "kernel": "mmTiled", "inputs": "fp32",
-            "launch": {"block": [32, 32], "tile": [32, 32], "smem": 0}}
+    return from_jsonable(Kernel, {"id": "tiled", "cubin": cubin, "kernel": "mmTiled", "inputs": "fp32",
+                                  "launch": {"block": [32, 32], "tile": [32, 32], "smem": 0}})
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None =
         reason = ""
     cc = tuple(device["cc"]) if device and device.get("ok") else None
     return Environment(device, reason, toolchain.find_nvcc(), toolchain.find_cuobjdump(),
-                       toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric, device),
+                       toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric.peak_overrides, rubric.peak_per_sm_clock, device),
                        sandbox=sandbox.mode())
 
 

@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from grader.occupancy.answers import answer_schema, parse_answers
-from grader.rubric.occupancy import load_default_config
+from grader.rubric.load import load_default_occupancy
 
 ROOT = Path(__file__).resolve().parent.parent
-CFG = load_default_config()
+CFG = load_default_occupancy()
 SCHEMA = answer_schema(CFG)
 
 

@@ -11,8 +11,8 @@ from grader.model import Bonus
 from grader.occupancy.calculator import KIB
 from grader.rubric.errors import RubricError
 from grader.rubric.items import VISIBILITIES
-from grader.rubric.load import load_rubric, parse_rubric
-from grader.rubric.occupancy import ITEM_IDS, load_default_config, load_occupancy_config
+from grader.rubric.load import load_default_occupancy, load_rubric, parse_rubric
+from grader.rubric.occupancy import ITEM_IDS, load_occupancy_config
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def raw() -> dict:
 
 
 def test_default_section_loads_with_the_handout_parameters():
-    cfg = load_default_config()
+    cfg = load_default_occupancy()
     e1 = cfg.ex1
     assert (e1.max_warps, e1.max_blocks, e1.registers, e1.smem_per_sm) == (64, 32, 65536, 228 * KIB)
     assert (e1.threads_per_block, e1.regs_per_thread, e1.smem_per_block) == (32, 8, 12 * KIB)
@@ -36,7 +36,7 @@ def test_default_section_loads_with_the_handout_parameters():
 
 
 def test_every_item_has_points_title_and_a_valid_visibility():
-    cfg = load_default_config()
+    cfg = load_default_occupancy()
     assert tuple(cfg.items) == ITEM_IDS
     for spec in cfg.items.values():
         assert spec.points > 0 and spec.title and spec.visibility in VISIBILITIES

@@ -13,11 +13,12 @@ from grader.model import Cause, Gap, Status
 from grader.occupancy.answers import answer_schema, parse_answers
 from grader.occupancy.exercises import api_points, grade_occupancy, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
-from grader.rubric.occupancy import ITEM_IDS, load_default_config
+from grader.rubric.load import load_default_occupancy
+from grader.rubric.occupancy import ITEM_IDS
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests/fixtures/occupancy"
-CFG = load_default_config()
+CFG = load_default_occupancy()
 SCHEMA = answer_schema(CFG)
 MANUAL_ITEMS = {"ex2.explanation", "ex3.explanation", "ex4.discussion", "ex5.reasoning",
                 "ex6.explanation"}

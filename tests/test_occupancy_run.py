@@ -24,11 +24,12 @@ from grader.occupancy import run as occ_run
 from grader.occupancy.exercises import api_points, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
 from grader.records import from_jsonable, to_jsonable
-from grader.rubric.occupancy import ITEM_IDS, load_default_config, load_occupancy_config
+from grader.rubric.load import load_default_occupancy
+from grader.rubric.occupancy import ITEM_IDS, load_occupancy_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
-CFG = load_default_config()
+CFG = load_default_occupancy()
 NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(not NVCC.ok, reason=f"nvcc not usable: {NVCC.reason or NVCC.problems}")
 MANUAL_ITEMS = {"ex2.explanation", "ex3.explanation", "ex4.discussion", "ex5.reasoning", "ex6.explanation"}

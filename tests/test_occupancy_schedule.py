@@ -29,13 +29,14 @@ from grader.occupancy import run as occ_run
 from grader.occupancy.build import Build, Prebuilt
 from grader.occupancy.exercises import simulated_api
 from grader.records import from_jsonable, to_jsonable
-from grader.rubric.occupancy import load_default_config, load_occupancy_config
+from grader.rubric.load import load_default_occupancy
+from grader.rubric.occupancy import load_occupancy_config
 from grader.sandbox.turns import Schedule, State
 from tests.test_turns import child_party, overlaps
 
 ROOT = Path(__file__).resolve().parent.parent
 FAKE_CUPY = ROOT / "tests" / "fake_cupy"
-CFG = load_default_config()
+CFG = load_default_occupancy()
 # What the occupancy step grades from the program's output and the grader's measurements.
 MEASURED = ("ex2.device_props", "ex2.program_api_blocks", "ex2.program_occupancy", "ex2.program_best_block",
             "ex4.smem_sweep_occupancy", "ex4.block_sweep_occupancy", "ex4.equal_work", "ex4.smem_conclusion",

@@ -78,9 +78,9 @@ def _answers(text: str):
     from grader.occupancy.answers import answer_schema, parse_answers
     from grader.occupancy.exercises import grade_occupancy
     from grader.occupancy.grading import Measurements
-    from grader.rubric.occupancy import load_default_config
+    from grader.rubric.load import load_default_occupancy
 
-    cfg = load_default_config()
+    cfg = load_default_occupancy()
     schema = answer_schema(cfg)
 
     def run() -> dict:
@@ -255,14 +255,14 @@ def test_quote_code_trims_long_text_and_says_how_long_it_was():
 
 def test_student_markdown_in_report_and_answers_feedback_is_not_rendered():
     from grader.occupancy.answers import answer_schema, parse_answers
-    from grader.rubric.occupancy import load_default_config
+    from grader.rubric.load import load_default_occupancy
     from grader.writeup.run import grade
     from tests.report_check_helpers import CFG, RUBRIC, gpu_outcomes
 
     evil = "[click](http://evil.example) <img src=x>"
     text = f"## {evil}\n\n## naive -> coalesced\nshort `{evil} = 3` and `stage{evil}: sectors_per_request = x`\n"
     messages = [i.message for i in grade(CFG, text, "", RUBRIC, gpu_outcomes())]
-    schema = answer_schema(load_default_config())
+    schema = answer_schema(load_default_occupancy())
     parsed = parse_answers(f"ex1:\n  max_blocks: '{evil}'\n  bottleneck: '{evil}'\n'{evil}': 1\n", schema)
     messages += list(parsed.problems.values()) + parsed.notes
     quoted = [m for m in messages if "evil.example" in m]

@@ -37,7 +37,7 @@ def full_grade(g: Grading, rubric: Rubric, submission: Path, work: Path) -> Grad
     keep the fraction they earned)."""
     from grader import pipeline
 
-    env = replace(g.env, peaks=device_peaks(rubric, g.env.device))
+    env = replace(g.env, peaks=device_peaks(rubric.peak_overrides, rubric.peak_per_sm_clock, g.env.device))
     job = Job(rubric, submission, work, env, None, False, lambda _msg: None)
     job.outcomes = {st.id: replace(g.outcomes[st.id], stage=st) for st in rubric.stages}
     job = pipeline.score_stages(job)

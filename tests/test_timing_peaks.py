@@ -26,10 +26,10 @@ def test_summary_of_nothing():
 def test_peaks_override_by_name_then_derived(root):
     r = load_rubric(root / "rubric.yaml")
     h200 = {"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132, "clock_khz": 1980000}
-    p = device_peaks(r, h200)
+    p = device_peaks(r.peak_overrides, r.peak_per_sm_clock, h200)
     assert (p.fp32, p.fp16_tensor) == (66.9, 989.0) and "H200" in p.source
     other = dict(h200, name="NVIDIA H20 something")
-    p = device_peaks(r, other)
+    p = device_peaks(r.peak_overrides, r.peak_per_sm_clock, other)
     assert p.fp32 == pytest.approx(256 * 132 * 1.98e9 / 1e12)
-    assert device_peaks(r, {"ok": False}).fp32 is None
-    assert "no peak known" in device_peaks(r, dict(other, cc=[12, 0])).source
+    assert device_peaks(r.peak_overrides, r.peak_per_sm_clock, {"ok": False}).fp32 is None
+    assert "no peak known" in device_peaks(r.peak_overrides, r.peak_per_sm_clock, dict(other, cc=[12, 0])).source

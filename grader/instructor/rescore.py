@@ -264,7 +264,7 @@ def rescore_grading(g: Grading, new: Rubric, old: Rubric | None) -> tuple[Gradin
             why_all = f"{', '.join(keys)} changed (what every stage is measured under)"
     profile_changed = old is not None and old.profile != new.profile
     outcomes, refused, changed = _stage_items(g, new, profile_changed)
-    env = replace(g.env, peaks=device_peaks(new, g.env.device))
+    env = replace(g.env, peaks=device_peaks(new.peak_overrides, new.peak_per_sm_clock, g.env.device))
     scored = {(r.stage, r.item): r for r in score(outcomes, env.peaks)}
     items: list[ItemResult] = []
     refusals: list[Refusal] = []

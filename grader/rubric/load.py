@@ -13,11 +13,12 @@ from typing import Any
 
 import yaml
 
+from grader import DEFAULT_RUBRIC
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, stage_item
-from grader.rubric.occupancy import load_occupancy_config
-from grader.rubric.peaks import PEAKS
+from grader.rubric.occupancy import OccupancyConfig, load_occupancy_config
+from grader.rubric.peaks import PEAKS, PeakOverride
 from grader.rubric.reader import Reader
 from grader.rubric.report import load_report_config
 from grader.rubric.types import (
@@ -27,7 +28,6 @@ from grader.rubric.types import (
     OPERANDS,
     Bench,
     Launch,
-    PeakOverride,
     Profile,
     Rubric,
     RunLimits,
@@ -236,3 +236,11 @@ def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
     except RubricError as exc:  # told by line, stage id and item id rather than by list index
         raise located(exc, text, source) from None
     return dataclasses.replace(rubric, sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(), text=text)
+
+
+def load_default_occupancy() -> OccupancyConfig:
+    """The shipped rubric.yaml's occupancy section (tests and tools/ start from it)."""
+    cfg = load_rubric(DEFAULT_RUBRIC).occupancy
+    if cfg is None:
+        raise RubricError("rubric.yaml", "has no occupancy section", "the occupancy exercises' section")
+    return cfg

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from grader import DEFAULT_RUBRIC
 from grader.rubric.errors import RubricError
 from grader.rubric.items import Item, read_item
 from grader.rubric.reader import Reader
@@ -227,13 +226,3 @@ def load_occupancy_config(raw: Any, where: str = "rubric.yaml.occupancy") -> Occ
     top.done()
     return OccupancyConfig(program_file, answers_file, reference, program, tolerance,
                            ex1, ex2, ex3, ex4, ex5, ex6, items)
-
-
-def load_default_config() -> OccupancyConfig:
-    """The shipped rubric.yaml's occupancy section (tests and tools/ start from it)."""
-    from grader.rubric.load import load_rubric  # here, not at the top: grader.rubric.load imports this module
-
-    cfg = load_rubric(DEFAULT_RUBRIC).occupancy
-    if cfg is None:
-        raise RubricError("rubric.yaml", "has no occupancy section", "the occupancy exercises' section")
-    return cfg

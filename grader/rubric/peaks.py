@@ -6,11 +6,8 @@ FLOP per SM per clock (by compute capability, from the rubric) x SMs x clock.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # for annotations only: spec.types imports spec.items, which imports this module
-    from grader.rubric.types import Rubric
 
 # The two ceilings, by the names the rubric uses (a stage's `peak`, a fraction_of_peak item's `peak`).
 PEAKS = ("fp32", "fp16_tensor")
@@ -26,15 +23,27 @@ class Peaks:
         return getattr(self, which)
 
 
-def device_peaks(rubric: Rubric, device: dict | None) -> Peaks:
+@dataclass(frozen=True)
+class PeakOverride:
+    """A rubric's peaks for the GPUs whose name contains ``match`` (datasheet figures, TFLOP/s)."""
+
+    match: str
+    fp32: float
+    fp16_tensor: float
+
+
+def device_peaks(overrides: Sequence[PeakOverride], per_sm_clock: Mapping[str, Mapping[str, float]],
+                 device: dict | None) -> Peaks:
+    """The device's peaks: a rubric override by name first, else derived (rubric.yaml's ``peaks``:
+    Rubric.peak_overrides and Rubric.peak_per_sm_clock)."""
     if not device or not device.get("ok"):
         return Peaks(None, None, "no device")
     name = device.get("name", "")
-    for o in rubric.peak_overrides:
+    for o in overrides:
         if o.match.lower() in name.lower():
             return Peaks(o.fp32, o.fp16_tensor, f"rubric override for '{o.match}'")
     cc = "{}.{}".format(*device.get("cc", (0, 0)))
-    rates = rubric.peak_per_sm_clock.get(cc)
+    rates = per_sm_clock.get(cc)
     if not rates or not device.get("clock_khz") or not device.get("sms"):
         return Peaks(None, None, f"no peak known for compute capability {cc}; add one to rubric.yaml peaks")
     hz_sms = device["clock_khz"] * 1e3 * device["sms"]

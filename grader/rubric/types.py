@@ -7,14 +7,13 @@ sections, when the rubric has them, are parsed once, at load, into their own typ
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from grader.model import Bonus
 from grader.rubric.items import Item
+from grader.rubric.occupancy import OccupancyConfig
+from grader.rubric.peaks import PeakOverride
+from grader.rubric.report import ReportConfig
 
-if TYPE_CHECKING:  # for annotations only: both section modules import grader.rubric
-    from grader.rubric.occupancy import OccupancyConfig
-    from grader.rubric.report import ReportConfig
 INPUTS = ("fp32", "fp16", "bf16")  # a stage's input precision (bf16: both operands K-major, grader/children/inputs.py)
 # How the kernel gets its operands: plain pointers (A, B, C, N), or the Hopper contract: two TMA
 # descriptors the grader encodes from the kernel's declared boxes, then the pointers (grader/children/tma.py).
@@ -148,13 +147,6 @@ class Timeouts:
     stage_run_s: float | None = None
     checker_s: float = 300.0
     submission_s: float = 300.0  # the stages' runs together; stages still waiting past it are not run
-
-
-@dataclass(frozen=True)
-class PeakOverride:
-    match: str
-    fp32: float
-    fp16_tensor: float
 
 
 @dataclass(frozen=True)

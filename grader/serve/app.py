@@ -41,7 +41,8 @@ from grader.serve import limits, results, retention, signing, views
 from grader.serve.auth import Secrets, Tokens
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
-from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable, open_store
+from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable
+from grader.serve.stores import open_store
 from grader.serve.supervisor import Supervisor
 from grader.serve.upload import Receiver, Sender, Upload
 from grader.serve.worker import reap, stale_without_gpu

@@ -44,7 +44,7 @@ def _settings(args: argparse.Namespace) -> config.Settings | None:
 
 def _connect(s: config.Settings):
     from grader.serve.queue import JobQueue
-    from grader.serve.store import open_store
+    from grader.serve.stores import open_store
 
     config.private_dir(s.data)
     store = open_store(s)

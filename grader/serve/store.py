@@ -293,14 +293,3 @@ class JobStore(abc.ABC):
             if new is not None:
                 changed.append(new)
         return changed
-
-
-def open_store(settings) -> JobStore:
-    """The store the settings name: Redis when the queue is on Redis, else ``<data>/jobs.sqlite``."""
-    if settings.redis_url:
-        from grader.serve.store_redis import RedisStore
-
-        return RedisStore(settings.redis_url)
-    from grader.serve.store_sqlite import SqliteStore
-
-    return SqliteStore(settings.data / "jobs.sqlite")

@@ -250,10 +250,14 @@ def test_no_feedback_names_the_grading_machines_folders(graded):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("which", ["starter", "solutions"])
-def test_on_a_gpu_no_static_verdict_changes_and_the_starter_scores_zero(graded, tmp_path, which):
-    """The real thing on a GPU machine: the GPU run keeps every statically judged verdict."""
+def test_on_a_gpu_no_static_verdict_changes_and_the_starter_scores_zero(graded, solutions_graded, starter_graded,
+                                                                       which):
+    """The real thing on a GPU machine: the GPU run keeps every statically judged verdict. The GPU
+    gradings are the suite's shared ones (tests/gpu_jobs.py: the same ``python -m grader grade``)."""
     static, _, _ = graded[which]
-    res, summary = _grade(ROOT / which, tmp_path / "results", gpu=True)
+    shared = {"solutions": solutions_graded, "starter": starter_graded}[which]
+    assert shared.rc == 0, shared.stderr[-2000:]
+    res, summary = shared.results, (shared.out / "summary.md").read_text()
     on_gpu = {t["number"]: t for t in res["tests"]}
     for t in static["tests"]:
         if t["extra_data"]["status"] in ("passed", "failed"):  # judged without a GPU
@@ -266,7 +270,7 @@ def test_on_a_gpu_no_static_verdict_changes_and_the_starter_scores_zero(graded, 
         lost += [(t["number"], t["output"][:200]) for t in res["tests"]  # the bonus too: solutions earn all of it
                  if "bonus" in t["extra_data"] and t["extra_data"]["bonus_points"] < t["extra_data"]["bonus_max"]]
         assert not lost, lost
-    assert str(tmp_path) not in json.dumps(res) + summary
+    assert str(shared.out) not in json.dumps(res) + summary
 
 
 def test_the_occupancy_plot_goes_to_the_results_folder_named_by_its_file(tmp_path):

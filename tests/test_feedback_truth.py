@@ -285,7 +285,7 @@ def test_the_occupancy_plot_goes_to_the_results_folder_named_by_its_file(tmp_pat
     shown = [r for r in results if occ_run.PLOT_FILE in r.message]
     assert {r.item for r in shown} == {"ex4.smem_conclusion", "ex4.block_conclusion"}
     assert all(r.values["plot"] == occ_run.PLOT_FILE and "results folder" in r.message for r in shown)
-    text = json.dumps(build_results(results, execution_time=1, output=""))
+    text = json.dumps(build_results(results, execution_time=1, output="").to_json())
     assert str(tmp_path) not in text and log["plot"] == occ_run.PLOT_FILE
 
 
@@ -294,7 +294,7 @@ def test_the_no_gpu_policy_leaves_hand_graded_items_alone():
                         number="1.correct", needs_gpu=True),
              ItemResult("occupancy", "ex2.explanation", "Ex 2: explanation", Status.MANUAL, 0, 2, "recorded",
                         number="O.18")]
-    res = apply_no_gpu_policy(build_results(items, execution_time=1, output=""), {}, "pending")
+    res = apply_no_gpu_policy(build_results(items, execution_time=1, output=""), {}, "pending").to_json()
     manual = res["tests"][1]
     assert not {"score", "max_score", "status"} & manual.keys() and "pending_gpu" not in manual["extra_data"]
     assert res["extra_data"]["pending_gpu_points"] == 6 and res["score"] == 0

@@ -28,7 +28,7 @@ from grader.deploy.gradescope.policy import (
     read_config,
     resolve_policy,
 )
-from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES
+from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES, Results
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
@@ -347,19 +347,19 @@ def _results():
                 "output_format": "md", "visibility": "visible", "tags": [],
                 "extra_data": {"status": status, "needs_gpu": needs_gpu}}
     reason = "no CUDA device (CuPy is not usable here)"
-    return reason, {"score": 2.0, "output": "summary", "tests": [
+    return reason, Results.from_json({"score": 2.0, "output": "summary", "tests": [
         t("1.compiles", "passed", "compiled", 2.0),
         t("1.correct", "not_evaluated", f"not evaluated: {reason}", max_score=6.0, needs_gpu=True),
         t("1.fp32_only", "not_evaluated", "not evaluated: cuobjdump not found"),
         t("O.12", "not_evaluated", f"not evaluated: {reason}", max_score=1.0, needs_gpu=True),
-    ]}
+    ]}).to_json()  # as results.json holds it: every key
 
 
 def test_policy_pending_marks_only_gpu_items():
     reason, res = _results()
     detail = {"device": {"ok": False, "reason": reason}, "device_reason": reason}
-    assert is_gpu_item(res["tests"][1]) and not is_gpu_item(res["tests"][2])
-    apply_no_gpu_policy(res, detail, "pending")
+    assert is_gpu_item(res["tests"][1]["extra_data"]) and not is_gpu_item(res["tests"][2]["extra_data"])
+    res = apply_no_gpu_policy(Results.from_json(res), detail, "pending").to_json()
     names = [t["name"] for t in res["tests"]]
     assert names == ["item 1.compiles", PENDING_PREFIX + "item 1.correct", "item 1.fp32_only",
                      PENDING_PREFIX + "item O.12"]
@@ -371,19 +371,19 @@ def test_policy_pending_marks_only_gpu_items():
 def test_policy_hide_and_keep_and_with_a_gpu():
     reason, res = _results()
     detail = {"device": None, "device_reason": reason}
-    apply_no_gpu_policy(res, detail, "hide")
+    res = apply_no_gpu_policy(Results.from_json(res), detail, "hide").to_json()
     assert [t["visibility"] for t in res["tests"]] == ["visible", "after_published", "visible", "after_published"]
     reason, res = _results()
     before = json.dumps(res)
-    apply_no_gpu_policy(res, detail, "keep")
+    res = apply_no_gpu_policy(Results.from_json(res), detail, "keep").to_json()
     assert json.dumps(res) == before
     for t in res["tests"]:  # a GPU run marks nothing as needing a GPU
         t["extra_data"]["needs_gpu"] = False
     before = json.dumps(res)
-    apply_no_gpu_policy(res, {"device": {"ok": True}, "device_reason": ""}, "pending")
+    res = apply_no_gpu_policy(Results.from_json(res), {"device": {"ok": True}, "device_reason": ""}, "pending").to_json()
     assert json.dumps(res) == before
     with pytest.raises(ValueError):
-        apply_no_gpu_policy(res, detail, "sometimes")
+        res = apply_no_gpu_policy(Results.from_json(res), detail, "sometimes").to_json()
 
 
 def test_policy_reads_the_typed_mark_not_the_words():
@@ -396,10 +396,10 @@ def test_policy_reads_the_typed_mark_not_the_words():
     other_words["extra_data"]["needs_gpu"] = True
     # Marked, but not 'not evaluated' (a verdict was given after all): left alone.
     res["tests"][3]["extra_data"]["status"] = "failed"
-    apply_no_gpu_policy(res, detail, "pending")
+    res = apply_no_gpu_policy(Results.from_json(res), detail, "pending").to_json()
     assert [t["name"].startswith(PENDING_PREFIX) for t in res["tests"]] == [False, False, True, False]
     assert res["extra_data"]["pending_gpu_items"] == 1 and res["extra_data"]["pending_gpu_points"] == 2
-    assert not is_gpu_item({"extra_data": "not a dict"}) and not is_gpu_item({"output": reason})
+    assert not is_gpu_item("not a dict") and not is_gpu_item(None)
 
 
 def test_policy_resolution_order(tmp_path):

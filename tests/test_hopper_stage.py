@@ -113,7 +113,7 @@ def _item(stage: str, points: float, earned: float, bonus: Bonus) -> ItemResult:
 @pytest.mark.parametrize("mode, top_score", [(Bonus.EXTRA, 12.0), (Bonus.SEPARATE, 10.0)])
 def test_bonus_points_are_outside_the_total_and_count_as_the_rubric_says(mode, top_score):
     items = [_item("naive", 10, 10, Bonus.NONE), _item("hopper", 3, 2, mode)]
-    results = build_results(items, execution_time=1, output="")
+    results = build_results(items, execution_time=1, output="").to_json()
     assert results["score"] == top_score
     bonus = results["tests"][1]
     assert bonus["max_score"] == 0 and bonus["name"].startswith("Bonus: ")

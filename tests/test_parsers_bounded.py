@@ -314,7 +314,7 @@ def test_every_test_output_and_the_summary_pass_the_last_guard_whatever_item_car
     items = [ItemResult("tiled", "correct", "correct", Status.FAILED, 0, 1, raw),
              ItemResult("occupancy", "ex1.why", "why", Status.MANUAL, 0, 1, raw),
              ItemResult("report", "r", "r", Status.FAILED, 0, 1, "**bold** and `code <b>`")]
-    res = build_results(items, execution_time=1, output="**Score** " + raw)
+    res = build_results(items, execution_time=1, output="**Score** " + raw).to_json()
     for text in [res["output"], *(t["output"] for t in res["tests"])]:
         html = _render(text)
         assert "<img" not in html and "<h1>" not in html, text

@@ -63,7 +63,7 @@ def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path)
         g = fixture(name)
         assert load_grading(tmp_path / "o" / name / "grading.json").items == g.items, name
         fresh = write_outputs(g, tmp_path / "fresh" / name)
-        assert json.loads((tmp_path / "o" / name / "results.json").read_text()) == fresh, name
+        assert json.loads((tmp_path / "o" / name / "results.json").read_text()) == fresh.to_json(), name
         assert (tmp_path / "o" / name / "summary.md").read_text() == (tmp_path / "fresh" / name / "summary.md").read_text()
     assert "0 item(s)" not in proc.stderr and REGRADE not in proc.stderr
 
@@ -80,7 +80,7 @@ def test_a_score_only_edit_gives_what_a_full_grade_computes_from_the_same_measur
         want = full_grade(g, new, ROOT / REPORT_SOURCE.get(name, "solutions"), tmp_path / "w" / name)
         got = load_grading(tmp_path / "o" / name / "grading.json")
         assert got.items == want.items, name
-        assert _tests(tmp_path / "o" / name / "results.json") == write_outputs(want, tmp_path / "e" / name)["tests"]
+        assert _tests(tmp_path / "o" / name / "results.json") == write_outputs(want, tmp_path / "e" / name).to_json()["tests"]
         assert (tmp_path / "o" / name / "summary.md").read_text() == (tmp_path / "e" / name / "summary.md").read_text()
         assert got.rubric_sha256 == new.sha256 and got.grader_version == g.grader_version
         changed += got.score != g.score

@@ -15,6 +15,7 @@ from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
     VISIBILITIES,
+    Results,
     build_results,
     error_results,
     write_results,
@@ -75,7 +76,7 @@ def check_spec(results: dict) -> None:
 
 
 def test_build_results_fields():
-    r = build_results(items(), execution_time=136.6, output="## Summary")
+    r = build_results(items(), execution_time=136.6, output="## Summary").to_json()
     check_spec(r)
     assert r["score"] == round(10.0 + 0.0 + 3.3333333, 4) == 13.3333
     assert r["execution_time"] == 137
@@ -108,19 +109,19 @@ def test_build_results_fields():
 
 
 def test_score_is_sum_of_tests():
-    r = build_results(items(), execution_time=1, output="")
+    r = build_results(items(), execution_time=1, output="").to_json()
     assert r["score"] == round(sum(t.get("score", 0.0) for t in r["tests"]), 4)
-    assert build_results([], execution_time=0, output="")["score"] == 0.0
+    assert build_results([], execution_time=0, output="").to_json()["score"] == 0.0
 
 
 def test_not_evaluated_never_scores():
     it = ItemResult("wmma", "speed", "WMMA: speed", Status.NOT_EVALUATED, 4.0, 5.0, "no GPU")
-    assert build_results([it], execution_time=0, output="")["score"] == 0.0
+    assert build_results([it], execution_time=0, output="").to_json()["score"] == 0.0
 
 
 def test_unnumbered_items_are_numbered_in_order():
     its = [ItemResult("a", "x", "", Status.PASSED, 1, 1), ItemResult(None, "y", "Y", Status.FAILED, 0, 1)]
-    r = build_results(its, execution_time=0, output="")
+    r = build_results(its, execution_time=0, output="").to_json()
     assert [t["number"] for t in r["tests"]] == ["1", "2"]
     assert r["tests"][0]["name"] == "a/x"
     assert r["tests"][1]["tags"] == []
@@ -129,51 +130,52 @@ def test_unnumbered_items_are_numbered_in_order():
 
 def test_execution_time_is_int_seconds():
     for given, want in [(0.4, 0), (2.5, 2), (2.51, 3), (-1, 0), (math.nan, 0), (math.inf, 0)]:
-        assert build_results([], execution_time=given, output="")["execution_time"] == want
+        assert build_results([], execution_time=given, output="").to_json()["execution_time"] == want
 
 
 def test_leaderboard_and_extra():
     lb = [{"name": "GFLOP/s", "value": 812.5}, {"name": "ms", "value": 1.2, "order": "asc"}]
     r = build_results(items(), execution_time=1, output="", leaderboard=lb,
                       extra={"device": "H200"}, visibility="after_published",
-                      stdout_visibility="visible")
+                      stdout_visibility="visible").to_json()
     check_spec(r)
     assert r["leaderboard"] == lb and r["extra_data"]["device"] == "H200"
     assert r["visibility"] == "after_published" and r["stdout_visibility"] == "visible"
     with pytest.raises(ValueError):
-        build_results([], execution_time=1, output="", leaderboard=[{"name": "x"}])
+        build_results([], execution_time=1, output="", leaderboard=[{"name": "x"}]).to_json()
     with pytest.raises(ValueError):
         build_results([], execution_time=1, output="",
-                      leaderboard=[{"name": "x", "value": 1, "order": "up"}])
+                      leaderboard=[{"name": "x", "value": 1, "order": "up"}]).to_json()
 
 
 @pytest.mark.parametrize("vis", ["public", "Visible", "", "after_due"])
 def test_unknown_visibility_raises(vis):
     bad = ItemResult("naive", "c", "C", Status.PASSED, 1, 1, visibility=vis)
     with pytest.raises(ValueError, match="visibility"):
-        build_results([bad], execution_time=0, output="")
+        build_results([bad], execution_time=0, output="").to_json()
     with pytest.raises(ValueError):
-        build_results([], execution_time=0, output="", visibility=vis)
+        build_results([], execution_time=0, output="", visibility=vis).to_json()
     with pytest.raises(ValueError):
-        build_results([], execution_time=0, output="", stdout_visibility=vis)
+        build_results([], execution_time=0, output="", stdout_visibility=vis).to_json()
 
 
 def test_unknown_status_and_nonfinite_score_raise():
     with pytest.raises(ValueError, match="status"):
-        build_results([ItemResult("a", "b", "c", "skipped", 0, 1)], execution_time=0, output="")
+        build_results([ItemResult("a", "b", "c", "skipped", 0, 1)], execution_time=0, output="").to_json()
     with pytest.raises(ValueError, match="score"):
-        build_results([ItemResult("a", "b", "c", Status.PASSED, math.nan, 1)], execution_time=0, output="")
+        build_results([ItemResult("a", "b", "c", Status.PASSED, math.nan, 1)], execution_time=0, output="").to_json()
     with pytest.raises(ValueError, match="max_score"):
-        build_results([ItemResult("a", "b", "c", Status.FAILED, 0, math.inf)], execution_time=0, output="")
+        build_results([ItemResult("a", "b", "c", Status.FAILED, 0, math.inf)], execution_time=0, output="").to_json()
 
 
 def test_write_results_atomic_and_strict(tmp_path):
     path = tmp_path / "autograder" / "results" / "results.json"  # parents do not exist yet
     r = build_results(items(), execution_time=3, output="ok",
                       extra={"inf": math.inf, "ninf": -math.inf, "nan": math.nan})
-    assert {k: r["extra_data"][k] for k in ("inf", "ninf", "nan")} == {"inf": None, "ninf": None, "nan": None}
-    r["extra_data"] = {"inf": math.inf, "ninf": -math.inf, "nan": math.nan}  # raw, for the writer
-    r["tests"][2]["extra_data"]["values"]["nan"] = math.nan
+    assert r.extra_data is not None
+    assert {k: r.extra_data[k] for k in ("inf", "ninf", "nan")} == {"inf": None, "ninf": None, "nan": None}
+    r.extra_data = {"inf": math.inf, "ninf": -math.inf, "nan": math.nan}  # raw, for the writer
+    r.tests[2].extra_data["values"]["nan"] = math.nan
     write_results(path, r)
     assert sorted(os.listdir(path.parent)) == ["results.json"]  # no temp file left
     text = path.read_text(encoding="utf-8")
@@ -182,7 +184,7 @@ def test_write_results_atomic_and_strict(tmp_path):
     assert back["extra_data"] == {"inf": None, "ninf": None, "nan": None}
     t32 = next(t for t in back["tests"] if t["number"] == "3.2")
     assert t32["extra_data"]["values"] == {"ratio": 0.37, "nan": None}
-    assert back["score"] == r["score"]
+    assert back["score"] == r.score
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 
     # overwrite: replaced whole, still no temp files
@@ -193,24 +195,25 @@ def test_write_results_atomic_and_strict(tmp_path):
 
 def test_write_results_failure_leaves_old_file(tmp_path):
     path = tmp_path / "results.json"
-    write_results(path, {"score": 1.0, "tests": []})
+    write_results(path, Results(score=1.0))
+    first = path.read_text()
     with pytest.raises(TypeError):
-        write_results(path, {"score": 2.0, "bad": object()})
-    assert json.loads(path.read_text()) == {"score": 1.0, "tests": []}
+        write_results(path, Results(score=2.0, extra_data={"bad": object()}))
+    assert path.read_text() == first and json.loads(first)["score"] == 1.0
     assert os.listdir(tmp_path) == ["results.json"]
 
 
 def test_write_results_numpy_values(tmp_path):
     np = pytest.importorskip("numpy")
     path = tmp_path / "r.json"
-    write_results(path, {"score": 1.0, "extra_data": {
-        "f32": np.float32(0.5), "i": np.int64(3), "arr": np.array([1.0, np.nan])}})
+    write_results(path, Results(score=1.0, extra_data={
+        "f32": np.float32(0.5), "i": np.int64(3), "arr": np.array([1.0, np.nan])}))
     assert json.loads(path.read_text())["extra_data"] == {"f32": 0.5, "i": 3, "arr": [1.0, None]}
 
 
 def test_error_results():
     tb = "Traceback (most recent call last):\n  File \"x\", line 1\n```\nKeyError: 'n'"
-    r = error_results(tb, execution_time=12.2)
+    r = error_results(tb, execution_time=12.2).to_json()
     check_spec(r)
     assert r["score"] == 0.0 and r["execution_time"] == 12
     assert "contact course staff" in r["output"].lower()
@@ -223,7 +226,7 @@ def test_error_results():
     assert "KeyError" not in visible[0]["output"] and "KeyError" not in r["output"]
     assert "KeyError: 'n'" in hidden[0]["output"]
     assert hidden[0]["output"].startswith("````text\n")  # fence longer than the ``` inside
-    huge = error_results("x" * 200_000, 0)
+    huge = error_results("x" * 200_000, 0).to_json()
     assert len(huge["tests"][1]["output"]) < 60_000
 
 
@@ -275,7 +278,7 @@ def test_conformance_with_gradescope_utils():
     theirs = _gradescope_utils_output()
     ours = json.loads(json.dumps(build_results(
         items()[:2], execution_time=1.0, output="summary",
-        leaderboard=[{"name": "GFLOP/s", "value": 812.5, "order": "desc"}])))
+        leaderboard=[{"name": "GFLOP/s", "value": 812.5, "order": "desc"}]).to_json()))
 
     # top level: every key they emit, we emit with a compatible type
     assert theirs.keys() <= ours.keys()

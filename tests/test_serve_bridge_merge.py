@@ -16,6 +16,7 @@ from grader.deploy.gradescope import bridge
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.bridge import BridgeConfig, Outcome
 from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy
+from grader.outputs.results import Results
 from tests.serve_helpers import slow_service
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +37,7 @@ def _static() -> dict:
         _test("1.speed", "not_evaluated", 0.0, 4.0, "not evaluated: no CUDA device", needs_gpu=True),
         _test("2.compiles", "failed", 0.0, 2.0, "nvcc failed"),
     ]}
-    return apply_no_gpu_policy(res, {"device_reason": "no CUDA device"}, "hide")
+    return apply_no_gpu_policy(Results.from_json(res), {"device_reason": "no CUDA device"}, "hide").to_json()
 
 
 def _service() -> dict:
@@ -54,7 +55,7 @@ def test_merge_takes_the_service_verdict_for_pending_items_only():
     res = _static()
     assert res["extra_data"]["pending_gpu_items"] == 2
     outcome = Outcome("merged", job="abc123", url="https://gpu.example.edu/jobs/abc123")
-    bridge.merge(res, _service(), outcome, leaderboard=_service()["leaderboard"])
+    res = bridge.merge(Results.from_json(res), _service(), outcome, leaderboard=_service()["leaderboard"]).to_json()
     tests = {t["number"]: t for t in res["tests"]}
     # pending items: the service's name, score, status, output, visibility (not the hide policy's)
     assert tests["1.correct"]["name"] == "correct at every size" and not tests["1.correct"]["name"].startswith(
@@ -73,7 +74,7 @@ def test_merge_takes_the_service_verdict_for_pending_items_only():
     assert outcome.merged_items == 2 and outcome.still_pending == 0
     assert res["output"].startswith("> **GPU results merged**") and "https://gpu.example.edu/jobs/abc123" in res["output"]
     assert res["output"].endswith("## GPU summary\n| stage | ms |")
-    assert bridge.pending_tests(res) == []
+    assert bridge.pending_tests(Results.from_json(res)) == []
 
 
 def test_an_item_the_service_did_not_grade_stays_pending():
@@ -81,8 +82,8 @@ def test_an_item_the_service_did_not_grade_stays_pending():
     service = _service()
     service["tests"] = [t for t in service["tests"] if t["number"] != "1.speed"]
     outcome = Outcome("merged", job="j", url="u")
-    bridge.merge(res, service, outcome, leaderboard=None)
-    assert [t["number"] for t in bridge.pending_tests(res)] == ["1.speed"]
+    res = bridge.merge(Results.from_json(res), service, outcome, leaderboard=None).to_json()
+    assert [t.number for t in bridge.pending_tests(Results.from_json(res))] == ["1.speed"]
     assert outcome.still_pending == 1 and "1 items are still pending" in res["output"]
     assert "leaderboard" not in res
 
@@ -100,9 +101,9 @@ def test_a_malformed_service_verdict_is_left_out_and_said(key, value, said):
     service = _service()
     service["tests"][2][key] = value  # 1.speed
     outcome = Outcome("merged", job="j", url="u")
-    bridge.merge(res, service, outcome, leaderboard=None)
+    res = bridge.merge(Results.from_json(res), service, outcome, leaderboard=None).to_json()
     tests = {t["number"]: t for t in res["tests"]}
-    assert [t["number"] for t in bridge.pending_tests(res)] == ["1.speed"]
+    assert [t.number for t in bridge.pending_tests(Results.from_json(res))] == ["1.speed"]
     assert tests["1.speed"]["name"].startswith(PENDING_PREFIX) and "score" not in tests["1.speed"]
     assert tests["1.correct"]["score"] == 6.0 and res["score"] == 2.0 + 6.0
     assert outcome.merged_items == 1 and outcome.still_pending == 1
@@ -229,10 +230,10 @@ def test_an_item_the_service_could_not_evaluate_stays_pending():
     service = _service()
     service["tests"][2]["extra_data"] = {"status": "not_evaluated", "needs_gpu": True}
     outcome = Outcome("merged", job="j", url="u")
-    bridge.merge(res, service, outcome, leaderboard=None)
+    res = bridge.merge(Results.from_json(res), service, outcome, leaderboard=None).to_json()
     assert outcome.merged_items == 1 and outcome.still_pending == 1
-    [left] = bridge.pending_tests(res)
-    assert left["number"] == "1.speed" and left["name"].startswith(PENDING_PREFIX)
-    assert not {"score", "max_score", "status"} & left.keys()
+    [left] = bridge.pending_tests(Results.from_json(res))
+    assert left.number == "1.speed" and left.name.startswith(PENDING_PREFIX)
+    assert not {"score", "max_score", "status"} & left.to_json().keys()
     assert res["extra_data"]["pending_gpu_items"] == 1 and res["extra_data"]["pending_gpu_points"] == 4
     assert "1 items are still pending GPU grading" in res["output"]

@@ -1,7 +1,8 @@
 """Write Gradescope's ``results.json`` from the grader's item verdicts.
 
 Pure and GPU-free: :func:`build_results` turns :class:`~grader.model.ItemResult`
-records into the dict Gradescope reads, :func:`write_results` writes it atomically,
+records into the :class:`Results` record of the file Gradescope reads (:meth:`Results.to_json` is its
+one JSON form), :func:`write_results` writes it atomically,
 and :func:`error_results` is what to write when the grader itself broke (a missing
 or malformed file reads on Gradescope as "The autograder failed to execute
 correctly", which tells nobody anything).
@@ -29,15 +30,17 @@ reported in ``extra_data.bonus_points`` (and summary.md) as a total of their own
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader.model import Bonus, ItemResult, Status
-from grader.records import to_jsonable
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.items import VISIBILITIES
 from grader.untrusted.quote import fence_block, markdown_safe
 
@@ -65,6 +68,68 @@ ERROR_MESSAGE = (
 _TRACEBACK_LIMIT = 50_000  # characters of the traceback kept in the hidden test
 
 
+def _present(data: dict[str, Any], optional: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` without the ``optional`` keys that are None: Gradescope reads an absent key, never a null one."""
+    return {k: v for k, v in data.items() if not (v is None and k in optional)}
+
+
+@dataclass(kw_only=True)
+class ResultsTest:
+    """One test of results.json, its fields in the file's order. ``score``, ``max_score`` and ``status`` are
+    None (absent from the file) for a test shown neutrally: hand-graded, or pending GPU grading. ``extra_data``
+    is the grader's own free-form JSON (the item's values, the policy's and the service's marks)."""
+
+    name: str
+    number: str
+    score: float | None = None
+    max_score: float | None = None
+    status: str | None = None
+    output: str = ""
+    output_format: str = "md"
+    visibility: str = "visible"
+    tags: list[str] = field(default_factory=list)
+    extra_data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return _present(to_jsonable(self), ("score", "max_score", "status"))
+
+
+@dataclass(kw_only=True)
+class Results:
+    """Gradescope's results.json, its fields in the file's order; ``leaderboard`` and ``extra_data`` are
+    None when the file has none. Built by :func:`build_results` or :func:`error_results`, written by
+    :func:`write_results`; the Gradescope run's policy and service merge return changed copies."""
+
+    score: float = 0.0
+    execution_time: int = 0
+    output: str = ""
+    output_format: str = "md"
+    visibility: str = "visible"
+    stdout_visibility: str = "hidden"
+    tests: list[ResultsTest] = field(default_factory=list)
+    leaderboard: list[dict[str, Any]] | None = None
+    extra_data: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict results.json holds (:func:`dumps` writes it)."""
+        data = _present(to_jsonable(self), ("leaderboard", "extra_data"))
+        data["tests"] = [t.to_json() for t in self.tests]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any) -> Results:
+        """The record a parsed results.json holds; :class:`~grader.records.RecordError` names the key that is
+        not what it should be (a key the record does not know is one)."""
+        tests = data.get("tests", []) if isinstance(data, dict) else []
+        if not isinstance(tests, list):  # dacite would try to read a mapping as a sequence and say nothing useful
+            raise RecordError(f"tests: expected a list of tests, found {type(tests).__name__}")
+        return from_jsonable(cls, data)
+
+    def total(self) -> float:
+        """The sum of the tests' scores (a neutral test counts 0), as the top-level ``score`` says it."""
+        return round(sum(t.score or 0.0 for t in self.tests), 4)
+
+
 def _check_visibility(value: str, where: str) -> str:
     if value not in VISIBILITIES:
         raise ValueError(f"{where}: visibility {value!r} is not one of {', '.join(VISIBILITIES)}")
@@ -89,8 +154,8 @@ def _seconds(execution_time: float) -> int:
     return int(round(t)) if math.isfinite(t) and t > 0 else 0
 
 
-def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
-    """One Gradescope test entry for one rubric item (``index`` numbers it if it has no number)."""
+def build_test(item: ItemResult, index: int = 0) -> ResultsTest:
+    """One Gradescope test for one rubric item (``index`` numbers it if it has no number)."""
     where = f"item {item.stage}/{item.item}"
     try:
         status = Status(item.status)
@@ -109,39 +174,33 @@ def build_test(item: ItemResult, index: int = 0) -> dict[str, Any]:
         "values": _finite_or_none(to_jsonable(item.values)),
         "needs_gpu": bool(item.needs_gpu),  # the no-GPU policy (grader/deploy/gradescope/policy.py) reads it
     }
-    test: dict[str, Any] = {
-        "name": item.title or f"{item.stage}/{item.item}",
-        "number": str(item.number) if item.number else str(index + 1),
-        "score": score,
-        "max_score": max_score,
-        "status": "passed" if status is Status.PASSED else "failed",
-        "output": markdown_safe(item.message) or _DEFAULT_MESSAGES.get(status, ""),
-        "output_format": "md",
-        "visibility": visibility,
-        "tags": [item.stage] if item.stage else [],
-        "extra_data": extra,
-    }
+    test = ResultsTest(
+        name=item.title or f"{item.stage}/{item.item}",
+        number=str(item.number) if item.number else str(index + 1),
+        score=score,
+        max_score=max_score,
+        status="passed" if status is Status.PASSED else "failed",
+        output=markdown_safe(item.message) or _DEFAULT_MESSAGES.get(status, ""),
+        visibility=visibility,
+        tags=[item.stage] if item.stage else [],
+        extra_data=extra,
+    )
     if item.bonus is not Bonus.NONE:  # outside the total: see the module's docstring
         extra.update(bonus=item.bonus.value, bonus_points=score, bonus_max=max_score)
-        test["max_score"] = 0.0
-        test["score"] = score if item.bonus is Bonus.EXTRA else 0.0
-        test["name"] = "Bonus: " + test["name"]
+        test = dataclasses.replace(test, max_score=0.0, score=score if item.bonus is Bonus.EXTRA else 0.0,
+                                   name="Bonus: " + test.name)
     if status is Status.MANUAL:  # neutral and outside the autograder's total: see the module's docstring
-        make_neutral(test, "hand_graded_points")
-        test["output"] = HAND_GRADED_NOTE + ("\n\n" + markdown_safe(item.message) if item.message else "")
+        test = dataclasses.replace(make_neutral(test, "hand_graded_points"), output=HAND_GRADED_NOTE + (
+            "\n\n" + markdown_safe(item.message) if item.message else ""))
     return test
 
 
-def make_neutral(test: dict[str, Any], points_key: str) -> float:
-    """Show ``test`` neither passed nor failed and outside the autograder's total (no ``score``,
-    ``max_score`` or ``status``), its points kept in ``extra_data[points_key]``; returns them. For
+def make_neutral(test: ResultsTest, points_key: str) -> ResultsTest:
+    """``test`` shown neither passed nor failed and outside the autograder's total (no ``score``,
+    ``max_score`` or ``status``), its points (its ``max_score``) kept in ``extra_data[points_key]``. For
     items the autograder does not judge in this run: hand-graded ones, and those pending GPU grading."""
-    points = float(test.get("max_score") or 0)
-    for key in ("score", "max_score", "status"):
-        test.pop(key, None)
-    extra = test.setdefault("extra_data", {})
-    extra[points_key] = points
-    return points
+    return dataclasses.replace(test, score=None, max_score=None, status=None,
+                               extra_data={**test.extra_data, points_key: float(test.max_score or 0)})
 
 
 def _check_leaderboard(leaderboard: list[dict]) -> list[dict]:
@@ -166,8 +225,8 @@ def build_results(
     stdout_visibility: str = "hidden",
     leaderboard: list[dict] | None = None,
     extra: dict | None = None,
-) -> dict[str, Any]:
-    """The ``results.json`` dict for these items.
+) -> Results:
+    """The results.json record for these items.
 
     ``output`` is the markdown summary shown above the tests. ``extra`` becomes the
     top-level ``extra_data``; ``leaderboard`` is included only when given. Raises
@@ -177,68 +236,43 @@ def build_results(
     ``extra``, leaderboard entries) are made JSON-ready, NaN and inf becoming None.
     """
     tests = [build_test(item, i) for i, item in enumerate(items)]
-    results: dict[str, Any] = {
-        "score": round(sum(t.get("score", 0.0) for t in tests), 4),
-        "execution_time": _seconds(execution_time),
-        "output": markdown_safe(output),
-        "output_format": "md",
-        "visibility": _check_visibility(visibility, "results"),
-        "stdout_visibility": _check_visibility(stdout_visibility, "results stdout"),
-        "tests": tests,
-    }
-    if leaderboard is not None:
-        results["leaderboard"] = _check_leaderboard(leaderboard)
     top = dict(extra) if extra is not None else {}
-    hand = [t for t in tests if "hand_graded_points" in t["extra_data"]]
+    hand = [t for t in tests if "hand_graded_points" in t.extra_data]
     if hand:  # what the manually graded questions hold, for the TA's tools (the batch's CSV, the service)
-        top["hand_graded_items"] = [t["number"] for t in hand]
-        top["hand_graded_points"] = round(sum(t["extra_data"]["hand_graded_points"] for t in hand), 4)
-    if extra is not None or hand:
-        results["extra_data"] = _finite_or_none(to_jsonable(top))
-    return results
+        top["hand_graded_items"] = [t.number for t in hand]
+        top["hand_graded_points"] = round(sum(t.extra_data["hand_graded_points"] for t in hand), 4)
+    results = Results(
+        execution_time=_seconds(execution_time),
+        output=markdown_safe(output),
+        visibility=_check_visibility(visibility, "results"),
+        stdout_visibility=_check_visibility(stdout_visibility, "results stdout"),
+        tests=tests,
+        leaderboard=None if leaderboard is None else _check_leaderboard(leaderboard),
+        extra_data=_finite_or_none(to_jsonable(top)) if extra is not None or hand else None,
+    )
+    return dataclasses.replace(results, score=results.total())
 
 
-def error_results(exc_text: str, execution_time: float) -> dict[str, Any]:
+def error_results(exc_text: str, execution_time: float) -> Results:
     """Results for when the grader broke: a visible 0-point failed test saying so
     (contact course staff) and a hidden test carrying ``exc_text`` (the traceback)."""
     text = str(exc_text)
     if len(text) > _TRACEBACK_LIMIT:
         cut = len(text) - _TRACEBACK_LIMIT
         text = f"… [{cut:,} characters trimmed] …\n" + text[-_TRACEBACK_LIMIT:]
-    return {
-        "score": 0.0,
-        "execution_time": _seconds(execution_time),
-        "output": ERROR_MESSAGE,
-        "output_format": "md",
-        "visibility": "visible",
-        "stdout_visibility": "hidden",
-        "tests": [
-            {
-                "name": "Autograder error — contact course staff",
-                "number": "0.1",
-                "score": 0.0,
-                "max_score": 0.0,
-                "status": "failed",
-                "output": ERROR_MESSAGE,
-                "output_format": "md",
-                "visibility": "visible",
-                "tags": ["autograder_error"],
-                "extra_data": {"status": "autograder_error"},
-            },
-            {
-                "name": "Autograder error: traceback (staff only)",
-                "number": "0.2",
-                "score": 0.0,
-                "max_score": 0.0,
-                "status": "failed",
-                "output": fence_block(text, limit=len(text)).strip("\n"),
-                "output_format": "md",
-                "visibility": "hidden",
-                "tags": ["autograder_error"],
-                "extra_data": {"status": "autograder_error"},
-            },
-        ],
-    }
+    return Results(
+        score=0.0,
+        execution_time=_seconds(execution_time),
+        output=ERROR_MESSAGE,
+        tests=[_error_test("Autograder error — contact course staff", "0.1", ERROR_MESSAGE, "visible"),
+               _error_test("Autograder error: traceback (staff only)", "0.2",
+                           fence_block(text, limit=len(text)).strip("\n"), "hidden")],
+    )
+
+
+def _error_test(name: str, number: str, output: str, visibility: str) -> ResultsTest:
+    return ResultsTest(name=name, number=number, score=0.0, max_score=0.0, status="failed", output=output,
+                       visibility=visibility, tags=["autograder_error"], extra_data={"status": "autograder_error"})
 
 
 def _finite_or_none(obj: Any) -> Any:
@@ -263,13 +297,13 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"results.json: cannot encode {type(obj).__name__}")
 
 
-def dumps(results: dict[str, Any]) -> str:
+def dumps(results: Results) -> str:
     """Strict JSON text for ``results`` (non-finite numbers become null)."""
-    data = _finite_or_none(to_jsonable(results))
+    data = _finite_or_none(results.to_json())
     return json.dumps(data, allow_nan=False, ensure_ascii=False, indent=2, default=_json_default) + "\n"
 
 
-def write_results(path: str | os.PathLike[str], results: dict[str, Any]) -> None:
+def write_results(path: str | os.PathLike[str], results: Results) -> None:
     """Write ``results`` to ``path`` atomically (temp file in the same folder, fsync,
     rename), creating parent folders. A reader sees the old file or the whole new one."""
     text = dumps(results)  # encode first: a failure here leaves nothing behind

@@ -2,7 +2,7 @@
 
 ``run_autograder`` grades statically (Gradescope has no GPU) and applies the no-GPU policy; then,
 when the package was built with a service URL (``build --service-url URL --service-secret-file F
---assignment NAME``), :func:`bridge_results`, on results.json's dict in memory (grader/deploy/gradescope/run.py
+--assignment NAME``), :func:`bridge_results`, on results.json's record in memory (grader/deploy/gradescope/run.py
 writes it once afterwards):
 
 1. zips the submission deterministically (:func:`grader.serve.client.make_archive`: the same files
@@ -27,7 +27,7 @@ Nothing here raises: every outcome is a :class:`Outcome` record written into ``e
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import math
 import os
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.deploy.gradescope.policy import CONFIG_FILE, is_gpu_item, read_config
+from grader.outputs.results import Results, ResultsTest, write_results
 
 SECRET_FILE = "service.secret"  # in the package's root, mode 0600: readable by the grader (root) only
 URL_KEY, ASSIGNMENT_KEY, WAIT_KEY = "GRADER_SERVICE_URL", "GRADER_SERVICE_ASSIGNMENT", "GRADER_SERVICE_WAIT_S"
@@ -118,17 +119,11 @@ def wait_budget(config: BridgeConfig, env: Mapping[str, str], now: float | None 
     return max(0.0, budget)
 
 
-def pending_tests(results: Mapping[str, Any]) -> list[dict]:
+def pending_tests(results: Results) -> list[ResultsTest]:
     """The tests the static run left for a GPU (marked by the pending policy, or with policy keep by the
     grader) and no service verdict merged since."""
-    out = []
-    for t in results.get("tests") or []:
-        extra = t.get("extra_data") if isinstance(t, dict) else None
-        if not isinstance(extra, dict) or extra.get("gpu_service_job"):  # merged: the service's verdict stands
-            continue
-        if extra.get("pending_gpu") is True or is_gpu_item(t):
-            out.append(t)
-    return out
+    return [t for t in results.tests if not t.extra_data.get("gpu_service_job")  # merged: the service's stands
+            and (t.extra_data.get("pending_gpu") is True or is_gpu_item(t.extra_data))]
 
 
 def submission_id(autograder_dir: Path) -> str | None:
@@ -180,17 +175,20 @@ class ServiceVerdict:
     extra: dict[str, Any] = field(default_factory=dict)
     lacks_gpu: bool = False  # the service could not evaluate it for want of a GPU: never merged
 
-    def as_test(self, job: str | None) -> dict[str, Any]:
-        """What it changes of the static run's test: the keys the service gave, and extra_data (the service's,
+    def apply(self, test: ResultsTest, job: str | None) -> ResultsTest:
+        """The static run's ``test`` with this verdict: the keys the service gave, and extra_data (the service's,
         marked with its job)."""
-        test: dict[str, Any] = {}
-        for key, value in (("name", self.name), ("output", self.output), ("score", self.score), ("max_score", self.max_score), ("status", self.status),
-                           ("output_format", self.output_format), ("visibility", self.visibility),
-                           ("tags", None if self.tags is None else list(self.tags))):
-            if value is not None:
-                test[key] = value
-        test["extra_data"] = {**self.extra, "gpu_service_job": job, "pending_gpu": False}
-        return test
+        return dataclasses.replace(
+            test,
+            name=test.name if self.name is None else self.name,
+            output=test.output if self.output is None else self.output,
+            score=test.score if self.score is None else self.score,
+            max_score=test.max_score if self.max_score is None else self.max_score,
+            status=test.status if self.status is None else self.status,
+            output_format=test.output_format if self.output_format is None else self.output_format,
+            visibility=test.visibility if self.visibility is None else self.visibility,
+            tags=test.tags if self.tags is None else list(self.tags),
+            extra_data={**self.extra, "gpu_service_job": job, "pending_gpu": False})
 
 
 def _number(value: Any, where: str) -> float | None:
@@ -226,7 +224,7 @@ def service_verdict(test: Any, index: int) -> ServiceVerdict:
                           max_score=_number(test.get("max_score"), f"{where}: max_score"), status=status,
                           output_format=test.get("output_format"), visibility=test.get("visibility"),
                           tags=None if tags is None else tuple(tags), extra=dict(extra or {}),
-                          lacks_gpu=is_gpu_item(test))
+                          lacks_gpu=is_gpu_item(extra))
 
 
 def service_verdicts(service: Mapping[str, Any]) -> tuple[dict[str, ServiceVerdict], list[str]]:
@@ -243,24 +241,21 @@ def service_verdicts(service: Mapping[str, Any]) -> tuple[dict[str, ServiceVerdi
     return verdicts, problems
 
 
-def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
-          leaderboard: list[dict] | None) -> dict:
-    """Put the service's verdicts into every pending test of ``results`` (in place; returned).
+def merge(results: Results, service: Mapping[str, Any], outcome: Outcome,
+          leaderboard: list[dict] | None) -> Results:
+    """``results`` with the service's verdicts in every pending test (a changed copy; ``outcome`` counts them).
     Static items are never touched; a pending test the service did not grade, graded with a malformed
     entry, or could not evaluate for want of a GPU, stays pending."""
     theirs, problems = service_verdicts(service)
-    merged = 0
-    for t in pending_tests(results):
-        v = theirs.get(str(t.get("number")))
-        if v is None or v.lacks_gpu:
-            continue
-        t.update(v.as_test(outcome.job))
-        merged += 1
-    left = pending_tests(results)
+    pending = {id(t) for t in pending_tests(results)}
+    tests = []
+    for t in results.tests:
+        v = theirs.get(t.number) if id(t) in pending else None
+        tests.append(t if v is None or v.lacks_gpu else v.apply(t, outcome.job))
+    merged = sum(a is not b for a, b in zip(tests, results.tests))
+    after = dataclasses.replace(results, tests=tests)
+    left = pending_tests(after)
     outcome.merged_items, outcome.still_pending = merged, len(left)
-    results["score"] = round(sum(float(t.get("score") or 0) for t in results.get("tests", [])), 4)
-    if leaderboard is not None:
-        results["leaderboard"] = leaderboard
     note = (f"> **GPU results merged** from the course's GPU grading service (job `{outcome.job}`): "
             f"{merged} items. The per-stage table with % of cuBLAS, the ladder and roofline plots: {outcome.url}\n")
     if left:
@@ -268,13 +263,11 @@ def merge(results: dict, service: Mapping[str, Any], outcome: Outcome,
     if problems:
         note += (f">\n> {len(problems)} of the service's tests were malformed and left out (they stay pending): "
                  + "; ".join(problems[:3]) + ".\n")
-    results["output"] = note + "\n" + str(service.get("output") or "")
-    extra = results.setdefault("extra_data", {})
-    if isinstance(extra, dict):
-        extra["pending_gpu_items"] = len(left)
-        extra["pending_gpu_points"] = sum(float(t["extra_data"].get("pending_gpu_points", t.get("max_score")) or 0)
-                                          for t in left)
-    return results
+    points = sum(float(t.extra_data.get("pending_gpu_points", t.max_score) or 0) for t in left)
+    return dataclasses.replace(
+        after, score=after.total(), output=note + "\n" + str(service.get("output") or ""),
+        leaderboard=results.leaderboard if leaderboard is None else leaderboard,
+        extra_data={**(results.extra_data or {}), "pending_gpu_items": len(left), "pending_gpu_points": points})
 
 
 def not_merged_note(outcome: Outcome) -> str:
@@ -316,14 +309,14 @@ def _leaderboard(grading_bytes: bytes | None, service: Mapping[str, Any]) -> lis
 
 
 def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Mapping[str, str],
-              results: dict) -> Outcome:
-    """Post, wait, fetch and merge; every failure becomes an Outcome."""
+              results: Results) -> tuple[Results, Outcome]:
+    """Post, wait, fetch and merge: the merged results, or ``results`` as they were and an Outcome saying why."""
     from grader.serve.client import Client, Problem, ServiceError, make_archive
 
     try:
         archive = make_archive(submission)
     except (OSError, ValueError) as exc:
-        return Outcome("refused", f"the submission could not be packed: {exc}")
+        return results, Outcome("refused", f"the submission could not be packed: {exc}")
     autograder = Path(env.get("GRADER_AUTOGRADER_DIR") or "/autograder")
     outcome = Outcome("unreachable")
     deadline = run_deadline(env)
@@ -340,89 +333,80 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
             outcome.state = job.state
             if job.state == "failed":
                 outcome.reason = job.error or "no reason given"
-                return outcome
+                return results, outcome
             if job.state != "done":
                 where = f"position {job.position}" if job.position is not None else job.state
                 outcome.reason = f"{where}; not finished within {budget:.0f} s"
-                return outcome
+                return results, outcome
             if job.without_gpu:  # nothing of it is a GPU verdict: the static results stand, the items wait
                 outcome.state, outcome.reason = "without_gpu", job.without_gpu
                 outcome.still_pending = len(pending_tests(results))
-                return outcome
+                return results, outcome
             service = json.loads(client.file(job.id, "results.json"))
             grading = client.file(job.id, "grading.json") if "grading.json" in job.files else None
     except ServiceError as exc:
         outcome.state = "unreachable" if exc.problem in (Problem.UNREACHABLE, Problem.SERVER) else "refused"
         outcome.reason = exc.message
-        return outcome
+        return results, outcome
     except ValueError as exc:  # a results.json that is not JSON
         outcome.state, outcome.reason = "failed", f"the service's results.json is not JSON ({exc})"
-        return outcome
+        return results, outcome
     if not isinstance(service, dict) or not isinstance(service.get("tests"), list):
         outcome.state, outcome.reason = "failed", "the service's results.json has no tests"
-        return outcome
+        return results, outcome
     folder = results_dir / SERVICE_FOLDER
     folder.mkdir(exist_ok=True)
     (folder / "results.json").write_text(json.dumps(service, indent=1) + "\n", encoding="utf-8")
     if grading:
         (folder / "grading.json").write_bytes(grading)
     outcome.state, outcome.files = "merged", job.files
-    merge(results, service, outcome, _leaderboard(grading, service))
-    return outcome
+    return merge(results, service, outcome, _leaderboard(grading, service)), outcome
 
 
-def bridge_results(results: dict, results_dir: Path, submission: Path, source_dir: Path,
-                   env: Mapping[str, str] | None = None) -> Outcome:
-    """The GPU service step of a Gradescope run, on results.json's dict in memory (after the static
-    grading and its policy): ``results`` takes the service's verdicts or the sentence saying why not.
-    Writes nothing but the service's own files (:data:`SERVICE_FOLDER`); never raises, and on the
-    bridge's own failure ``results`` is what it was (the static results are never lost)."""
+def bridge_results(results: Results, results_dir: Path, submission: Path, source_dir: Path,
+                   env: Mapping[str, str] | None = None) -> tuple[Results, Outcome]:
+    """The GPU service step of a Gradescope run, on results.json's record in memory (after the static
+    grading and its policy): ``results`` with the service's verdicts or the sentence saying why not, and what
+    happened. Writes nothing but the service's own files (:data:`SERVICE_FOLDER`); never raises, and on the
+    bridge's own failure the static results are kept as they were (never lost)."""
     env = os.environ if env is None else env
     config = read_bridge_config(Path(source_dir), env)
     if config is None:
-        return Outcome("skipped", "no service URL in this package")
-    if any("autograder_error" in (t.get("tags") or []) for t in results.get("tests", []) if isinstance(t, dict)):
-        return Outcome("skipped", "the static run ended in an autograder error")
+        return results, Outcome("skipped", "no service URL in this package")
+    if any("autograder_error" in t.tags for t in results.tests):
+        return results, Outcome("skipped", "the static run ended in an autograder error")
     if not pending_tests(results):
-        return Outcome("skipped", "no item is pending GPU grading (this run had a GPU)")
+        return results, Outcome("skipped", "no item is pending GPU grading (this run had a GPU)")
+    bridged = results
     if isinstance(config, str):
         outcome = Outcome("misconfigured", config)
         print(f"gpu service: not used: {config}", flush=True)
     else:
-        before = copy.deepcopy(results)
         try:
-            outcome = _exchange(config, Path(results_dir), Path(submission), env, results)
+            bridged, outcome = _exchange(config, Path(results_dir), Path(submission), env, results)
         except Exception as exc:  # the bridge's own bug: the static results stand, said in one line
-            results.clear()
-            results.update(before)
             outcome = Outcome("unreachable", f"the bridge failed: {type(exc).__name__}: {exc}")
     if outcome.state != "merged":
-        results["output"] = not_merged_note(outcome) + str(results.get("output") or "")
-    extra = results.setdefault("extra_data", {})
-    if isinstance(extra, dict):
-        extra["gpu_service"] = asdict(outcome)
+        bridged = dataclasses.replace(bridged, output=not_merged_note(outcome) + bridged.output)
+    bridged = dataclasses.replace(bridged, extra_data={**(bridged.extra_data or {}), "gpu_service": asdict(outcome)})
     print(f"gpu service: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
           + (f"; merged {outcome.merged_items} items" if outcome.state == "merged" else "")
           + (f"; {outcome.still_pending} items still pending" if outcome.state == "without_gpu" else ""), flush=True)
-    return outcome
+    return bridged, outcome
 
 
 def bridge_if_configured(results_dir: Path, submission: Path, source_dir: Path,
                          env: Mapping[str, str] | None = None) -> Outcome:
     """:func:`bridge_results` on the results.json already in ``results_dir`` (the step on its own, for
     staff re-running it by hand): rewritten as a whole when the step did something. Never raises."""
-    from grader.outputs.results import write_results
-
     path = Path(results_dir) / "results.json"
     try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        results = Results.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:  # RecordError is a ValueError: it names the key that is wrong
         return Outcome("skipped", f"no readable results.json ({exc})")
-    if not isinstance(results, dict):
-        return Outcome("skipped", "results.json is not an object")
-    outcome = bridge_results(results, Path(results_dir), submission, source_dir, env)
+    bridged, outcome = bridge_results(results, Path(results_dir), submission, source_dir, env)
     if outcome.state != "skipped":
-        write_results(path, results)
+        write_results(path, bridged)
     return outcome
 
 

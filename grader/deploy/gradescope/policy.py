@@ -27,14 +27,17 @@ GPU (``extra_data.needs_gpu``, from :attr:`grader.model.ItemResult.needs_gpu`: s
 is made, when what is missing is missing because the run had no usable GPU). The item's text is
 never read for this. Items not evaluated for other reasons (no cuobjdump, say) are left alone.
 grading.json only gives the reason the run had no GPU, for the note on top. Pure functions on
-dicts, standard library only (plus PyYAML, imported lazily, for the rubric fallback).
+results.json's record (grader/outputs/results.py: Results): the policy returns a changed copy.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from grader.outputs.results import Results, ResultsTest, make_neutral
 
 POLICIES = ("pending", "hide", "keep")
 DEFAULT_POLICY = "pending"
@@ -103,44 +106,40 @@ def resolve_policy(source_dir: str | os.PathLike[str] | None = None,
     return DEFAULT_POLICY, "default"
 
 
-def is_gpu_item(test: Mapping[str, Any]) -> bool:
-    """A test the run could not evaluate because it had no GPU (the grader's typed mark, not its text)."""
-    extra = test.get("extra_data")
-    if not isinstance(extra, Mapping):
+def is_gpu_item(extra_data: object) -> bool:
+    """A test (given by its ``extra_data``) the run could not evaluate because it had no GPU (the grader's typed
+    mark, not its text)."""
+    if not isinstance(extra_data, Mapping):
         return False
-    return extra.get("status") == "not_evaluated" and extra.get("needs_gpu") is True
+    return extra_data.get("status") == "not_evaluated" and extra_data.get("needs_gpu") is True
 
 
-def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy: str,
-                        service: bool = False) -> dict:
-    """Apply ``policy`` to ``results`` (a results.json dict; changed in place and returned).
+def _pending(test: ResultsTest, message: str, policy: str) -> ResultsTest:
+    """``test`` as the policy shows it: named and worded pending, neutral (not failed: not judged yet)."""
+    name = test.name if test.name.startswith(PENDING_PREFIX) else PENDING_PREFIX + test.name
+    neutral = make_neutral(test, "pending_gpu_points")
+    return dataclasses.replace(
+        neutral, name=name, output=f"{message}\n\nGrader note: {test.output}" if test.output else message,
+        visibility=HIDDEN_VISIBILITY if policy == "hide" else test.visibility,
+        extra_data={**neutral.extra_data, "pending_gpu": True, "no_gpu_policy": policy})
+
+
+def apply_no_gpu_policy(results: Results, detail: Mapping[str, Any] | None, policy: str,
+                        service: bool = False) -> Results:
+    """``results`` with ``policy`` applied (a changed copy; ``results`` itself is left as it is).
 
     ``detail`` is grading.json (for the run's reason for having no GPU, said in the note on top);
     ``service``: the package names a GPU grading service (which then grades the items in this run).
     """
-    from grader.outputs.results import make_neutral
-
     if policy not in POLICIES:
         raise ValueError(f"no-GPU policy {policy!r} is not one of {', '.join(POLICIES)}")
-    if policy == "keep":
-        return results
-    pending = [t for t in results.get("tests", []) if is_gpu_item(t)]
-    if not pending:
+    if policy == "keep" or not any(is_gpu_item(t.extra_data) for t in results.tests):
         return results
     reason = str((detail or {}).get("device_reason") or "no CUDA device")
     message = pending_message(service)
-    points = 0.0
-    for t in pending:
-        original = str(t.get("output", ""))
-        if not str(t.get("name", "")).startswith(PENDING_PREFIX):
-            t["name"] = PENDING_PREFIX + str(t.get("name", ""))
-        t["output"] = f"{message}\n\nGrader note: {original}" if original else message
-        points += make_neutral(t, "pending_gpu_points")  # not failed: not judged yet (see the module's docstring)
-        extra = t["extra_data"]
-        extra["pending_gpu"] = True
-        extra["no_gpu_policy"] = policy
-        if policy == "hide":
-            t["visibility"] = HIDDEN_VISIBILITY
+    tests = [_pending(t, message, policy) if is_gpu_item(t.extra_data) else t for t in results.tests]
+    pending = [t for t, before in zip(tests, results.tests) if t is not before]
+    points = sum(float(t.extra_data["pending_gpu_points"]) for t in pending)
     shown = ("shown neither passed nor failed" if policy == "pending"
              else "hidden until grades are published")
     when = ("the course's GPU grading service grades them in this same run (the note above says how that went)"
@@ -151,11 +150,7 @@ def apply_no_gpu_policy(results: dict, detail: Mapping[str, Any] | None, policy:
             f"speed, Nsight Compute and measured items need a GPU: {when}. Items graded by hand are "
             "not part of this score at all: course staff grade them after the deadline.\n"
             f">\n> (Why no GPU: {reason}.)\n\n")
-    results["output"] = note + str(results.get("output", ""))
-    results["score"] = round(sum(float(t.get("score") or 0) for t in results.get("tests", [])), 4)
-    top = results.setdefault("extra_data", {})
-    if isinstance(top, dict):
-        top["pending_gpu_items"] = len(pending)
-        top["pending_gpu_points"] = points
-        top["no_gpu_policy"] = policy
-    return results
+    policed = dataclasses.replace(results, output=note + results.output, tests=tests,
+                                  extra_data={**(results.extra_data or {}), "pending_gpu_items": len(pending),
+                                              "pending_gpu_points": points, "no_gpu_policy": policy})
+    return dataclasses.replace(policed, score=policed.total())

@@ -9,9 +9,10 @@
    SIGTERM (grader/sandbox/process.py: run_process). Its files but its own results.json join the
    results folder.
 2. The child's grading.json is read back into a typed :class:`~grader.grading.Grading`; results.json's
-   dict is built from it in memory (grader/outputs/write.py: results_for), the no-GPU policy
-   (:mod:`.policy`) applied to it and, when the package names a GPU grading service, the service's
-   verdicts merged into it (:mod:`.bridge`: bridge_results).
+   record (grader/outputs/results.py: Results) is built from it in memory (grader/outputs/write.py:
+   results_for), the no-GPU policy (:mod:`.policy`) applied to it and, when the package names a GPU
+   grading service, the service's verdicts merged into it (:mod:`.bridge`: bridge_results), each step
+   returning the changed record.
 3. results.json is written once, at the end (grader/outputs/results.py: write_results). Whatever
    failed (the child crashed, timed out, was stopped, wrote no or a broken grading.json; the policy
    or the service), it is still written once, saying what failed: an "autograder error" item when
@@ -19,6 +20,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -29,14 +31,13 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from grader.deploy.batch.pool import DEFAULT_TIMEOUT_S, LOG_LIMIT, Options, child_command, child_env
 from grader.deploy.gradescope.bridge import MARGIN_S, URL_KEY, bridge_results, run_deadline
 from grader.deploy.gradescope.policy import CONFIG_FILE, apply_no_gpu_policy, read_config, resolve_policy
 from grader.grading import Grading, GradingFormatError, load_grading
 from grader.model import ProcRecord
-from grader.outputs.results import error_results, write_results
+from grader.outputs.results import Results, error_results, write_results
 from grader.outputs.summary import summary_markdown
 from grader.outputs.write import results_for
 from grader.sandbox import guard as sandbox
@@ -189,36 +190,36 @@ def grade_in_child(submission: Path, results_dir: Path, s: Settings, control: Co
         remove_tree(child_out, ignore_errors=True)
 
 
-def _with_policy(results: dict[str, Any], grading: Grading, s: Settings, source_dir: Path,
-                 env: Mapping[str, str]) -> None:
-    """The no-GPU policy on ``results`` (in place); a policy that cannot be applied is said on top."""
+def _with_policy(results: Results, grading: Grading, s: Settings, source_dir: Path,
+                 env: Mapping[str, str]) -> Results:
+    """``results`` under the no-GPU policy; a policy that cannot be applied is said on top."""
     try:
         policy, where = resolve_policy(source_dir, s.rubric, env)
-        apply_no_gpu_policy(results, {"device_reason": grading.env.device_reason}, policy, service=s.service)
+        results = apply_no_gpu_policy(results, {"device_reason": grading.env.device_reason}, policy,
+                                      service=s.service)
     except ValueError as exc:  # a misspelt policy: the grader's own "not evaluated" items stay
-        results["output"] = (f"> **The no-GPU policy was not applied**: {exc}. Items that need a GPU show the "
-                             "grader's own words. Please tell course staff.\n\n" + str(results.get("output") or ""))
+        results = dataclasses.replace(results, output=(
+            f"> **The no-GPU policy was not applied**: {exc}. Items that need a GPU show the "
+            "grader's own words. Please tell course staff.\n\n" + results.output))
         where = f"not applied: {exc}"
-    extra = results.setdefault("extra_data", {})
-    if isinstance(extra, dict):
-        extra["no_gpu_policy_source"] = where
+    return dataclasses.replace(results, extra_data={**(results.extra_data or {}), "no_gpu_policy_source": where})
 
 
 def results_of(run: ChildRun, submission: Path, results_dir: Path, source_dir: Path, s: Settings,
-               env: Mapping[str, str], stopped: threading.Event, started: float) -> dict[str, Any]:
-    """results.json's dict for this run (in memory): the grading with its policy and the service's
+               env: Mapping[str, str], stopped: threading.Event, started: float) -> Results:
+    """results.json's record for this run (in memory): the grading with its policy and the service's
     verdicts, or the error item naming what failed."""
     if run.grading is None:
         return error_results(run.problem, time.monotonic() - started)
-    results = results_for(run.grading, run.summary)
-    _with_policy(results, run.grading, s, source_dir, env)
+    results = _with_policy(results_for(run.grading, run.summary), run.grading, s, source_dir, env)
     if stopped.is_set():  # SIGTERM after the grading: no time for the service; the grading stands
-        results["output"] = ("> **GPU grading was not asked for**: this run was stopped (SIGTERM) after the "
-                             "static grading.\n\n" + str(results.get("output") or ""))
+        results = dataclasses.replace(results, output=(
+            "> **GPU grading was not asked for**: this run was stopped (SIGTERM) after the "
+            "static grading.\n\n" + results.output))
     else:
-        bridge_results(results, results_dir, submission, source_dir, env)
-    extra = results.get("extra_data") or {}
-    print(f"score {results.get('score')} (no-GPU policy {extra.get('no_gpu_policy', 'n/a')}, "
+        results, _ = bridge_results(results, results_dir, submission, source_dir, env)
+    extra = results.extra_data or {}
+    print(f"score {results.score} (no-GPU policy {extra.get('no_gpu_policy', 'n/a')}, "
           f"pending GPU items {extra.get('pending_gpu_items', 0)})", flush=True)
     return results
 

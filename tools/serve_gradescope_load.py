@@ -54,7 +54,8 @@ from serve_load import DEFAULT_SUBMISSIONS, percentile, report, spawn, stop_spaw
 from grader.deploy.gradescope import build as gbuild  # noqa: E402
 from grader.deploy.gradescope.bridge import pending_tests  # noqa: E402
 from grader.deploy.gradescope.policy import PENDING_PREFIX  # noqa: E402
-from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES  # noqa: E402
+from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES, Results  # noqa: E402
+from grader.records import RecordError  # noqa: E402
 
 ASSIGNMENT = "gemm-ladder-load"
 MARKER = "LOAD_MARKER.txt"
@@ -229,15 +230,20 @@ def check(run: Run, http: httpx.Client, no_gpu: bool = False) -> dict:
         [] if run.exit_code == 0 else [f"run_autograder exit code {run.exit_code}"]
     data, bad = validate(run.tree / "results" / "results.json")
     problems += bad
+    try:  # the typed record the bridge reads (grader/outputs/results.py); validate() said what else is wrong
+        pending = len(pending_tests(Results.from_json(data))) if data is not None else 0
+    except RecordError as exc:
+        problems.append(f"results.json is not the grader's record: {exc}")
+        data = None
     if data is not None:
         tests = [t for t in data["tests"] if isinstance(t, dict)]
         extra, gs = _dict(data.get("extra_data")), _dict(_dict(data.get("extra_data")).get("gpu_service"))
         # no bridge record and nothing pending: the static grading was the whole grade (e.g. nothing compiled)
-        state = gs.get("state") or ("nothing_pending" if not pending_tests(data) else "bridge did not run")
+        state = gs.get("state") or ("nothing_pending" if not pending else "bridge did not run")
         rec.update(score=data.get("score"), max_score=sum(float(t.get("max_score") or 0) for t in tests),
                    state=state, job=gs.get("job"), merged_items=gs.get("merged_items"),
                    item_states=dict(Counter(str(_dict(t.get("extra_data")).get("status")) for t in tests)))
-        left = len(pending_tests(data))
+        left = pending
         if no_gpu and state != "nothing_pending":
             if state != "without_gpu" or gs.get("merged_items") != 0 or not left or \
                     gs.get("still_pending") != left or extra.get("pending_gpu_items") != left:

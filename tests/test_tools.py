@@ -7,6 +7,7 @@ or gone (git keeps it).
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +31,12 @@ def tool_files() -> list[Path]:
 
 
 def repo_texts() -> list[Path]:
-    return [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES
+    """The checkout's own text files: git's list where there is one (what a clone holds, not a local
+    scratch folder or a virtual environment), else every file under the root."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True)
+    paths = ([ROOT / name for name in listed.stdout.split("\0") if name] if listed.returncode == 0 and listed.stdout
+             else list(ROOT.rglob("*")))
+    return [p for p in paths if p.is_file() and p.suffix in TEXT_SUFFIXES
             and not str(p.relative_to(ROOT)).startswith(SKIPPED) and "__pycache__" not in p.parts]
 
 

@@ -8,7 +8,6 @@ exception. The grading process creates no CUDA context; every GPU step is a chil
 """
 from __future__ import annotations
 
-import fcntl
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -37,6 +36,7 @@ from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence
+from grader.sandbox.lock import held
 from grader.score.stages import score
 
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
@@ -253,17 +253,14 @@ def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
     if lock is None or not needed:
         yield
         return
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+b") as fh:
-        t0 = time.monotonic()
-        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
+    t0 = time.monotonic()
+    with held(lock):
         clock.add("gpu_wait", time.monotonic() - t0, detail=False)
         t1 = time.monotonic()
         try:
             yield
         finally:
             clock.add("gpu_held", time.monotonic() - t1)
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,

@@ -31,15 +31,12 @@ that lacks a kernel costs only time: the child compiles it into its own copy, as
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +45,7 @@ from grader.records import to_jsonable
 from grader.rubric.types import Rubric
 from grader.sandbox import guard as sandbox
 from grader.sandbox.launch import launch
+from grader.sandbox.lock import held
 
 CACHE_VAR = "GRADER_CUPY_CACHE"  # a folder, or "off": a cache for each grading only
 OFF = "off"
@@ -162,16 +160,6 @@ def verified(folder: Path, key: str) -> bool:
         return False
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _make(folder: Path, rubric: Rubric, device: dict, key: str, timeout_s: float) -> tuple[float | None, str]:
     """Run the warm child into ``folder/cupy-cache`` and write the manifest: (its seconds, "") or
     (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
@@ -199,7 +187,7 @@ def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple
         shutil.rmtree(folder, ignore_errors=True)
         secs, why = _make(folder, rubric, device, key, timeout_s)
         return (WarmCache(folder / CACHE, key, False, secs), "") if secs is not None else (None, why)
-    with _locked(root / f"{key}.lock"):
+    with held(root / f"{key}.lock"):
         folder = root / key
         if verified(folder, key):
             return WarmCache(folder / CACHE, key, True), ""

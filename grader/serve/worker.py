@@ -19,7 +19,6 @@ and queued jobs the queue lost (a worker killed between taking and claiming) are
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from grader import IMPORT_ROOT
 from grader.gpu.device import describe_into
+from grader.sandbox.lock import held
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
@@ -52,13 +52,8 @@ def holding(lock: Path | None) -> Iterator[None]:
     if lock is None:
         yield
         return
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+b") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)  # released by the kernel if this process dies
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with held(lock):
+        yield
 
 
 def pid_alive(pid: int) -> bool:

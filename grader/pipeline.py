@@ -21,7 +21,7 @@ from grader.compile.intake import INTAKE_FILE, intake
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
-from grader.gpu.device import probe_device, read_device_file
+from grader.gpu.device import kept_probe, read_device_file
 from grader.gpu.job import Job, Progress
 from grader.gpu.ncu_run import profile_stages
 from grader.gpu.racecheck import tool_fence
@@ -43,14 +43,18 @@ __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "En
 
 
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
-                       device: dict | None = None) -> Environment:
-    """The GPU (asked by the probe child, in ``work``: a temporary folder by default; or ``device``,
-    a description a batch probed once: grader/gpu/device.py) and the tools."""
+                       device: dict | None = None, clock: Clock | None = None) -> Environment:
+    """The GPU (``device``, a description a batch or a worker probed once; else the machine's kept
+    description, else the probe child's, run in ``work``: a temporary folder by default;
+    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used."""
     reason = "GPU use switched off (--no-gpu)"
     if not use_gpu:
         device = None
     elif device is None:
-        device, reason = probe_device(rubric.timeouts.probe_s, work)
+        t0 = time.monotonic()
+        device, reason, kept = kept_probe(rubric.timeouts.probe_s, work)
+        if kept and clock is not None:
+            clock.add("probe.kept", time.monotonic() - t0, detail=True)
     else:
         reason = ""
     cc = tuple(device["cc"]) if device and device.get("ok") else None
@@ -286,7 +290,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                 device, problem = read_device_file(Path(device_file))
                 if problem:
                     notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
-            env = detect_environment(rubric, use_gpu, device=device)
+            env = detect_environment(rubric, use_gpu, device=device, clock=clock)
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
     with clock.step("intake"):
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])

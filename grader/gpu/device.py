@@ -7,16 +7,31 @@ probes each GPU once and hands every grading on it the description (``grade --de
 grading then starts one process fewer, outside its GPU turn, while the other grading on that GPU is
 timed. A file that cannot be used (missing, too large, not the probe's shape) is not fatal: the
 grading probes for itself and its notes say why.
+
+A single grading (``python -m grader grade``, a TA's ``run_local.py``) keeps the description too
+(:func:`kept_probe`): the probe child costs about 1 s on an H200, every time, for an answer that
+changes only with the machine. The kept file's name is a digest of what the answer depends on (the
+boot, the driver and its GPUs as ``/proc/driver/nvidia`` lists them, MIG's capability devices, the
+visible devices, the Python and CuPy installed, the grader's code), so a reboot, a driver update, a
+GPU or MIG change, another CuPy or another ``CUDA_VISIBLE_DEVICES`` probes again. Only a usable
+description is kept, in a kept folder the grader alone may write (grader/sandbox/kept.py;
+``GRADER_PROBE_CACHE``, ``off`` to probe every time).
 """
 from __future__ import annotations
 
+import glob
+import hashlib
+import importlib.util
 import json
+import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from grader.children.protocol import PROBE, ProbeSpec
 from grader.records import to_jsonable
+from grader.sandbox.kept import kept_root, private_file
 from grader.sandbox.launch import launch
 
 DEVICE_FILE_MAX_BYTES = 64 * 1024  # the probe writes a few hundred bytes
@@ -91,7 +106,77 @@ def describe_into(path: Path, timeout_s: float, extra_env: dict[str, str] | None
 
 
 def write_device_file(path: Path, device: dict[str, Any]) -> None:
+    """Write ``device`` to ``path`` whole or not at all (a temporary file of its own, renamed), so two
+    gradings writing at once never leave half a description; the file is the grader's alone (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(device, indent=1) + "\n")
-    tmp.replace(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(device, indent=1) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+PROBE_CACHE_VAR = "GRADER_PROBE_CACHE"  # a folder, or "off": probe in every grading
+_DRIVER = Path("/proc/driver/nvidia")
+# What a GPU's description depends on, besides the files above (read by :func:`machine_key`).
+_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+
+def _read(path: str | Path, limit: int = 64 * 1024) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def machine_key() -> str | None:
+    """A digest of everything the probe's answer depends on, or None where there is no NVIDIA driver
+    to read it from (then nothing is kept)."""
+    driver = _read(_DRIVER / "version")
+    if not driver:
+        return None
+    from grader import code_version
+
+    cupy = importlib.util.find_spec("cupy")
+    origin = cupy.origin if cupy is not None and cupy.origin else ""
+    try:
+        cupy_stamp = os.stat(origin).st_mtime_ns if origin else 0
+    except OSError:
+        cupy_stamp = 0
+    parts = {
+        "boot": _read("/proc/sys/kernel/random/boot_id").strip(),
+        "driver": driver,
+        "gpus": [_read(p) for p in sorted(glob.glob(str(_DRIVER / "gpus" / "*" / "information")))],
+        "mig": sorted(os.listdir("/dev/nvidia-caps")) if os.path.isdir("/dev/nvidia-caps") else [],
+        "env": {k: os.environ.get(k) for k in _VISIBILITY},
+        "python": [sys.executable, sys.version],
+        "cupy": [origin, cupy_stamp],
+        "code": code_version(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def kept_probe(timeout_s: float, work: Path | None = None) -> tuple[dict[str, Any] | None, str, bool]:
+    """(description, reason, kept): the machine's kept description when there is a usable one for
+    :func:`machine_key` (kept True), else the probe child's (:func:`probe_device`), kept for the next
+    grading when it found a usable GPU."""
+    root = kept_root(PROBE_CACHE_VAR, "probe")
+    key = machine_key() if root is not None else None
+    if root is None or key is None:
+        return (*probe_device(timeout_s, work), False)
+    path = root / f"{key}.json"
+    if private_file(path):
+        device, problem = read_device_file(path)
+        if device is not None and not problem:
+            return device, "", True
+    device, reason = probe_device(timeout_s, work)
+    if device is not None and not reason and not device_problem(device):
+        try:
+            write_device_file(path, device)
+        except OSError:
+            pass  # not kept: the next grading probes again
+    return device, reason, False

@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,12 +42,11 @@ from pathlib import Path
 from grader.children.protocol import WARM, BenchSpec, Case, Draw, Kernel, LaunchShape, WarmSpec, WarmStage
 from grader.records import to_jsonable
 from grader.rubric.types import Rubric
-from grader.sandbox import guard as sandbox
+from grader.sandbox.kept import kept_root, private_dir
 from grader.sandbox.launch import launch
 from grader.sandbox.lock import held
 
 CACHE_VAR = "GRADER_CUPY_CACHE"  # a folder, or "off": a cache for each grading only
-OFF = "off"
 CACHE = "cupy-cache"  # in a warm folder: the flat folder of CuPy's cubins
 MANIFEST = "manifest.json"  # in a warm folder: {"key": ..., "files": {name: sha256}}
 KERNEL = "warm_gemm"  # grader/children/warm.py's kernel
@@ -108,30 +106,10 @@ def warm_spec(rubric: Rubric, device: dict, folder: Path) -> WarmSpec:
     return WarmSpec(runs=runs, draws=draws)
 
 
-def _private(path: Path) -> bool:
-    """A real folder (no link) of the grader's user that nobody else may write."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
-
-
 def cache_root() -> Path | None:
-    """The per-machine folder of warm caches, or None: switched off, not safe here, or unusable."""
-    value = os.environ.get(CACHE_VAR, "").strip()
-    if value.lower() == OFF:
-        return None
-    mode = sandbox.mode()
-    if mode.confinement is not sandbox.Confinement.BWRAP and mode.user is None:
-        return None  # a student's program runs as the grader's own user, unconfined: it could write there
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemm-grader" / "cupy"
-    root = Path(value) if value else base
-    try:
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        return None
-    return root if _private(root) else None
+    """The per-machine folder of warm caches, or None: switched off, not safe here, or unusable
+    (grader/sandbox/kept.py)."""
+    return kept_root(CACHE_VAR, "cupy")
 
 
 def _digest(path: Path) -> str:
@@ -151,7 +129,7 @@ def _list_files(cache: Path) -> dict[str, str] | None:
 def verified(folder: Path, key: str) -> bool:
     """The folder is the grader's alone, and its cache holds exactly the manifest's files, unchanged."""
     cache = folder / CACHE
-    if not (_private(folder) and _private(cache)):
+    if not (private_dir(folder) and private_dir(cache)):
         return False
     try:
         manifest = json.loads((folder / MANIFEST).read_text())

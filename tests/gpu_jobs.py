@@ -183,7 +183,7 @@ def _attacks(work: Path, lock: Path) -> dict[str, tuple[Any, bool]]:
 
 def attack_rubric(dest: Path) -> Path:
     """rubric.yaml with a shorter compile limit, so a preprocessor bomb stopped by time costs 45 s, not 120
-    (the stages' own limits derive from their references: at most 11 s)."""
+    (the stages' own limits derive from their references: at most 10 s)."""
     text = (ROOT / "rubric.yaml").read_text()
     assert "compile_s: 120" in text, "rubric.yaml no longer has compile_s: 120"
     dest.write_text(text.replace("compile_s: 120", "compile_s: 45"))

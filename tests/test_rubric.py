@@ -31,7 +31,7 @@ def test_shipped_rubric_is_the_six_stage_ladder_and_the_hopper_bonus():
     assert hopper.bonus is Bonus.EXTRA and hopper.max_points == 10 and r.bonus_points == 10 + 3  # + its report paragraph
     assert r.max_points == sum(s.max_points for s in r.stages[:-1]) + r.occupancy.max_points + r.report.max_points
     assert all(s.bench.n == 4096 for s in r.stages)
-    assert r.stage("naive").bench.reps == 3  # per-stage override merged over settings.bench
+    assert (r.stage("naive").bench.reps, r.stage("naive").bench.warmup) == (1, 0)  # per-stage override merged over settings.bench
     assert r.stage("tiled").bench.reps == 20
     assert len(r.correctness_sizes) >= 2
     for s in r.stages:
@@ -294,3 +294,13 @@ def test_a_missing_key_names_only_a_near_copy_as_its_misspelling(tmp_path):
     with pytest.raises(RubricError) as exc:
         parse_rubric(raw)
     assert exc.value.problem == "is missing"
+
+
+def test_a_benchmark_may_have_no_warm_up_but_not_fewer(raw):
+    bare = copy.deepcopy(raw)
+    bare["stages"][1]["bench"] = {"reps": 1, "min_reps": 1, "warmup": 0}
+    assert parse_rubric(bare).stages[1].bench.warmup == 0
+    err = _error(raw, lambda r: r["stages"][1].update(bench={"warmup": -1}))
+    assert err.where == "rubric.yaml.stages[1].bench.warmup" and "an integer >= 0" in str(err)
+    err = _error(raw, lambda r: r["stages"][1].update(bench={"reps": 0}))
+    assert err.where == "rubric.yaml.stages[1].bench.reps" and "a positive number" in str(err)

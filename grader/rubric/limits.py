@@ -25,7 +25,7 @@ with M = ``settings.stage_limits.multiple``. The parts:
   at the default sizes); their M-times-slower share is added too.
 
 So a correct kernel up to M times slower than the reference is never stopped, while a kernel that
-hangs is stopped at that limit (11 s for the naive stage, the floor of 10 s for the others, with
+hangs is stopped at that limit (the floor of 10 s for every stage, with
 the rubric's values), and one that floods its output is stopped the moment its output passes
 ``settings.output_limit_bytes`` (the fence's output cap, grader/sandbox/process.py), whatever its limit.
 

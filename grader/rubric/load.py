@@ -44,6 +44,8 @@ def _bench(r: Reader, base: Bench) -> Bench:
     for f in dataclasses.fields(Bench):
         if f.name == "flush_l2":
             kw[f.name] = r.get(f.name, bool, base.flush_l2)
+        elif f.name == "warmup":  # none at all is allowed: a slow kernel's first launch is as warm as its next
+            kw[f.name] = r.integer(f.name, base.warmup, lo=0)
         else:
             typ = (int, float) if f.name == "max_seconds" else int
             kw[f.name] = r.positive(f.name, typ, getattr(base, f.name))

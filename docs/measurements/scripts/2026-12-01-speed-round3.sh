@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Device calls of speed round 3 (#32; docs/measurements/2026-12-01-h200-speed-round3.md). From the repo
+# root on the device machine, with .whl and .deb carried (and .before/, a copy of the code before, for
+# the step "interleave"):
+#   bash docs/measurements/scripts/2026-12-01-speed-round3.sh STEP...
+# Steps: grades [N] (one warm-up, then N timed full grades of solutions/, the first kept with its work
+# folder), nogpu (a --no-gpu grade: the compiles with no GPU child beside them), lock N (grades with
+# --gpu-lock: the GPU children start after the compiles), probe (the probe child), ncusol (docs/measurements/scripts/ncu_sol_cost.py on the kept work),
+# interleave N (before/after gradings in turn), hopper (tune_hopper.py), demo, serve-load, gpu-tests.
+set -u
+OUT=${OUT:-/tmp/r3-out}
+W=/tmp/r3
+mkdir -p "$W" "$OUT"
+export PYTHONUNBUFFERED=1
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/run.txt"; }
+if [ ! -d /tmp/site/dacite ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD
+if ! command -v bwrap >/dev/null; then
+  mkdir -p /tmp/bw && dpkg -x .deb/bubblewrap_*.deb /tmp/bw && ln -sf /tmp/bw/usr/bin/bwrap /usr/local/bin/bwrap
+fi
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+  nproc; git log --oneline -1 2>/dev/null; python3 -V; nvcc --version | tail -1; } 2>&1 | tee -a "$OUT/run.txt"
+
+# grade NAME SUBMISSION [grade args...]: one timed grading (from the folder $FROM, default .), one
+# summary line, its phase line
+grade() {
+  local name=$1 sub=$2; shift 2
+  local from=${FROM:-$PWD} t0 t1 rc
+  t0=$(date +%s.%N)
+  (cd "$from" && PYTHONPATH=/tmp/site:$from timeout 300 python3 -m grader grade "$OLDPWD/$sub" --out "$W/$name" --quiet "$@") \
+    > "$W/$name.log" 2>&1
+  rc=$?; t1=$(date +%s.%N)
+  python3 docs/measurements/scripts/summarize_grading.py "$W/$name" "$name" "$rc" "$t0" "$t1" | tee -a "$OUT/run.txt"
+  python3 - "$W/$name/grading.json" "$name" <<'PY' | tee -a "$OUT/run.txt"
+import json, sys
+try:
+    g = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as exc:
+    print(f"  {sys.argv[2]} phases: none ({exc})"); raise SystemExit
+steps = [p for p in g.get("phases", []) if not p.get("detail") and not p.get("stage")]
+print(f"  {sys.argv[2]} phases: " + ", ".join(f"{p['name']} {p['seconds']:.2f}" for p in steps))
+print(f"  {sys.argv[2]} cpu: {g.get('cpu_seconds')} (grader {g.get('cpu_seconds_grader')})")
+PY
+  cp "$W/$name/grading.json" "$OUT/$name.grading.json" 2>/dev/null || true
+}
+
+while [ $# -gt 0 ]; do
+  step=$1; shift
+  n=5; case ${1:-} in [0-9]*) n=$1; shift ;; esac
+  case $step in
+  grades)
+    log "solutions/: a warm-up grade, then $n timed full grades (the first keeps its work folder)"
+    grade solutions-warm solutions
+    grade solutions-1 solutions --keep-work
+    for k in $(seq 2 "$n"); do grade "solutions-$k" solutions; done ;;
+  nogpu)
+    log "solutions/ with --no-gpu: the compiles alone"
+    grade nogpu solutions --no-gpu ;;
+  lock)
+    log "solutions/ with --gpu-lock (its GPU children start after the compiles), $n times"
+    for k in $(seq 1 "$n"); do grade "lock-$k" solutions --gpu-lock "$W/gpu0.lock"; done ;;
+  probe)
+    log "the probe child, 3 times"
+    for k in 1 2 3; do
+      python3 -c 'import time; t = time.monotonic(); from grader.gpu.device import probe_device; d, r = probe_device(60); print("probe child", round(time.monotonic() - t, 3), "s:", d and d.get("name"), r)' 2>&1 | tail -1 | tee -a "$OUT/run.txt"
+    done ;;
+  ncusol)
+    log "ncu: the Speed-of-Light throughputs' cost"
+    timeout 400 python3 docs/measurements/scripts/ncu_sol_cost.py "$W/solutions-1/work" "$OUT" --repeat 2 2>&1 | tail -12 | tee -a "$OUT/run.txt" ;;
+  interleave)
+    log "before (.before/) and after, $n each, in turn"
+    grade il-warm-before solutions; FROM=$PWD grade il-warm-after solutions
+    for k in $(seq 1 "$n"); do FROM=$PWD/.before grade "il-before-$k" solutions; grade "il-after-$k" solutions; done ;;
+  hopper)
+    log "the Hopper reference's variants"
+    OUT=$OUT timeout 500 python3 docs/measurements/scripts/tune_hopper.py ${HOPPER_ONLY:+--only "$HOPPER_ONLY"} 2>&1 | tail -20 | tee -a "$OUT/run.txt" ;;
+  demo)
+    grade starter starter
+    for s in wrong_index race_missing_sync compile_error zero_output illegal_address partial_write; do
+      [ -d "tests/submissions/$s" ] && grade "demo-$s" "tests/submissions/$s"
+    done ;;
+  serve-load)
+    log "the Gradescope path through the service, 16 submissions at once on one H200 (two gradings per GPU)"
+    timeout 280 python3 tools/serve_gradescope_load.py --gpus 0 --gradings-per-gpu 2 --n 16 --out "$OUT/serve_load_2.json" \
+      2>&1 | tail -6 | tee -a "$OUT/run.txt" ;;
+  gpu-tests)
+    log "GPU tests"
+    t0=$(date +%s)
+    timeout 400 python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --durations=12 2>&1 | tail -40 | tee -a "$OUT/run.txt"
+    log "GPU tests took $(( $(date +%s) - t0 )) s" ;;
+  esac
+done
+log "packing"
+(cd "$W" && find . -name grading.json -o -name results.json -o -name "*.log" | grep -v /work/ | tar czf "$OUT/gradings.tgz" -T -) 2>/dev/null || true
+ls -la "$OUT" | tail -30

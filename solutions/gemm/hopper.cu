@@ -47,6 +47,19 @@
 //    pairs; a quad of lanes covers 32 contiguous bytes, so every store
 //    instruction of a warp fills whole 32-byte sectors.
 //
+// 7. Persistent blocks (TUNE_PERSISTENT = 1; off by default). The launch is the
+//    same grid, but only min(SMs, tiles, launched blocks) blocks work (the SM
+//    count from %nsmid); the rest return before touching a barrier. Working
+//    block b computes tiles b, b + W, b + 2W, ... of the grouped order, and
+//    its ring of slots runs on across tiles (one running use count for the
+//    producer and each consumer, so the phases continue), so the producer
+//    loads the next tile's first slots while the consumers store the current
+//    tile: no block launch, barrier init or pipeline fill between tiles, and
+//    the epilogue overlaps the next tile's loads. The consumers release a
+//    tile's last INFLIGHT slots after its final wgmma wait, before the
+//    epilogue; without that the producer would wait for them forever.
+//    measured: (lead fills in)
+//
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.
 
@@ -67,6 +80,12 @@
 #endif
 #ifndef TUNE_GROUP
 #define TUNE_GROUP 8
+#endif
+#ifndef TUNE_PERSISTENT
+#define TUNE_PERSISTENT 0
+#endif
+#ifndef TUNE_WORKERS
+#define TUNE_WORKERS 0  // with TUNE_PERSISTENT: working blocks at most (0: the SM count, %nsmid)
 #endif
 
 constexpr int BM = 128;                 // rows of C per block: 64 per consumer warpgroup
@@ -247,6 +266,24 @@ __device__ __forceinline__ void wgmma<128>(float (&d)[64], uint64_t descA, uint6
     wgmma_n128(d, descA, descB, scale_d);
 }
 
+// ---- the launch order ----------------------------------------------------------------------
+// Tile t of the launch order (0, 1, ...) -> (tile row, tile column) of a C of cols x rows tiles.
+// GROUP > 0: consecutive tiles take GROUP tile rows and walk their columns together, so the A and B
+// strips they read are still in L2 when the next tiles need them.
+__device__ __forceinline__ void grouped_tile(int t, int cols, int rows, int& tile_m, int& tile_n)
+{
+    if (GROUP > 0) {
+        const int per_group = GROUP * cols;
+        const int first = (t / per_group) * GROUP;
+        const int height = min(rows - first, GROUP);
+        tile_m = first + (t % per_group) % height;
+        tile_n = (t % per_group) / height;
+    } else {
+        tile_m = t / cols;
+        tile_n = t % cols;
+    }
+}
+
 // ---- the kernel ----------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaDescriptor tmB,
@@ -261,19 +298,32 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
 
     const int wg = threadIdx.x / 128;
+#if TUNE_PERSISTENT
+    // One working block per SM (or per tile, or per launched block, whichever is fewest: a sanitizer
+    // launches a corner of the grid); the others leave before they touch a barrier. Working block b
+    // computes tiles b, b + W, b + 2W, ... of the launch order, so the W tiles running at any time
+    // are consecutive ones, as the grid's blocks were.
+    const int cols = N / BN, rows = N / BM, tiles = cols * rows;
+    unsigned sms = TUNE_WORKERS;
+    if (TUNE_WORKERS == 0) asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
+    const int first_tile = blockIdx.y * gridDim.x + blockIdx.x;
+    const int workers = min(min((int)sms, tiles), (int)(gridDim.x * gridDim.y));
+    if (first_tile >= workers) return;
+    auto each_tile = [&](auto&& body) {
+        for (int t = first_tile, u0 = 0; t < tiles; t += workers, u0 += N / BK) {  // N / BK = KT
+            int tile_m, tile_n;
+            grouped_tile(t, cols, rows, tile_m, tile_n);
+            body(tile_m * BM, tile_n * BN, u0);
+        }
+    };
+#else
+    // One tile per block: the grid's blocks in the launch order.
     int tile_m = blockIdx.y, tile_n = blockIdx.x;
-    if (GROUP > 0) {
-        // Blocks launched together take GROUP block rows x a few block columns, so the A and B
-        // strips they read stay in L2 while the group runs.
-        const int bid = blockIdx.y * gridDim.x + blockIdx.x;
-        const int per_group = GROUP * gridDim.x;
-        const int first = (bid / per_group) * GROUP;
-        const int rows = min((int)gridDim.y - first, GROUP);
-        tile_m = first + (bid % per_group) % rows;
-        tile_n = (bid % per_group) / rows;
-    }
+    if (GROUP > 0) grouped_tile(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, tile_m, tile_n);
     const int m0 = tile_m * BM;
     const int n0 = tile_n * BN;
+    auto each_tile = [&](auto&& body) { body(m0, n0, 0); };
+#endif
     const int KT = N / BK;
 
     if (threadIdx.x == 0) {
@@ -285,65 +335,83 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     }
     __syncthreads();
 
+    // The ring runs on from one tile into the next: u counts this block's slot uses so far (a tile
+    // starts at use u0 = KT x the tiles before it); use u is slot u % STAGES, filled for the
+    // (u / STAGES)-th time, so the parity of the phase to wait for is (u / STAGES) & 1. The producer
+    // fills the next tile's first slots while the consumers store the current one.
     if (wg == 0) {
         // Producer warpgroup: give registers away, then one thread feeds the ring.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (threadIdx.x == 0) {
-            for (int kt = 0; kt < KT; ++kt) {
-                const int s = kt % STAGES;
-                // The slot's previous tile must be released; the first pass finds every slot free.
-                mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);
-                mbar_expect_tx(full(s), SLOT_BYTES);
-                const uint32_t a = base + s * SLOT_BYTES;
-                tma_load(a, &tmA, kt * BK, m0, full(s));
-                tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
-            }
+            each_tile([&](int m0, int n0, int u0) {
+                for (int kt = 0; kt < KT; ++kt) {
+                    const int u = u0 + kt;
+                    const int s = u % STAGES;
+                    // The slot's previous use must be released; the first pass finds every slot free.
+                    mbar_wait(empty(s), ((u / STAGES) & 1) ^ 1);
+                    mbar_expect_tx(full(s), SLOT_BYTES);
+                    const uint32_t a = base + s * SLOT_BYTES;
+                    tma_load(a, &tmA, kt * BK, m0, full(s));
+                    tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
+                }
+            });
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
         const int cw = wg - 1;  // this consumer's 64 rows: m0 + 64 * cw ...
         float d[BN / WGN][WGN / 2];
-
-        for (int kt = 0; kt < KT; ++kt) {
-            const int s = kt % STAGES;
-            mbar_wait(full(s), (kt / STAGES) & 1);
-            const uint32_t a = base + s * SLOT_BYTES + cw * 64 * BK * 2;
-            const uint32_t b = base + s * SLOT_BYTES + A_SLOT;
-            wgmma_fence();
+        each_tile([&](int m0, int n0, int u0) {
+            for (int kt = 0; kt < KT; ++kt) {
+                const int u = u0 + kt;
+                const int s = u % STAGES;
+                mbar_wait(full(s), (u / STAGES) & 1);
+                const uint32_t a = base + s * SLOT_BYTES + cw * 64 * BK * 2;
+                const uint32_t b = base + s * SLOT_BYTES + A_SLOT;
+                wgmma_fence();  // also orders the previous tile's epilogue reads of d before this overwrite
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) {
+                for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
-                for (int j = 0; j < BN / WGN; ++j) {
-                    // +32 bytes per 16-element k-step inside the swizzled row; +WGN rows of B per j.
-                    wgmma<WGN>(d[j], smem_desc(a + kk * 32), smem_desc(b + j * WGN * BK * 2 + kk * 32),
-                               (kt > 0 || kk > 0) ? 1 : 0);
+                    for (int j = 0; j < BN / WGN; ++j) {
+                        // +32 bytes per 16-element k-step inside the swizzled row; +WGN rows of B per j.
+                        wgmma<WGN>(d[j], smem_desc(a + kk * 32), smem_desc(b + j * WGN * BK * 2 + kk * 32),
+                                   (kt > 0 || kk > 0) ? 1 : 0);
+                    }
+                }
+                wgmma_commit();
+                wgmma_wait<INFLIGHT>();
+                // Use u - INFLIGHT is no longer read by this warp's products: release its slot.
+                if (kt >= INFLIGHT) {
+                    __syncwarp();
+                    if (threadIdx.x % 32 == 0) mbar_arrive(empty((u - INFLIGHT) % STAGES));
                 }
             }
-            wgmma_commit();
-            wgmma_wait<INFLIGHT>();
-            // Slot kt - INFLIGHT is no longer read by this warp's products: release it.
-            if (kt >= INFLIGHT) {
-                __syncwarp();
-                if (threadIdx.x % 32 == 0) mbar_arrive(empty((kt - INFLIGHT) % STAGES));
+            wgmma_wait<0>();
+#if TUNE_PERSISTENT
+            // The tile's last INFLIGHT uses are read no more either: release them now, before the
+            // epilogue, or the producer would wait for them forever on this block's next tile.
+            __syncwarp();
+            if (threadIdx.x % 32 == 0) {
+                for (int r = min(INFLIGHT, KT); r >= 1; --r) mbar_arrive(empty((u0 + KT - r) % STAGES));
             }
-        }
-        wgmma_wait<0>();
+#endif
 
-        // Epilogue: accumulator element layout of m64nNk16 (PTX ISA, "wgmma D fragments"):
-        // thread t of the warpgroup holds, per 8 columns i, rows w*16 + l/4 (+8) and columns
-        // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
-        const int t = threadIdx.x % 128;
-        const int row = m0 + cw * 64 + (t / 32) * 16 + (t % 32) / 4;
-        const int colq = 2 * (t % 4);
+            // Epilogue: accumulator element layout of m64nNk16 (PTX ISA, "wgmma D fragments"):
+            // thread t of the warpgroup holds, per 8 columns i, rows w*16 + l/4 (+8) and columns
+            // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
+            const int t = threadIdx.x % 128;
+            const int row = m0 + cw * 64 + (t / 32) * 16 + (t % 32) / 4;
+            const int colq = 2 * (t % 4);
 #pragma unroll
-        for (int j = 0; j < BN / WGN; ++j) {
+            for (int j = 0; j < BN / WGN; ++j) {
 #pragma unroll
-            for (int i = 0; i < WGN / 8; ++i) {
-                const int col = n0 + j * WGN + i * 8 + colq;
-                *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) = make_float2(d[j][4 * i], d[j][4 * i + 1]);
-                *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
-                    make_float2(d[j][4 * i + 2], d[j][4 * i + 3]);
+                for (int i = 0; i < WGN / 8; ++i) {
+                    const int col = n0 + j * WGN + i * 8 + colq;
+                    *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) =
+                        make_float2(d[j][4 * i], d[j][4 * i + 1]);
+                    *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
+                        make_float2(d[j][4 * i + 2], d[j][4 * i + 3]);
+                }
             }
-        }
+        });
     }
 }

@@ -55,6 +55,11 @@ VARIANTS: dict[str, dict[str, int]] = {
     "persistent_s3": {"TUNE_PERSISTENT": 1, "TUNE_STAGES": 3},
     # 132 working blocks whatever %nsmid says (the H200's SM count): a check of %nsmid's value.
     "persistent_w132": {"TUNE_PERSISTENT": 1, "TUNE_WORKERS": 132},
+    # ... and clusters of 2 blocks, tiles one above another, each loading half of their B tile for both.
+    "cluster2": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2},
+    "cluster2_g16": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2, "TUNE_GROUP": 16},
+    # 64 working clusters rather than 66: in case the GPCs cannot hold 66 clusters of 2 at once.
+    "cluster2_w128": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2, "TUNE_WORKERS": 128},
 }
 CHILD_TIMEOUT_S = 60  # one variant's checks and timing take seconds; longer is a kernel that hangs
 

@@ -6,6 +6,7 @@ Run on an sm_90a GPU from the repository root:
     python docs/measurements/scripts/tune_hopper.py                  # every variant; table on stdout
     OUT=/dir python docs/measurements/scripts/tune_hopper.py         # ... and the record in $OUT/tune_hopper.json
     python docs/measurements/scripts/tune_hopper.py --only default   # variants whose name starts with "default"
+    python docs/measurements/scripts/tune_hopper.py --only default,persistent   # ... with either prefix
 
 Each variant is solutions/gemm/hopper.cu compiled with a set of -D TUNE_* macros (the grader
 compiles with none: the variant "default"). Each runs in its own child process (``--one``) so a
@@ -174,7 +175,7 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes (default: every variant)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--launch", type=int, default=0, help="with --one: a single launch at this N, no timing")
     ap.add_argument("--nvcc", default="nvcc")
@@ -185,7 +186,7 @@ def main() -> int:
         return 0
     build = Path(args.build)
     build.mkdir(parents=True, exist_ok=True)
-    names = [v for v in VARIANTS if v.startswith(args.only)]
+    names = [v for v in VARIANTS if any(v.startswith(prefix) for prefix in args.only.split(","))]
     with cf.ThreadPoolExecutor(8) as pool:
         rows = list(pool.map(lambda v: compile_variant(v, build, args.nvcc), names))
     for row in rows:

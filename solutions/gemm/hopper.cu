@@ -47,6 +47,34 @@
 //    pairs; a quad of lanes covers 32 contiguous bytes, so every store
 //    instruction of a warp fills whole 32-byte sectors.
 //
+// 7. Persistent blocks (TUNE_PERSISTENT = 1; off by default). The launch is the
+//    same grid, but only min(SMs, tiles, launched blocks) blocks work (the SM
+//    count from %nsmid); the rest return before touching a barrier. Working
+//    block b computes tiles b, b + W, b + 2W, ... of the grouped order, and
+//    its ring of slots runs on across tiles (one running use count for the
+//    producer and each consumer, so the phases continue), so the producer
+//    loads the next tile's first slots while the consumers store the current
+//    tile: no block launch, barrier init or pipeline fill between tiles, and
+//    the epilogue overlaps the next tile's loads. The consumers release a
+//    tile's last INFLIGHT slots after its final wgmma wait, before the
+//    epilogue; without that the producer would wait for them forever.
+//    measured: (lead fills in)
+//
+// 8. Clusters sharing B (TUNE_CLUSTER = 2 with TUNE_PERSISTENT = 1; off by
+//    default). Two blocks of a cluster (__cluster_dims__ along y: N / BM is
+//    even while N / BN is 1 at N = 256) compute two tiles one above another,
+//    which read the same 256 x 64 B tile per k-step (two thirds of a slot's
+//    bytes): each block loads one half of it and the TMA multicasts the half
+//    into both blocks' slots, halving B's L2 reads. A slot may then be
+//    refilled only when both blocks' consumers have released it: each
+//    consumer warp arrives on the slot's empty barrier in both blocks (count
+//    2 x 8), and each producer still expects the slot's whole bytes on its own
+//    full barrier (its A, its half of B, the peer's half). A cluster barrier
+//    after the barrier init and one before the blocks leave (a peer's last
+//    remote arrivals) close it. The producer keeps 40 registers (24 spilled
+//    the multicast's addresses), the consumers 232.
+//    measured: (lead fills in)
+//
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.
 
@@ -68,6 +96,15 @@
 #ifndef TUNE_GROUP
 #define TUNE_GROUP 8
 #endif
+#ifndef TUNE_PERSISTENT
+#define TUNE_PERSISTENT 0
+#endif
+#ifndef TUNE_WORKERS
+#define TUNE_WORKERS 0  // with TUNE_PERSISTENT: working blocks at most (0: the SM count, %nsmid)
+#endif
+#ifndef TUNE_CLUSTER
+#define TUNE_CLUSTER 1  // with TUNE_PERSISTENT: blocks per cluster, which share their B tiles (1: no clusters)
+#endif
 
 constexpr int BM = 128;                 // rows of C per block: 64 per consumer warpgroup
 constexpr int BN = TUNE_BN;             // columns of C per block
@@ -76,12 +113,18 @@ constexpr int WGN = TUNE_WGN;           // N of one wgmma instruction
 constexpr int STAGES = TUNE_STAGES;     // shared-memory slots in the ring
 constexpr int INFLIGHT = TUNE_INFLIGHT; // wgmma groups a consumer leaves running before it frees a slot
 constexpr int GROUP = TUNE_GROUP;       // block-row tiles per group of the launch order (0: plain grid order)
+constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above another, sharing B
 constexpr int CONSUMERS = BM / 64;      // consumer warpgroups (m64 each)
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
+// setmaxnreg's registers per thread (multiples of 8; 128 x producer + 256 x consumer <= 64 Ki). The
+// producer of a cluster also computes the multicast's addresses: 24 would spill.
+constexpr int PRODUCER_REGS = CLUSTER > 1 ? 40 : 24;
+constexpr int CONSUMER_REGS = CLUSTER > 1 ? 232 : 240;
 constexpr int SWIZZLE = 128;            // bytes; TMA and the wgmma descriptors must agree
 constexpr int A_SLOT = BM * BK * 2;     // bytes of one A tile
 constexpr int B_SLOT = BN * BK * 2;     // bytes of one B tile
+constexpr int B_BOX = BN / CLUSTER;     // rows of the B tile each block of a cluster loads for all of them
 constexpr int SLOT_BYTES = A_SLOT + B_SLOT;
 constexpr int ALIGN = 1024;             // a 128-byte swizzle repeats every 8 rows = 1024 bytes
 constexpr int SMEM_BYTES = ALIGN + STAGES * SLOT_BYTES + 2 * STAGES * 8;
@@ -94,12 +137,17 @@ static_assert(A_SLOT % ALIGN == 0 && B_SLOT % ALIGN == 0, "every tile must start
 static_assert(STAGES >= 2 && INFLIGHT >= 0 && INFLIGHT < STAGES, "the ring needs a slot to fill while others are read");
 static_assert(SMEM_BYTES <= 227 * 1024, "the ring must fit in the 227 KiB of shared memory a block may use");
 static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divide 256 (N is a multiple of 256)");
+static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "the register file holds 64 Ki");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && TUNE_PERSISTENT && GROUP % CLUSTER == 0 && BM * CLUSTER <= 256 &&
+                               (B_BOX * BK * 2) % ALIGN == 0),
+              "a cluster of 2 persistent blocks: 2 tiles one above another (N / BM is even), B in two boxes");
 
 // {blockDim.x, blockDim.y, BM, BN, dynamic smem bytes}
 extern "C" __constant__ int mmHopper_launch[5] = {THREADS, 1, BM, BN, SMEM_BYTES};
 // {box k-width (elements), A box rows, B box rows, swizzle bytes}: the grader encodes tmA with a
-// BK x BM box and tmB with a BK x BN box, both 128-byte swizzled.
-extern "C" __constant__ int mmHopper_tma[4] = {BK, BM, BN, SWIZZLE};
+// BK x BM box and tmB with a BK x BN box (BN / CLUSTER: each block of a cluster loads its part), both
+// 128-byte swizzled.
+extern "C" __constant__ int mmHopper_tma[4] = {BK, BM, B_BOX, SWIZZLE};
 
 // The grader's CUtensorMap, opaque: 128 bytes, 64-byte aligned.
 struct alignas(64) TmaDescriptor {
@@ -142,6 +190,46 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const TmaDescriptor* map,
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+
+// ---- clusters (TUNE_CLUSTER > 1) ----------------------------------------------------------
+// The same box, written at dst in every block of the cluster named in mask, each block's barrier at
+// bar's offset getting the bytes that landed in that block.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const TmaDescriptor* map, int c0, int c1,
+                                                   uint32_t bar, uint16_t mask)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;\n"
+        ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask) : "memory");
+}
+
+// Arrive on the barrier at bar's offset in block `rank` of the cluster (this block's own included).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank)
+{
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar), "r"(rank) : "memory");
+}
+
+// Every thread of every block of the cluster (that has not exited) gets here before any goes on.
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_reg(int which)
+{
+    uint32_t v;
+    if (which == 0) asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(v));
+    else if (which == 1) asm("mov.u32 %0, %%clusterid.x;\n" : "=r"(v));
+    else if (which == 2) asm("mov.u32 %0, %%clusterid.y;\n" : "=r"(v));
+    else if (which == 3) asm("mov.u32 %0, %%nclusterid.x;\n" : "=r"(v));
+    else asm("mov.u32 %0, %%nclusterid.y;\n" : "=r"(v));
+    return v;
 }
 
 // ---- WGMMA ---------------------------------------------------------------------------------
@@ -247,8 +335,31 @@ __device__ __forceinline__ void wgmma<128>(float (&d)[64], uint64_t descA, uint6
     wgmma_n128(d, descA, descB, scale_d);
 }
 
+// ---- the launch order ----------------------------------------------------------------------
+// Tile t of the launch order (0, 1, ...) -> (tile row, tile column) of a C of cols x rows tiles.
+// group > 0: consecutive tiles take `group` tile rows and walk their columns together, so the A and
+// B strips they read are still in L2 when the next tiles need them.
+__device__ __forceinline__ void grouped_tile(int t, int cols, int rows, int group, int& tile_m, int& tile_n)
+{
+    if (group > 0) {
+        const int per_group = group * cols;
+        const int first = (t / per_group) * group;
+        const int height = min(rows - first, group);
+        tile_m = first + (t % per_group) % height;
+        tile_n = (t % per_group) / height;
+    } else {
+        tile_m = t / cols;
+        tile_n = t % cols;
+    }
+}
+
 // ---- the kernel ----------------------------------------------------------------------------
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if TUNE_CLUSTER > 1
+#define CLUSTER_DIMS __cluster_dims__(1, TUNE_CLUSTER, 1)  // along y: N / BM is even, N / BN may be 1
+#else
+#define CLUSTER_DIMS
+#endif
+extern "C" __global__ void CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaDescriptor tmB,
          const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ Bt, float* __restrict__ C, int N)
 {
@@ -261,89 +372,153 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     auto empty = [&](int s) { return bars + 8u * (STAGES + s); };
 
     const int wg = threadIdx.x / 128;
+#if TUNE_PERSISTENT
+    // One working block per SM (or per tile, or per launched block, whichever is fewest: a sanitizer
+    // launches a corner of the grid); the others leave before they touch a barrier. Working block b
+    // computes tiles b, b + W, b + 2W, ... of the launch order, so the W tiles running at any time
+    // are consecutive ones, as the grid's blocks were. With clusters, "block" reads "cluster" and
+    // "tile" a column of CLUSTER tiles, block `rank` of the cluster computing the rank-th of them.
+    const int cols = N / BN, rows = N / BM / CLUSTER, tiles = cols * rows;
+    unsigned sms = TUNE_WORKERS;
+    if (TUNE_WORKERS == 0) asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
+#if TUNE_CLUSTER > 1
+    const int rank = cluster_reg(0);
+    const int first_tile = cluster_reg(2) * cluster_reg(3) + cluster_reg(1);
+    const int launched = cluster_reg(3) * cluster_reg(4);
+#else
+    const int rank = 0;
+    const int first_tile = blockIdx.y * gridDim.x + blockIdx.x;
+    const int launched = gridDim.x * gridDim.y;
+#endif
+    const int workers = min(min((int)sms / CLUSTER, tiles), launched);
+    if (first_tile >= workers) return;  // (the whole cluster: its blocks share first_tile)
+    auto each_tile = [&](auto&& body) {
+        for (int t = first_tile, u0 = 0; t < tiles; t += workers, u0 += N / BK) {  // N / BK = KT
+            int tile_m, tile_n;
+            grouped_tile(t, cols, rows, GROUP / CLUSTER, tile_m, tile_n);
+            body((tile_m * CLUSTER + rank) * BM, tile_n * BN, u0);
+        }
+    };
+#else
+    // One tile per block: the grid's blocks in the launch order.
     int tile_m = blockIdx.y, tile_n = blockIdx.x;
-    if (GROUP > 0) {
-        // Blocks launched together take GROUP block rows x a few block columns, so the A and B
-        // strips they read stay in L2 while the group runs.
-        const int bid = blockIdx.y * gridDim.x + blockIdx.x;
-        const int per_group = GROUP * gridDim.x;
-        const int first = (bid / per_group) * GROUP;
-        const int rows = min((int)gridDim.y - first, GROUP);
-        tile_m = first + (bid % per_group) % rows;
-        tile_n = (bid % per_group) / rows;
-    }
+    if (GROUP > 0) grouped_tile(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, GROUP, tile_m, tile_n);
     const int m0 = tile_m * BM;
     const int n0 = tile_n * BN;
+    auto each_tile = [&](auto&& body) { body(m0, n0, 0); };
+#endif
     const int KT = N / BK;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full(s), 1);                // the producer's expect_tx; the bytes complete it
-            mbar_init(empty(s), CONSUMER_WARPS);  // one arrival per consumer warp
+            mbar_init(empty(s), CLUSTER * CONSUMER_WARPS);  // one arrival per consumer warp (of the cluster)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
     }
+#if TUNE_CLUSTER > 1
+    cluster_sync();  // every block's barriers are initialised before a peer arrives on them or loads into its ring
+#else
     __syncthreads();
+#endif
+#if TUNE_CLUSTER > 1
+    // A slot's B tile lands in every block of the cluster, a part from each: it may be refilled only
+    // when the consumers of every block have released it, so each consumer warp arrives on the
+    // slot's empty barrier in every block.
+    auto release = [&](int s) {
+        for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(empty(s), r);
+    };
+#else
+    auto release = [&](int s) { mbar_arrive(empty(s)); };
+#endif
 
+    // The ring runs on from one tile into the next: u counts this block's slot uses so far (a tile
+    // starts at use u0 = KT x the tiles before it); use u is slot u % STAGES, filled for the
+    // (u / STAGES)-th time, so the parity of the phase to wait for is (u / STAGES) & 1. The producer
+    // fills the next tile's first slots while the consumers store the current one.
     if (wg == 0) {
         // Producer warpgroup: give registers away, then one thread feeds the ring.
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (threadIdx.x == 0) {
-            for (int kt = 0; kt < KT; ++kt) {
-                const int s = kt % STAGES;
-                // The slot's previous tile must be released; the first pass finds every slot free.
-                mbar_wait(empty(s), ((kt / STAGES) & 1) ^ 1);
-                mbar_expect_tx(full(s), SLOT_BYTES);
-                const uint32_t a = base + s * SLOT_BYTES;
-                tma_load(a, &tmA, kt * BK, m0, full(s));
-                tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
-            }
+            each_tile([&](int m0, int n0, int u0) {
+                for (int kt = 0; kt < KT; ++kt) {
+                    const int u = u0 + kt;
+                    const int s = u % STAGES;
+                    // The slot's previous use must be released; the first pass finds every slot free.
+                    mbar_wait(empty(s), ((u / STAGES) & 1) ^ 1);
+                    mbar_expect_tx(full(s), SLOT_BYTES);
+                    const uint32_t a = base + s * SLOT_BYTES;
+                    tma_load(a, &tmA, kt * BK, m0, full(s));
+#if TUNE_CLUSTER > 1
+                    // This block's part of the B tile, into every block's slot s.
+                    tma_load_multicast(a + A_SLOT + rank * B_BOX * BK * 2, &tmB, kt * BK, n0 + rank * B_BOX,
+                                       full(s), (1u << CLUSTER) - 1);
+#else
+                    tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
+#endif
+                }
+            });
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
         const int cw = wg - 1;  // this consumer's 64 rows: m0 + 64 * cw ...
         float d[BN / WGN][WGN / 2];
-
-        for (int kt = 0; kt < KT; ++kt) {
-            const int s = kt % STAGES;
-            mbar_wait(full(s), (kt / STAGES) & 1);
-            const uint32_t a = base + s * SLOT_BYTES + cw * 64 * BK * 2;
-            const uint32_t b = base + s * SLOT_BYTES + A_SLOT;
-            wgmma_fence();
+        each_tile([&](int m0, int n0, int u0) {
+            for (int kt = 0; kt < KT; ++kt) {
+                const int u = u0 + kt;
+                const int s = u % STAGES;
+                mbar_wait(full(s), (u / STAGES) & 1);
+                const uint32_t a = base + s * SLOT_BYTES + cw * 64 * BK * 2;
+                const uint32_t b = base + s * SLOT_BYTES + A_SLOT;
+                wgmma_fence();  // also orders the previous tile's epilogue reads of d before this overwrite
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk) {
+                for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
-                for (int j = 0; j < BN / WGN; ++j) {
-                    // +32 bytes per 16-element k-step inside the swizzled row; +WGN rows of B per j.
-                    wgmma<WGN>(d[j], smem_desc(a + kk * 32), smem_desc(b + j * WGN * BK * 2 + kk * 32),
-                               (kt > 0 || kk > 0) ? 1 : 0);
+                    for (int j = 0; j < BN / WGN; ++j) {
+                        // +32 bytes per 16-element k-step inside the swizzled row; +WGN rows of B per j.
+                        wgmma<WGN>(d[j], smem_desc(a + kk * 32), smem_desc(b + j * WGN * BK * 2 + kk * 32),
+                                   (kt > 0 || kk > 0) ? 1 : 0);
+                    }
+                }
+                wgmma_commit();
+                wgmma_wait<INFLIGHT>();
+                // Use u - INFLIGHT is no longer read by this warp's products: release its slot.
+                if (kt >= INFLIGHT) {
+                    __syncwarp();
+                    if (threadIdx.x % 32 == 0) release((u - INFLIGHT) % STAGES);
                 }
             }
-            wgmma_commit();
-            wgmma_wait<INFLIGHT>();
-            // Slot kt - INFLIGHT is no longer read by this warp's products: release it.
-            if (kt >= INFLIGHT) {
-                __syncwarp();
-                if (threadIdx.x % 32 == 0) mbar_arrive(empty((kt - INFLIGHT) % STAGES));
+            wgmma_wait<0>();
+#if TUNE_PERSISTENT
+            // The tile's last INFLIGHT uses are read no more either: release them now, before the
+            // epilogue, or the producer would wait for them forever on this block's next tile.
+            __syncwarp();
+            if (threadIdx.x % 32 == 0) {
+                for (int r = min(INFLIGHT, KT); r >= 1; --r) release((u0 + KT - r) % STAGES);
             }
-        }
-        wgmma_wait<0>();
+#endif
 
-        // Epilogue: accumulator element layout of m64nNk16 (PTX ISA, "wgmma D fragments"):
-        // thread t of the warpgroup holds, per 8 columns i, rows w*16 + l/4 (+8) and columns
-        // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
-        const int t = threadIdx.x % 128;
-        const int row = m0 + cw * 64 + (t / 32) * 16 + (t % 32) / 4;
-        const int colq = 2 * (t % 4);
+            // Epilogue: accumulator element layout of m64nNk16 (PTX ISA, "wgmma D fragments"):
+            // thread t of the warpgroup holds, per 8 columns i, rows w*16 + l/4 (+8) and columns
+            // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
+            const int t = threadIdx.x % 128;
+            const int row = m0 + cw * 64 + (t / 32) * 16 + (t % 32) / 4;
+            const int colq = 2 * (t % 4);
 #pragma unroll
-        for (int j = 0; j < BN / WGN; ++j) {
+            for (int j = 0; j < BN / WGN; ++j) {
 #pragma unroll
-            for (int i = 0; i < WGN / 8; ++i) {
-                const int col = n0 + j * WGN + i * 8 + colq;
-                *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) = make_float2(d[j][4 * i], d[j][4 * i + 1]);
-                *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
-                    make_float2(d[j][4 * i + 2], d[j][4 * i + 3]);
+                for (int i = 0; i < WGN / 8; ++i) {
+                    const int col = n0 + j * WGN + i * 8 + colq;
+                    *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) =
+                        make_float2(d[j][4 * i], d[j][4 * i + 1]);
+                    *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
+                        make_float2(d[j][4 * i + 2], d[j][4 * i + 3]);
+                }
             }
-        }
+        });
     }
+#if TUNE_CLUSTER > 1
+    // No block leaves while a peer may still arrive on its barriers (its last releases).
+    cluster_sync();
+#endif
 }

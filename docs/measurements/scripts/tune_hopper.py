@@ -6,10 +6,12 @@ Run on an sm_90a GPU from the repository root:
     python docs/measurements/scripts/tune_hopper.py                  # every variant; table on stdout
     OUT=/dir python docs/measurements/scripts/tune_hopper.py         # ... and the record in $OUT/tune_hopper.json
     python docs/measurements/scripts/tune_hopper.py --only default   # variants whose name starts with "default"
+    python docs/measurements/scripts/tune_hopper.py --only default,persistent   # ... with either prefix
 
 Each variant is solutions/gemm/hopper.cu compiled with a set of -D TUNE_* macros (the grader
 compiles with none: the variant "default"). Each runs in its own child process (``--one``) so a
-faulting or hanging variant cannot take the others down. The child loads the cubin with CuPy,
+faulting or hanging variant cannot take the others down (a child still running after
+CHILD_TIMEOUT_S is killed and its row says "timed out (hang?)"). The child loads the cubin with CuPy,
 reads ``mmHopper_launch`` and ``mmHopper_tma`` from it, encodes the tensor maps with the
 grader's own code (grader/children/tma.py), and
 
@@ -48,7 +50,19 @@ VARIANTS: dict[str, dict[str, int]] = {
     "bn128_s6": {"TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 6},
     "group16": {"TUNE_GROUP": 16},
     "wmma_port": {},
+    # Persistent blocks (the same grid; min(SMs, tiles) blocks loop over the tiles, the ring runs on).
+    "persistent": {"TUNE_PERSISTENT": 1},
+    "persistent_g16": {"TUNE_PERSISTENT": 1, "TUNE_GROUP": 16},
+    "persistent_s3": {"TUNE_PERSISTENT": 1, "TUNE_STAGES": 3},
+    # 132 working blocks whatever %nsmid says (the H200's SM count): a check of %nsmid's value.
+    "persistent_w132": {"TUNE_PERSISTENT": 1, "TUNE_WORKERS": 132},
+    # ... and clusters of 2 blocks, tiles one above another, each loading half of their B tile for both.
+    "cluster2": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2},
+    "cluster2_g16": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2, "TUNE_GROUP": 16},
+    # 64 working clusters rather than 66: in case the GPCs cannot hold 66 clusters of 2 at once.
+    "cluster2_w128": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2, "TUNE_WORKERS": 128},
 }
+CHILD_TIMEOUT_S = 60  # one variant's checks and timing take seconds; longer is a kernel that hangs
 
 
 def compile_variant(name: str, build: Path, nvcc: str) -> dict:
@@ -64,6 +78,17 @@ def compile_variant(name: str, build: Path, nvcc: str) -> dict:
     return {"name": name, "defines": VARIANTS[name], "ok": proc.returncode == 0, "compile_s": time.monotonic() - t0,
             "ptxas": [ln.strip() for ln in proc.stderr.splitlines() if "registers" in ln or "spill" in ln
                       or "arning" in ln or "rror" in ln][:8]}
+
+
+def sm_counts(cp) -> dict:
+    """The device's SM count and what %nsmid (the persistent variants' count of working blocks) reads:
+    the PTX ISA allows it to exceed the SM count, and a persistent kernel with more working blocks
+    than SMs runs its last ones in a second wave."""
+    probe = cp.RawKernel(r'''extern "C" __global__ void nsmid(unsigned* out)
+    { unsigned v; asm("mov.u32 %0, %%nsmid;" : "=r"(v)); out[0] = v; }''', "nsmid")
+    got = cp.zeros(1, cp.uint32)
+    probe((1,), (1,), (got,))
+    return {"nsmid": int(got[0]), "sm_count": int(cp.cuda.Device().attributes["MultiProcessorCount"])}
 
 
 def run_one(cubin: Path, launch_n: int = 0) -> dict:
@@ -84,7 +109,7 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     kern = cp.RawModule(path=str(cubin)).get_function(KERNEL)
     kern.max_dynamic_shared_size_bytes = smem
     out: dict = {"launch": [bx, by, bm, bn, smem], "tma": [boxes.k, boxes.a_rows, boxes.b_rows, boxes.swizzle],
-                 "regs": int(kern.attributes["num_regs"])}
+                 "regs": int(kern.attributes["num_regs"]), **sm_counts(cp)}
     # The grader's own launch path for a tensor-map stage (the stage and ncu children use it too).
     launcher = tma.MapLauncher({"boxes": out["tma"], "launch": {"block": [bx, by], "tile": [bm, bn], "smem": smem}})
 
@@ -150,7 +175,7 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes (default: every variant)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--launch", type=int, default=0, help="with --one: a single launch at this N, no timing")
     ap.add_argument("--nvcc", default="nvcc")
@@ -161,23 +186,30 @@ def main() -> int:
         return 0
     build = Path(args.build)
     build.mkdir(parents=True, exist_ok=True)
-    names = [v for v in VARIANTS if v.startswith(args.only)]
+    names = [v for v in VARIANTS if any(v.startswith(prefix) for prefix in args.only.split(","))]
     with cf.ThreadPoolExecutor(8) as pool:
         rows = list(pool.map(lambda v: compile_variant(v, build, args.nvcc), names))
     for row in rows:
         if not row["ok"]:
             continue
-        proc = subprocess.run([sys.executable, __file__, "--one", str(build / f"{row['name']}.cubin")],
-                              capture_output=True, text=True, timeout=120)
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--one", str(build / f"{row['name']}.cubin")],
+                                  capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # run() has killed the child: the next variant gets the GPU
+            row["error"] = "timed out (hang?)"
+            continue
         try:
             row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
         except (ValueError, IndexError):
             row["error"] = (proc.stderr or proc.stdout)[-800:]
-    print(f"{'variant':12} {'regs':>4} {'ms':>7} {'TFLOP/s':>8} {'cuBLAS':>8} {'%':>6}  check")
+    print(f"{'variant':16} {'regs':>4} {'ms':>7} {'TFLOP/s':>8} {'cuBLAS':>8} {'%':>6}  check")
     for r in rows:
-        print(f"{r['name']:12} {r.get('regs', '-'):>4} {r.get('student_ms', float('nan')):7.4f} "
+        print(f"{r['name']:16} {r.get('regs', '-'):>4} {r.get('student_ms', float('nan')):7.4f} "
               f"{r.get('student_tflops', float('nan')):8.1f} {r.get('cublas_tflops', float('nan')):8.1f} "
               f"{r.get('pct_of_cublas', float('nan')):6.1f}  {r.get('check_4096', r.get('error', ''))[:90]}")
+    counts = next((r for r in rows if "nsmid" in r), None)
+    if counts:
+        print(f"%nsmid {counts['nsmid']}, SMs {counts['sm_count']}")
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "tune_hopper.json").write_text(json.dumps(rows, indent=1))
     return 0

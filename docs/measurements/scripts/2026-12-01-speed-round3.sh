@@ -46,6 +46,20 @@ PY
   cp "$W/$name/grading.json" "$OUT/$name.grading.json" 2>/dev/null || true
 }
 
+# timeline GRADING_JSON: each party's events in seconds from the grading's start, and the steps' ends
+timeline() {
+  python3 - "$1" <<'PY' | tee -a "$OUT/run.txt"
+import json, sys
+g = json.load(open(sys.argv[1]))
+first = g["phases"][0]
+start = first["ended"] - first["seconds"]
+print("  steps: " + ", ".join(f"{p['name']} ends {p['ended'] - start:.2f}" for p in g["phases"]
+                              if not p.get("detail") and not p.get("stage") and p["ended"] > start))
+for p in g.get("timeline", []):
+    print(f"  {p['party']:26} " + " ".join(f"{e[1]}@{e[0] - start:.2f}" for e in p["events"]))
+PY
+}
+
 while [ $# -gt 0 ]; do
   step=$1; shift
   n=5; case ${1:-} in [0-9]*) n=$1; shift ;; esac
@@ -54,7 +68,8 @@ while [ $# -gt 0 ]; do
     log "solutions/: a warm-up grade, then $n timed full grades (the first keeps its work folder)"
     grade solutions-warm solutions
     grade solutions-1 solutions --keep-work
-    for k in $(seq 2 "$n"); do grade "solutions-$k" solutions; done ;;
+    for k in $(seq 2 "$n"); do grade "solutions-$k" solutions; done
+    timeline "$W/solutions-$n/grading.json" ;;
   nogpu)
     log "solutions/ with --no-gpu: the compiles alone"
     grade nogpu solutions --no-gpu ;;
@@ -71,7 +86,7 @@ while [ $# -gt 0 ]; do
     timeout 400 python3 docs/measurements/scripts/ncu_sol_cost.py "$W/solutions-1/work" "$OUT" --repeat 2 2>&1 | tail -12 | tee -a "$OUT/run.txt" ;;
   interleave)
     log "before (.before/) and after, $n each, in turn"
-    grade il-warm-before solutions; FROM=$PWD grade il-warm-after solutions
+    FROM=$PWD/.before grade il-warm-before solutions; grade il-warm-after solutions
     for k in $(seq 1 "$n"); do FROM=$PWD/.before grade "il-before-$k" solutions; grade "il-after-$k" solutions; done ;;
   hopper)
     log "the Hopper reference's variants"

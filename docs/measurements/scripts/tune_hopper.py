@@ -98,6 +98,7 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     from cupy_backends.cuda.libs import cublas
 
     from grader.children import tma
+    from grader.children.protocol import Kernel, LaunchShape
     from grader.children.inputs import make_inputs_xp, product_operands
     from grader.children.numerics import compare
     from grader.compile.cubin import read_int_array
@@ -111,7 +112,8 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     out: dict = {"launch": [bx, by, bm, bn, smem], "tma": [boxes.k, boxes.a_rows, boxes.b_rows, boxes.swizzle],
                  "regs": int(kern.attributes["num_regs"]), **sm_counts(cp)}
     # The grader's own launch path for a tensor-map stage (the stage and ncu children use it too).
-    launcher = tma.MapLauncher({"boxes": out["tma"], "launch": {"block": [bx, by], "tile": [bm, bn], "smem": smem}})
+    launcher = tma.MapLauncher(Kernel(cubin=str(cubin), kernel=KERNEL, inputs="bf16", operands="tensor_maps",
+                                      boxes=out["tma"], launch=LaunchShape(block=[bx, by], tile=[bm, bn], smem=smem)))
 
     def student(a, b, c, n):
         launcher(kern, a, b, c, n)

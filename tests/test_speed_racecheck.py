@@ -140,10 +140,8 @@ def _job(tmp_path: Path, stages: list[str]) -> Job:
     return job
 
 
-def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends_and_launches_after_the_timed_turns(
-        tmp_path, monkeypatch):
-    """tiled compiles quickly, wmma slowly: tiled's gate has its kernel while wmma still compiles, but
-    no racecheck launches before the timed turns are over (open_racecheck), when both go.
+def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends(tmp_path, monkeypatch):
+    """tiled compiles quickly, wmma slowly: tiled's racecheck launches while wmma still compiles.
     naive was never given a child (no shared memory in its source); blocktiling_1d's child is stopped
     at its gate (it compiled without shared memory after all), and so is blocktiling_2d's (its compile
     failed)."""
@@ -181,20 +179,14 @@ def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends_and_laun
         assert sorted(job.early_racecheck) == ["blocktiling_1d", "blocktiling_2d", "tiled", "wmma"]
         pipeline.compile_stages(job)
         assert list(job.outcomes) == list(took)  # the rubric's order
-        gated = [job.early_racecheck[s] for s in ("tiled", "wmma")]
-        job.schedule.settle(lambda: all(p.state is State.WAITING for p in gated))
-        handed_at = time.monotonic()
-        assert "racecheck" in gated[0].payloads and "racecheck" in gated[1].payloads  # their kernels, kept
-        assert not [e for e, _t in events if e.endswith("launched")]  # nothing runs before the timed turns
-        gpu_session.open_racecheck(job)  # run_stages: the timed turns are over
         job.schedule.settle(lambda: all(p.state is State.DONE for p in job.schedule.parties))
     finally:
         job.schedule.close()
         if job.sass_dumps is not None:
             job.sass_dumps.close()
     when = dict(events)
-    assert when["tiled compiled"] < when["wmma compiled"] < handed_at
-    assert when["tiled launched"] > handed_at and when["wmma launched"] > handed_at
+    assert when["tiled launched"] < when["wmma compiled"]  # launched while wmma still compiled
+    assert when["wmma launched"] > when["wmma compiled"]
     assert "blocktiling_1d stopped" in when and "blocktiling_2d stopped" in when
     assert sorted(job.early_racecheck) == ["tiled", "wmma"]  # what sanitize will read
 

@@ -1,6 +1,5 @@
 """racecheck's children on a grading's GPU schedule (their runs and verdicts; grader/gpu/session.py builds
-the parties): started before the compiles, handed each kernel as its compile ends, launched once
-the timed turns are over.
+the parties): started before the compiles, launched as each stage's compile ends.
 
 A racecheck run is one launch of a small grid under ``compute-sanitizer --tool racecheck``
 (grader/gpu/sanitize.py), but most of its time is the tool's own start: the driver and its
@@ -8,15 +7,12 @@ instrumentation. Started after every compile, five of them side by side ended up
 H200, and the timed benchmarks waited for them (docs/measurements/2026-11-30-h200-speed-run12-14.md).
 So a child for each stage that may use shared memory is started with the stage children, before the compiles
 (grader/gpu/session.py: ``start_early_racecheck``, which builds these parties); it starts the driver under the tool, uploads its
-inputs and waits at its gate ``racecheck``. The compile step gives each gate its compiled kernel as
-soon as that stage's compile ends (session.py: ``hand_racecheck_kernel``); the gates open when the
-last timed turn is over (session.py: ``open_racecheck``), so the launches under the tool run beside
-the checker's comparisons instead of holding back the benchmarks (which waited for the slowest of
-them, up to 1.9 s past the last compile on an H200: docs/measurements/2026-12-01-h200-speed-round3.md).
+inputs and waits at its gate ``racecheck``. The compile step hands each one its compiled kernel as
+soon as that stage's compile ends (session.py: ``hand_racecheck_kernel``), while the other stages still compile.
 
 Which stages get one before anything is compiled is a guess from the source
 (:func:`may_use_shared_memory`); it decides only how early a run starts, never whether it runs: a
-compiled stage that uses shared memory and has no early child gets one after the timed turns
+compiled stage that uses shared memory and has no early child gets one beside the stage runs
 (session.py: ``start_missing_racecheck``), and the verdicts are read by :func:`collect` (grader/gpu/stages.py:
 sanitize), which runs now whatever did not run before. A child for a stage that did not compile,
 or compiled without shared memory, is stopped at its gate.

@@ -8,9 +8,9 @@ The parties, and when each starts:
   while nvcc compiles, and waits at its first gate. The compiled kernel reaches each stage child at its
   correctness turn (the gate's go hands it over), and the profiler's kernels at its own gate;
 * racecheck's children (:func:`start_early_racecheck`) with them, each handed its stage's kernel as
-  that stage's compile ends (:func:`hand_racecheck_kernel`) and let through its gate once the timed
-  turns are over (:func:`open_racecheck`), and one for a compiled shared-memory stage that had none
-  (:func:`start_missing_racecheck`); their runners and the verdicts are grader/gpu/racecheck.py's;
+  that stage's compile ends (:func:`hand_racecheck_kernel`), and one beside the stage runs for a
+  compiled shared-memory stage that had none (:func:`start_missing_racecheck`); their runners and the
+  verdicts are grader/gpu/racecheck.py's;
 * the occupancy measurements and the student's occupancy program (:func:`start_occupancy`), with the
   stage runs (grader/occupancy/early.py holds them and says when each goes).
 
@@ -68,7 +68,7 @@ from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
 from grader.sandbox.turns import Party, Schedule, parallel_children
 
-__all__ = ["checker_expectations", "hand_racecheck_kernel", "open_racecheck", "stage_party_spec", "start_early_racecheck", "start_gpu_children",
+__all__ = ["checker_expectations", "hand_racecheck_kernel", "stage_party_spec", "start_early_racecheck", "start_gpu_children",
            "occupancy_parties", "start_missing_racecheck", "start_occupancy", "start_profile"]
 
 
@@ -143,43 +143,30 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
 
 
 def hand_racecheck_kernel(job: Job, o: StageOutcome) -> None:
-    """A stage's compile has ended: give its early racecheck child's gate the kernel if it uses shared
-    memory (the gate opens after the timed turns: :func:`open_racecheck`), else stop the child at its
-    gate."""
+    """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
+    memory, else stop the child at its gate."""
     party, sched = job.early_racecheck.get(o.stage.id), job.schedule
     if party is None or sched is None:
         return
     if o.compile is not None and o.compile.ok and uses_shared_memory(o):
         party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([stage_spec(o)]))
+        sched.open(party)
     else:
         sched.stop(party)
         del job.early_racecheck[o.stage.id]
 
 
-def open_racecheck(job: Job) -> None:
-    """The timed turns are over: open every racecheck gate that was given its kernel. The launches
-    under the tool then run beside the checker's comparisons and the student's occupancy program,
-    which time nothing either, instead of before the benchmarks, which waited for the slowest of them
-    (up to 1.9 s after the last compile on an H200: docs/measurements/2026-12-01-h200-speed-round3.md)."""
-    sched = job.schedule
-    if sched is None:
-        return
-    for party in job.early_racecheck.values():
-        if RACECHECK_GATE in party.payloads:
-            sched.open(party)
-
-
 def start_missing_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
-    """After the timed turns (with :func:`open_racecheck`), a racecheck child (ungated) for each
-    compiled shared-memory stage that had none before the compiles: it is a correctness tool (nothing
-    timed), so it runs beside the checker; the profiler, which measures, waits for it
-    (grader/sandbox/turns.py)."""
+    """Beside the stage runs, a racecheck child (ungated) for each compiled shared-memory stage that
+    had none before the compiles: it is a correctness tool (nothing timed), so it shares the GPU
+    with their untimed parts, and the timed parts wait for it (grader/sandbox/turns.py)."""
     if not job.rubric.sanitizer.racecheck or job.schedule is None:
         return
     tool = toolchain.find_compute_sanitizer()
     for o in compiled:
         if o.stage.id not in job.early_racecheck and uses_shared_memory(o):
-            job.early_racecheck[o.stage.id] = job.schedule.add(_ungated_party(job, "racecheck", o, tool))
+            job.early_racecheck[o.stage.id] = job.schedule.add(_ungated_party(job, "racecheck", o, tool),
+                                                               start=False)
 
 
 def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:

@@ -100,8 +100,7 @@ def run_stages(job: Job) -> Job:
     (grader/gpu/session.py; with a GPU lock, now); each stage's correctness runs take a turn shared with
     tools but no other stage's kernel, the compiled kernel handed over at its start, each timed
     benchmark a turn with the GPU alone (grader/sandbox/turns.py). racecheck's children were handed their
-    kernels as each stage compiled (grader/gpu/racecheck.py; with a GPU lock, now); their gates open
-    once the timed turns are over, beside the checker (session.open_racecheck). The occupancy
+    kernels as each stage compiled (grader/gpu/racecheck.py; with a GPU lock, now). The occupancy
     measurement child starts now, whose timed sweeps take the next turn alone after every stage
     run has ended, and the student's occupancy program runs once the timed turns are over
     (grader/occupancy/early.py). The checker and the profiler wait for their steps."""
@@ -121,6 +120,7 @@ def run_stages(job: Job) -> Job:
         return job
     for o in compiled:  # with a GPU lock its racecheck child has just started: hand it the kernel
         session.hand_racecheck_kernel(job, o)
+    session.start_missing_racecheck(job, compiled)
     runs = {}
     for o in compiled:
         o.run_limit = stage_limit(o.stage, rubric)
@@ -151,15 +151,10 @@ def run_stages(job: Job) -> Job:
         return True
 
     sched.take_turns(list(runs.values()) + occupancy, on_change, may_go)
-    # Nothing is timed any more until ncu, which waits for all of these: racecheck's launches and the
-    # student's occupancy program run now, beside the checker's comparisons (check_results).
-    session.open_racecheck(job)
-    if job.early_occupancy is not None:
+    if job.early_occupancy is not None:  # nothing is timed any more until ncu, which waits for it
         job.early_occupancy.start_program()
     for o in compiled:
         _finish_run(job, o, runs[o.stage.id], over_budget.get(o.stage.id))
-    # A run that hung or flooded would do it again under the tool; one not run has nothing to check.
-    session.start_missing_racecheck(job, [o for o in compiled if o.verdict is None or o.verdict in RACECHECKED])
     return job
 
 

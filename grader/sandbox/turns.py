@@ -15,9 +15,9 @@ time limit (grader/sandbox/process.py: ``Control``). :meth:`Schedule.take_turns`
   kernel that hangs or floods its output holds the correctness turn until its own limit stops it,
   and no other stage's verdict depends on it (run side by side, a hanging kernel time-sliced with a
   printf flood kept the flood from ever finishing on an H200).
-* a *tool* gate (a racecheck child's ``racecheck``, opened with its kernel once the timed turns are
-  over, grader/gpu/racecheck.py): after it the child does untimed work, as before its first gate; the
-  shared turns may go on beside it, and the exclusive ones wait for it to end.
+* a *tool* gate (a racecheck child's ``racecheck``, opened by the compile step with the kernel,
+  grader/gpu/racecheck.py): after it the child does untimed work, as before its first gate; the
+  shared turns go on beside it, and the exclusive ones wait for it to end.
 * an *exclusive* gate (a stage's ``bench``, the occupancy child's ``sweeps``): only when no child of
   this grading is working or has a turn, so the GPU runs nothing but the kernels being timed; one at a
   time, in the order of the list handed to :meth:`Schedule.take_turns` (the rubric's), and never before

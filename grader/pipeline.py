@@ -28,7 +28,8 @@ from grader.gpu.racecheck import tool_fence
 from grader.gpu.session import hand_racecheck_kernel, start_gpu_children
 from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
-from grader.model import Verdict
+from grader.model import ItemResult, Verdict
+from grader.occupancy.early import CollectedOccupancy, EarlyOccupancy
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
 from grader.rubric.kinds import REGISTRY
@@ -180,6 +181,7 @@ def profile(job: Job) -> Job:
         job.progress("profiling with Nsight Compute")
     if job.schedule is not None:  # ncu measures: what still runs (the occupancy program) ends first
         job.schedule.quiet()
+        _grade_occupancy_ahead(job)
     run = profile_stages(job.outcomes, job.rubric, has_gpu=job.env.has_gpu, gpu_reason=job.env.device_reason,
                          work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0), device=job.env.device,
                          fence=tool_fence(job.work / "ncu", list(job.outcomes.values())),
@@ -191,6 +193,29 @@ def profile(job: Job) -> Job:
     return job
 
 
+def _occupancy_items(job: Job, early: EarlyOccupancy | CollectedOccupancy | None) -> list[ItemResult]:
+    from grader.occupancy.run import grade_occupancy_submission
+
+    return grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy", job.progress,
+                                      fence=_occupancy_fence(job), clock=job.clock,
+                                      plots_dir=job.work.parent,  # the results folder
+                                      prebuilt=job.prebuilt_occupancy, early=early)
+
+
+def _grade_occupancy_ahead(job: Job) -> None:
+    """While ncu profiles, the grading process only waits: when the occupancy runs on the schedule have
+    ended (their results read here, on the schedule's thread), the occupancy items (their checks,
+    answers and plot: 0.3-0.6 s on an H200) are graded on another thread meanwhile. grade_occupancy
+    collects them."""
+    early = job.early_occupancy
+    if job.rubric.occupancy is None or not job.wants("occupancy") or early is None or not early.finished():
+        return
+    collected = early.collect()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="occupancy")
+    job.occupancy_ahead = pool.submit(_occupancy_items, job, collected)
+    pool.shutdown(wait=False)  # the thread ends with its one task
+
+
 def score_stages(job: Job) -> Job:
     job.items += score(job.outcomes, job.env.peaks)
     return job
@@ -200,17 +225,15 @@ def grade_occupancy(job: Job) -> Job:
     """The occupancy items. With a GPU schedule its program and measurements ran on it beside the other
     steps (grader/occupancy/early.py) and are only collected here; without one they run now."""
     if job.rubric.occupancy is not None and job.wants("occupancy"):
-        from grader.occupancy.run import grade_occupancy_submission
-
         job.progress("grading the occupancy exercises")
+        if job.occupancy_ahead is not None:  # graded while ncu ran (_grade_occupancy_ahead)
+            job.items += job.occupancy_ahead.result()
+            return job
         # Its GPU runs are over unless there were no early ones (no stage compiled) or they did not get
         # their turn: then they run now, under the GPU lock again, as every GPU step.
         early = job.early_occupancy
         with gpu_turn(job.gpu_lock, job.clock, job.env.has_gpu and (early is None or not early.finished())):
-            job.items += grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy",
-                                                    job.progress, fence=_occupancy_fence(job), clock=job.clock,
-                                                    plots_dir=job.work.parent,  # the results folder
-                                                    prebuilt=job.prebuilt_occupancy, early=job.early_occupancy)
+            job.items += _occupancy_items(job, job.early_occupancy)
     return job
 
 

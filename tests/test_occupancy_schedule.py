@@ -158,10 +158,13 @@ def _submission(tmp_path: Path) -> tuple[Path, SimpleNamespace]:
     return sub, rubric
 
 
-@pytest.mark.parametrize("scheduled", [True, False])
-def test_the_occupancy_step_grades_the_same_with_or_without_a_schedule(tmp_path, monkeypatch, scheduled):
+@pytest.mark.parametrize("mode", ["schedule", "collected", "none"])
+def test_the_occupancy_step_grades_the_same_with_or_without_a_schedule(tmp_path, monkeypatch, mode):
     """On the schedule the step only collects (it runs nothing itself: both runners fail if called);
-    without one (no GPU schedule, a caller of its own) it runs both. Same items, same verdicts."""
+    from the runs' results read once (``collected``: pipeline.py grades them on another thread while
+    ncu runs) it touches the schedule no more; without one (no GPU schedule, a caller of its own) it
+    runs both. Same items, same verdicts."""
+    scheduled = mode != "none"
     _fake_gpu(monkeypatch, tmp_path)
     sub, rubric = _submission(tmp_path)
     src, _text, problem = occ_run._program_source(sub, rubric.occupancy)
@@ -181,11 +184,21 @@ def test_the_occupancy_step_grades_the_same_with_or_without_a_schedule(tmp_path,
 
         monkeypatch.setattr(occ_run, "run_program", runs_nothing)
         monkeypatch.setattr(occ_run, "run_child", runs_nothing)
+        if mode == "collected":
+            sched.settle(early.finished)
+            early = early.collect()
+
+            def untouched(*_a, **_k):
+                raise AssertionError("the collected runs went back to the schedule")
+
+            monkeypatch.setattr(Schedule, "poll", untouched)
+            monkeypatch.setattr(Schedule, "settle", untouched)
     try:
         results = occ_run.grade_occupancy_submission(sub, rubric, env, work, clock=clock, prebuilt=prebuilt,
                                                      early=early)
     finally:
         if sched is not None:
+            monkeypatch.undo()
             sched.close()
     by_item = {r.item: r for r in results}
     for item in MEASURED:
@@ -318,3 +331,39 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     assert all(by_item[i].status is Status.PASSED for i in MEASURED), \
         {i: by_item[i].message for i in MEASURED if by_item[i].status is not Status.PASSED}
     assert {p.name for p in job.clock.phases if p.stage == "occupancy"} == {"program", "measure", "measure.wait"}
+
+
+def test_the_pipeline_grades_the_occupancy_items_while_ncu_runs_once_their_runs_have_ended(tmp_path, monkeypatch):
+    """pipeline.profile hands the ended runs to another thread (_grade_occupancy_ahead) before it waits
+    for ncu; grade_occupancy then only collects those items. Runs that have not ended are left to the
+    occupancy step, as before."""
+    from grader import pipeline
+    from grader.gpu.job import Job
+    from grader.grading import Environment
+    from grader.rubric.load import load_rubric
+    from grader.rubric.peaks import Peaks
+
+    rubric = load_rubric(ROOT / "rubric.yaml")
+    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", None, None, ["-arch=sm_90a"],
+                      Peaks(66.9, 989.0, "test"))
+    job = Job(rubric, ROOT / "solutions", tmp_path / "work", env, None, False, lambda _m: None)
+    threads: list[str] = []
+
+    def items(j, early):
+        import threading
+
+        threads.append(threading.current_thread().name)
+        return [SimpleNamespace(item="graded", early=early)]
+
+    monkeypatch.setattr(pipeline, "_occupancy_items", items)
+    running = SimpleNamespace(finished=lambda: False)
+    job.early_occupancy = running  # type: ignore[assignment]
+    pipeline._grade_occupancy_ahead(job)
+    assert job.occupancy_ahead is None  # its runs go on: the occupancy step grades them itself
+    done = SimpleNamespace(finished=lambda: True, collect=lambda: "collected")
+    job.early_occupancy = done  # type: ignore[assignment]
+    pipeline._grade_occupancy_ahead(job)
+    assert job.occupancy_ahead is not None
+    pipeline.grade_occupancy(job)
+    assert [(i.item, i.early) for i in job.items] == [("graded", "collected")]
+    assert threads and threads[0].startswith("occupancy")  # not the grading's own thread

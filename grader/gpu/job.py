@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +60,9 @@ class Job:
     sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background (compile/sass.py)
     timeline: list[PartyTimeline] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
+    # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
+    # occupancy runs have ended; None when the occupancy step grades them itself.
+    occupancy_ahead: Future[list[ItemResult]] | None = None
 
     @property
     def shares_gpu(self) -> bool:

@@ -134,6 +134,12 @@ class EarlyOccupancy:
         self.schedule.wait(self.program)
         return self.program.result()
 
+    def collect(self) -> CollectedOccupancy:
+        """Its runs' results, read now on the schedule's own thread, once :meth:`finished`: what the
+        occupancy step needs, for a step that runs on another thread while the schedule goes on."""
+        assert self.finished()
+        return CollectedOccupancy(self.builds, self.program_run(), self.measured())
+
     def measured(self) -> ChildRun | None:
         """The measurement child's run, waiting for it to end; None when it was not started. Not let
         through its gate yet (no turns were taken): opened here, once nothing else runs on the GPU."""
@@ -149,3 +155,17 @@ class EarlyOccupancy:
         return ChildRun(report, proc, (proc.wall_s or 0.0) - held, held)
 
 
+@dataclass(frozen=True)
+class CollectedOccupancy:
+    """An :class:`EarlyOccupancy` whose runs have ended, read once (:meth:`EarlyOccupancy.collect`): the
+    same two answers, with no schedule behind them."""
+
+    builds: dict[str, Build]
+    program: ProgramRun | None
+    measurement: ChildRun | None
+
+    def program_run(self) -> ProgramRun | None:
+        return self.program
+
+    def measured(self) -> ChildRun | None:
+        return self.measurement

@@ -47,7 +47,7 @@ from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
-from grader.occupancy.early import ChildRun, EarlyOccupancy, ProgramRun
+from grader.occupancy.early import ChildRun, CollectedOccupancy, EarlyOccupancy, ProgramRun
 from grader.occupancy.exercises import grade_occupancy
 from grader.occupancy.grading import NO_DEVICE, STAGE, Measurements
 from grader.occupancy.plots import plot_sweeps, sweep_series
@@ -168,12 +168,13 @@ def grade_occupancy_submission(root: Path, rubric: Rubric, env, work: Path,
                                progress: Progress = lambda _msg: None, *,
                                fence: Fence | None = None, clock: Clock | None = None,
                                plots_dir: Path | None = None, prebuilt: Prebuilt | None = None,
-                               early: EarlyOccupancy | None = None) -> list[ItemResult]:
+                               early: EarlyOccupancy | CollectedOccupancy | None = None) -> list[ItemResult]:
     """Every occupancy item for the submission at ``root``; never raises. ``clock`` gets the build's,
     the program's and the measurements' times as detail phases ("measure.wait": the child's wait at its
     gate). The sweeps' plot goes to ``plots_dir`` (the results folder; ``work`` when not given).
     ``prebuilt``: the builds :func:`start_builds` made (else they are made here); ``early``: the runs
-    started on the grading's GPU schedule from those builds (else they run here)."""
+    started on the grading's GPU schedule from those builds (else they run here), or their results
+    already collected (``CollectedOccupancy``: this then runs on any thread, touching no schedule)."""
     cfg = rubric.occupancy  # validated when the rubric was loaded
     if cfg is None:  # the pipeline calls this only when there is a section; said, not raised
         return _no_section()
@@ -186,7 +187,7 @@ def grade_occupancy_submission(root: Path, rubric: Rubric, env, work: Path,
 
 def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: Progress, fence: Fence | None,
            clock: Clock, plots_dir: Path, prebuilt: Prebuilt | None = None,
-           early: EarlyOccupancy | None = None) -> list[ItemResult]:
+           early: EarlyOccupancy | CollectedOccupancy | None = None) -> list[ItemResult]:
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     log: dict[str, Any] = {"submission": str(root), "steps": {}}

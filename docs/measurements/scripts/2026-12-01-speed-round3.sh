@@ -6,7 +6,7 @@
 # Steps: grades [N] (one warm-up, then N timed full grades of solutions/, the first kept with its work
 # folder), nogpu (a --no-gpu grade: the compiles with no GPU child beside them), lock N (grades with
 # --gpu-lock: the GPU children start after the compiles), probe (the probe child), ncusol (docs/measurements/scripts/ncu_sol_cost.py on the kept work),
-# interleave N (before/after gradings in turn), hopper (tune_hopper.py), demo, serve-load, gpu-tests.
+# interleave N (before/after gradings in turn), cpu (the host's CPUs during a grade: cpu_busy.py), hopper (tune_hopper.py), demo, serve-load, gpu-tests.
 set -u
 OUT=${OUT:-/tmp/r3-out}
 W=/tmp/r3
@@ -76,6 +76,13 @@ while [ $# -gt 0 ]; do
   lock)
     log "solutions/ with --gpu-lock (its GPU children start after the compiles), $n times"
     for k in $(seq 1 "$n"); do grade "lock-$k" solutions --gpu-lock "$W/gpu0.lock"; done ;;
+  cpu)
+    log "the host's CPUs during one grade of solutions/, and one nvcc alone"
+    ( cd /tmp && /usr/bin/time -f "nvcc naive alone %e s" nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -Xptxas -v -lineinfo \
+        "$OLDPWD/solutions/gemm/naive.cu" -o /tmp/naive.cubin 2>&1 | tail -1 ) | tee -a "$OUT/run.txt"
+    python3 docs/measurements/scripts/cpu_busy.py "$OUT/cpu_busy.json" -- python3 -m grader grade solutions --out "$W/cpu" --quiet \
+      2>&1 | tail -40 | tee -a "$OUT/run.txt"
+    timeline "$W/cpu/grading.json" ;;
   probe)
     log "the probe child, 3 times"
     for k in 1 2 3; do

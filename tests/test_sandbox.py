@@ -298,3 +298,11 @@ def test_without_pidfd_falls_back_to_polling(monkeypatch):
     t0 = time.monotonic()
     rec = run(py("while True: pass"), timeout_s=0.5)
     assert rec.timed_out and time.monotonic() - t0 < 1.5
+
+
+def test_a_step_may_run_at_a_lower_cpu_priority():
+    """The SASS dumps run at nice 19 beside the compiles and the children's start (grader/compile/sass.py)."""
+    own = os.nice(0)
+    show = [sys.executable, "-c", "import os; print(os.nice(0))"]
+    assert sandbox.run(show, timeout_s=30).stdout.strip() == str(own)
+    assert sandbox.run(show, timeout_s=30, nice=7).stdout.strip() == str(min(19, own + 7))

@@ -49,10 +49,17 @@ class SassResult:
         return not self.reason
 
 
+# The dumps run while the grading's children start and the other stages compile, when every CPU is busy
+# (an H200 host's 16 were 13-16 busy for the first 3.5 s of a grading); only scoring reads them, long
+# after. So they take the CPUs only when nothing else wants them: nvdisasm used 3.4 CPU-s of that
+# window (docs/measurements/2026-12-01-h200-speed-round3.md).
+SASS_NICE = 19
+
+
 def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0) -> SassResult:
     if cuobjdump is None or getattr(cuobjdump, "path", None) is None:
         return SassResult(reason="cuobjdump not found")
-    proc = sandbox.run([cuobjdump.path, "-sass", cubin], timeout_s=timeout_s, output_limit=8_000_000)
+    proc = sandbox.run([cuobjdump.path, "-sass", cubin], timeout_s=timeout_s, output_limit=8_000_000, nice=SASS_NICE)
     if not proc.ok:
         return SassResult(reason=f"cuobjdump failed ({proc.brief()}): {quote_code(proc.stderr.strip(), 300)}")
     return SassResult(opcodes=parse_sass(proc.stdout))

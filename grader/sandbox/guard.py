@@ -158,6 +158,7 @@ def run(
     user: str | None = None,
     fence: Fence | None = None,
     control: Control | None = None,
+    nice: int = 0,
 ) -> ProcRecord:
     """Run ``cmd`` with a wall-clock limit (and a fence, if given); return what happened as a record.
 
@@ -170,6 +171,7 @@ def run(
     Without a fence only an explicit ``user`` switches; with one, ``user=None`` means
     ``$GRADER_STUDENT_USER``. ``fence``: see the module docstring; ``cwd`` defaults to its scratch.
     ``control``: hold the time limit's clock, or cancel the run (grader.sandbox.process.Control).
+    ``nice``: lower the child's CPU priority by this much (a fence has its own: ``Fence.nice``).
 
     Raises only for the caller's mistakes (``timeout_s`` not a positive number, an unknown
     ``user``, a fence whose scratch or read-only paths do not exist, a ``cwd`` the fence hides).
@@ -183,7 +185,7 @@ def run(
         return _run_fenced(command, fence, timeout_s=float(timeout_s), cwd=cwd, env=env, output_limit=output_limit,
                            stdin_data=stdin_data, user=user, confinement=None, bwrap=None, control=control)
     child_env = dict(os.environ) if env is None else dict(env)
-    popen: PopenExtra = {}
+    popen: PopenExtra = {"preexec_fn": _limits.preexec(None, [], None, nice)} if nice else {}
     if user is not None and os.geteuid() == 0:
         uid, gid, home = _user_ids(user)
         popen = {"user": uid, "group": gid, "extra_groups": []}

@@ -7,73 +7,84 @@
 // (unused here: every load goes through the tensor maps).
 //
 // What each choice bought, measured on an H200 at N = 4096 against BF16
-// cublasGemmEx on the same K-major operands (745 TFLOP/s; medians of 30
-// interleaved launches, docs/measurements/2026-11-30-h200-hopper-stage.md).
-// The reference: 706-708 TFLOP/s, 94.8-94.9% of cuBLAS in 5 of 5 runs.
+// cublasGemmEx on the same K-major operands (medians of 30 interleaved
+// launches, L2 flushed before each; docs/measurements/scripts/tune_hopper.py).
+// The reference (persistent, the defaults below): 97.5% of cuBLAS; the same
+// kernel non-persistent (TUNE_PERSISTENT = 0): 95.1% in the same run. Where a
+// choice says "non-persistent", it was measured on the TUNE_PERSISTENT = 0
+// kernel in that run; its effect on the persistent kernel is not measured.
 //
 // 1. Tensor memory accelerator (TMA) loads. One thread issues a single
 //    cp.async.bulk.tensor per operand tile; the copy engine computes the
 //    addresses, writes shared memory in the 128-byte swizzled layout WGMMA
 //    reads without bank conflicts, and signals an mbarrier with the bytes it
 //    landed. No warp spends instructions on address arithmetic or copies.
+//    (Not measured on its own: WGMMA below needs operands in shared memory.)
 //
 // 2. WGMMA. A warpgroup (4 warps) issues one asynchronous m64nNk16 matrix
 //    product whose operands come straight from shared memory through 64-bit
 //    descriptors: no ldmatrix, no fragment registers for A and B. The same
-//    algorithm with mma_sync (grader/instructor/bf16_wmma_port.cu) reaches
-//    259 TFLOP/s, 34.8%. One n256 instruction or two n128 per k-step made
-//    no difference (94.6% with n128).
+//    algorithm with mma_sync (grader/instructor/bf16_wmma_port.cu) reached
+//    34.8% (docs/measurements/2026-11-30-h200-hopper-stage.md). One n256
+//    instruction per k-step against two n128 (TUNE_WGN = 128): 95.1% against
+//    94.6%, non-persistent.
 //
 // 3. Warp specialisation. Warpgroup 0 only produces (TMA), warpgroups 1..2
 //    only consume (WGMMA), each owning 64 rows of the 128 x 256 block tile.
 //    setmaxnreg moves registers from the producer (24 per thread) to the
 //    consumers (240), which hold 128 FP32 accumulators each: 0 spills. A
-//    128 x 128 tile (each A tile feeds half as many columns) with 6 slots
-//    gave 86.7%.
+//    128 x 128 tile (each A tile feeds half as many columns) with 6 slots:
+//    86.5% against 95.1%, non-persistent. (Specialisation itself is not
+//    measured against a kernel without it.)
 //
 // 4. A STAGES-deep ring of shared-memory slots with two mbarriers per slot:
 //    "full" (the TMA's byte count arrived) and "empty" (every consumer warp
 //    finished reading it). The producer runs up to STAGES tiles ahead: 4
-//    slots 94.9%, 3 slots 90.8% (5 do not fit in 227 KiB). Keeping one wgmma
-//    group in flight before freeing a slot (INFLIGHT 1) measured the same as
-//    waiting for each group (95.0%).
+//    slots 97.5% against 92.9% with 3 (persistent; non-persistent 95.1%
+//    against 90.6%); 5 do not fit in 227 KiB. Keeping one wgmma group in
+//    flight before freeing a slot (INFLIGHT 1) against waiting for each
+//    group: 95.1% against 94.9%, non-persistent.
 //
-// 5. Grouped launch order. Consecutive blocks take GROUP = 8 block rows of C
+// 5. Grouped launch order. Consecutive tiles take GROUP = 8 tile rows of C
 //    and walk their columns together, so the A and B strips they read are
-//    still in L2 when the next blocks need them: 94.9% against 93.2% in
-//    plain grid order (16 rows: 95.0%).
+//    still in L2 when the next tiles need them: 95.1% against 93.3% in plain
+//    grid order, non-persistent. 16 rows: 97.5% persistent (as 8), 95.2%
+//    non-persistent.
 //
 // 6. Epilogue from registers. Each thread writes its accumulators as float2
 //    pairs; a quad of lanes covers 32 contiguous bytes, so every store
-//    instruction of a warp fills whole 32-byte sectors.
+//    instruction of a warp fills whole 32-byte sectors. (Not measured
+//    against another epilogue.)
 //
-// 7. Persistent blocks (TUNE_PERSISTENT = 1; off by default). The launch is the
-//    same grid, but only min(SMs, tiles, launched blocks) blocks work (the SM
-//    count from %nsmid); the rest return before touching a barrier. Working
-//    block b computes tiles b, b + W, b + 2W, ... of the grouped order, and
-//    its ring of slots runs on across tiles (one running use count for the
-//    producer and each consumer, so the phases continue), so the producer
-//    loads the next tile's first slots while the consumers store the current
-//    tile: no block launch, barrier init or pipeline fill between tiles, and
-//    the epilogue overlaps the next tile's loads. The consumers release a
-//    tile's last INFLIGHT slots after its final wgmma wait, before the
-//    epilogue; without that the producer would wait for them forever.
-//    measured: (lead fills in)
+// 7. Persistent blocks (TUNE_PERSISTENT = 1, the default): 97.5% against
+//    95.1% non-persistent, same launch. The grid is unchanged, but only
+//    min(SMs, tiles, launched blocks) blocks work (the SM count from %nsmid,
+//    which read 132 = the SM count; TUNE_WORKERS = 132 instead: 97.5%); the
+//    rest return before touching a barrier. Working block b computes tiles
+//    b, b + W, b + 2W, ... of the grouped order, and its ring of slots runs
+//    on across tiles (one running use count for the producer and each
+//    consumer, so the phases continue), so the producer loads the next
+//    tile's first slots while the consumers store the current tile: no
+//    block launch, barrier init or pipeline fill between tiles, and the
+//    epilogue overlaps the next tile's loads. The consumers release a tile's
+//    last INFLIGHT slots after its final wgmma wait, before the epilogue;
+//    without that the producer would wait for them forever.
 //
-// 8. Clusters sharing B (TUNE_CLUSTER = 2 with TUNE_PERSISTENT = 1; off by
-//    default). Two blocks of a cluster (__cluster_dims__ along y: N / BM is
-//    even while N / BN is 1 at N = 256) compute two tiles one above another,
-//    which read the same 256 x 64 B tile per k-step (two thirds of a slot's
-//    bytes): each block loads one half of it and the TMA multicasts the half
-//    into both blocks' slots, halving B's L2 reads. A slot may then be
-//    refilled only when both blocks' consumers have released it: each
-//    consumer warp arrives on the slot's empty barrier in both blocks (count
-//    2 x 8), and each producer still expects the slot's whole bytes on its own
-//    full barrier (its A, its half of B, the peer's half). A cluster barrier
-//    after the barrier init and one before the blocks leave (a peer's last
-//    remote arrivals) close it. The producer keeps 40 registers (24 spilled
-//    the multicast's addresses), the consumers 232.
-//    measured: (lead fills in)
+// 8. Clusters sharing B (TUNE_CLUSTER = 2, persistent only; off by default):
+//    96.5% against 97.5% without (97.0% with GROUP 16; 97.5% with 128
+//    working blocks, TUNE_WORKERS = 128): no gain measured. Two blocks of a
+//    cluster (__cluster_dims__ along y: N / BM is even while N / BN is 1 at
+//    N = 256) compute two tiles one above another, which read the same
+//    256 x 64 B tile per k-step (two thirds of a slot's bytes): each block
+//    loads one half of it and the TMA multicasts the half into both blocks'
+//    slots, halving B's L2 reads. A slot may then be refilled only when both
+//    blocks' consumers have released it: each consumer warp arrives on the
+//    slot's empty barrier in both blocks (count 2 x 8), and each producer
+//    still expects the slot's whole bytes on its own full barrier (its A,
+//    its half of B, the peer's half). A cluster barrier after the barrier
+//    init and one before the blocks leave (a peer's last remote arrivals)
+//    close it. The producer keeps 40 registers (24 spilled the multicast's
+//    addresses), the consumers 232.
 //
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.
@@ -97,7 +108,7 @@
 #define TUNE_GROUP 8
 #endif
 #ifndef TUNE_PERSISTENT
-#define TUNE_PERSISTENT 0
+#define TUNE_PERSISTENT 1  // 0: one tile per launched block
 #endif
 #ifndef TUNE_WORKERS
 #define TUNE_WORKERS 0  // with TUNE_PERSISTENT: working blocks at most (0: the SM count, %nsmid)

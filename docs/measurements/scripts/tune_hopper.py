@@ -55,6 +55,11 @@ VARIANTS: dict[str, dict[str, int]] = {
     # last round idle), at the cost of each A tile feeding half as many columns. 7 slots fit (225 KiB).
     "bn128_s7": {"TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7},
     "wmma_port": {},
+    # Ping-pong: each consumer warpgroup computes whole 128 x 128 tiles, the two in turn, so one's epilogue
+    # overlaps the other's products.
+    "pingpong": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7},
+    "pingpong_s6": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 6},
+    "pingpong_g16": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7, "TUNE_GROUP": 16},
     # One tile per launched block: what the persistent default is measured against.
     "nonpersistent": {"TUNE_PERSISTENT": 0},
     # 132 working blocks whatever %nsmid says (the H200's SM count): a check of %nsmid's value.

@@ -7,73 +7,97 @@
 // (unused here: every load goes through the tensor maps).
 //
 // What each choice bought, measured on an H200 at N = 4096 against BF16
-// cublasGemmEx on the same K-major operands (745 TFLOP/s; medians of 30
-// interleaved launches, docs/measurements/2026-11-30-h200-hopper-stage.md).
-// The reference: 706-708 TFLOP/s, 94.8-94.9% of cuBLAS in 5 of 5 runs.
+// cublasGemmEx on the same K-major operands (medians of 30 interleaved
+// launches, L2 flushed before each; docs/measurements/scripts/tune_hopper.py).
+// The reference (persistent, the defaults below): 97.5% of cuBLAS; the same
+// kernel non-persistent (TUNE_PERSISTENT = 0): 95.1% in the same run. Where a
+// choice says "non-persistent", it was measured on the TUNE_PERSISTENT = 0
+// kernel in that run; its effect on the persistent kernel is not measured.
 //
 // 1. Tensor memory accelerator (TMA) loads. One thread issues a single
 //    cp.async.bulk.tensor per operand tile; the copy engine computes the
 //    addresses, writes shared memory in the 128-byte swizzled layout WGMMA
 //    reads without bank conflicts, and signals an mbarrier with the bytes it
 //    landed. No warp spends instructions on address arithmetic or copies.
+//    (Not measured on its own: WGMMA below needs operands in shared memory.)
 //
 // 2. WGMMA. A warpgroup (4 warps) issues one asynchronous m64nNk16 matrix
 //    product whose operands come straight from shared memory through 64-bit
 //    descriptors: no ldmatrix, no fragment registers for A and B. The same
-//    algorithm with mma_sync (grader/instructor/bf16_wmma_port.cu) reaches
-//    259 TFLOP/s, 34.8%. One n256 instruction or two n128 per k-step made
-//    no difference (94.6% with n128).
+//    algorithm with mma_sync (grader/instructor/bf16_wmma_port.cu) reached
+//    34.8% (docs/measurements/2026-11-30-h200-hopper-stage.md). One n256
+//    instruction per k-step against two n128 (TUNE_WGN = 128): 95.1% against
+//    94.6%, non-persistent.
 //
 // 3. Warp specialisation. Warpgroup 0 only produces (TMA), warpgroups 1..2
 //    only consume (WGMMA), each owning 64 rows of the 128 x 256 block tile.
 //    setmaxnreg moves registers from the producer (24 per thread) to the
 //    consumers (240), which hold 128 FP32 accumulators each: 0 spills. A
-//    128 x 128 tile (each A tile feeds half as many columns) with 6 slots
-//    gave 86.7%.
+//    128 x 128 tile (each A tile feeds half as many columns) with 6 slots:
+//    86.5% against 95.1%, non-persistent. (Specialisation itself is not
+//    measured against a kernel without it.)
 //
 // 4. A STAGES-deep ring of shared-memory slots with two mbarriers per slot:
 //    "full" (the TMA's byte count arrived) and "empty" (every consumer warp
 //    finished reading it). The producer runs up to STAGES tiles ahead: 4
-//    slots 94.9%, 3 slots 90.8% (5 do not fit in 227 KiB). Keeping one wgmma
-//    group in flight before freeing a slot (INFLIGHT 1) measured the same as
-//    waiting for each group (95.0%).
+//    slots 97.5% against 92.9% with 3 (persistent; non-persistent 95.1%
+//    against 90.6%); 5 do not fit in 227 KiB. Keeping one wgmma group in
+//    flight before freeing a slot (INFLIGHT 1) against waiting for each
+//    group: 95.1% against 94.9%, non-persistent.
 //
-// 5. Grouped launch order. Consecutive blocks take GROUP = 8 block rows of C
+// 5. Grouped launch order. Consecutive tiles take GROUP = 8 tile rows of C
 //    and walk their columns together, so the A and B strips they read are
-//    still in L2 when the next blocks need them: 94.9% against 93.2% in
-//    plain grid order (16 rows: 95.0%).
+//    still in L2 when the next tiles need them: 95.1% against 93.3% in plain
+//    grid order, non-persistent. 16 rows: 97.5% persistent (as 8), 95.2%
+//    non-persistent.
 //
 // 6. Epilogue from registers. Each thread writes its accumulators as float2
 //    pairs; a quad of lanes covers 32 contiguous bytes, so every store
-//    instruction of a warp fills whole 32-byte sectors.
+//    instruction of a warp fills whole 32-byte sectors. (Not measured
+//    against another epilogue.)
 //
-// 7. Persistent blocks (TUNE_PERSISTENT = 1; off by default). The launch is the
-//    same grid, but only min(SMs, tiles, launched blocks) blocks work (the SM
-//    count from %nsmid); the rest return before touching a barrier. Working
-//    block b computes tiles b, b + W, b + 2W, ... of the grouped order, and
-//    its ring of slots runs on across tiles (one running use count for the
-//    producer and each consumer, so the phases continue), so the producer
-//    loads the next tile's first slots while the consumers store the current
-//    tile: no block launch, barrier init or pipeline fill between tiles, and
-//    the epilogue overlaps the next tile's loads. The consumers release a
-//    tile's last INFLIGHT slots after its final wgmma wait, before the
-//    epilogue; without that the producer would wait for them forever.
-//    measured: (lead fills in)
+// 7. Persistent blocks (TUNE_PERSISTENT = 1, the default): 97.5% against
+//    95.1% non-persistent, same launch. The grid is unchanged, but only
+//    min(SMs, tiles, launched blocks) blocks work (the SM count from %nsmid,
+//    which read 132 = the SM count; TUNE_WORKERS = 132 instead: 97.5%); the
+//    rest return before touching a barrier. Working block b computes tiles
+//    b, b + W, b + 2W, ... of the grouped order, and its ring of slots runs
+//    on across tiles (one running use count for the producer and each
+//    consumer, so the phases continue), so the producer loads the next
+//    tile's first slots while the consumers store the current tile: no
+//    block launch, barrier init or pipeline fill between tiles, and the
+//    epilogue overlaps the next tile's loads. The consumers release a tile's
+//    last INFLIGHT slots after its final wgmma wait, before the epilogue;
+//    without that the producer would wait for them forever.
 //
-// 8. Clusters sharing B (TUNE_CLUSTER = 2 with TUNE_PERSISTENT = 1; off by
-//    default). Two blocks of a cluster (__cluster_dims__ along y: N / BM is
-//    even while N / BN is 1 at N = 256) compute two tiles one above another,
-//    which read the same 256 x 64 B tile per k-step (two thirds of a slot's
-//    bytes): each block loads one half of it and the TMA multicasts the half
-//    into both blocks' slots, halving B's L2 reads. A slot may then be
-//    refilled only when both blocks' consumers have released it: each
-//    consumer warp arrives on the slot's empty barrier in both blocks (count
-//    2 x 8), and each producer still expects the slot's whole bytes on its own
-//    full barrier (its A, its half of B, the peer's half). A cluster barrier
-//    after the barrier init and one before the blocks leave (a peer's last
-//    remote arrivals) close it. The producer keeps 40 registers (24 spilled
-//    the multicast's addresses), the consumers 232.
-//    measured: (lead fills in)
+// 8. Clusters sharing B (TUNE_CLUSTER = 2, persistent only; off by default):
+//    96.5% against 97.5% without (97.0% with GROUP 16; 97.5% with 128
+//    working blocks, TUNE_WORKERS = 128): no gain measured. Two blocks of a
+//    cluster (__cluster_dims__ along y: N / BM is even while N / BN is 1 at
+//    N = 256) compute two tiles one above another, which read the same
+//    256 x 64 B tile per k-step (two thirds of a slot's bytes): each block
+//    loads one half of it and the TMA multicasts the half into both blocks'
+//    slots, halving B's L2 reads. A slot may then be refilled only when both
+//    blocks' consumers have released it: each consumer warp arrives on the
+//    slot's empty barrier in both blocks (count 2 x 8), and each producer
+//    still expects the slot's whole bytes on its own full barrier (its A,
+//    its half of B, the peer's half). A cluster barrier after the barrier
+//    init and one before the blocks leave (a peer's last remote arrivals)
+//    close it. The producer keeps 40 registers (24 spilled the multicast's
+//    addresses), the consumers 232.
+//
+// 9. Ping-pong (TUNE_PINGPONG = 1 with TUNE_BN = TUNE_WGN = 128; off by
+//    default; not measured). Each consumer warpgroup computes whole 128 x 128
+//    tiles (two m64 rows of n128 products, 128 accumulators per thread), the
+//    two taking this block's tiles in turn: consumer 0 the even ones,
+//    consumer 1 the odd ones, so one's epilogue runs while the other's
+//    products keep the tensor cores busy. The producer fills the ring in tile
+//    order as before; a slot use is read (and released) by the 4 warps of
+//    one warpgroup. A consumer starts a tile's main loop only after the
+//    other has issued the previous tile's (named barriers 1 and 2): without
+//    that, consumer 1 would wait on a slot's full barrier while it is still
+//    two or more phases behind the use it wants, and the parity would pass
+//    on an older phase (hopper_ring_model.py catches it).
 //
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.
@@ -97,13 +121,16 @@
 #define TUNE_GROUP 8
 #endif
 #ifndef TUNE_PERSISTENT
-#define TUNE_PERSISTENT 0
+#define TUNE_PERSISTENT 1  // 0: one tile per launched block
 #endif
 #ifndef TUNE_WORKERS
 #define TUNE_WORKERS 0  // with TUNE_PERSISTENT: working blocks at most (0: the SM count, %nsmid)
 #endif
 #ifndef TUNE_CLUSTER
 #define TUNE_CLUSTER 1  // with TUNE_PERSISTENT: blocks per cluster, which share their B tiles (1: no clusters)
+#endif
+#ifndef TUNE_PINGPONG
+#define TUNE_PINGPONG 0  // with TUNE_PERSISTENT and TUNE_BN 128: each consumer warpgroup computes whole tiles, in turn
 #endif
 
 constexpr int BM = 128;                 // rows of C per block: 64 per consumer warpgroup
@@ -114,9 +141,12 @@ constexpr int STAGES = TUNE_STAGES;     // shared-memory slots in the ring
 constexpr int INFLIGHT = TUNE_INFLIGHT; // wgmma groups a consumer leaves running before it frees a slot
 constexpr int GROUP = TUNE_GROUP;       // block-row tiles per group of the launch order (0: plain grid order)
 constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above another, sharing B
-constexpr int CONSUMERS = BM / 64;      // consumer warpgroups (m64 each)
+constexpr bool PINGPONG = TUNE_PINGPONG;
+constexpr int CONSUMERS = 2;            // consumer warpgroups: m64 each of every tile, or (PINGPONG) alternate tiles
+constexpr int WG_ROWS = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile one consumer warpgroup computes
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
+constexpr int READERS = PINGPONG ? 4 : CONSUMER_WARPS;   // consumer warps that read (and release) one slot use
 // setmaxnreg's registers per thread (multiples of 8; 128 x producer + 256 x consumer <= 64 Ki). The
 // producer of a cluster also computes the multicast's addresses: 24 would spill.
 constexpr int PRODUCER_REGS = CLUSTER > 1 ? 40 : 24;
@@ -130,7 +160,9 @@ constexpr int ALIGN = 1024;             // a 128-byte swizzle repeats every 8 ro
 constexpr int SMEM_BYTES = ALIGN + STAGES * SLOT_BYTES + 2 * STAGES * 8;
 
 static_assert(BK * 2 == SWIZZLE, "one k-slot row must be exactly one 128-byte swizzle row");
-static_assert(BM == 64 * CONSUMERS && CONSUMERS >= 1 && CONSUMERS <= 2, "each consumer warpgroup owns 64 rows");
+static_assert(PINGPONG || BM == 64 * CONSUMERS, "each consumer warpgroup owns 64 rows of a tile");
+static_assert(!PINGPONG || (TUNE_PERSISTENT && CLUSTER == 1 && BN == 128),
+              "ping-pong: persistent, no clusters, 128 x 128 tiles (a warpgroup's 128 threads hold a whole tile)");
 static_assert(BN % WGN == 0 && (WGN == 128 || WGN == 256), "BN must be a whole number of wgmma N-widths");
 static_assert(BM <= 256 && BN <= 256, "a TMA box has at most 256 rows");
 static_assert(A_SLOT % ALIGN == 0 && B_SLOT % ALIGN == 0, "every tile must start on a swizzle-pattern boundary");
@@ -230,6 +262,22 @@ __device__ __forceinline__ uint32_t cluster_reg(int which)
     else if (which == 3) asm("mov.u32 %0, %%nclusterid.x;\n" : "=r"(v));
     else asm("mov.u32 %0, %%nclusterid.y;\n" : "=r"(v));
     return v;
+}
+
+// ---- named barriers (TUNE_PINGPONG) -------------------------------------------------------
+// Hardware barrier `id` (1..15; 0 is __syncthreads') of the two consumer warpgroups, 256 threads: one
+// warpgroup arrives without waiting, the other waits for it.
+// (An immediate id: with a register one ptxas reserves all 16 barriers.)
+template <int Id>
+__device__ __forceinline__ void named_arrive()
+{
+    asm volatile("bar.arrive %0, 256;\n" ::"n"(Id) : "memory");
+}
+
+template <int Id>
+__device__ __forceinline__ void named_sync()
+{
+    asm volatile("bar.sync %0, 256;\n" ::"n"(Id) : "memory");
 }
 
 // ---- WGMMA ---------------------------------------------------------------------------------
@@ -396,7 +444,7 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         for (int t = first_tile, u0 = 0; t < tiles; t += workers, u0 += N / BK) {  // N / BK = KT
             int tile_m, tile_n;
             grouped_tile(t, cols, rows, GROUP / CLUSTER, tile_m, tile_n);
-            body((tile_m * CLUSTER + rank) * BM, tile_n * BN, u0);
+            body((tile_m * CLUSTER + rank) * BM, tile_n * BN, u0, t + workers < tiles);
         }
     };
 #else
@@ -405,14 +453,14 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     if (GROUP > 0) grouped_tile(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, GROUP, tile_m, tile_n);
     const int m0 = tile_m * BM;
     const int n0 = tile_n * BN;
-    auto each_tile = [&](auto&& body) { body(m0, n0, 0); };
+    auto each_tile = [&](auto&& body) { body(m0, n0, 0, false); };
 #endif
     const int KT = N / BK;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full(s), 1);                // the producer's expect_tx; the bytes complete it
-            mbar_init(empty(s), CLUSTER * CONSUMER_WARPS);  // one arrival per consumer warp (of the cluster)
+            mbar_init(empty(s), CLUSTER * READERS);  // one arrival per consumer warp reading it (of the cluster)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
     }
@@ -440,7 +488,7 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         // Producer warpgroup: give registers away, then one thread feeds the ring.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (threadIdx.x == 0) {
-            each_tile([&](int m0, int n0, int u0) {
+            each_tile([&](int m0, int n0, int u0, bool) {
                 for (int kt = 0; kt < KT; ++kt) {
                     const int u = u0 + kt;
                     const int s = u % STAGES;
@@ -461,23 +509,38 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
-        const int cw = wg - 1;  // this consumer's 64 rows: m0 + 64 * cw ...
-        float d[BN / WGN][WGN / 2];
-        each_tile([&](int m0, int n0, int u0) {
+        const int cw = wg - 1;
+        const int row0 = PINGPONG ? 0 : cw * 64;  // this consumer's first row of a tile (ping-pong: all rows)
+        float d[WG_ROWS / 64][BN / WGN][WGN / 2];
+        each_tile([&](int m0, int n0, int u0, bool more) {
+            const int tile = u0 / KT;  // this block's tile-th tile
+            if (PINGPONG) {
+                // Ping-pong: consumer cw computes this block's tiles cw, cw + 2, ... Its main loop waits
+                // until the other consumer has issued the previous tile's: every earlier use of the ring
+                // has then been waited for, so a full barrier is at most one phase behind the use a
+                // consumer waits for and the parity cannot alias (that of a use STAGES back). It also
+                // gives the tensor cores to one warpgroup at a time while the other stores its tile.
+                if (tile % 2 != cw) return;
+                if (tile > 0) cw == 0 ? named_sync<1>() : named_sync<2>();  // barrier 1 + cw: my turn
+            }
             for (int kt = 0; kt < KT; ++kt) {
                 const int u = u0 + kt;
                 const int s = u % STAGES;
                 mbar_wait(full(s), (u / STAGES) & 1);
-                const uint32_t a = base + s * SLOT_BYTES + cw * 64 * BK * 2;
+                const uint32_t a = base + s * SLOT_BYTES + row0 * BK * 2;
                 const uint32_t b = base + s * SLOT_BYTES + A_SLOT;
                 wgmma_fence();  // also orders the previous tile's epilogue reads of d before this overwrite
 #pragma unroll
                 for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
-                    for (int j = 0; j < BN / WGN; ++j) {
-                        // +32 bytes per 16-element k-step inside the swizzled row; +WGN rows of B per j.
-                        wgmma<WGN>(d[j], smem_desc(a + kk * 32), smem_desc(b + j * WGN * BK * 2 + kk * 32),
-                                   (kt > 0 || kk > 0) ? 1 : 0);
+                    for (int r = 0; r < WG_ROWS / 64; ++r) {
+#pragma unroll
+                        for (int j = 0; j < BN / WGN; ++j) {
+                            // +32 bytes per 16-element k-step inside the swizzled row; +64 rows of A per r,
+                            // +WGN rows of B per j.
+                            wgmma<WGN>(d[r][j], smem_desc(a + r * 64 * BK * 2 + kk * 32),
+                                       smem_desc(b + j * WGN * BK * 2 + kk * 32), (kt > 0 || kk > 0) ? 1 : 0);
+                        }
                     }
                 }
                 wgmma_commit();
@@ -488,6 +551,9 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                     if (threadIdx.x % 32 == 0) release((u - INFLIGHT) % STAGES);
                 }
             }
+            // The other consumer's turn: its next tile, if this block has one (an arrival nobody waits for
+            // would be left on the barrier).
+            if (PINGPONG && more) cw == 0 ? named_arrive<2>() : named_arrive<1>();
             wgmma_wait<0>();
 #if TUNE_PERSISTENT
             // The tile's last INFLIGHT uses are read no more either: release them now, before the
@@ -502,17 +568,20 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
             // thread t of the warpgroup holds, per 8 columns i, rows w*16 + l/4 (+8) and columns
             // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
             const int t = threadIdx.x % 128;
-            const int row = m0 + cw * 64 + (t / 32) * 16 + (t % 32) / 4;
             const int colq = 2 * (t % 4);
 #pragma unroll
-            for (int j = 0; j < BN / WGN; ++j) {
+            for (int r = 0; r < WG_ROWS / 64; ++r) {
+                const int row = m0 + row0 + r * 64 + (t / 32) * 16 + (t % 32) / 4;
 #pragma unroll
-                for (int i = 0; i < WGN / 8; ++i) {
-                    const int col = n0 + j * WGN + i * 8 + colq;
-                    *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) =
-                        make_float2(d[j][4 * i], d[j][4 * i + 1]);
-                    *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
-                        make_float2(d[j][4 * i + 2], d[j][4 * i + 3]);
+                for (int j = 0; j < BN / WGN; ++j) {
+#pragma unroll
+                    for (int i = 0; i < WGN / 8; ++i) {
+                        const int col = n0 + j * WGN + i * 8 + colq;
+                        *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) =
+                            make_float2(d[r][j][4 * i], d[r][j][4 * i + 1]);
+                        *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
+                            make_float2(d[r][j][4 * i + 2], d[r][j][4 * i + 3]);
+                    }
                 }
             }
         });

@@ -1,11 +1,14 @@
 """A random-interleaving model of the barrier protocol of solutions/gemm/hopper.cu's persistent ring (and of its
-cluster-of-2 variant), on the CPU: python3 docs/measurements/scripts/hopper_ring_model.py (exit 1 on a failure).
+cluster-of-2 and ping-pong variants), on the CPU: python3 docs/measurements/scripts/hopper_ring_model.py (exit 1 on a
+failure).
 
 Processes: per block one producer thread and 8 consumer warps; TMA copies land as separate events
 at random later times. mbarrier: pending count, tx-count, phase number; try_wait.parity(p) passes
 iff the current (incomplete) phase's parity differs from p. Checks: no deadlock, every wgmma reads
 the slot contents of the use it expects (each part of the slot), and no copy lands in a slot while
-a warp's wgmma group still reads it.
+a warp's wgmma group still reads it. Ping-pong: warps 0-3 are one consumer warpgroup, 4-7 the other; each
+computes every other tile of its block, and its main loop waits on a named barrier (NamedBar) the other arrives on
+after issuing the previous tile's main loop.
 """
 import random
 import sys
@@ -37,13 +40,31 @@ class Bar:
         return (self.phase & 1) != parity
 
 
+class NamedBar:
+    """bar.arrive / bar.sync on one hardware barrier, per warp: a generation completes when `count` warps arrived."""
+
+    def __init__(self, count):
+        self.count, self.pending, self.generation = count, count, 0
+
+    def arrive(self):
+        self.pending -= 1
+        if self.pending == 0:
+            self.generation += 1
+            self.pending = self.count
+
+
 def run(seed, stages, inflight, kt_n, tiles_per_block, cluster, end_release=True, running_count=True,
-        early_release=False, one_cta_release=False):
+        early_release=False, one_cta_release=False, pingpong=False, turns=True, readers_per_use=None):
     rng = random.Random(seed)
     warps = 8
     parts = cluster  # B tile in `cluster` parts; A is part "A"
+    if readers_per_use is None:  # the warps that read one use of a slot and release it
+        readers_per_use = 4 if pingpong else warps
     full = [[Bar(1) for _ in range(stages)] for _ in range(cluster)]
-    empty = [[Bar((1 if one_cta_release else cluster) * warps) for _ in range(stages)] for _ in range(cluster)]
+    empty = [[Bar((1 if one_cta_release else cluster) * readers_per_use) for _ in range(stages)]
+             for _ in range(cluster)]
+    # Ping-pong: barrier g = "warpgroup g may start its main loop", 4 warps arrive and 4 wait.
+    turn = [[NamedBar(8) for _ in range(2)] for _ in range(cluster)]
     content = [[{} for _ in range(stages)] for _ in range(cluster)]  # slot -> part -> use written
     readers = [[set() for _ in range(stages)] for _ in range(cluster)]  # (warp) reading the slot
     events = []  # pending copies: (cta, slot, part, use)
@@ -71,7 +92,16 @@ def run(seed, stages, inflight, kt_n, tiles_per_block, cluster, end_release=True
             for dst in ([c] if one_cta_release else range(cluster)):
                 empty[dst][u % stages].arrive()
 
+        group = w // 4
         for tile in range(tiles_per_block):
+            if pingpong and tile % 2 != group:
+                continue
+            if pingpong and turns and tile > 0:  # bar.sync: arrive, then wait for the generation to complete
+                bar = turn[c][group]
+                generation = bar.generation
+                bar.arrive()
+                while bar.generation == generation:
+                    yield "blocked"
             for kt in range(kt_n):
                 u = use_of(tile, kt)
                 s = u % stages
@@ -89,6 +119,9 @@ def run(seed, stages, inflight, kt_n, tiles_per_block, cluster, end_release=True
                     release(u)
                 elif kt >= inflight:
                     release(u - inflight)
+                yield "ran"
+            if pingpong and turns and tile + 1 < tiles_per_block:  # bar.arrive: the other warpgroup's turn
+                turn[c][1 - group].arrive()
                 yield "ran"
             for done in issued:  # wgmma_wait<0>
                 readers[c][done % stages].discard(w)
@@ -139,19 +172,23 @@ def run(seed, stages, inflight, kt_n, tiles_per_block, cluster, end_release=True
 
 
 def main():
-    configs = [(st, inf, kt, tiles, cl) for st in (3, 4) for inf in (0, 1, 2) if inf < st
+    configs = [(st, inf, kt, tiles, cl, False) for st in (3, 4) for inf in (0, 1, 2) if inf < st
                for kt in (4, 5, 7, 64) for tiles in (1, 2, 4) for cl in (1, 2)]
+    # Ping-pong (no clusters), with the ring depths it is built with (6, 7) and shallower ones; 3 and 5 tiles
+    # per block leave one warpgroup a tile more than the other.
+    configs += [(st, inf, kt, tiles, 1, True) for st in (2, 3, 4, 6, 7) for inf in (0, 1, 2) if inf < st
+                for kt in (3, 5, 7, 64) for tiles in (1, 2, 3, 5)]
     bad = 0
-    for st, inf, kt, tiles, cl in configs:
+    for st, inf, kt, tiles, cl, pp in configs:
         seeds = 3 if kt == 64 else 20
         for seed in range(seeds):
             try:
-                got = run(seed, st, inf, kt, tiles, cl)
+                got = run(seed, st, inf, kt, tiles, cl, pingpong=pp)
             except AssertionError as e:
                 got = f"FAIL {e}"
             if got != "ok":
                 bad += 1
-                print(st, inf, kt, tiles, cl, seed, got)
+                print(st, inf, kt, tiles, cl, pp, seed, got)
     print(f"{len(configs)} configurations, {bad} failures")
     # The model must catch the mistakes the kernel avoids, or its passing says nothing.
     mistakes = {
@@ -159,6 +196,11 @@ def main():
         "the use count restarting at each tile (KT = 5)": (4, 1, 5, 3, 1, {"running_count": False}),
         "a slot released before its wgmma wait": (4, 1, 64, 2, 1, {"early_release": True, "end_release": False}),
         "cluster: each block's slots released by its own consumers only": (4, 1, 64, 2, 2, {"one_cta_release": True}),
+        # Without the turns, warpgroup 1 waits for use KT while the slot's barrier is 2 phases behind: the parity
+        # aliases and it reads the previous tile's data.
+        "ping-pong without the named-barrier turns": (4, 1, 64, 4, 1, {"pingpong": True, "turns": False}),
+        "ping-pong with each use's release counted for both warpgroups (8 warps)":
+            (4, 1, 64, 4, 1, {"pingpong": True, "readers_per_use": 8}),
     }
     for name, (st, inf, kt, tiles, cl, kw) in mistakes.items():
         outs = set()

@@ -6,7 +6,7 @@ Run on an sm_90a GPU from the repository root:
     python docs/measurements/scripts/tune_hopper.py                  # every variant; table on stdout
     OUT=/dir python docs/measurements/scripts/tune_hopper.py         # ... and the record in $OUT/tune_hopper.json
     python docs/measurements/scripts/tune_hopper.py --only default   # variants whose name starts with "default"
-    python docs/measurements/scripts/tune_hopper.py --only default,persistent   # ... with either prefix
+    python docs/measurements/scripts/tune_hopper.py --only default,nonpersistent   # ... with either prefix
 
 Each variant is solutions/gemm/hopper.cu compiled with a set of -D TUNE_* macros (the grader
 compiles with none: the variant "default"). Each runs in its own child process (``--one``) so a
@@ -42,6 +42,7 @@ _CUDA_R_32F, _CUDA_R_16BF, _COMPUTE_32F, _GEMM_DEFAULT = 0, 14, 68, -1
 
 PORT = ROOT / "grader" / "instructor" / "bf16_wmma_port.cu"  # stage 5's algorithm in stage 6's contract
 VARIANTS: dict[str, dict[str, int]] = {
+    # The defaults: persistent blocks (the same grid; min(SMs, tiles) blocks loop over the tiles, the ring runs on).
     "default": {},
     "group0": {"TUNE_GROUP": 0},
     "inflight0": {"TUNE_INFLIGHT": 0},
@@ -49,18 +50,27 @@ VARIANTS: dict[str, dict[str, int]] = {
     "wgn128": {"TUNE_WGN": 128},
     "bn128_s6": {"TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 6},
     "group16": {"TUNE_GROUP": 16},
+    "group4": {"TUNE_GROUP": 4},
+    # 128 x 128 tiles: 1024 tiles at N = 4096, 7.76 rounds of 132 working blocks rather than 3.88 (less of the
+    # last round idle), at the cost of each A tile feeding half as many columns. 7 slots fit (225 KiB).
+    "bn128_s7": {"TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7},
     "wmma_port": {},
-    # Persistent blocks (the same grid; min(SMs, tiles) blocks loop over the tiles, the ring runs on).
-    "persistent": {"TUNE_PERSISTENT": 1},
-    "persistent_g16": {"TUNE_PERSISTENT": 1, "TUNE_GROUP": 16},
-    "persistent_s3": {"TUNE_PERSISTENT": 1, "TUNE_STAGES": 3},
+    # One tile per launched block: what the persistent default is measured against.
+    "nonpersistent": {"TUNE_PERSISTENT": 0},
     # 132 working blocks whatever %nsmid says (the H200's SM count): a check of %nsmid's value.
-    "persistent_w132": {"TUNE_PERSISTENT": 1, "TUNE_WORKERS": 132},
-    # ... and clusters of 2 blocks, tiles one above another, each loading half of their B tile for both.
-    "cluster2": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2},
-    "cluster2_g16": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2, "TUNE_GROUP": 16},
+    "persistent_w132": {"TUNE_WORKERS": 132},
+    # Clusters of 2 blocks, tiles one above another, each loading half of their B tile for both.
+    "cluster2": {"TUNE_CLUSTER": 2},
+    "cluster2_g16": {"TUNE_CLUSTER": 2, "TUNE_GROUP": 16},
+    "cluster2_g4": {"TUNE_CLUSTER": 2, "TUNE_GROUP": 4},
     # 64 working clusters rather than 66: in case the GPCs cannot hold 66 clusters of 2 at once.
-    "cluster2_w128": {"TUNE_PERSISTENT": 1, "TUNE_CLUSTER": 2, "TUNE_WORKERS": 128},
+    "cluster2_w128": {"TUNE_CLUSTER": 2, "TUNE_WORKERS": 128},
+    # Ping-pong: each consumer warpgroup computes whole 128 x 128 tiles, the two in turn, so one's epilogue
+    # overlaps the other's products. Last: the newest protocol, so a hang (killed after CHILD_TIMEOUT_S) delays
+    # no other row.
+    "pingpong": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7},
+    "pingpong_s6": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 6},
+    "pingpong_g16": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7, "TUNE_GROUP": 16},
 }
 CHILD_TIMEOUT_S = 60  # one variant's checks and timing take seconds; longer is a kernel that hangs
 
@@ -98,9 +108,9 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     from cupy_backends.cuda.libs import cublas
 
     from grader.children import tma
-    from grader.children.protocol import Kernel, LaunchShape
     from grader.children.inputs import make_inputs_xp, product_operands
     from grader.children.numerics import compare
+    from grader.children.protocol import Kernel, LaunchShape
     from grader.compile.cubin import read_int_array
     data = cubin.read_bytes()
     bx, by, bm, bn, smem = read_int_array(data, f"{KERNEL}_launch")

@@ -221,3 +221,75 @@ def test_collect_reads_the_early_runs_and_runs_again_only_what_could_not_be_judg
         job.schedule.close()
     assert sorted(runs) == ["tiled", "wmma"]
     assert ran_now == (["wmma"] if rerun else [])
+
+
+def test_with_a_gpu_lock_the_child_waits_to_start_and_its_kernel_is_handed_ahead(tmp_path, monkeypatch):
+    """Another grading may be timing kernels on this GPU while this one compiles: the racecheck child
+    waits at its start gate, the kernel its stage's compile hands it is kept for after that gate, and
+    it launches only once the grading holds the GPU (session.open_start)."""
+    from grader.children.protocol import START_GATE, START_GATE_ENV
+
+    events: list[tuple[str, float]] = []
+
+    def fake_gated(tool, _sanitizer, known, _n, work, _timeout_s, *, handed, control=None, extra_env=None, **_kw):
+        result = work / "racecheck_result.json"
+        try:
+            if (extra_env or {}).get(START_GATE_ENV) == "1":  # what grader/children/__main__.py does
+                wait_at_gate(result, START_GATE)
+                events.append(("started", time.monotonic()))
+            wait_at_gate(result, "racecheck")
+        except GateClosed:
+            return SanitizerRun(tool, known.id, reason="not checked: stopped before the launch")
+        assert handed().cubin.endswith("tiled.cubin")
+        events.append(("launched", time.monotonic()))
+        return SanitizerRun(tool, known.id)
+
+    monkeypatch.setattr(gpu_session, "run_gated", fake_gated)
+    job = _job(tmp_path, ["tiled"])
+    job.gpu_lock = tmp_path / "gpu.lock"
+    st = RUBRIC.stage("tiled")
+    try:
+        gpu_session.start_early_racecheck(job, [st])
+        party = job.early_racecheck["tiled"]
+        assert party.gates == (START_GATE, "racecheck")
+        job.schedule.settle(lambda: party.state is State.WAITING)
+        c = CompileResult("tiled", True, cubin=str(tmp_path / "tiled.cubin"),
+                          kernel=KernelResources(st.kernel, "sm_90a", registers=40, shared_bytes=4096), launch=st.launch)
+        gpu_session.hand_racecheck_kernel(job, StageOutcome(stage=st, compile=c))
+        time.sleep(0.3)
+        job.schedule.poll()
+        assert not events and party.gate == START_GATE and party.state is State.WAITING
+        opened = time.monotonic()
+        gpu_session.open_start(job)
+        run = job.schedule.wait(party)
+    finally:
+        job.schedule.close()
+    assert [e for e, _t in events] == ["started", "launched"] and events[0][1] >= opened
+    assert not run.reason and not run.findings
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_with_a_gpu_lock_the_children_start_before_the_compiles_only_beside_a_made_warm_cache(
+        tmp_path, monkeypatch, kept):
+    """Making the warm CuPy cache runs a child on the GPU: with a GPU lock, the children start before the
+    compiles (up to their start gate) only when the machine's cache is made already; otherwise nothing
+    starts until run_stages holds the lock."""
+    from grader.children.protocol import START_GATE
+    from grader.gpu import warm
+
+    monkeypatch.setattr(warm, "kept", lambda _r, _d: warm.WarmCache(tmp_path, "k", True) if kept else None)
+    monkeypatch.setattr(gpu_session, "_prepare_cupy_cache", lambda job: None)
+    job = _job(tmp_path, ["naive"])
+    job.schedule, job.gpu_lock = None, tmp_path / "gpu.lock"
+    try:
+        gpu_session.start_gpu_children(job)
+        if not kept:
+            assert job.schedule is None
+            return
+        assert job.schedule is not None and job.stage_runs["naive"].gates == (START_GATE, "correctness", "bench")
+        assert job.checker is not None and job.checker.gates == (START_GATE, "compare")
+        job.schedule.settle(lambda: job.stage_runs["naive"].state in (State.WAITING, State.DONE))
+        assert job.stage_runs["naive"].gate == START_GATE  # the real child waits there, before CUDA
+    finally:
+        if job.schedule is not None:
+            job.schedule.close()

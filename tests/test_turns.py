@@ -307,3 +307,63 @@ def test_a_tool_gate_lets_the_shared_turns_go_on_and_holds_the_exclusive_ones(tm
     race, run = tool.result().result, stage.result().result
     assert overlaps(race["racecheck"], run["correctness"])  # the shared turn went on beside it
     assert not overlaps(race["racecheck"], run["bench"]) and run["bench"][0] >= race["racecheck"][1]
+
+
+def test_the_start_gate_holds_every_child_until_the_grading_holds_the_gpu(tmp_path):
+    """With a GPU lock the children start while their grading compiles, and wait at the start gate
+    (children/protocol.py: START_GATE) until it holds the lock (Schedule.open_start): nothing of theirs
+    after it runs before. A gate handed ahead (racecheck's kernel as its stage compiles) is taken
+    straight through after the start gate; a held start-up stays held through the start gate, so the
+    wait for the lock and the CUDA start-up never count against the time limit (1.5 s here)."""
+    sched = Schedule(max_children=8)
+    stage = sched.add(child_party(tmp_path, "s0", work=0.1, gate=("start", "correctness", "bench"), turn=0.1,
+                                  timeout_s=1.5))
+    stage.hold_startup = True
+    tool = sched.add(child_party(tmp_path, "racecheck", work=0.1, gate=("start", "racecheck"), turn=0.1))
+    tool.hold_startup = True
+    try:
+        sched.settle(lambda: stage.state is State.WAITING and tool.state is State.WAITING)
+        sched.hand(tool, "racecheck", {"stages": ["k"]})  # its kernel: not opened while it waits to start
+        assert tool.gate == "start" and tool.state is State.WAITING
+        time.sleep(2.0)  # the other grading's turn: longer than the stage's limit
+        opened = time.monotonic()
+        sched.open_start()
+        sched.take_turns([stage])
+        sched.wait(tool)
+    finally:
+        sched.close()
+    run, race = stage.result(), tool.result()
+    assert run.proc.ok, run.proc.brief()  # 2 s at the start gate and its start-up held: no timeout
+    assert run.result["start"][0] >= opened and race.result["start"][0] >= opened
+    assert race.result["got"] == {"stages": ["k"]}  # the kernel handed ahead, taken straight through
+    assert [e for _t, e in tool.events][:4] == ["start", "wait start", "go start", "go racecheck"]
+
+
+def test_a_child_asked_for_a_start_gate_waits_before_its_mode_runs(tmp_path):
+    """The real entry point (python -m grader.children): with START_GATE_ENV it imports its mode, then
+    waits at the start gate before running it; a stop there ends it with no result."""
+    import os
+    import subprocess
+
+    from grader.children.protocol import PROBE, START_GATE, START_GATE_ENV, ProbeSpec, gate_files
+    from grader.records import to_jsonable
+
+    def start(name: str) -> tuple[subprocess.Popen, Path, Path, Path]:
+        spec, result = tmp_path / f"{name}_spec.json", tmp_path / f"{name}_result.json"
+        spec.write_text(json.dumps(to_jsonable(ProbeSpec())))
+        env = {**os.environ, "PYTHONPATH": str(ROOT), START_GATE_ENV: "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "grader.children", PROBE.name, str(spec), str(result)],
+                                env=env, cwd=tmp_path)
+        wait_file, go_file = gate_files(result, START_GATE)
+        deadline = time.monotonic() + 30
+        while not wait_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wait_file.exists() and proc.poll() is None and not result.exists()  # waiting, nothing run yet
+        return proc, result, wait_file, go_file
+
+    proc, result, _wait, go = start("go")
+    go.write_text('{"go": true}')
+    assert proc.wait(30) == 0 and json.loads(result.read_text())["ok"] in (True, False)  # the probe ran
+    proc, result, _wait, go = start("stopped")
+    go.write_text('{"stop": true}')
+    assert proc.wait(30) == 0 and not result.exists()

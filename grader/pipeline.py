@@ -321,7 +321,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
               notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
     try:
-        if env.has_gpu:  # its children start while the kernels compile (with a GPU lock, up to their start gate)
+        if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
             with clock.step("start_gpu_children"):
                 start_gpu_children(job)
         for step in CPU_STEPS:

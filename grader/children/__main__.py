@@ -6,13 +6,10 @@ does not load NumPy and a broken CuPy costs only the children that need it.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from pathlib import Path
 
-from grader.children.protocol import MODES, START_GATE, START_GATE_ENV, USAGE, GateClosed, read_spec, wait_at_gate
-
-CUPY_MODES = ("stage", "check", "profile", "occupancy", "warm")  # imported before the start gate: no CUDA yet
+from grader.children.protocol import MODES, USAGE, read_spec
 
 
 def main(argv: list[str]) -> int:
@@ -21,16 +18,6 @@ def main(argv: list[str]) -> int:
         return 2
     mode, spec_path, result_path = argv[1:]
     module = importlib.import_module(f"grader.children.{mode}")
-    if os.environ.get(START_GATE_ENV) == "1":
-        if mode in CUPY_MODES:
-            try:
-                import cupy  # noqa: F401  # importing it starts no CUDA; a broken one is the mode's to report
-            except Exception:  # noqa: BLE001
-                pass
-        try:
-            wait_at_gate(result_path, START_GATE)
-        except GateClosed:
-            return 0  # stopped before it began: nothing to report, and nobody reads a result
     return int(module.run(read_spec(spec_path, mode), Path(result_path)))
 
 

@@ -455,13 +455,6 @@ def launch_grid(n: int, tile: list[int] | tuple[int, ...], blocks: list[int] | N
 # replaced whole) when it may go on. ``{"stop": true}`` in it means: end now, the rest is not needed.
 # A child done with the GPU after its last gate's turn says so with ``<result>.<gate>.done``
 # (:func:`release_turn`) before it writes its files and exits, so the next turn need not wait for that.
-# A child started before its grading holds the GPU (a batch's or the service's, whose GPU another grading
-# may be timing) first waits at START_GATE, before anything touches CUDA: its Python, NumPy and CuPy
-# imports (the tool's own start, under ncu or compute-sanitizer) overlap the other grading's turn, and
-# the gate opens once this grading holds the GPU. Asked for by the launcher's environment
-# (START_GATE_ENV=1), so every mode gets it the same way (grader/children/__main__.py).
-START_GATE = "start"
-START_GATE_ENV = "GRADER_START_GATE"
 GATE_POLL_S = 0.005
 GATE_MAX_WAIT_S = 900.0  # the grader's own bound on a hold (grader.sandbox.process.MAX_HOLD_S)
 

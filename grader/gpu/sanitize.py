@@ -105,14 +105,13 @@ def run_tool(tool: str, sanitizer, stage_spec: Kernel, n: int, work: Path, timeo
 
 def run_gated(tool: str, sanitizer, stage: Kernel, n: int, work: Path, timeout_s: float, *,
               handed: Callable[[], Kernel | None], fence: Fence | None = None, control: Control | None = None,
-              blocks: tuple[int, int] | None = None, extra_env: dict[str, str] | None = None) -> SanitizerRun:
+              blocks: tuple[int, int] | None = None) -> SanitizerRun:
     """:func:`run_tool` for a child started before its stage has compiled (grader/gpu/racecheck.py):
     ``stage`` is what is known then (its id, kernel name and inputs; no cubin yet); the child starts the driver
     under the tool and uploads its inputs, then waits at its gate, named after the tool, whose go
     hands over the compiled stage (``handed()`` returns that spec once the gate has opened). A run
     that cannot be judged as it is (an older compute-sanitizer refusing ``--kernel-name``: it never
-    reached the gate) comes back with ``rerun``; the caller runs it again with :func:`run_tool`.
-    ``extra_env``: the child's start gate, with a GPU lock (grader/gpu/session.py: start_gates)."""
+    reached the gate) comes back with ``rerun``; the caller runs it again with :func:`run_tool`."""
     result = SanitizerRun(tool, stage.id)
     if sanitizer is None or getattr(sanitizer, "path", None) is None:
         result.reason = "not checked: compute-sanitizer not found"
@@ -120,7 +119,7 @@ def run_gated(tool: str, sanitizer, stage: Kernel, n: int, work: Path, timeout_s
     spec = SanitizeSpec(n=n, seed=SEED, gate=tool, ids=[stage.id], inputs=[stage.inputs],
                         blocks=list(blocks) if blocks else None)
     child = launch(SANITIZE, spec, work, timeout_s, OUTPUT_LIMIT, wrap=[*_wrap(tool, sanitizer),
-                   *_only(stage.kernel)], name=tool, fence=fence, control=control, extra_env=extra_env)
+                   *_only(stage.kernel)], name=tool, fence=fence, control=control)
     text = child.proc.stdout + "\n" + child.proc.stderr
     if child.result is not None and child.result.stopped:
         result.reason, result.proc = "not checked: stopped before the launch", child.proc

@@ -17,11 +17,8 @@ The parties, and when each starts:
 A stage that did not compile has its children stopped at their gates. Why the start-up comes first, with
 its measured effect: docs/design.md ("Gates"). With a GPU lock (a batch or the service: another grading
 may be timing kernels on this GPU while this one compiles) nothing may touch the GPU before the lock
-is held, so the same parties start while the kernels compile but wait at a first gate, the start gate
-(children/protocol.py: START_GATE), before anything of CUDA: their imports (and the tools' own start)
-overlap the other grading's turn, and run_stages lets them through once the lock is held
-(:func:`open_start`). Where the machine's warm CuPy cache is not made yet (making it runs a child on
-the GPU) they are started by run_stages instead, after the lock.
+is held, so the same parties are started by run_stages, after the lock (:func:`start_gpu_children`
+says which way).
 """
 from __future__ import annotations
 
@@ -34,8 +31,6 @@ from grader.children.protocol import (
     CHECK,
     PROFILE,
     STAGE,
-    START_GATE,
-    START_GATE_ENV,
     BenchSpec,
     Case,
     CheckResult,
@@ -73,21 +68,18 @@ from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
 from grader.sandbox.turns import Party, Schedule, parallel_children
 
-__all__ = ["checker_expectations", "hand_racecheck_kernel", "open_start", "stage_party_spec", "start_early_racecheck", "start_gpu_children",
+__all__ = ["checker_expectations", "hand_racecheck_kernel", "stage_party_spec", "start_early_racecheck", "start_gpu_children",
            "occupancy_parties", "start_missing_racecheck", "start_occupancy", "start_profile"]
 
 
 def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     """Start, on a new GPU schedule, a child for every stage about to be compiled (``only``: for these,
     compiled already), a racecheck child for each that may use shared memory, the checker and the
-    profiler; each does its untimed start-up and waits at its first gate (with a GPU lock: at its
-    start gate, before CUDA, until :func:`open_start`). Nothing without a GPU, or when no stage is to
-    be graded; with a GPU lock before the compiles (``only`` None), nothing unless the warm CuPy cache
-    is made already. Idempotent: a second call (run_stages, after an early one) does nothing."""
+    profiler; each does its untimed start-up and waits at its
+    first gate. Nothing without a GPU, or when no stage is to be graded. Idempotent: a second call
+    (run_stages, after an early one) does nothing."""
     if job.schedule is not None or not job.env.has_gpu:
         return
-    if job.shares_gpu and only is None and warm.kept(job.rubric, job.env.device or {}) is None:
-        return  # the warm cache would be made now, on the GPU, outside the lock: start under the lock instead
     stages = only if only is not None else [
         st for st in job.rubric.stages
         if job.wants(st.id) and not toolchain.unsupported_reason(st.requires_arch, job.env.arch_flags)]
@@ -107,19 +99,7 @@ def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     work = job.work / "ncu"
     job.early_profile = start_profile(stages, rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
                                       device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
-                                      fence=stage_folders_fence(work, job, stages), start_gate=job.shares_gpu)
-
-
-def start_gates(job: Job) -> tuple[tuple[str, ...], dict[str, str] | None]:
-    """(the gates a party starts with, its children's extra environment): with a GPU lock, the start
-    gate (children/protocol.py: START_GATE) until this grading holds the GPU (:func:`open_start`)."""
-    return ((START_GATE,), {START_GATE_ENV: "1"}) if job.shares_gpu else ((), None)
-
-
-def open_start(job: Job) -> None:
-    """This grading holds its GPU's lock now (run_stages): the parties started before it may touch CUDA."""
-    if job.schedule is not None:
-        job.schedule.open_start()
+                                      fence=stage_folders_fence(work, job, stages))
 
 
 def start_early_racecheck(job: Job, stages: list[Stage]) -> None:
@@ -148,7 +128,6 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
     # What is known before the compile: the id, the kernel's name and inputs (no cubin, no launch shape yet).
     known = Kernel(cubin="", kernel=st.kernel, inputs=st.inputs, id=st.id, launch=LaunchShape([], [], 0))
     blocks, start = blocks_for(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
-    first, env = start_gates(job)
 
     def handed_spec() -> Kernel | None:
         go = handed.get(RACECHECK_GATE)  # the grader's own payload (hand_racecheck_kernel)
@@ -157,10 +136,10 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
 
     def run(control: Control) -> SanitizerRun:
         return start("racecheck", tool, known, san.n, work, san.timeout_s, handed=handed_spec, fence=fence,
-                     control=control, blocks=blocks, extra_env=env)
+                     control=control, blocks=blocks)
 
-    return Party(f"racecheck:{st.id}", (*first, RACECHECK_GATE), work / "racecheck_result.json", run,
-                 hold_startup=True, payloads=handed)
+    return Party(f"racecheck:{st.id}", (RACECHECK_GATE,), work / "racecheck_result.json", run, hold_startup=True,
+                 payloads=handed)
 
 
 def hand_racecheck_kernel(job: Job, o: StageOutcome) -> None:
@@ -171,7 +150,7 @@ def hand_racecheck_kernel(job: Job, o: StageOutcome) -> None:
         return
     if o.compile is not None and o.compile.ok and uses_shared_memory(o):
         party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([stage_spec(o)]))
-        sched.hand(party, RACECHECK_GATE, party.payloads[RACECHECK_GATE])  # past its start gate, if it has one
+        sched.open(party)
     else:
         sched.stop(party)
         del job.early_racecheck[o.stage.id]
@@ -203,7 +182,7 @@ def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
 
 def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
                   schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
-                  ncu_tool=None, cache_seed: Path | None = None, start_gate: bool = False) -> EarlyProfile | None:
+                  ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
     """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
     start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
     runs' untimed work, and :func:`profile_stages` opens the gate with the compiled kernels found
@@ -219,14 +198,11 @@ def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_di
     spec = ProfileSpec(n=prof.n, seed=seed, inputs=sorted({st.inputs for st in stages}), gate=True)
     work_dir = Path(work_dir).resolve()
 
-    env = {START_GATE_ENV: "1"} if start_gate else None
-
     def run(control: Control) -> ChildResult[LaunchResult]:
         return launch(PROFILE, spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
-                      cache_seed=cache_seed, control=control, extra_env=env)
+                      cache_seed=cache_seed, control=control)
 
-    gates = (START_GATE, "launch") if start_gate else ("launch",)
-    party = schedule.add(Party("ncu", gates, work_dir / "profile_result.json", run, late=True))
+    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
     return EarlyProfile(party, [st.id for st in stages], metrics)
 
 
@@ -293,14 +269,13 @@ def _stage_party(st: Stage, job: Job) -> Party:
     spec = stage_party_spec(job, st)
     limit_s = stage_limit(st, rubric).seconds
     start, cache_seed = launch, job.cupy_cache  # bound now: the child may start later, from the schedule's thread
-    first, env = start_gates(job)
 
     def run(control: Control) -> ChildResult[StageResult]:
         return start(STAGE, spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
-                     cache_seed=cache_seed, control=control, extra_env=env,
+                     cache_seed=cache_seed, control=control,
                      fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
 
-    return Party(st.id, (*first, "correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
+    return Party(st.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
 
 
 def checker_expectations(job: Job, stages: list[Stage]) -> Expect:
@@ -322,13 +297,12 @@ def _checker_party(job: Job, expect: Expect) -> Party:
     for the list of outputs to judge (gpu/stages.py: check_results opens it)."""
     start = launch  # bound now: the child may start later, from the schedule's thread
     spec = CheckSpec(gate=True, expect=expect)
-    first, env = start_gates(job)
 
     def run(control: Control) -> ChildResult[CheckResult]:
         return start(CHECK, spec, job.work, job.rubric.timeouts.checker_s, 20_000,
-                     cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control, extra_env=env)
+                     cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control)
 
-    return Party("checker", (*first, "compare"), job.work / "check_result.json", run, late=True)
+    return Party("checker", ("compare",), job.work / "check_result.json", run, late=True)
 
 
 def _prepare_cupy_cache(job: Job) -> None:

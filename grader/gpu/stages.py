@@ -109,7 +109,6 @@ def run_stages(job: Job) -> Job:
     rubric = job.rubric
     compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
     start_gpu_children(job, [o.stage for o in compiled])  # nothing when started before the compiles
-    session.open_start(job)  # with a GPU lock: held now, so the children started before it may touch CUDA
     sched = job.schedule
     if sched is None:
         return job

@@ -154,17 +154,6 @@ def _make(folder: Path, rubric: Rubric, device: dict, key: str, timeout_s: float
     return child.proc.wall_s, ""
 
 
-def kept(rubric: Rubric, device: dict) -> WarmCache | None:
-    """The machine's kept warm cache for this rubric and device when it is there and verified; None
-    otherwise (nothing is made: making one runs the warm child on the GPU)."""
-    key, root = warm_key(rubric, device), cache_root()
-    if root is None:
-        return None
-    with held(root / f"{key}.lock"):
-        folder = root / key
-        return WarmCache(folder / CACHE, key, True) if verified(folder, key) else None
-
-
 def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
     """The warm cache for this grading: the machine's kept one (made now if missing or changed), else
     one made in ``work``. (cache, "") or (None, why there is none: the children then compile

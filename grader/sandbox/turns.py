@@ -44,7 +44,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import START_GATE, gate_files, release_file, write_result
+from grader.children.protocol import gate_files, release_file, write_result
 from grader.sandbox.launch import ChildResult
 from grader.sandbox.process import Control, usable_cpus
 
@@ -93,8 +93,6 @@ class Party:
     # bound, STARTUP_LIMIT_S, after which the child is cancelled.
     hold_startup: bool = False
     started_at: float | None = None
-    waiting_since: float | None = None  # when it last arrived at a gate
-    start_wait_s: float = 0.0  # its wait at the start gate: for the GPU lock, not its own start-up
     # A child that waits for a later step (the checker, the profiler), not for a turn: it never holds
     # the last slots a child of the turns needs to start (:meth:`Schedule._start_pending`).
     late: bool = False
@@ -123,12 +121,6 @@ class Party:
         """Whether it said its last turn is over (it may still be saving files and exiting)."""
         return (self.result_path is not None and self.passed == len(self.gates) > 0
                 and release_file(self.result_path, self.gates[-1]).exists())
-
-    @property
-    def in_startup(self) -> bool:
-        """Still in its start-up: before its first gate, or past only the start gate
-        (children/protocol.py: START_GATE), which a held start-up does not end."""
-        return self.passed == 0 or (self.passed == 1 and self.gates[0] == START_GATE)
 
     @property
     def gate(self) -> str | None:
@@ -162,7 +154,7 @@ class Schedule:
     until its run has returned)."""
 
     def __init__(self, max_children: int, shared_gates: tuple[str, ...] = ("correctness",),
-                 tool_gates: tuple[str, ...] = ("racecheck", START_GATE)):
+                 tool_gates: tuple[str, ...] = ("racecheck",)):
         self.max_children = max(1, max_children)
         self.shared_gates = shared_gates
         self.tool_gates = tool_gates
@@ -221,19 +213,17 @@ class Schedule:
             elif p.state in (State.WORKING, State.TURN) and p.passed < len(p.gates):
                 gate = p.gates[p.passed]
                 if gate in p.early:  # opened by a step before it arrived: it goes straight through
-                    if not (gate == START_GATE and p.hold_startup):
-                        p.control.resume()  # a held start-up ends at its first turn
+                    p.control.resume()  # a held start-up ends at its first turn
                     p.passed += 1
                     p.state = State.TURN
                     p.mark(f"go {gate}")
                 elif p.files(gate)[0].exists():
                     p.control.hold()  # its wait does not count against its time limit
                     p.state = State.WAITING
-                    p.waiting_since = time.monotonic()
                     p.mark(f"wait {gate}")
                     changed.append(p)
-                elif (p.hold_startup and p.in_startup and p.started_at is not None
-                        and time.monotonic() - p.started_at - p.start_wait_s > STARTUP_LIMIT_S):
+                elif (p.hold_startup and p.passed == 0 and p.state is State.WORKING and p.started_at is not None
+                        and time.monotonic() - p.started_at > STARTUP_LIMIT_S):
                     p.control.cancel.set()  # its start-up never reached the first gate
         self._start_pending()
         return changed
@@ -254,10 +244,7 @@ class Schedule:
         data = payload or party.payloads.get(gate) or {"go": True}
         if party.state is State.WAITING:
             write_result(party.files(gate)[1], data)
-            if not (gate == START_GATE and party.hold_startup):  # a held start-up goes on being held
-                party.control.resume()
-            if gate == START_GATE and party.waiting_since is not None:
-                party.start_wait_s += time.monotonic() - party.waiting_since
+            party.control.resume()
             party.passed += 1
             party.state = State.TURN
             party.mark(("stop " if data.get("stop") else "go ") + gate)
@@ -265,26 +252,6 @@ class Schedule:
         party.early[gate] = data
         if party.state is not State.PENDING:
             write_result(party.files(gate)[1], data)
-
-    def hand(self, party: Party, gate: str, payload: dict) -> None:
-        """Give ``gate`` its go ahead of the party's arrival: opened now if the party waits there, else
-        taken straight through when it gets there (a racecheck child still at its start gate is handed
-        its kernel as the stage compiles)."""
-        if party.state is State.DONE or gate not in party.gates[party.passed:]:
-            return
-        if party.state is State.WAITING and party.gates[party.passed] == gate:
-            self.open(party, payload)
-            return
-        party.early[gate] = payload
-        if party.state is not State.PENDING:
-            write_result(party.files(gate)[1], payload)
-
-    def open_start(self) -> None:
-        """This grading holds the GPU now: let every party through its start gate (children/protocol.py:
-        START_GATE), at once or as it arrives."""
-        for p in self.parties:
-            if p.gates[:1] == (START_GATE,) and p.passed == 0:
-                self.hand(p, START_GATE, {"go": True})
 
     def stop(self, party: Party) -> None:
         """End a waiting party without its gated part (the go file says stop), or cancel a running one."""

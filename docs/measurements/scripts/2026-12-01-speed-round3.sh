@@ -6,7 +6,7 @@
 # Steps: grades [N] (one warm-up, then N timed full grades of solutions/, the first kept with its work
 # folder), nogpu (a --no-gpu grade: the compiles with no GPU child beside them), lock N (grades with
 # --gpu-lock: the GPU children start after the compiles), probe (the probe child), ncusol (docs/measurements/scripts/ncu_sol_cost.py on the kept work),
-# interleave N (before/after gradings in turn), cpu (the host's CPUs during a grade: cpu_busy.py), hopper (tune_hopper.py), demo, serve-load, gpu-tests.
+# interleave N (before/after gradings in turn), process (the process around one grading), cpu (the host's CPUs during a grade: cpu_busy.py), hopper (tune_hopper.py), demo, serve-load, gpu-tests.
 set -u
 OUT=${OUT:-/tmp/r3-out}
 W=/tmp/r3
@@ -83,6 +83,23 @@ while [ $# -gt 0 ]; do
     python3 docs/measurements/scripts/cpu_busy.py "$OUT/cpu_busy.json" -- python3 -m grader grade solutions --out "$W/cpu" --quiet \
       2>&1 | tail -40 | tee -a "$OUT/run.txt"
     timeline "$W/cpu/grading.json" ;;
+  process)
+    log "one grade of solutions/, the process around the grading: its start to the grading's start, the grading's end to its exit"
+    python3 - "$W/process" <<'PY' 2>&1 | tee -a "$OUT/run.txt"
+import json, subprocess, sys, time
+out = sys.argv[1]
+t0 = time.time()
+subprocess.run([sys.executable, "-m", "grader", "grade", "solutions", "--out", out, "--quiet"], check=False,
+               stdout=subprocess.DEVNULL)
+t1 = time.time()
+g = json.load(open(f"{out}/grading.json"))
+first = g["phases"][0]
+start = first["ended"] - first["seconds"]
+last = max(p["ended"] for p in g["phases"] if p["ended"] > start)
+print(f"process {t1 - t0:.2f} s: before the grading {start - t0:.2f} s, grading {g['seconds']:.2f} s, "
+      f"after its last phase {t1 - last:.2f} s")
+PY
+    ;;
   probe)
     log "the probe child, 3 times"
     for k in 1 2 3; do

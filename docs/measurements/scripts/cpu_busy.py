@@ -5,7 +5,8 @@
 
 Every 0.1 s: the busy share of all CPUs (/proc/stat), the number of runnable processes
 (/proc/loadavg's running count) and the grading process's own CPU share (the command's pid,
-/proc/PID/stat utime+stime, which counts every thread of it); then a compact table of 0.5 s bins.
+/proc/PID/stat utime+stime, which counts every thread of it); then a compact table of 0.5 s bins,
+and the CPU seconds of every process seen, summed by what it is (its command line).
 """
 from __future__ import annotations
 
@@ -32,6 +33,38 @@ def proc_ticks(pid: int) -> int:
         return 0
 
 
+def classify(pid: int) -> str:
+    """What a process is, from its command line: the grading process, a child's mode, a tool, a compiler."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return "?"
+    if not argv:
+        return "?"
+    name = os.path.basename(argv[0])
+    if "grader.children" in argv:
+        mode = argv[argv.index("grader.children") + 1] if argv.index("grader.children") + 1 < len(argv) else "?"
+        return f"child {mode}"
+    if "grader" in argv and "grade" in argv:
+        return "grading process"
+    if name in ("cicc", "ptxas", "nvcc", "cudafe++", "gcc", "cc1plus", "cc1", "fatbinary", "nvlink"):
+        return "compile: " + name
+    return name
+
+
+def all_ticks() -> dict[int, tuple[str, int]]:
+    """pid -> (what it is, utime + stime so far) for every live process."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            pid = int(name)
+            ticks = proc_ticks(pid)
+            if ticks:
+                out[pid] = (classify(pid), ticks)
+    return out
+
+
 def main() -> int:
     out, cmd = sys.argv[1], sys.argv[sys.argv.index("--") + 1:]
     hz, ncpu = os.sysconf("SC_CLK_TCK"), os.cpu_count() or 1
@@ -40,8 +73,13 @@ def main() -> int:
     rows = []
     last_total, last_idle = cpu_times()
     last_self = proc_ticks(proc.pid)
+    before = {pid: ticks for pid, (_what, ticks) in all_ticks().items()}  # what ran before the command
+    seen: dict[int, tuple[str, int]] = {}  # every process seen since: what it is, its ticks used since
     while proc.poll() is None:
         time.sleep(0.1)
+        for pid, (what, ticks) in all_ticks().items():
+            known = seen.get(pid, ("?", 0))[0]
+            seen[pid] = (known if known != "?" else what, ticks - before.get(pid, 0))
         total, idle = cpu_times()
         me = proc_ticks(proc.pid)
         with open("/proc/loadavg") as f:
@@ -50,8 +88,14 @@ def main() -> int:
         rows.append({"t": round(time.monotonic() - t0, 2), "busy_cpus": round(busy * ncpu, 2), "running": running,
                      "grader_cpus": round((me - last_self) / hz / 0.1, 2)})
         last_total, last_idle, last_self = total, idle, me
+    by_kind: dict[str, float] = {}
+    for what, ticks in seen.values():
+        by_kind[what] = by_kind.get(what, 0.0) + ticks / hz
     with open(out, "w") as f:
-        json.dump({"cpus": ncpu, "rc": proc.returncode, "rows": rows}, f)
+        json.dump({"cpus": ncpu, "rc": proc.returncode, "rows": rows, "cpu_s_by_kind": by_kind}, f)
+    print("CPU seconds by process kind (sampled every 0.1 s; a process shorter than that may be missed):")
+    for what, secs in sorted(by_kind.items(), key=lambda kv: -kv[1])[:16]:
+        print(f"  {secs:6.2f}  {what}")
     print(f"cpus {ncpu}; per 0.5 s: t, busy CPUs, runnable, the grading process's CPUs")
     for k in range(0, len(rows), 5):
         part = rows[k:k + 5]

@@ -9,10 +9,12 @@
 // What each choice bought, measured on an H200 at N = 4096 against BF16
 // cublasGemmEx on the same K-major operands (medians of 30 interleaved
 // launches, L2 flushed before each; docs/measurements/scripts/tune_hopper.py).
-// The reference (persistent, the defaults below): 97.5% of cuBLAS; the same
-// kernel non-persistent (TUNE_PERSISTENT = 0): 95.1% in the same run. Where a
+// The reference (persistent, the defaults below): 97.5% of cuBLAS in two runs;
+// the same kernel non-persistent (TUNE_PERSISTENT = 0): 95.1% and 95.0% in the
+// same runs. As graded (20 interleaved launches, five gradings): 97.3-97.7%,
+// 730-732 TFLOP/s (docs/measurements/2026-12-01-h200-speed-round3.md). Where a
 // choice says "non-persistent", it was measured on the TUNE_PERSISTENT = 0
-// kernel in that run; its effect on the persistent kernel is not measured.
+// kernel; its effect on the persistent kernel is not measured.
 //
 // 1. Tensor memory accelerator (TMA) loads. One thread issues a single
 //    cp.async.bulk.tensor per operand tile; the copy engine computes the
@@ -34,8 +36,9 @@
 //    setmaxnreg moves registers from the producer (24 per thread) to the
 //    consumers (240), which hold 128 FP32 accumulators each: 0 spills. A
 //    128 x 128 tile (each A tile feeds half as many columns) with 6 slots:
-//    86.5% against 95.1%, non-persistent. (Specialisation itself is not
-//    measured against a kernel without it.)
+//    86.5% against 95.1%, non-persistent; persistent, 6 and 7 slots: 88.9%
+//    and 90.9% against 97.5%. (Specialisation itself is not measured against
+//    a kernel without it.)
 //
 // 4. A STAGES-deep ring of shared-memory slots with two mbarriers per slot:
 //    "full" (the TMA's byte count arrived) and "empty" (every consumer warp
@@ -48,8 +51,8 @@
 // 5. Grouped launch order. Consecutive tiles take GROUP = 8 tile rows of C
 //    and walk their columns together, so the A and B strips they read are
 //    still in L2 when the next tiles need them: 95.1% against 93.3% in plain
-//    grid order, non-persistent. 16 rows: 97.5% persistent (as 8), 95.2%
-//    non-persistent.
+//    grid order, non-persistent. Persistent: 16 rows 97.5% and 97.3% (as 8
+//    within the runs' spread), 4 rows 97.0%; non-persistent 16 rows 95.2%.
 //
 // 6. Epilogue from registers. Each thread writes its accumulators as float2
 //    pairs; a quad of lanes covers 32 contiguous bytes, so every store
@@ -71,8 +74,9 @@
 //    without that the producer would wait for them forever.
 //
 // 8. Clusters sharing B (TUNE_CLUSTER = 2, persistent only; off by default):
-//    96.5% against 97.5% without (97.0% with GROUP 16; 97.5% with 128
-//    working blocks, TUNE_WORKERS = 128): no gain measured. Two blocks of a
+//    96.5% and 96.6% against 97.5% without (GROUP 16: 97.0%, 97.1%; GROUP
+//    4: 96.6%; 128 working blocks, TUNE_WORKERS = 128: 97.5%, 97.3%): no gain
+//    measured. Two blocks of a
 //    cluster (__cluster_dims__ along y: N / BM is even while N / BN is 1 at
 //    N = 256) compute two tiles one above another, which read the same
 //    256 x 64 B tile per k-step (two thirds of a slot's bytes): each block
@@ -87,7 +91,8 @@
 //    addresses), the consumers 232.
 //
 // 9. Ping-pong (TUNE_PINGPONG = 1 with TUNE_BN = TUNE_WGN = 128; off by
-//    default; not measured). Each consumer warpgroup computes whole 128 x 128
+//    default): 89.0% (6 slots 89.9%, GROUP 16 88.2%) against 97.5%: slower,
+//    as the 128 x 128 tiles of item 3 are. Each consumer warpgroup computes whole 128 x 128
 //    tiles (two m64 rows of n128 products, 128 accumulators per thread), the
 //    two taking this block's tiles in turn: consumer 0 the even ones,
 //    consumer 1 the odd ones, so one's epilogue runs while the other's

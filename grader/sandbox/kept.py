@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from grader.sandbox import guard as sandbox
@@ -17,22 +18,23 @@ from grader.sandbox import guard as sandbox
 OFF = "off"  # a kept folder's variable set to this: none is kept
 
 
-def private_dir(path: Path) -> bool:
-    """A real folder (no link) of the grader's user that nobody else may write."""
+def _private(path: Path, is_kind: Callable[[int], bool]) -> bool:
+    """``path`` itself (no link followed) is of that kind, the grader's user's, and nobody else may write it."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    return is_kind(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def private_dir(path: Path) -> bool:
+    """A real folder (no link) of the grader's user that nobody else may write."""
+    return _private(path, stat.S_ISDIR)
 
 
 def private_file(path: Path) -> bool:
     """A regular file (no link) of the grader's user that nobody else may write."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    return _private(path, stat.S_ISREG)
 
 
 def kept_root(variable: str, name: str) -> Path | None:

@@ -306,3 +306,14 @@ def test_a_step_may_run_at_a_lower_cpu_priority():
     show = [sys.executable, "-c", "import os; print(os.nice(0))"]
     assert sandbox.run(show, timeout_s=30).stdout.strip() == str(own)
     assert sandbox.run(show, timeout_s=30, nice=7).stdout.strip() == str(min(19, own + 7))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch user")
+def test_a_lower_priority_holds_for_a_step_run_as_another_user():
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' user")
+    rec = sandbox.run(["sh", "-c", "id -u; nice"], timeout_s=5, user="nobody", cwd="/", nice=7)
+    uid, niceness = rec.stdout.split()
+    assert uid == str(pwd.getpwnam("nobody").pw_uid) and niceness == str(min(19, os.nice(0) + 7))

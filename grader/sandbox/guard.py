@@ -188,7 +188,7 @@ def run(
     popen: PopenExtra = {"preexec_fn": _limits.preexec(None, [], None, nice)} if nice else {}
     if user is not None and os.geteuid() == 0:
         uid, gid, home = _user_ids(user)
-        popen = {"user": uid, "group": gid, "extra_groups": []}
+        popen.update({"user": uid, "group": gid, "extra_groups": []})  # beside the nice, not instead of it
         if env is None:
             child_env.update(HOME=home, USER=user, LOGNAME=user)
     return run_process(command, timeout_s=float(timeout_s), cwd=cwd, env=child_env, output_limit=output_limit,

@@ -60,7 +60,7 @@ def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
     """The fence of a tool (compute-sanitizer, ncu) launching student kernels: the GPU, its own
     folder, the kernels' cubins read-only; the tools themselves take gigabytes of host memory."""
     cubins = tuple(dict.fromkeys(Path(o.compile.cubin).parent for o in outcomes if o.compile and o.compile.cubin))
-    return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB)
+    return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB, student_host_code=False)
 
 
 def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
@@ -71,7 +71,7 @@ def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
     for st in stages:
         (job.work / st.id).mkdir(parents=True, exist_ok=True)
         folders.append(job.work / st.id)
-    return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB)
+    return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB, student_host_code=False)
 
 
 def blocks_for(job: Job, tool_name: str) -> tuple[int, int] | None:

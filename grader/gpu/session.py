@@ -273,7 +273,8 @@ def _stage_party(st: Stage, job: Job) -> Party:
     def run(control: Control) -> ChildResult[StageResult]:
         return start(STAGE, spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
                      cache_seed=cache_seed, control=control,
-                     fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes))
+                     fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes,
+                                 student_host_code=False))
 
     return Party(st.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
 

@@ -37,6 +37,8 @@ from grader import IN_CHECKOUT, PACKAGE_DIR, PRIVATE_ROOT, REPO_ROOT
 
 MIB = 1 << 20
 GIB = 1 << 30
+WATCH_TRUSTED_S = 0.25  # how often a step with no student host code is watched (Fence.student_host_code)
+SCRATCH_TRUSTED_S = 1.0  # ... and how often its scratch folder is measured (the grader's own files)
 
 _SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
@@ -62,6 +64,14 @@ class Fence:
     # Scheduling priority lowered by this much (0-19, os.nice): a batch's compiles yield the host's
     # CPUs to the grading that holds the GPU (grader/pipeline.py: compile_stages).
     nice: int = 0
+    # Whether host code the student controls runs in the step: their program, or a compiler reading their
+    # source. The watchdog (grader.sandbox.limits) then looks every 10 ms in the first second, every 50 ms
+    # after: a fork bomb doubles every few milliseconds. False for the grader's own children, which run
+    # only the student's GPU kernels (the stage runs, the profiler, racecheck): nothing in them can fork
+    # or grow host memory at that pace, and they are looked at every WATCH_TRUSTED_S. A grading watches
+    # 13 of them side by side while it compiles; their 10 ms looks at /proc took most of the grading
+    # process's CPU (docs/measurements/2026-12-01-h200-speed-round4.md).
+    student_host_code: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scratch", Path(os.path.abspath(self.scratch)))

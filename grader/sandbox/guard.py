@@ -35,8 +35,17 @@ from pathlib import Path
 from grader.model import Limit, ProcRecord
 from grader.sandbox import cgroup as _cgroup
 from grader.sandbox import limits as _limits
-from grader.sandbox.fence import GIB, MIB, Fence, bwrap_args, is_visible, runtime_folder
-from grader.sandbox.process import DRAIN_GRACE_S, KILL_WAIT_S, Control, PopenExtra, run_process
+from grader.sandbox.fence import (
+    GIB,
+    MIB,
+    SCRATCH_TRUSTED_S,
+    WATCH_TRUSTED_S,
+    Fence,
+    bwrap_args,
+    is_visible,
+    runtime_folder,
+)
+from grader.sandbox.process import DRAIN_GRACE_S, KILL_WAIT_S, WATCH_EVERY_S, Control, PopenExtra, run_process
 
 __all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
            "confines", "mode", "reset_mode", "run", "runtime_folder", "student_user"]
@@ -291,7 +300,8 @@ def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str 
     # The process count is watched even under pids.max: the kernel stops the count at the cap,
     # the watchdog then ends the step at once (a fork bomb otherwise spins until its time limit).
     watch = _limits.Watchdog(memory_bytes=None if cg_memory else fence.memory_bytes, processes=fence.processes,
-                             scratch=fence.scratch, scratch_bytes=fence.scratch_bytes)
+                             scratch=fence.scratch, scratch_bytes=fence.scratch_bytes,
+                             scratch_every_s=None if fence.student_host_code else SCRATCH_TRUSTED_S)
     status_r, status_w = os.pipe() if in_bwrap else (-1, -1)
     popen: PopenExtra = {"preexec_fn": _limits.preexec(cg.procs if cg else None, rlimits,
                                                        None if in_bwrap else ids, fence.nice)}
@@ -306,7 +316,9 @@ def _run_fenced(command: list[str], fence: Fence, *, timeout_s: float, cwd: str 
     try:
         rec = run_process(argv, timeout_s=timeout_s, cwd=None if in_bwrap else run_cwd, env=child_env,
                           output_limit=output_limit, stdin_data=stdin_data, popen_extra=popen, watch=watch,
-                          output_cap=fence.output_bytes, kill_extra=cg.kill if cg else None, control=control)
+                          output_cap=fence.output_bytes, kill_extra=cg.kill if cg else None, control=control,
+                          watch_every_s=WATCH_EVERY_S if fence.student_host_code else WATCH_TRUSTED_S,
+                          fast_start=fence.student_host_code)
     finally:
         if in_bwrap:
             os.close(status_w)

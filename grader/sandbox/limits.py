@@ -170,9 +170,10 @@ class Watchdog:
     SCRATCH_EVERY_S = 0.2  # walking a folder costs more than reading /proc: less often
 
     def __init__(self, *, memory_bytes: int | None, processes: int | None, scratch: Path | None,
-                 scratch_bytes: int):
+                 scratch_bytes: int, scratch_every_s: float | None = None):
         self.memory_bytes, self.processes = memory_bytes, processes
         self.scratch, self.scratch_bytes = scratch, scratch_bytes
+        self.scratch_every_s = self.SCRATCH_EVERY_S if scratch_every_s is None else scratch_every_s
         self._next_scratch = 0.0
 
     def __call__(self, root: int) -> Limit | None:
@@ -185,7 +186,7 @@ class Watchdog:
                 return Limit.MEMORY
         now = time.monotonic()
         if self.scratch is not None and now >= self._next_scratch:
-            self._next_scratch = now + self.SCRATCH_EVERY_S
+            self._next_scratch = now + self.scratch_every_s
             if folder_bytes(self.scratch, self.scratch_bytes) > self.scratch_bytes:
                 return Limit.SCRATCH
         return None

@@ -120,6 +120,7 @@ class Control:
 
 
 # ``watch(pid)`` is called every ``watch_every_s`` while the child runs; a Limit it returns ends it.
+WATCH_EVERY_S = 0.05
 Watch = Callable[[int], "Limit | None"]
 # For the first second the watch runs more often: a fork bomb doubles every few milliseconds, and
 # once there are thousands of processes the grader itself gets too little CPU to stop them soon.
@@ -377,7 +378,8 @@ def run_process(
     stdin_data: bytes | None = None,
     popen_extra: PopenExtra | None = None,
     watch: Watch | None = None,
-    watch_every_s: float = 0.05,
+    watch_every_s: float = WATCH_EVERY_S,
+    fast_start: bool = True,
     output_cap: int | None = None,
     kill_extra: Callable[[], None] | None = None,
     control: Control | None = None,
@@ -386,7 +388,9 @@ def run_process(
 
     ``popen_extra``: more :class:`subprocess.Popen` arguments (``user``, ``preexec_fn``,
     ``pass_fds``). ``output_cap``: total bytes on stdout+stderr after which the child is stopped
-    (``Limit.OUTPUT``). ``watch``: see :data:`Watch`. ``kill_extra``: called with the session kill
+    (``Limit.OUTPUT``). ``watch``: see :data:`Watch`; ``fast_start``: watched every :data:`FAST_WATCH_S`
+    for its first :data:`FAST_WATCH_FOR_S` (a step that may fork), else every ``watch_every_s`` from the
+    start. ``kill_extra``: called with the session kill
     (a cgroup's kill), so that processes outside the session die as promptly. ``control``: a
     :class:`Control` whose held time extends the time limit and whose cancel stops the child.
     """
@@ -435,6 +439,7 @@ def run_process(
 
     limit: Limit | None = None
     waiter = _ExitWaiter(proc.pid)
+    next_watch = start + (FAST_WATCH_S if fast_start else watch_every_s)
     try:
         while True:
             now = time.monotonic()
@@ -446,8 +451,9 @@ def run_process(
                 limit = Limit.CANCELLED
                 break
             # Without a watch one wait covers the whole time limit: the output cap needs no tick (a
-            # reader wakes the wait the moment the cap is passed).
-            tick = float("inf") if watch is None else FAST_WATCH_S if now - start < FAST_WATCH_FOR_S else watch_every_s
+            # reader wakes the wait the moment the cap is passed). A control's tick does not call the
+            # watch sooner than its own interval.
+            tick = float("inf") if watch is None else max(0.0, next_watch - now)
             if control is not None:
                 tick = min(tick, CONTROL_TICK_S)
             if waiter.wait(min(left, tick), total_cap):
@@ -455,10 +461,13 @@ def run_process(
             if total_cap.passed.is_set():
                 limit = Limit.OUTPUT
                 break
-            if watch is not None:
+            now = time.monotonic()
+            if watch is not None and now >= next_watch:
                 limit = watch(proc.pid)
                 if limit is not None:
                     break
+                fast = fast_start and now - start < FAST_WATCH_FOR_S
+                next_watch = time.monotonic() + (FAST_WATCH_S if fast else watch_every_s)
         wall_s = time.monotonic() - start
         # Exited or not, nothing the child started may outlive it. Ended by a limit, it is still
         # running: its tree is stopped and killed from the top (the child first, so that under a fork

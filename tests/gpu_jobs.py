@@ -201,21 +201,46 @@ BUILDERS: dict[str, Callable[[Path, Path], Any]] = {
 }
 
 
+def held_phases(work: Path) -> list[dict]:
+    """Every grading.json under ``work``: its folder, wall seconds, and its wait for and hold of the GPU lock."""
+    found = []
+    for path in sorted(work.rglob("grading.json")):
+        try:
+            g = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        phases = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage")}
+        found.append({"grading": str(path.parent.relative_to(work)), "seconds": g.get("seconds"),
+                      "gpu_wait": phases.get("gpu_wait"), "gpu_held": phases.get("gpu_held")})
+    return found
+
+
 class GpuJobs:
-    """The named gradings, all started together in threads; :meth:`result` waits for one."""
+    """The named gradings, all started together in threads; :meth:`result` waits for one. At the end
+    ``timeline.json`` in the base folder says when each started and ended, and how long each of its
+    gradings waited for and held the GPU lock (where the suite's time goes)."""
 
     def __init__(self, base: Path, names: list[str]):
         self.base, self.lock = base, base / "gpu.lock"
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(BUILDERS)), thread_name_prefix="gpu-job")
         self.futures: dict[str, Future] = {}
+        self.started = time.monotonic()
+        self.spans: dict[str, list[float]] = {}
         for name in [n for n in BUILDERS if n in names]:  # all at once: the lock orders their GPU steps
             self._submit(name)
+
+    def _timed(self, name: str, work: Path):
+        self.spans[name] = [time.monotonic() - self.started]
+        try:
+            return BUILDERS[name](work, self.lock)
+        finally:
+            self.spans[name].append(time.monotonic() - self.started)
 
     def _submit(self, name: str):
         if name not in self.futures:
             work = self.base / name
             work.mkdir(parents=True, exist_ok=True)
-            self.futures[name] = self.pool.submit(BUILDERS[name], work, self.lock)
+            self.futures[name] = self.pool.submit(self._timed, name, work)
         return self.futures[name]
 
     def result(self, name: str):
@@ -223,3 +248,6 @@ class GpuJobs:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        timeline = {name: {"from_s": round(span[0], 2), "to_s": round(span[-1], 2),
+                           "gradings": held_phases(self.base / name)} for name, span in self.spans.items()}
+        (self.base / "timeline.json").write_text(json.dumps(timeline, indent=1))

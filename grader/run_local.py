@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--keep-work", action="store_true", help="keep OUT/work (the copy, builds, ncu's spec)")
+    p.add_argument("--gpu-lock", metavar="FILE", help="a lock file shared by every grading on this GPU: the GPU "
+                   "steps wait for it (several gradings at once on one GPU box)")
     p.add_argument("--check-rubric", action="store_true", help="only validate the rubric and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--batch", action="store_true",
@@ -91,7 +93,7 @@ def to_command(args: argparse.Namespace) -> list[str]:
     if args.calibrate is not None:
         return ["calibrate", "--repeats", str(args.calibrate), *_pass(args, "out", "rubric", "quiet"),
                 *_positional(args)]
-    return ["grade", *_pass(args, "out", "rubric", "stages", "no_gpu", "keep_outputs", "keep_work", "quiet"),
+    return ["grade", *_pass(args, "out", "rubric", "stages", "no_gpu", "keep_outputs", "keep_work", "quiet", "gpu_lock"),
             *_positional(args)]
 
 

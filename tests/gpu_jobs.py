@@ -161,10 +161,9 @@ def _shifted(work: Path, lock: Path):
 
 
 def _attacks(work: Path, lock: Path) -> dict[str, tuple[Any, bool]]:
-    """Each GPU attack case, fenced (tests/attack_helpers.py), holding the GPU lock for its grading; then
-    whether results.json stayed as the grader left it while the case's daemons would look for it."""
-    from grader.clock import Clock
-    from grader.pipeline import gpu_turn
+    """Each GPU attack case, fenced (tests/attack_helpers.py), its GPU steps under the suite's GPU lock
+    (``--gpu-lock``: its compiles run while the other gradings hold the GPU); then whether results.json
+    stayed as the grader left it while the case's daemons would look for it."""
     from tests.attack_helpers import case_processes, end_processes
     from tests.attack_helpers import grade as fenced_grade
 
@@ -172,8 +171,8 @@ def _attacks(work: Path, lock: Path) -> dict[str, tuple[Any, bool]]:
     done: dict[str, tuple[Any, bool]] = {}
     for case in ATTACK_CASES:
         end_processes(case_processes([]))  # a daemon an earlier, failed run left
-        with gpu_turn(lock, Clock(), True):
-            g = fenced_grade(SUBS / case, work / case, EXPECTED[case]["stages"], rubric=rubric, gpu=True, limit_s=900)
+        g = fenced_grade(SUBS / case, work / case, EXPECTED[case]["stages"], "--gpu-lock", str(lock), rubric=rubric,
+                         gpu=True, limit_s=900)
         path = g.out / "results.json"
         first = path.read_bytes() if path.is_file() else b""
         time.sleep(3)  # the daemons look for results.json twice a second
@@ -210,8 +209,9 @@ def held_phases(work: Path) -> list[dict]:
         except (OSError, ValueError):
             continue
         phases = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage")}
+        steps = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage") and not p.get("detail")}
         found.append({"grading": str(path.parent.relative_to(work)), "seconds": g.get("seconds"),
-                      "gpu_wait": phases.get("gpu_wait"), "gpu_held": phases.get("gpu_held")})
+                      "gpu_wait": phases.get("gpu_wait"), "gpu_held": phases.get("gpu_held"), "steps": steps})
     return found
 
 

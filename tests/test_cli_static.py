@@ -154,6 +154,7 @@ def test_legacy_flags_map_onto_subcommands():
     assert cmd("sol", "--calibrate", "5", "--out", "c") == ["calibrate", "--repeats", "5", "--out", "c", "--", "sol"]
     assert cmd("--check-rubric", "--rubric", "r.yaml") == ["check-rubric", "--rubric", "r.yaml"]
     assert cmd("--", "-weird-name") == ["grade", "--", "-weird-name"]  # a name starting with '-' stays a name
+    assert cmd("sub", "--gpu-lock", "gpu0.lock") == ["grade", "--gpu-lock", "gpu0.lock", "--", "sub"]
 
 
 def test_batch_only_flag_without_batch_is_a_usage_error(tmp_path):

@@ -172,6 +172,9 @@ for name, j in sorted(json.load(open(sys.argv[1])).items(), key=lambda kv: kv[1]
     print(f"  {name:10s} {j['from_s']:6.1f}-{j['to_s']:6.1f} s, {len(j['gradings'])} gradings, GPU lock held {held:.1f} s: "
           + "; ".join(f"{g['grading']} {g['seconds'] or 0:.1f} s (wait {g['gpu_wait'] or 0:.1f}, held {g['gpu_held'] or 0:.1f})"
                       for g in j["gradings"][:6]))
+    for g in j["gradings"]:
+        if (g["gpu_held"] or 0) > 15:
+            print(f"    {name}/{g['grading']} steps: " + ", ".join(f"{k} {v:.1f}" for k, v in g.get("steps", {}).items() if v >= 0.3))
 PY
     ;;
   esac

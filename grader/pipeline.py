@@ -30,8 +30,8 @@ from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult, Verdict
 from grader.occupancy.early import CollectedOccupancy, EarlyOccupancy
-from grader.outputs.plots import draw_ahead, ladder_png, roofline_png
-from grader.outputs.profile_page import ladder_plot, roofline_plot
+from grader.outputs.plots import draw_ahead, ladder_png
+from grader.outputs.profile_page import ladder_plot
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
@@ -186,8 +186,6 @@ def profile(job: Job) -> Job:
                          work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0), device=job.env.device,
                          fence=tool_fence(job.work / "ncu", list(job.outcomes.values())),
                          early=job.early_profile, schedule=job.schedule)
-    if job.env.has_gpu and (roof := roofline_plot(job.outcomes, job.env.peaks, job.env.device, job.work.parent)):
-        draw_ahead(roofline_png, *roof)  # the metrics are final: drawn while the last steps and the outputs run
     if run is not None:
         job.profile = ProfileRun(command=list(run.command), reason=run.reason,
                                  wall_s=run.proc.wall_s if run.proc else None, notes=list(run.notes),

@@ -118,22 +118,3 @@ def test_a_ladder_drawn_ahead_is_used_once_and_redrawn_when_its_inputs_changed(t
     assert len(calls) == 3  # the stale drawing ended before the new one began
     assert not any(path == str(tmp_path / "ladder.png") for _plot, path in plots._AHEAD)
     assert os.stat(tmp_path / "ladder.png").st_mtime_ns >= before
-
-
-def test_a_roofline_drawn_ahead_is_the_reports_roofline(tmp_path, monkeypatch):
-    """grader/pipeline.py draws the roofline as soon as ncu's metrics are in (its profile step); the report
-    takes that drawing for the same metrics and file instead of drawing it again."""
-    from grader.outputs import plots
-    from grader.outputs.profile_page import roofline_plot
-
-    pytest.importorskip("matplotlib")
-    calls = []
-    real = plots.roofline_png.draw
-    monkeypatch.setattr(plots.roofline_png, "draw", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
-    g = make_grading()
-    args = roofline_plot(g.outcomes, g.env.peaks, g.env.device, tmp_path)
-    assert args is not None, "the made grading has ncu metrics: a roofline"
-    plots.draw_ahead(plots.roofline_png, *args)
-    rep = write_profile_report(g, tmp_path)
-    assert len(calls) == 1 and Path(rep.images["roofline"]) == tmp_path / "roofline.png"
-    assert (tmp_path / "roofline.png").stat().st_size > 1000

@@ -52,20 +52,6 @@ def ladder_plot(outcomes: dict[str, StageOutcome], peaks_known: Peaks, out_dir: 
     return rows, Path(out_dir) / "ladder.png", baselines, peaks, title
 
 
-def roofline_plot(outcomes: dict[str, StageOutcome], peaks_known: Peaks, device: dict | None, out_dir: Path,
-                  bandwidth: dict[str, float] | None = None) -> tuple | None:
-    """The arguments of the roofline's plots.roofline_png call, or None when no stage has the metrics
-    it needs. The grading draws it ahead from these (grader/pipeline.py) once ncu's metrics are in."""
-    profiled = {stage_label(o.stage): o.ncu for o in outcomes.values() if o.ncu}
-    n_prof = next((o.profile_n for o in outcomes.values() if o.ncu), 0)
-    points = roofline_points(profiled, n_prof)
-    if not points:
-        return None
-    bw = hbm_bandwidth(device) if bandwidth is None else bandwidth
-    return (points, peak_lines(peaks_known), bw, Path(out_dir) / "roofline.png",
-            f"Roofline at N={n_prof} (Nsight Compute, one launch per stage)")
-
-
 def ladder_inputs_of(outcomes: dict[str, StageOutcome], p: Peaks) -> tuple[list[dict], list[dict], dict[str, float]]:
     rows: list[dict] = []
     base: dict[str, list[float]] = {}
@@ -124,6 +110,7 @@ def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, f
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rep = ProfileReport()
+    peaks = peak_lines(grading.env.peaks)
     ladder = ladder_plot(grading.outcomes, grading.env.peaks, out_dir)
     if ladder is not None:
         rep.images["ladder"], why = _drawn(drawn, "ladder.png", out_dir) or ladder_png(*ladder)
@@ -131,9 +118,13 @@ def write_profile_report(grading: Grading, out_dir: Path, bandwidth: dict[str, f
         rep.images["ladder"], why = None, "no stage was timed (no GPU, or no stage passed correctness)"
     if why:
         rep.reasons["ladder"] = why
-    roofline = roofline_plot(grading.outcomes, grading.env.peaks, grading.env.device, out_dir, bandwidth)
-    if roofline is not None:
-        rep.images["roofline"], why = _drawn(drawn, "roofline.png", out_dir) or roofline_png(*roofline)
+    profiled = {stage_label(o.stage): o.ncu for o in grading.outcomes.values() if o.ncu}
+    n_prof = next((o.profile_n for o in grading.outcomes.values() if o.ncu), 0)
+    points = roofline_points(profiled, n_prof)
+    if points:
+        bw = hbm_bandwidth(grading.env.device) if bandwidth is None else bandwidth
+        rep.images["roofline"], why = _drawn(drawn, "roofline.png", out_dir) or roofline_png(
+            points, peaks, bw, out_dir / "roofline.png", f"Roofline at N={n_prof} (Nsight Compute, one launch per stage)")
     else:
         reasons = {o.ncu_reason for o in grading.outcomes.values() if o.ncu_reason}
         rep.images["roofline"], why = None, "no stage was profiled" + (f" ({'; '.join(sorted(reasons))})"

@@ -338,8 +338,9 @@ def whatif_command(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 # The commands whose parser needs no other command's module. ``python -m grader grade`` is what a batch,
 # the service's workers and the Gradescope run start for every submission: building every command's
-# parser imports the service, the batch and the kit (0.16 s here, about twice that on the H200 host),
-# before the grading can start.
+# parser imports the service, the batch and the kit before the grading can start (0.16 s on the
+# development machine; on an H200 host the gain was within the noise of the process's start:
+# docs/measurements/2026-12-01-h200-speed-round4.md).
 SELF_CONTAINED = ("grade",)
 
 

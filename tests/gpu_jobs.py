@@ -210,8 +210,11 @@ def held_phases(work: Path) -> list[dict]:
             continue
         phases = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage")}
         steps = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage") and not p.get("detail")}
+        runs = sorted(((p["seconds"], p["stage"]) for p in g.get("phases", []) if p["name"] == "run" and p.get("stage")),
+                      reverse=True)
         found.append({"grading": str(path.parent.relative_to(work)), "seconds": g.get("seconds"),
-                      "gpu_wait": phases.get("gpu_wait"), "gpu_held": phases.get("gpu_held"), "steps": steps})
+                      "gpu_wait": phases.get("gpu_wait"), "gpu_held": phases.get("gpu_held"), "steps": steps,
+                      "slowest_runs": {stage: seconds for seconds, stage in runs[:8]}})
     return found
 
 

@@ -175,6 +175,7 @@ for name, j in sorted(json.load(open(sys.argv[1])).items(), key=lambda kv: kv[1]
     for g in j["gradings"]:
         if (g["gpu_held"] or 0) > 15:
             print(f"    {name}/{g['grading']} steps: " + ", ".join(f"{k} {v:.1f}" for k, v in g.get("steps", {}).items() if v >= 0.3))
+            print(f"    {name}/{g['grading']} slowest stage runs: " + ", ".join(f"{k} {v:.1f}" for k, v in g.get("slowest_runs", {}).items()))
 PY
     ;;
   esac

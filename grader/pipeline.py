@@ -269,6 +269,15 @@ AFTER_GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
 STEPS = CPU_STEPS + GPU_STEPS + AFTER_GPU_STEPS
 
 
+def gpu_steps_have_work(job: Job) -> bool:
+    """Whether a GPU step will launch anything: only for a stage that compiled. With none (every selected
+    stage failed to build, or only the occupancy section was selected) the GPU steps have nothing to run
+    and wait for no GPU lock. In the GPU suite an occupancy-only grading waited 64 s for the lock that
+    other gradings held, to run nothing (docs/measurements/2026-12-01-h200-speed-round4.md). The
+    occupancy section takes the lock itself when its runs need it (grade_occupancy)."""
+    return any(o.compile is not None and o.compile.ok for o in job.outcomes.values())
+
+
 @contextmanager
 def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
     """Hold the GPU's lock file (an exclusive flock) for the steps that use the GPU.
@@ -327,7 +336,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         for step in CPU_STEPS:
             with clock.step(step.__name__):
                 job = step(job)
-        with gpu_turn(gpu_lock, clock, env.has_gpu):
+        with gpu_turn(gpu_lock, clock, env.has_gpu and gpu_steps_have_work(job)):
             for step in GPU_STEPS:
                 with clock.step(step.__name__):
                     job = step(job)

@@ -208,8 +208,13 @@ def held_phases(work: Path) -> list[dict]:
             g = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        phases = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage")}
-        steps = {p["name"]: p["seconds"] for p in g.get("phases", []) if not p.get("stage") and not p.get("detail")}
+        phases: dict[str, float] = {}  # a phase that happens twice (the GPU lock's wait and hold) is summed
+        steps: dict[str, float] = {}
+        for p in g.get("phases", []):
+            if not p.get("stage"):
+                phases[p["name"]] = round(phases.get(p["name"], 0.0) + p["seconds"], 3)
+                if not p.get("detail"):
+                    steps[p["name"]] = round(steps.get(p["name"], 0.0) + p["seconds"], 3)
         runs = sorted(((p["seconds"], p["stage"]) for p in g.get("phases", []) if p["name"] == "run" and p.get("stage")),
                       reverse=True)
         found.append({"grading": str(path.parent.relative_to(work)), "seconds": g.get("seconds"),

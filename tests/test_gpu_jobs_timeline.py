@@ -15,9 +15,23 @@ def test_each_grading_says_its_steps_its_lock_and_its_slowest_stage_runs(tmp_pat
     [row] = held_phases(tmp_path)
     g = json.loads(src.read_text())
     assert row["grading"] == "case/out" and row["seconds"] == g["seconds"]
-    steps = {p["name"]: p["seconds"] for p in g["phases"] if not p.get("stage") and not p.get("detail")}
-    assert row["steps"] == steps and "run_stages" in steps
+    steps: dict[str, float] = {}
+    for p in g["phases"]:
+        if not p.get("stage") and not p.get("detail"):
+            steps[p["name"]] = steps.get(p["name"], 0.0) + p["seconds"]
+    assert row["steps"] == {k: round(v, 3) for k, v in steps.items()} and "run_stages" in steps
     runs = {p["stage"]: p["seconds"] for p in g["phases"] if p["name"] == "run" and p.get("stage")}
     assert row["slowest_runs"] and set(row["slowest_runs"]) <= set(runs)
     assert list(row["slowest_runs"].values()) == sorted(row["slowest_runs"].values(), reverse=True)
     assert max(row["slowest_runs"].values()) == max(runs.values())
+
+
+def test_a_phase_that_happens_twice_is_summed(tmp_path):
+    """A grading takes the GPU lock twice (its GPU steps, then the occupancy section's runs): both waits count."""
+    phases = [{"name": "gpu_wait", "seconds": 64.0, "stage": "", "detail": False, "ended": 1.0},
+              {"name": "gpu_held", "seconds": 0.5, "stage": "", "detail": True, "ended": 2.0},
+              {"name": "gpu_wait", "seconds": 0.25, "stage": "", "detail": False, "ended": 3.0},
+              {"name": "gpu_held", "seconds": 2.0, "stage": "", "detail": True, "ended": 4.0}]
+    (tmp_path / "grading.json").write_text(json.dumps({"seconds": 70.0, "phases": phases}))
+    [row] = held_phases(tmp_path)
+    assert (row["gpu_wait"], row["gpu_held"], row["steps"]) == (64.25, 2.5, {"gpu_wait": 64.25})

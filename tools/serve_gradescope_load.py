@@ -170,7 +170,6 @@ def run_one(run: Run, source: Path, stages: str | None, slots: threading.Semapho
                GRADER_SUBMISSION_DIR=str(run.tree / "submission"), GRADER_RESULTS_DIR=str(run.tree / "results"),
                GRADER_STUDENT_USER=os.environ.get("GRADER_STUDENT_USER", "none"), CUDA_VISIBLE_DEVICES="",
                **({"GRADER_STAGES": stages} if stages else {}))
-    shutil.copy(source / "run_autograder", run.tree / "run_autograder")  # as Gradescope places it
     slots.acquire()
     if stop.is_set():  # past --timeout-s before its turn: never started
         slots.release()
@@ -200,6 +199,12 @@ def batch(runs: list[Run], source: Path, stages: str | None, parallel: int, time
     ``timeout_s`` the runs still going are killed and those not started never start: both are timed out."""
     slots, stop = threading.Semaphore(parallel), threading.Event()
     procs: dict[int, subprocess.Popen] = {}
+    # Every run_autograder is placed (as Gradescope places it) before any is started. Copied in the
+    # runs' threads, one thread's file could still be open for writing while another thread forked: the
+    # forked child holds that descriptor until it execs, and exec of the copy then fails with "Text file
+    # busy" (ETXTBSY). That failed one CI run of tests/test_serve_gradescope_load.py.
+    for r in runs:
+        shutil.copy(source / "run_autograder", r.tree / "run_autograder")
     t0 = time.monotonic()
     threads = [threading.Thread(target=run_one, args=(r, source, stages, slots, t0, procs, stop), daemon=True)
                for r in runs]

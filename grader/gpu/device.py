@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.children.protocol import PROBE, ProbeSpec
+from grader.files import replace_whole
 from grader.records import to_jsonable
 from grader.sandbox.kept import kept_root, private_file
 from grader.sandbox.launch import launch
@@ -109,14 +110,7 @@ def write_device_file(path: Path, device: dict[str, Any]) -> None:
     """Write ``device`` to ``path`` whole or not at all (a temporary file of its own, renamed), so two
     gradings writing at once never leave half a description; the file is the grader's alone (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(device, indent=1) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_whole(path, json.dumps(device, indent=1) + "\n")
 
 
 PROBE_CACHE_VAR = "GRADER_PROBE_CACHE"  # a folder, or "off": probe in every grading

@@ -34,11 +34,11 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.files import replace_whole
 from grader.model import Bonus, ItemResult, Status
 from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.items import VISIBILITIES
@@ -307,29 +307,5 @@ def write_results(path: str | os.PathLike[str], results: Results) -> None:
     """Write ``results`` to ``path`` atomically (temp file in the same folder, fsync,
     rename), creating parent folders. A reader sees the old file or the whole new one."""
     text = dumps(results)  # encode first: a failure here leaves nothing behind
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; Gradescope's harness reads it
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    replace_whole(path, text, mode=0o644, durable=True)  # 0644: Gradescope's harness reads it

@@ -22,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from grader.files import replace_whole
 from grader.serve.signing import read_secret
 
 TOKENS_FILE = "tokens.json"
@@ -71,12 +72,7 @@ class AuthError(Exception):
 
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600, replacing it whole."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    replace_whole(path, text, mode=0o600)
 
 
 class Tokens:

@@ -202,23 +202,23 @@ BUILDERS: dict[str, Callable[[Path, Path], Any]] = {
 
 def held_phases(work: Path) -> list[dict]:
     """Every grading.json under ``work``: its folder, wall seconds, and its wait for and hold of the GPU lock."""
+    from grader.deploy.batch.pool import gpu_phases
+
     found = []
     for path in sorted(work.rglob("grading.json")):
         try:
             g = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        phases: dict[str, float] = {}  # a phase that happens twice (the GPU lock's wait and hold) is summed
-        steps: dict[str, float] = {}
+        steps: dict[str, float] = {}  # a step that happens twice (the GPU lock's wait) is summed
         for p in g.get("phases", []):
-            if not p.get("stage"):
-                phases[p["name"]] = round(phases.get(p["name"], 0.0) + p["seconds"], 3)
-                if not p.get("detail"):
-                    steps[p["name"]] = round(steps.get(p["name"], 0.0) + p["seconds"], 3)
+            if not p.get("stage") and not p.get("detail"):
+                steps[p["name"]] = round(steps.get(p["name"], 0.0) + p["seconds"], 3)
         runs = sorted(((p["seconds"], p["stage"]) for p in g.get("phases", []) if p["name"] == "run" and p.get("stage")),
                       reverse=True)
+        held, waited = gpu_phases(path)  # as a batch reads them
         found.append({"grading": str(path.parent.relative_to(work)), "seconds": g.get("seconds"),
-                      "gpu_wait": phases.get("gpu_wait"), "gpu_held": phases.get("gpu_held"), "steps": steps,
+                      "gpu_wait": waited, "gpu_held": held, "steps": steps,
                       "slowest_runs": {stage: seconds for seconds, stage in runs[:8]}})
     return found
 

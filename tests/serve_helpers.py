@@ -128,6 +128,20 @@ def pids_matching(*needles: str) -> list[int]:
     return [pid for pid, cmd in cmdlines().items() if all(n in cmd for n in needles)]
 
 
+def describe(pids: list[int]) -> str:
+    """Each process's state, parent and command line, for a failure's message."""
+    lines = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            lines.append(f"{pid}: gone")
+            continue
+        lines.append(f"{pid}: state {stat[0]}, parent {stat[1]}: {cmd[:300]}")
+    return "\n".join(lines)
+
+
 class ServiceProcess:
     def __init__(self, data: Path, *args: str, stages: str = STAGES, gpu: bool = False,
                  env: dict[str, str] | None = None):

@@ -27,6 +27,7 @@ from tests.serve_helpers import (
     ServiceProcess,
     bearer,
     cmdlines,
+    describe,
     endless_compile,
     issue_tokens,
     make_secret,
@@ -181,7 +182,8 @@ def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the
         deadline = time.monotonic() + 15
         while pids_matching(attempt1) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert pids_matching(attempt1) == [], "the killed worker left its grading running"
+        left = pids_matching(attempt1)
+        assert left == [], "the killed worker left its grading running:\n" + describe(left)
         view = wait_job(c, job_id, service=svc)
     assert view["state"] == "done", (view, svc.log_text())
     job = store_of(svc).get(job_id)
@@ -263,6 +265,48 @@ def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
         strays = {pid: cmd for pid, cmd in cmdlines().items()
                   if pid not in before and pid not in tree_of(svc.proc.pid) and str(data) in cmd}
         assert strays == {}, strays
+
+
+@pytest.mark.parametrize("sandbox", ["weak", "default"])
+def test_a_killed_worker_leaves_no_process_of_its_gradings_tree(tmp_path, sandbox):
+    """The worker SIGKILLed while its grading's nvcc runs. The grading dies with the worker
+    (PR_SET_PDEATHSIG), but what the grading started is then an orphan: without a namespace to end it
+    (the weak sandbox) nvcc would compile on with no time limit, owned by the service, which adopts it
+    (a subreaper). The service kills what it adopted: soon after the kill nothing of the grading's
+    tree is alive, in either sandbox, and the log says what was killed."""
+    data = tmp_path / "data"
+    secret = make_secret(data, "hw1")
+    env = {"GRADER_SANDBOX": "weak"} if sandbox == "weak" else {}
+    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "120", env=env) as svc, svc.client() as c:
+        svc.wait_workers(1)
+        service_before = tree_of(svc.proc.pid)
+        body = endless_compile(ROOT / "starter", f"killed-{sandbox}")
+        job = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
+        seen: set[int] = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the endless compile is under way (its preprocessor, not a probe)
+            seen |= tree_of(svc.proc.pid) - service_before
+            if any("cc1plus" in cmd for pid, cmd in cmdlines().items() if pid in seen):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the grading never reached nvcc's preprocessor:\n" + svc.log_text())
+        seen |= tree_of(svc.proc.pid) - service_before
+        [worker] = pids_matching("grader serve worker", str(data))
+        os.kill(worker, signal.SIGKILL)
+        deadline = time.monotonic() + 10  # the supervisor looks every second
+        while time.monotonic() < deadline and any(pid in seen for pid in cmdlines()):
+            time.sleep(0.1)
+        alive = {pid: cmd for pid, cmd in cmdlines().items() if pid in seen}
+        assert alive == {}, describe(list(alive)) + "\n" + svc.log_text()
+        left = pids_matching(f"{job['id']}-1")
+        assert left == [], describe(left) + "\n" + svc.log_text()
+        if sandbox == "weak":  # with bwrap the PID namespace may end them before the service looks
+            swept = re.compile(r"killed \d+ process\(es\) left behind by worker \S+")
+            deadline = time.monotonic() + 10  # the line follows the kill
+            while not swept.search(svc.log_text()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert swept.search(svc.log_text()), svc.log_text()
 
 
 def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):

@@ -12,7 +12,9 @@ not enough, and the grader, a child subreaper (grader/__main__.py), keeps even a
 its session inside that tree. The tree is frozen, killed and waited for before ``run`` returns, so
 when a job is marked stopped nothing of its grading runs. A grading that died abruptly (the OOM
 killer) leaves its orphans to the worker, itself a subreaper: ``keep`` names the worker's own
-children, and every other child it has after a grading is killed too. The sandboxed processes run in
+children, and every other child it has after a grading is killed too. A worker killed outright leaves
+its grading's orphans to the service, a subreaper as well, whose supervisor kills them within a
+second (grader/serve/supervisor.py). The sandboxed processes run in
 bwrap with ``--die-with-parent`` (grader/sandbox/fence.py) besides, so they end with the grading even
 where this process may not signal them.
 

@@ -11,6 +11,13 @@ Each worker is ``python -m grader serve worker`` with the service's resolved set
 a worker grades exactly as the service keys its jobs. It is started through grader/serve/child.py,
 so it dies with the service even when the service is killed outright. The kernel sends that signal
 when the *thread* that started the child ends, so one thread starts, restarts and stops them all.
+
+A worker killed outright takes its grading with it (the same signal), but not what the grading
+started: those orphans (an nvcc in the weak sandbox, a bwrap not yet bound to its parent) are
+reparented to this process, a child subreaper (grader/__main__.py), and would run on with no time
+limit, on the GPU the worker's restart grades on. So each second, before any restart, the same thread
+kills every child of this process that is not one of its workers (grader/serve/child.py: kill_strays);
+the service starts no other process once its workers run.
 """
 from __future__ import annotations
 
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import IMPORT_ROOT
+from grader.serve.child import kill_strays
 from grader.serve.settings import Settings
 from grader.serve.worker import default_name
 
@@ -99,7 +107,9 @@ class Supervisor:
             self._terminate()
 
     def _supervise(self) -> None:
+        exited: list[str] = []  # the workers that died since the last sweep
         while not self._stop.wait(1.0):
+            self._sweep(exited)
             now = time.monotonic()
             for slot in self.slots:
                 if slot.proc is None:
@@ -112,10 +122,19 @@ class Supervisor:
                         slot.backoff_s = 1.0  # it ran a while: the next failure restarts it promptly
                     continue
                 slot.proc = None
+                exited.append(slot.name)
                 slot.restart_at = now + slot.backoff_s
                 log.warning("worker %s exited with code %s; restarting it in %.0f s", slot.name, code,
                             slot.backoff_s)
                 slot.backoff_s = min(slot.backoff_s * 2, MAX_BACKOFF_S)
+
+    def _sweep(self, exited: list[str]) -> None:
+        """Kill what dead workers' gradings left to this subreaper: every child not a live worker."""
+        strays = kill_strays({s.proc.pid for s in self.slots if s.proc is not None})
+        if strays:
+            log.warning("killed %d process(es) left behind by worker %s: pids %s", len(strays),
+                        ", ".join(exited) or "(one that died earlier)", " ".join(map(str, strays)))
+        exited.clear()
 
     def stop(self) -> None:
         self._stop.set()

@@ -27,11 +27,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from grader import DEFAULT_RUBRIC, REPO_ROOT
 from grader.outputs.results import error_results, write_results
 from grader.rubric.errors import ConfigError
+
+if TYPE_CHECKING:
+    from grader.sandbox.process import Terminated
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 DEFAULT_OUT = "grading-out"
@@ -89,7 +92,7 @@ def grade_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     console = _console(args.quiet)
-    from grader.sandbox.process import sweep_after_steps
+    from grader.sandbox.process import Terminated, sweep_after_steps
     sweep_after_steps()  # a daemon a step leaves dies at that step's end (python -m grader only)
     try:
         from grader.rubric.load import load_rubric
@@ -103,6 +106,8 @@ def grade_command(args: argparse.Namespace) -> int:
         stages = _stage_list(args.stages, rubric)
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
+    except Terminated as stop:
+        return _stopped(out, stop, started)
     except Exception:  # the grader's own bug
         return internal_error(out, started)
 
@@ -136,11 +141,19 @@ def grade_command(args: argparse.Namespace) -> int:
         render_terminal(grading, console)
         console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)
         return EXIT_OK
+    except Terminated as stop:  # its steps are killed already (grader/sandbox/process.py: run_holding_tree)
+        return _stopped(out, stop, started)
     except Exception:  # the grader's own bug
         return internal_error(out, started)
     finally:
         if not args.keep_work:
             remove_work(out)
+
+
+def _stopped(out: Path, stop: Terminated, started: float) -> int:
+    """A grading a signal stopped: its results.json says so (every item failed, none graded)."""
+    return fail(out, f"the grading was stopped by {stop.name} after {time.monotonic() - started:.1f} s, before "
+                "it finished: nothing was graded; grade again", 128 + stop.signum, started)
 
 
 def remove_work(out: Path) -> None:

@@ -107,4 +107,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from grader.sandbox.process import run_holding_tree  # noqa: E402  (a TA's grading holds its tree too)
+
+    sys.exit(run_holding_tree(main))

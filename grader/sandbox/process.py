@@ -355,6 +355,52 @@ def end_own_tree() -> list[int]:
     return killed
 
 
+class Terminated(SystemExit):
+    """This process was told to stop (SIGTERM, SIGHUP): raised in its main thread, exit code 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(128 + signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+
+
+# Set (never cleared) when a signal stops this process: run_process starts nothing more.
+_STOPPING = {"on": False}
+
+
+def stopping() -> bool:
+    """Whether a signal is stopping this process (:func:`run_holding_tree`): its steps were killed, so
+    what they return is no verdict."""
+    return _STOPPING["on"]
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    """Stop at once: no new step starts, and every step's tree is killed now, so that the threads
+    waiting on them return and the main thread unwinds (it may be waiting on one of them). Only
+    system calls and /proc reads: a signal handler may interrupt a thread that holds any lock."""
+    _STOPPING["on"] = True
+    kill_tree(os.getpid(), include_root=False)
+    raise Terminated(signum)
+
+
+def run_holding_tree(main: Callable[[], int]) -> int:
+    """Run ``main`` as the owner of its whole process tree (``python -m grader``, grader/run_local.py):
+    a child subreaper (:func:`become_subreaper`), ended by SIGTERM or SIGHUP (a closed terminal) as
+    by an exit, so that its ``finally`` blocks run, and whatever is left of its tree at the end is
+    killed (:func:`end_own_tree`). Without this, a signalled grader left its steps running with no time
+    limit: each runs in a session of its own, out of the terminal's reach. A SIGHUP that was ignored
+    when the process started (``nohup``) stays ignored; commands that handle SIGTERM themselves (the
+    service) set their own handler over this one."""
+    become_subreaper()
+    signal.signal(signal.SIGTERM, _terminated)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, _terminated)
+    try:
+        return main()
+    finally:
+        end_own_tree()
+
+
 def kill_session(sid: int) -> None:
     """SIGKILL the process group ``sid`` and every other member of session ``sid``."""
     try:
@@ -398,6 +444,9 @@ def run_process(
     if control is not None:
         control.started()
     with _LIVE_LOCK:
+        if _STOPPING["on"]:
+            return ProcRecord(command=command, returncode=None, wall_s=0.0, timeout_s=float(timeout_s),
+                              stderr="not started: the grader is stopping (it was sent a signal)")
         try:
             proc = subprocess.Popen(
                 command,

@@ -30,6 +30,7 @@ from grader.deploy.batch.stale import GradedBy
 from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json
 from grader.outputs.results import error_results, write_results
 from grader.sandbox import guard as sandbox
+from grader.sandbox.process import Terminated, stopping
 from grader.untrusted.export import Submission
 from grader.untrusted.safe_copy import remove_tree
 
@@ -138,6 +139,10 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
     proc = sandbox.run(make_cmd(sub, partial, opts), timeout_s=opts.timeout_s, cwd=str(REPO_ROOT),
                        env=child_env(gpu), output_limit=LOG_LIMIT)
     wall = time.monotonic() - t0
+    if stopping():  # a signal stopped the batch and killed this grading: nothing of it may look finished
+        remove_tree(partial, ignore_errors=True)
+        return {"folder": sub.folder, "status": RowStatus.GRADER_ERROR, "error": "stopped by a signal", "gpu": gpu,
+                "wall_s": round(wall, 2)}
     (partial / "log.txt").write_text(
         f"$ {' '.join(proc.command)}\n# {proc.brief()}, {wall:.1f} s, GPU {gpu}\n"
         f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}\n", encoding="utf-8")
@@ -171,8 +176,11 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
 
 
 def run_pool(todo: list[Submission], slots: list[str | None], subs_dir: Path, opts: Options,
-             make_cmd: ChildCommand, on_done: Callable[[dict], None]) -> tuple[list[dict], bool]:
-    """Grade ``todo`` with one worker per slot; (records, interrupted). ``on_done`` sees each record."""
+             make_cmd: ChildCommand, on_done: Callable[[dict], None]
+             ) -> tuple[list[dict], KeyboardInterrupt | Terminated | None]:
+    """Grade ``todo`` with one worker per slot; (records, what interrupted it). ``on_done`` sees each
+    record. Ctrl-C lets the running gradings finish; SIGTERM or SIGHUP killed them already
+    (grader/sandbox/process.py: run_holding_tree), and they leave no row."""
     free: queue.Queue = queue.Queue()
     for slot in slots:
         free.put(slot)
@@ -188,7 +196,7 @@ def run_pool(todo: list[Submission], slots: list[str | None], subs_dir: Path, op
             free.put(slot)
 
     records: list[dict] = []
-    interrupted = False
+    interrupted: KeyboardInterrupt | Terminated | None = None
     pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="batch")
     futures = {pool.submit(task, s): s for s in todo}
     try:
@@ -198,8 +206,8 @@ def run_pool(todo: list[Submission], slots: list[str | None], subs_dir: Path, op
             for fut in done:
                 records.append(fut.result())
                 on_done(records[-1])
-    except KeyboardInterrupt:
-        interrupted = True
+    except (KeyboardInterrupt, Terminated) as exc:
+        interrupted = exc
         for fut in futures:
             fut.cancel()
     finally:

@@ -192,8 +192,11 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
                                    + (f"; re-graded: {reason}" if reason is not Why.NEW else ""), highlight=False)
 
         records, interrupted = run_pool(todo, slots, subs_dir, opts, make_cmd, on_done)
-    if interrupted:
+    if isinstance(interrupted, KeyboardInterrupt):
         say("batch: interrupted; the running submissions finished (run again to resume)")
+    elif interrupted is not None:
+        say(f"batch: stopped by {interrupted.name}; the running submissions were stopped and left no row "
+            "(run again to resume)")
 
     summary.wall_s = time.monotonic() - t0
     summary.graded = sum(1 for r in records if r["status"] == RowStatus.GRADED)
@@ -215,13 +218,13 @@ def grade_export(export: Path, out: Path, *, workers: int | None = None, force: 
         "devices_probed": sorted(g for g, problem in probed.items() if not problem),
         "gpu_busy": summary.gpu_busy, "graded_by": now.to_json(), "regraded": summary.regraded,
         "kept_gpu_gradings": kept_gpu, "longest_first": ordered, "rescored": summary.rescored,
-        "interrupted": interrupted, "notes": notes, "records": sorted(records, key=lambda r: r["folder"]),
+        "interrupted": interrupted is not None, "notes": notes, "records": sorted(records, key=lambda r: r["folder"]),
     }, indent=1, default=str) + "\n")
     say(f"batch: {len(records)} graded in {summary.wall_s:.1f} s ({summary.graded} ok, "
         f"{len(summary.failed)} failed: {', '.join(summary.failed) or 'none'})"
         + (f"; {describe(regraded)}" if regraded else "") + f"; {summary.skipped} skipped"
         + (f"; busy: {_busy_text(summary.gpu_busy)}" if summary.gpu_busy else "") + f"; grades in {summary.csv}, "
         f"the class in {out / 'class-summary.md'}")
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted
     return summary

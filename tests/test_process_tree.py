@@ -118,10 +118,10 @@ def test_python_m_grader_is_a_subreaper_and_ends_its_tree():
     assert "subreaper 1" in status.stdout
 
 
-def test_a_batch_or_worker_keeps_its_kept_context_and_a_sweep_spares_running_steps(tmp_path):
-    """A batch or a service worker (a subreaper that does not sweep after steps) keeps a CUDA context
-    in a child it started in a session of its own: a step it runs must never take it. A sweep (a
-    grading's, after each step) spares the steps other threads are still running."""
+def test_a_worker_keeps_its_own_child_and_a_sweep_spares_running_steps(tmp_path):
+    """A service worker (a subreaper that does not sweep after steps) keeps the grading it started in a
+    session of its own (grader/serve/child.py): a step it runs must never take it. A sweep (a grading's
+    or a batch's, after each step) spares the steps other threads are still running."""
     probe = textwrap.dedent("""
         import subprocess, sys, threading, time
         from grader.sandbox.process import become_subreaper, kill_adopted, run_process

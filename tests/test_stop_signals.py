@@ -136,3 +136,44 @@ def test_a_batch_stopped_by_sigterm_kills_its_gradings_and_leaves_no_row_of_them
     assert not subs.exists() or sorted(p.name for p in subs.iterdir()) == [], sorted(subs.iterdir())
     assert json.loads((out / "batch.json").read_text())["interrupted"] is True
     assert (out / "grades.csv").is_file()
+
+
+def test_a_batch_kills_what_a_grading_that_died_abruptly_left(tmp_path):
+    """One of a batch's gradings is killed outright (SIGKILL: the OOM killer, a TA's kill -9) while its
+    nvcc runs. nvcc, in a session of its own, is then the batch's (a subreaper): the batch kills it at
+    that grading's end, not at its own end, and goes on with the next submission."""
+    exp = tmp_path / "export"
+    meta = ""
+    for name in ("submission_1", "submission_2"):
+        (exp / name / "gemm").mkdir(parents=True)
+        (exp / name / "gemm" / "naive.cu").write_text(ENDLESS_COMPILE)
+        meta += f"{name}:\n  :submitters:\n  - :name: N {name}\n    :sid: '{name[-1]}'\n    :email: {name}@x.edu\n"
+    (exp / "submission_metadata.yml").write_text(meta)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "grader", "batch", str(exp), "--out", str(out), "--no-gpu", "--stages", "naive",
+           "--quiet", "--trusted-submissions", "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GRADER_SANDBOX": "weak"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        tree = _compiling(proc)
+        gradings = [pid for pid in tree if b"grader\0grade" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(gradings) == 1, describe(sorted(tree))
+        [grading] = gradings
+        compile_tree = tree_of(grading) - {grading}
+        os.kill(grading, signal.SIGKILL)
+        # Left alone, the compile lives on until its memory runs out (over 10 s, measured); the sweep
+        # comes as soon as the batch sees its grading end.
+        deadline = time.monotonic() + 5
+        while _alive(compile_tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _alive(compile_tree)
+        assert left == [], describe(left)
+        assert proc.poll() is None, "the batch should go on with its next submission"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert _alive(tree) == []

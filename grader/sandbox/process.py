@@ -304,9 +304,10 @@ def become_subreaper() -> bool:
 
 def sweep_after_steps() -> bool:
     """From now on, each step's end kills what this subreaper adopted (:func:`kill_adopted`). Only for
-    a process that starts its long-lived children through run_process alone (a grading): a batch or a
-    service worker also holds a kept CUDA context started otherwise. False (and nothing changes)
-    unless this process is a subreaper (``python -m grader``; never a test's own process)."""
+    a process that starts its long-lived children through run_process alone (a grading; a batch, whose
+    gradings are such steps): a service worker also holds a grading started otherwise
+    (grader/serve/child.py, which sweeps after it itself). False (and nothing changes) unless this
+    process is a subreaper (``python -m grader``; never a test's own process)."""
     _SUBREAPER["sweep_steps"] = _SUBREAPER["on"]
     return _SUBREAPER["sweep_steps"]
 

@@ -83,6 +83,9 @@ def _options(args: argparse.Namespace) -> Options:
 
 def run_grade(args: argparse.Namespace) -> int:
     from grader.rubric.errors import ConfigError
+    from grader.sandbox.process import sweep_after_steps
+
+    sweep_after_steps()  # a grading that died abruptly leaves its steps to this subreaper: killed at its end
 
     try:
         opts = _options(args)

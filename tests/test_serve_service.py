@@ -231,6 +231,20 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
         assert httpx.get(s3.url + "/healthz").json() == {"ok": True, "queue": "sqlite", "workers": 1}
 
 
+def compiling(svc: ServiceProcess, service_before: set[int], marks: tuple[str, ...] = ("cc1plus",)) -> set[int]:
+    """Every process seen in the service's tree (less ``service_before``) until the endless compile is
+    under way, hanging under the worker's grading: a process whose command names one of ``marks``
+    (by default its preprocessor, which no probe of nvcc starts)."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        seen |= tree_of(svc.proc.pid) - service_before
+        if any(mark in cmd for pid, cmd in cmdlines().items() if pid in seen for mark in marks):
+            return seen | (tree_of(svc.proc.pid) - service_before)
+        time.sleep(0.05)
+    pytest.fail(f"the grading never reached {' or '.join(marks)}:\n" + svc.log_text())
+
+
 @pytest.mark.parametrize("sandbox", ["weak", "default"])
 def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
     """A grading stopped by its time limit while nvcc and its children run in sessions of their own
@@ -246,16 +260,7 @@ def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
         service_before = tree_of(svc.proc.pid)
         body = endless_compile(ROOT / "starter", f"leak-{sandbox}")
         job = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
-        seen: set[int] = set()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the compile is under way: its processes hang under the worker
-            seen |= tree_of(svc.proc.pid) - service_before
-            if any("cudafe" in cmd or "cc1plus" in cmd or "nvcc" in cmd
-                   for pid, cmd in cmdlines().items() if pid in seen):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the grading never reached nvcc:\n" + svc.log_text())
+        seen = compiling(svc, service_before, ("cudafe", "cc1plus", "nvcc"))  # early: the limit is 3 s
         failed = wait_job(c, job["id"], service=svc)
         assert failed["state"] == "failed" and "was stopped" in failed["error"], failed
         alive = {pid: cmd for pid, cmd in cmdlines().items() if pid in seen}
@@ -282,16 +287,7 @@ def test_a_killed_worker_leaves_no_process_of_its_gradings_tree(tmp_path, sandbo
         service_before = tree_of(svc.proc.pid)
         body = endless_compile(ROOT / "starter", f"killed-{sandbox}")
         job = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
-        seen: set[int] = set()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the endless compile is under way (its preprocessor, not a probe)
-            seen |= tree_of(svc.proc.pid) - service_before
-            if any("cc1plus" in cmd for pid, cmd in cmdlines().items() if pid in seen):
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the grading never reached nvcc's preprocessor:\n" + svc.log_text())
-        seen |= tree_of(svc.proc.pid) - service_before
+        seen = compiling(svc, service_before)
         [worker] = pids_matching("grader serve worker", str(data))
         os.kill(worker, signal.SIGKILL)
         deadline = time.monotonic() + 10  # the supervisor looks every second

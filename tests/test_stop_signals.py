@@ -4,7 +4,8 @@ Its steps run in sessions of their own, out of the terminal's reach, so before t
 and left them running with no time limit. Now the process that holds the tree (``python -m grader``
 and a TA's ``grader/run_local.py`` alike, grader/sandbox/process.py: run_holding_tree) kills every
 step at once, starts no other, writes a results.json that says it was stopped, and exits with
-128 + the signal. The weak sandbox is used: no PID namespace ends the compile for it.
+128 + the signal. A batch whose grading was killed outright kills what that grading left.
+The weak sandbox is used throughout: no PID namespace ends the compile for the grader.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,25 +25,45 @@ import pytest
 from tests.serve_helpers import ENDLESS_COMPILE, ROOT, describe, tree_of
 
 ENTRIES = {"run_local": ["grader/run_local.py"], "module": ["-m", "grader", "grade"]}
+STATIC = ["--no-gpu", "--stages", "naive"]
 
 
-def _start(tmp_path: Path, entry: str, *, ignore_hup: bool = False) -> tuple[subprocess.Popen, Path]:
-    sub = tmp_path / "sub"
-    shutil.copytree(ROOT / "starter", sub)
-    (sub / "gemm" / "naive.cu").write_text(ENDLESS_COMPILE)
-    out = tmp_path / "out"
-    cmd = [sys.executable, *ENTRIES[entry], str(sub), "--no-gpu", "--stages", "naive", "--out", str(out), "--quiet"]
-
+@contextmanager
+def started(cmd: list[str], *, ignore_hup: bool = False) -> Iterator[subprocess.Popen]:
+    """``cmd`` from the repository, in the weak sandbox; killed if the test leaves it running."""
     def nohup() -> None:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GRADER_SANDBOX": "weak"}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=nohup if ignore_hup else None)
-    return proc, out
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
-def _compiling(proc: subprocess.Popen) -> set[int]:
-    """The grading's tree once its endless compile is under way (nvcc's preprocessor)."""
+def endless_submission(folder: Path) -> Path:
+    shutil.copytree(ROOT / "starter", folder)
+    (folder / "gemm" / "naive.cu").write_text(ENDLESS_COMPILE)
+    return folder
+
+
+def endless_export(root: Path, count: int) -> Path:
+    """A Gradescope export of ``count`` submissions whose naive stage compiles for ever."""
+    meta = ""
+    for k in range(1, count + 1):
+        name = f"submission_{k}"
+        (root / name / "gemm").mkdir(parents=True)
+        (root / name / "gemm" / "naive.cu").write_text(ENDLESS_COMPILE)
+        meta += f"{name}:\n  :submitters:\n  - :name: N {name}\n    :sid: '{k}'\n    :email: {name}@x.edu\n"
+    (root / "submission_metadata.yml").write_text(meta)
+    return root
+
+
+def compiling(proc: subprocess.Popen) -> set[int]:
+    """The tree of ``proc`` once its endless compile is under way (nvcc's preprocessor)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         tree = tree_of(proc.pid)
@@ -52,30 +75,39 @@ def _compiling(proc: subprocess.Popen) -> set[int]:
                 continue
         time.sleep(0.05)
     proc.kill()
-    pytest.fail("the grading never reached nvcc's preprocessor:\n" + proc.communicate()[0].decode(errors="replace"))
+    pytest.fail("it never reached nvcc's preprocessor:\n" + proc.communicate()[0].decode(errors="replace"))
 
 
-def _alive(pids: set[int]) -> list[int]:
-    return [pid for pid in pids if Path(f"/proc/{pid}/cmdline").exists() and Path(f"/proc/{pid}/cmdline").read_bytes()]
+def alive(pids: set[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes():  # empty for a zombie
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def stop(proc: subprocess.Popen, signum: int) -> tuple[str, float]:
+    """Send ``signum``; (its output, the seconds it took to exit)."""
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    output = proc.communicate(timeout=60)[0].decode(errors="replace")
+    return output, time.monotonic() - sent
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 @pytest.mark.parametrize("entry", list(ENTRIES))
 def test_a_signalled_grading_kills_its_steps_at_once_and_says_so(tmp_path, entry, signum):
-    proc, out = _start(tmp_path, entry)
-    try:
-        tree = _compiling(proc)
-        sent = time.monotonic()
-        proc.send_signal(signum)
-        output = proc.communicate(timeout=30)[0].decode(errors="replace")
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out = tmp_path / "out"
+    sub = endless_submission(tmp_path / "sub")
+    with started([sys.executable, *ENTRIES[entry], str(sub), *STATIC, "--out", str(out), "--quiet"]) as proc:
+        tree = compiling(proc)
+        output, took = stop(proc, signum)
     assert proc.returncode == 128 + signum, output
     assert took < 10, f"{took:.1f} s to stop"  # not the compile's own time limit
-    left = _alive(tree)
+    left = alive(tree)
     assert left == [], describe(left)
     results = json.loads((out / "results.json").read_text())
     name = signal.Signals(signum).name
@@ -84,20 +116,17 @@ def test_a_signalled_grading_kills_its_steps_at_once_and_says_so(tmp_path, entry
 
 def test_a_sighup_ignored_at_start_stays_ignored(tmp_path):
     """``nohup run_local.py ...``: a closed terminal does not stop the grading; SIGTERM still does."""
-    proc, out = _start(tmp_path, "run_local", ignore_hup=True)
-    try:
-        tree = _compiling(proc)
+    out = tmp_path / "out"
+    sub = endless_submission(tmp_path / "sub")
+    with started([sys.executable, "grader/run_local.py", str(sub), *STATIC, "--out", str(out), "--quiet"],
+                 ignore_hup=True) as proc:
+        tree = compiling(proc)
         proc.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert proc.poll() is None, "the SIGHUP that nohup ignores stopped the grading"
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM
-    assert _alive(tree) == []
+    assert alive(tree) == []
     assert "stopped by SIGTERM" in (out / "results.json").read_text()
 
 
@@ -105,31 +134,14 @@ def test_a_batch_stopped_by_sigterm_kills_its_gradings_and_leaves_no_row_of_them
     """``run_local.py EXPORT --batch``: SIGTERM while a grading compiles. The gradings are killed at
     once, none is recorded as finished (no submission folder, no row), the grades of what finished
     before are written, batch.json says it was interrupted, and the exit code is 128 + SIGTERM."""
-    exp = tmp_path / "export"
-    meta = ""
-    for name in ("submission_1", "submission_2", "submission_3"):
-        (exp / name / "gemm").mkdir(parents=True)
-        (exp / name / "gemm" / "naive.cu").write_text(ENDLESS_COMPILE)
-        meta += f"{name}:\n  :submitters:\n  - :name: N {name}\n    :sid: '{name[-1]}'\n    :email: {name}@x.edu\n"
-    (exp / "submission_metadata.yml").write_text(meta)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "grader/run_local.py", str(exp), "--batch", "--out", str(out), "--no-gpu", "--stages",
-           "naive", "--trusted-submissions", "--workers", "1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GRADER_SANDBOX": "weak"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        tree = _compiling(proc)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=60)[0].decode(errors="replace")
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    exp, out = endless_export(tmp_path / "export", 3), tmp_path / "out"
+    with started([sys.executable, "grader/run_local.py", str(exp), "--batch", "--out", str(out), *STATIC,
+                  "--trusted-submissions", "--workers", "1"]) as proc:
+        tree = compiling(proc)
+        output, took = stop(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM, output
     assert took < 15, f"{took:.1f} s to stop"
-    left = _alive(tree)
+    left = alive(tree)
     assert left == [], describe(left)
     assert "stopped by SIGTERM" in output, output
     subs = out / "submissions"
@@ -142,20 +154,10 @@ def test_a_batch_kills_what_a_grading_that_died_abruptly_left(tmp_path):
     """One of a batch's gradings is killed outright (SIGKILL: the OOM killer, a TA's kill -9) while its
     nvcc runs. nvcc, in a session of its own, is then the batch's (a subreaper): the batch kills it at
     that grading's end, not at its own end, and goes on with the next submission."""
-    exp = tmp_path / "export"
-    meta = ""
-    for name in ("submission_1", "submission_2"):
-        (exp / name / "gemm").mkdir(parents=True)
-        (exp / name / "gemm" / "naive.cu").write_text(ENDLESS_COMPILE)
-        meta += f"{name}:\n  :submitters:\n  - :name: N {name}\n    :sid: '{name[-1]}'\n    :email: {name}@x.edu\n"
-    (exp / "submission_metadata.yml").write_text(meta)
-    out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "grader", "batch", str(exp), "--out", str(out), "--no-gpu", "--stages", "naive",
-           "--quiet", "--trusted-submissions", "--workers", "1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GRADER_SANDBOX": "weak"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        tree = _compiling(proc)
+    exp, out = endless_export(tmp_path / "export", 2), tmp_path / "out"
+    with started([sys.executable, "-m", "grader", "batch", str(exp), "--out", str(out), *STATIC, "--quiet",
+                  "--trusted-submissions", "--workers", "1"]) as proc:
+        tree = compiling(proc)
         gradings = [pid for pid in tree if b"grader\0grade" in Path(f"/proc/{pid}/cmdline").read_bytes()]
         assert len(gradings) == 1, describe(sorted(tree))
         [grading] = gradings
@@ -164,16 +166,11 @@ def test_a_batch_kills_what_a_grading_that_died_abruptly_left(tmp_path):
         # Left alone, the compile lives on until its memory runs out (over 10 s, measured); the sweep
         # comes as soon as the batch sees its grading end.
         deadline = time.monotonic() + 5
-        while _alive(compile_tree) and time.monotonic() < deadline:
+        while alive(compile_tree) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = _alive(compile_tree)
+        left = alive(compile_tree)
         assert left == [], describe(left)
         assert proc.poll() is None, "the batch should go on with its next submission"
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM
-    assert _alive(tree) == []
+    assert alive(tree) == []

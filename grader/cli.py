@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
@@ -92,8 +93,9 @@ def grade_command(args: argparse.Namespace) -> int:
     started = time.monotonic()
     out = Path(args.out).resolve()
     console = _console(args.quiet)
-    from grader.sandbox.process import Terminated, sweep_after_steps
+    from grader.sandbox.process import Terminated, stop_at_once_on, sweep_after_steps
     sweep_after_steps()  # a daemon a step leaves dies at that step's end (python -m grader only)
+    stop_at_once_on(signal.SIGINT)  # Ctrl-C: its steps killed now, and a results.json that says so
     try:
         from grader.rubric.load import load_rubric
 

@@ -1,4 +1,5 @@
-"""A grading told to stop: SIGTERM (a scheduler, ``timeout``), or SIGHUP (the terminal it ran in closed).
+"""A grading told to stop: SIGTERM (a scheduler, ``timeout``), SIGHUP (the terminal it ran in closed), or
+SIGINT (Ctrl-C, for one grading; a batch lets its running gradings finish then).
 
 Its steps run in sessions of their own, out of the terminal's reach, so before this the grader died
 and left them running with no time limit. Now the process that holds the tree (``python -m grader``
@@ -97,7 +98,7 @@ def stop(proc: subprocess.Popen, signum: int) -> tuple[str, float]:
     return output, time.monotonic() - sent
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"])
 @pytest.mark.parametrize("entry", list(ENTRIES))
 def test_a_signalled_grading_kills_its_steps_at_once_and_says_so(tmp_path, entry, signum):
     out = tmp_path / "out"

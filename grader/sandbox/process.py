@@ -367,6 +367,8 @@ class Terminated(SystemExit):
 
 # Set (never cleared) when a signal stops this process: run_process starts nothing more.
 _STOPPING = {"on": False}
+# Set by run_holding_tree: this process holds its tree, so a signal may stop it at once.
+_HOLDING = {"on": False}
 
 
 def stopping() -> bool:
@@ -393,6 +395,7 @@ def run_holding_tree(main: Callable[[], int]) -> int:
     when the process started (``nohup``) stays ignored; commands that handle SIGTERM themselves (the
     service) set their own handler over this one."""
     become_subreaper()
+    _HOLDING["on"] = True
     signal.signal(signal.SIGTERM, _terminated)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
         signal.signal(signal.SIGHUP, _terminated)
@@ -400,6 +403,16 @@ def run_holding_tree(main: Callable[[], int]) -> int:
         return main()
     finally:
         end_own_tree()
+
+
+def stop_at_once_on(signum: int) -> bool:
+    """Let ``signum`` stop this process as SIGTERM does (``grade``: Ctrl-C, whose KeyboardInterrupt
+    would wait for the running steps and leave no results.json). Only in a process that holds its tree
+    (:func:`run_holding_tree`; never a test's own process); True when set."""
+    if not _HOLDING["on"] or signal.getsignal(signum) == signal.SIG_IGN:
+        return False
+    signal.signal(signum, _terminated)
+    return True
 
 
 def kill_session(sid: int) -> None:

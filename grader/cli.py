@@ -153,7 +153,7 @@ def grade_command(args: argparse.Namespace) -> int:
 
 
 def _stopped(out: Path, stop: Terminated, started: float) -> int:
-    """A grading a signal stopped: its results.json says so (every item failed, none graded)."""
+    """A grading a signal stopped: its results.json says so, as an error result (nothing was graded)."""
     return fail(out, f"the grading was stopped by {stop.name} after {time.monotonic() - started:.1f} s, before "
                 "it finished: nothing was graded; grade again", 128 + stop.signum, started)
 

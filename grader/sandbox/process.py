@@ -357,7 +357,8 @@ def end_own_tree() -> list[int]:
 
 
 class Terminated(SystemExit):
-    """This process was told to stop (SIGTERM, SIGHUP): raised in its main thread, exit code 128 + signal."""
+    """This process was told to stop (SIGTERM, SIGHUP; SIGINT in ``grade``): raised in its main thread,
+    exit code 128 + signal."""
 
     def __init__(self, signum: int):
         super().__init__(128 + signum)

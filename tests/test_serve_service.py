@@ -173,9 +173,10 @@ def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the
         job_id = sub.json()["id"]
         attempt1 = f"{job_id}-1"
         deadline = time.monotonic() + 60
-        while not pids_matching(attempt1, "grader grade") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        grading = pids_matching(attempt1, "grader grade")
+        grading: list[int] = []
+        while not grading and time.monotonic() < deadline:  # one reading: a second may fall in its exec
+            grading = pids_matching(attempt1, "grader grade")
+            time.sleep(0 if grading else 0.05)
         [worker] = pids_matching("grader serve worker", str(svc.data))
         assert grading, "the grading never started"
         os.kill(worker, signal.SIGKILL)
@@ -183,7 +184,9 @@ def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the
         while pids_matching(attempt1) and time.monotonic() < deadline:
             time.sleep(0.1)
         left = pids_matching(attempt1)
-        assert left == [], "the killed worker left its grading running:\n" + describe(left)
+        assert left == [], (f"the killed worker {worker} left its grading running:\n" + describe(left)
+                            + f"\nthe worker, the grading seen at first ({grading}):\n" + describe([worker, *grading])
+                            + "\n" + svc.log_text())
         view = wait_job(c, job_id, service=svc)
     assert view["state"] == "done", (view, svc.log_text())
     job = store_of(svc).get(job_id)
@@ -278,7 +281,8 @@ def test_a_killed_worker_leaves_no_process_of_its_gradings_tree(tmp_path, sandbo
     (PR_SET_PDEATHSIG), but what the grading started is then an orphan: without a namespace to end it
     (the weak sandbox) nvcc would compile on with no time limit, owned by the service, which adopts it
     (a subreaper). The service kills what it adopted: soon after the kill nothing of the grading's
-    tree is alive, in either sandbox, and the log says what was killed."""
+    tree is alive, in either sandbox. (Unswept, the weak sandbox's nvcc lived about 10 s before it
+    ended by itself, and not in every run; so the supervisor's log line is not asked for.)"""
     data = tmp_path / "data"
     secret = make_secret(data, "hw1")
     env = {"GRADER_SANDBOX": "weak"} if sandbox == "weak" else {}
@@ -290,19 +294,19 @@ def test_a_killed_worker_leaves_no_process_of_its_gradings_tree(tmp_path, sandbo
         seen = compiling(svc, service_before)
         [worker] = pids_matching("grader serve worker", str(data))
         os.kill(worker, signal.SIGKILL)
-        deadline = time.monotonic() + 10  # the supervisor looks every second
-        while time.monotonic() < deadline and any(pid in seen for pid in cmdlines()):
+        attempt1 = f"{job['id']}-1"
+
+        def left_over() -> list[int]:
+            """What is alive of the grading's tree as seen, or names its work folder: a step it started
+            after the last look (a bwrap not yet bound to its parent, measured on CI), say."""
+            return sorted(set(pid for pid in cmdlines() if pid in seen) | set(pids_matching(attempt1)))
+
+        # The supervisor looks every second: gone in 0.7-0.8 s here. Unswept, they lived 9.7-9.8 s.
+        deadline = time.monotonic() + 5
+        while left_over() and time.monotonic() < deadline:
             time.sleep(0.1)
-        alive = {pid: cmd for pid, cmd in cmdlines().items() if pid in seen}
-        assert alive == {}, describe(list(alive)) + "\n" + svc.log_text()
-        left = pids_matching(f"{job['id']}-1")
+        left = left_over()
         assert left == [], describe(left) + "\n" + svc.log_text()
-        if sandbox == "weak":  # with bwrap the PID namespace may end them before the service looks
-            swept = re.compile(r"killed \d+ process\(es\) left behind by worker \S+")
-            deadline = time.monotonic() + 10  # the line follows the kill
-            while not swept.search(svc.log_text()) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert swept.search(svc.log_text()), svc.log_text()
 
 
 def test_a_replayed_signature_cannot_ask_for_new_gradings(tmp_path):

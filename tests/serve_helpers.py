@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -140,6 +141,21 @@ def describe(pids: list[int]) -> str:
             continue
         lines.append(f"{pid}: state {stat[0]}, parent {stat[1]}: {cmd[:300]}")
     return "\n".join(lines)
+
+
+def tree_until(root: int, marks: tuple[str, ...] = ("cc1plus",), before: frozenset[int] | set[int] = frozenset(),
+               running: Callable[[], bool] = lambda: True, timeout_s: float = 60.0) -> set[int] | None:
+    """Every process seen in ``root``'s tree (less ``before``) until one whose command names one of
+    ``marks`` runs (by default nvcc's preprocessor, which no probe of nvcc starts: an endless compile
+    is under way); None when none did within ``timeout_s`` or while ``running()``."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and running():
+        seen |= tree_of(root) - before
+        if any(mark in cmd for pid, cmd in cmdlines().items() if pid in seen for mark in marks):
+            return seen | (tree_of(root) - before)
+        time.sleep(0.05)
+    return None
 
 
 class ServiceProcess:

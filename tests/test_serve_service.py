@@ -34,6 +34,7 @@ from tests.serve_helpers import (
     pids_matching,
     signed,
     tree_of,
+    tree_until,
     wait_job,
     zip_folder,
 )
@@ -236,16 +237,11 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
 
 def compiling(svc: ServiceProcess, service_before: set[int], marks: tuple[str, ...] = ("cc1plus",)) -> set[int]:
     """Every process seen in the service's tree (less ``service_before``) until the endless compile is
-    under way, hanging under the worker's grading: a process whose command names one of ``marks``
-    (by default its preprocessor, which no probe of nvcc starts)."""
-    seen: set[int] = set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        seen |= tree_of(svc.proc.pid) - service_before
-        if any(mark in cmd for pid, cmd in cmdlines().items() if pid in seen for mark in marks):
-            return seen | (tree_of(svc.proc.pid) - service_before)
-        time.sleep(0.05)
-    pytest.fail(f"the grading never reached {' or '.join(marks)}:\n" + svc.log_text())
+    under way, hanging under the worker's grading (tests/serve_helpers.py: tree_until)."""
+    seen = tree_until(svc.proc.pid, marks, service_before)
+    if seen is None:
+        pytest.fail(f"the grading never reached {' or '.join(marks)}:\n" + svc.log_text())
+    return seen
 
 
 @pytest.mark.parametrize("sandbox", ["weak", "default"])

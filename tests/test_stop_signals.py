@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve_helpers import ENDLESS_COMPILE, ROOT, describe, tree_of
+from tests.serve_helpers import ENDLESS_COMPILE, ROOT, cmdlines, describe, tree_of, tree_until
 
 ENTRIES = {"run_local": ["grader/run_local.py"], "module": ["-m", "grader", "grade"]}
 STATIC = ["--no-gpu", "--stages", "naive"]
@@ -64,30 +64,17 @@ def endless_export(root: Path, count: int) -> Path:
 
 
 def compiling(proc: subprocess.Popen) -> set[int]:
-    """The tree of ``proc`` once its endless compile is under way (nvcc's preprocessor)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        tree = tree_of(proc.pid)
-        for pid in tree:
-            try:
-                if b"cc1plus" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    return tree
-            except OSError:
-                continue
-        time.sleep(0.05)
-    proc.kill()
-    pytest.fail("it never reached nvcc's preprocessor:\n" + proc.communicate()[0].decode(errors="replace"))
+    """The tree of ``proc`` as seen until its endless compile is under way (nvcc's preprocessor)."""
+    tree = tree_until(proc.pid, running=lambda: proc.poll() is None)
+    if tree is None:
+        proc.kill()
+        pytest.fail("it never reached nvcc's preprocessor:\n" + proc.communicate()[0].decode(errors="replace"))
+    return tree
 
 
 def alive(pids: set[int]) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes():  # empty for a zombie
-                out.append(pid)
-        except OSError:
-            continue
-    return out
+    live = cmdlines()  # a zombie has no command line
+    return sorted(pid for pid in pids if pid in live)
 
 
 def stop(proc: subprocess.Popen, signum: int) -> tuple[str, float]:
@@ -159,7 +146,8 @@ def test_a_batch_kills_what_a_grading_that_died_abruptly_left(tmp_path):
     with started([sys.executable, "-m", "grader", "batch", str(exp), "--out", str(out), *STATIC, "--quiet",
                   "--trusted-submissions", "--workers", "1"]) as proc:
         tree = compiling(proc)
-        gradings = [pid for pid in tree if b"grader\0grade" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        live = cmdlines()
+        gradings = [pid for pid in tree if "-m grader grade " in live.get(pid, "")]
         assert len(gradings) == 1, describe(sorted(tree))
         [grading] = gradings
         compile_tree = tree_of(grading) - {grading}

@@ -168,7 +168,57 @@ def test_a_failed_warm_child_leaves_nothing_and_says_why(tmp_path, monkeypatch, 
     warm_child["ok"] = False
     made, why = warm.prepare(RUBRIC, DEVICE, tmp_path / "work", 60)
     assert made is None and "ImportError: cupy" in why
-    assert [p.name for p in root.iterdir()] == [f"{warm.warm_key(RUBRIC, DEVICE)}.lock"]
+    assert [p.name for p in root.iterdir()] == [f"{warm.base_key(DEVICE)}.lock"]
+
+
+def _trimmed(rubric, stage_ids: tuple[str, ...], **changes):
+    """A rubric of some of ``rubric``'s stages, as a TA's trimmed copy or the GPU suite's composite is."""
+    return dataclasses.replace(rubric, stages=tuple(st for st in rubric.stages if st.id in stage_ids),
+                               sha256="a trimmed copy", **changes)
+
+
+def test_a_rubric_of_some_of_the_shipped_stages_uses_the_shipped_rubrics_cache(tmp_path, monkeypatch, warm_child,
+                                                                              bwrap_mode):
+    """The GPU suite's composite of hostile cases and the shipped rubric started side by side made two
+    caches, 10.9 s each under the GPU's lock on an H200: now whichever comes first makes one for both."""
+    monkeypatch.setenv(warm.CACHE_VAR, str(tmp_path / "machine"))
+    fp32_only = _trimmed(RUBRIC, ("naive", "coalesced"))
+    assert warm.warm_key(fp32_only, DEVICE) != warm.warm_key(RUBRIC, DEVICE)
+    first, why = warm.prepare(fp32_only, DEVICE, tmp_path / "w1", 60)  # the child is asked for every shipped kind
+    assert first is not None and why == "" and first.persistent and warm_child["calls"] == 1
+    shipped, _ = warm.prepare(RUBRIC, DEVICE, tmp_path / "w2", 60)
+    assert shipped is not None and shipped.folder == first.folder and shipped.warm_s is None
+    assert warm_child["calls"] == 1
+
+
+def test_a_cache_made_for_the_shipped_rubric_serves_a_trimmed_one_and_not_a_rubric_of_other_calls(
+        tmp_path, monkeypatch, warm_child, bwrap_mode):
+    monkeypatch.setenv(warm.CACHE_VAR, str(tmp_path / "machine"))
+    shipped, _ = warm.prepare(RUBRIC, DEVICE, tmp_path / "w1", 60)
+    assert shipped is not None and warm_child["calls"] == 1
+    trimmed, _ = warm.prepare(_trimmed(RUBRIC, ("wmma", "hopper")), DEVICE, tmp_path / "w2", 60)
+    assert trimmed is not None and trimmed.folder == shipped.folder and warm_child["calls"] == 1
+    other = _trimmed(RUBRIC, ("naive",), correctness_sizes=(512, 1024))  # calls no kept folder made
+    made, _ = warm.prepare(other, DEVICE, tmp_path / "w3", 60)
+    assert made is not None and made.folder != shipped.folder and warm_child["calls"] == 2
+    assert warm.covers(made.folder.parent, warm.base_key(DEVICE), warm.Calls.of(*warm._calls(RUBRIC)))
+    # both stay, each used by what it covers; another device's base is never taken
+    for rubric, folder in ((RUBRIC, shipped.folder), (other, made.folder)):
+        again, _ = warm.prepare(rubric, DEVICE, tmp_path / "w4", 60)
+        assert again is not None and again.folder == folder
+    assert warm_child["calls"] == 2
+    elsewhere, _ = warm.prepare(RUBRIC, {**DEVICE, "cc": [8, 0]}, tmp_path / "w5", 60)
+    assert elsewhere is not None and elsewhere.folder not in (shipped.folder, made.folder) and warm_child["calls"] == 3
+
+
+def test_a_manifest_that_claims_more_calls_than_its_files_hold_is_not_trusted(tmp_path, monkeypatch, warm_child,
+                                                                             bwrap_mode):
+    monkeypatch.setenv(warm.CACHE_VAR, str(tmp_path / "machine"))
+    made, _ = warm.prepare(RUBRIC, DEVICE, tmp_path / "w1", 60)
+    assert made is not None
+    (made.folder / "aaa_2.cubin").write_bytes(b"changed")  # the listed hash no longer holds
+    again, _ = warm.prepare(_trimmed(RUBRIC, ("naive",)), DEVICE, tmp_path / "w2", 60)
+    assert again is not None and warm_child["calls"] == 2
 
 
 # ------------------------------------------------------------------------------------------------

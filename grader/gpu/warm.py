@@ -16,9 +16,15 @@ child (a stage child runs a student's kernel in its process) can change only its
 no other child loads.
 
 Where: per machine, so only the first grading pays for it: ``$GRADER_CUPY_CACHE`` (default
-``~/.cache/gemm-grader/cupy``), one folder per key: CuPy's version, the device (name, compute
-capability, CUDA runtime and driver), the grader's code version and the warm spec (sizes, input
-kinds, baselines). A kept folder is used only while
+``~/.cache/gemm-grader/cupy``), one folder per set of kernels, named by its key: CuPy's version, the
+device (name, compute capability, CUDA runtime and driver), the grader's code version (the *base*),
+then the warm calls (sizes, input kinds, baselines). A grading uses a kept folder of its base whose
+manifest lists every call it needs (:func:`covers`), its own key's first. A folder is made for the
+grading's calls together with those of the rubric the grader ships (``grader.DEFAULT_RUBRIC``), so a
+rubric that takes only some of the shipped stages (``--stages``, a TA's trimmed copy, the GPU suite's
+composite of hostile cases) finds the shipped rubric's folder enough: on an H200 each warm child
+took 10.9 s under the GPU's lock, and the GPU suite made two, one for rubric.yaml and one for its
+composite (docs/measurements/2026-12-01-h200-speed-round5.md). A kept folder is used only while
 
 * it and its root belong to the grader's user and nobody else may write them;
 * no student code can run as the grader's own user (the bwrap fence, or a student user): in the
@@ -26,11 +32,12 @@ kinds, baselines). A kept folder is used only while
   each grading, in its work folder, like ``GRADER_CUPY_CACHE=off``;
 * every file still has its listed hash, and there is no other file (else it is made again).
 
-Gradings on one machine share a key folder under a lock file, so two never make it at once. A cache
+Gradings on one machine share a base under a lock file, so two never make a folder at once. A cache
 that lacks a kernel costs only time: the child compiles it into its own copy, as before.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -82,28 +89,103 @@ def warm_runs(rubric: Rubric) -> list[WarmStage]:
     return runs
 
 
-def warm_key(rubric: Rubric, device: dict) -> str:
-    """What the cache's kernels depend on: CuPy and the device, the grader's code, the calls made."""
+def _calls(rubric: Rubric) -> tuple[list[WarmStage], list[Draw]]:
+    """The warm child's calls for ``rubric``: :func:`warm_runs`, and the profile child's draws (the
+    ncu launch's; the sanitizer's launcher uses no CuPy)."""
+    inputs = sorted({st.inputs for st in rubric.stages})
+    return warm_runs(rubric), [Draw(n=rubric.profile.n, inputs=k) for k in inputs]
+
+
+def _canon(thing: object) -> str:
+    return json.dumps(to_jsonable(thing), sort_keys=True, default=str)
+
+
+def _digest_of(core: object) -> str:
+    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def base_key(device: dict) -> str:
+    """What every kernel of a cache depends on: the warm calls' version, the grader's code, CuPy and the device."""
     from grader import code_version
 
-    inputs = sorted({st.inputs for st in rubric.stages})
-    core = {"version": SPEC_VERSION, "code": code_version(), "device": _device_identity(device),
-            "runs": to_jsonable(warm_runs(rubric)), "draws": [rubric.profile.n], "inputs": inputs}
-    return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return _digest_of({"version": SPEC_VERSION, "code": code_version(), "device": _device_identity(device)})
+
+
+@dataclass(frozen=True)
+class Calls:
+    """A set of warm calls, each as its canonical JSON text (the manifest lists them so)."""
+
+    runs: frozenset[str]
+    draws: frozenset[str]
+
+    @classmethod
+    def of(cls, runs: list[WarmStage], draws: list[Draw]) -> Calls:
+        return cls(frozenset(_canon(r) for r in runs), frozenset(_canon(d) for d in draws))
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Calls):
+            return NotImplemented
+        return self.runs <= other.runs and self.draws <= other.draws
+
+    def digest(self) -> str:
+        return _digest_of({"runs": sorted(self.runs), "draws": sorted(self.draws)})
+
+
+def _key(device: dict, calls: Calls) -> str:
+    return f"{base_key(device)}-{calls.digest()}"
+
+
+def warm_key(rubric: Rubric, device: dict) -> str:
+    """What the cache's kernels depend on: CuPy and the device, the grader's code, the calls made."""
+    return _key(device, Calls.of(*_calls(rubric)))
+
+
+def covers(folder: Path, base: str, calls: Calls) -> bool:
+    """Whether a kept folder's manifest says it was made, for this base, with every one of ``calls``
+    (its files are checked by :func:`verified`)."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        made = Calls(frozenset(manifest["runs"]), frozenset(manifest["draws"]))
+        return str(manifest.get("key", "")).startswith(f"{base}-") and calls <= made
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _shipped_calls(rubric: Rubric) -> tuple[list[WarmStage], list[Draw]]:
+    """The shipped rubric's calls (grader.DEFAULT_RUBRIC), none when ``rubric`` is it or it does not load."""
+    from grader import DEFAULT_RUBRIC
+    from grader.rubric.load import RubricError, load_rubric
+
+    try:
+        shipped = load_rubric(DEFAULT_RUBRIC)
+    except (RubricError, OSError):
+        return [], []
+    return ([], []) if shipped.sha256 == rubric.sha256 else _calls(shipped)
+
+
+def _union(*sets: tuple[list[WarmStage], list[Draw]]) -> tuple[list[WarmStage], list[Draw]]:
+    runs: dict[str, WarmStage] = {}
+    draws: dict[str, Draw] = {}
+    for rs, ds in sets:
+        runs.update((_canon(r), r) for r in rs)
+        draws.update((_canon(d), d) for d in ds)
+    return list(runs.values()), list(draws.values())
 
 
 def warm_spec(rubric: Rubric, device: dict, folder: Path) -> WarmSpec:
     """The warm child's spec: :func:`warm_runs` with their seeds and output folders, and the draws."""
-    runs = []
-    for i, run in enumerate(warm_runs(rubric)):
+    return _spec(*_calls(rubric), device, folder)
+
+
+def _spec(runs: list[WarmStage], draws: list[Draw], device: dict, folder: Path) -> WarmSpec:
+    seeded = []
+    for i, run in enumerate(copy.deepcopy(runs)):
         run.correctness = [Case(n=c.n, seed=11 + j) for j, c in enumerate(run.correctness)]
         if run.bench is not None:
             run.bench.seed, run.bench.integrity_seed = 5, 6
         run.out_dir, run.l2_bytes = str(folder / f"run{i}"), int(device.get("l2_bytes") or 0)
-        runs.append(run)
-    inputs = sorted({st.inputs for st in rubric.stages})
-    draws = [Draw(n=rubric.profile.n, inputs=k) for k in inputs]  # the ncu launch's (the sanitizer's uses no CuPy)
-    return WarmSpec(runs=runs, draws=draws)
+        seeded.append(run)
+    return WarmSpec(runs=seeded, draws=list(draws))
 
 
 def cache_root() -> Path | None:
@@ -138,40 +220,56 @@ def verified(folder: Path, key: str) -> bool:
         return False
 
 
-def _make(folder: Path, rubric: Rubric, device: dict, key: str, timeout_s: float) -> tuple[float | None, str]:
+def _make(folder: Path, calls: tuple[list[WarmStage], list[Draw]], device: dict, key: str,
+          timeout_s: float) -> tuple[float | None, str]:
     """Run the warm child into ``folder/cupy-cache`` and write the manifest: (its seconds, "") or
     (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
     cache, runs = folder / CACHE, folder / "runs"
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    child = launch(WARM, warm_spec(rubric, device, runs), folder, timeout_s, 20_000, cache_dir=cache)
+    child = launch(WARM, _spec(*calls, device, runs), folder, timeout_s, 20_000, cache_dir=cache)
     shutil.rmtree(runs, ignore_errors=True)
     if not (child.proc.ok and child.result and child.result.ok):
         return None, f"{child.proc.brief()}: {child.no_result or child.proc.stderr.strip()[-300:]}"
     files = _list_files(cache)
     if files is None:
         return None, "the warm child left something other than files in its cache"
-    (folder / MANIFEST).write_text(json.dumps({"key": key, "files": files}, indent=1))
+    made = Calls.of(*calls)
+    (folder / MANIFEST).write_text(json.dumps({"key": key, "files": files, "runs": sorted(made.runs),
+                                               "draws": sorted(made.draws)}, indent=1))
     return child.proc.wall_s, ""
 
 
+def _kept(root: Path, base: str, key: str, calls: Calls) -> Path | None:
+    """A verified kept folder of ``base`` that covers ``calls``: ``key``'s own first, then the others."""
+    others = sorted(p for p in root.glob(f"{base}-*") if p.name != key and not p.name.startswith("."))
+    for folder in [root / key, *others]:
+        if folder.is_dir() and covers(folder, base, calls) and verified(folder, folder.name):
+            return folder
+    return None
+
+
 def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
-    """The warm cache for this grading: the machine's kept one (made now if missing or changed), else
-    one made in ``work``. (cache, "") or (None, why there is none: the children then compile
-    CuPy's kernels themselves, as before)."""
-    key = warm_key(rubric, device)
+    """The warm cache for this grading: a kept one of the machine that covers its calls (made now, for
+    its calls and the shipped rubric's, if there is none), else one made in ``work``. (cache, "") or
+    (None, why there is none: the children then compile CuPy's kernels themselves, as before)."""
+    own = _calls(rubric)
+    key, base = warm_key(rubric, device), base_key(device)
     root = cache_root()
     if root is None:
         folder = work / "cupy-warm"
         shutil.rmtree(folder, ignore_errors=True)
-        secs, why = _make(folder, rubric, device, key, timeout_s)
+        secs, why = _make(folder, own, device, key, timeout_s)
         return (WarmCache(folder / CACHE, key, False, secs), "") if secs is not None else (None, why)
-    with held(root / f"{key}.lock"):
+    with held(root / f"{base}.lock"):
+        found = _kept(root, base, key, Calls.of(*own))
+        if found is not None:
+            return WarmCache(found / CACHE, found.name, True), ""
+        calls = _union(own, _shipped_calls(rubric))
+        key = _key(device, Calls.of(*calls))
         folder = root / key
-        if verified(folder, key):
-            return WarmCache(folder / CACHE, key, True), ""
         shutil.rmtree(folder, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))  # 0700; renamed into place once complete
-        secs, why = _make(tmp, rubric, device, key, timeout_s)
+        secs, why = _make(tmp, calls, device, key, timeout_s)
         if secs is None:
             shutil.rmtree(tmp, ignore_errors=True)
             return None, why

@@ -82,6 +82,9 @@ def grade(sub: Path, out: Path, lock: Path, *extra: str) -> Graded:
 
 
 # ---- the hostile cases in one grading -------------------------------------------------------------
+COMPOSITE_STAGE_LIMITS = {"allowance_s": 3, "floor_s": 4}
+
+
 def composite_id(case: str, stage: str) -> str:
     return f"{case}__{stage}"
 
@@ -101,6 +104,13 @@ def composite(dest: Path) -> tuple[Path, Path]:
     raw["stages"] = stages
     for section in ("occupancy", "report"):  # they name the real stages; no case needs them
         raw.pop(section, None)
+    # The stage limits still derive from each stage's reference, with less slack: the correctness turns
+    # take one at a time, so the hang held every other case for its limit, the 10 s floor, under the
+    # suite's GPU lock (docs/measurements/2026-12-01-h200-speed-round5.md). A stage child's start-up
+    # and its waits at its gates are not counted (grader/sandbox/turns.py), and the cases' correct
+    # kernels ran 0.3-0.7 s counted; the printf flood reached the output limit after 2.1-2.8 s. So the hang
+    # is stopped after 4.8 s instead of 10, and the slowest reference's stage (tiled) may run 7.5 s.
+    raw["settings"]["stage_limits"].update(COMPOSITE_STAGE_LIMITS)
     rubric = dest / "rubric.yaml"
     rubric.write_text(yaml.safe_dump(raw, sort_keys=False, width=1000))
     return sub, rubric

@@ -82,7 +82,8 @@ def grade(sub: Path, out: Path, lock: Path, *extra: str) -> Graded:
 
 
 # ---- the hostile cases in one grading -------------------------------------------------------------
-COMPOSITE_STAGE_LIMITS = {"allowance_s": 3, "floor_s": 4}
+COMPOSITE_STAGE_LIMITS = {"allowance_s": 4, "floor_s": 4}
+ONE_TIMED_LAUNCH = {"warmup": 0, "reps": 1, "min_reps": 1}
 
 
 def composite_id(case: str, stage: str) -> str:
@@ -100,6 +101,10 @@ def composite(dest: Path) -> tuple[Path, Path]:
             st = copy.deepcopy(by_id[sid])
             assert not any("stage" in it for it in st["items"]), "an item refers to another stage: remap it here"
             st.update(id=composite_id(case, sid), number=f"{case}/{st['number']}", file=f"{case}/{st['file']}")
+            if not any(item.endswith(".speed") for item in EXPECTED[case].get("gpu", {})):
+                # No speed verdict asked of the case: one timed launch (still checked, fingerprint and
+                # all) instead of the stage's warm-ups and reps, taken one at a time under the lock.
+                st["bench"] = {**st.get("bench", {}), **ONE_TIMED_LAUNCH}
             stages.append(st)
     raw["stages"] = stages
     for section in ("occupancy", "report"):  # they name the real stages; no case needs them
@@ -108,8 +113,8 @@ def composite(dest: Path) -> tuple[Path, Path]:
     # take one at a time, so the hang held every other case for its limit, the 10 s floor, under the
     # suite's GPU lock (docs/measurements/2026-12-01-h200-speed-round5.md). A stage child's start-up
     # and its waits at its gates are not counted (grader/sandbox/turns.py), and the cases' correct
-    # kernels ran 0.3-0.7 s counted; the printf flood reached the output limit after 2.1-2.8 s. So the hang
-    # is stopped after 4.8 s instead of 10, and the slowest reference's stage (tiled) may run 7.5 s.
+    # kernels ran 0.3-0.7 s counted; the printf flood reached the output limit after 2.1-3.6 s. So the hang
+    # is stopped after 5.8 s instead of 10, and the slowest reference's stage (tiled) may run 8.5 s.
     raw["settings"]["stage_limits"].update(COMPOSITE_STAGE_LIMITS)
     rubric = dest / "rubric.yaml"
     rubric.write_text(yaml.safe_dump(raw, sort_keys=False, width=1000))

@@ -32,14 +32,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def zip_folder(folder: Path, extra: dict[str, str] | None = None, only: tuple[str, ...] | None = None) -> bytes:
+def zip_folder(folder: Path, extra: dict[str, str] | None = None) -> bytes:
     """The folder as a zip (fixed timestamps: the same folder gives the same bytes), plus ``extra`` files
-    (which replace the folder's files of the same names); ``only``: just these of its files."""
+    (which replace the folder's files of the same names)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-            name = str(path.relative_to(folder))
-            if name in (extra or {}) or (only is not None and name not in only):
+            if str(path.relative_to(folder)) in (extra or {}):
                 continue
             info = zipfile.ZipInfo(str(path.relative_to(folder)), date_time=(2024, 1, 1, 0, 0, 0))
             zf.writestr(info, path.read_bytes())

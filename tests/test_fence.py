@@ -295,7 +295,7 @@ def test_weak_fallback_still_runs_and_limits(scratch: Path, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_cupy_runs_on_the_gpu_inside_the_fence(scratch: Path):
+def test_cupy_runs_on_the_gpu_inside_the_fence(scratch: Path, gpu_alone):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     rec = run(py("import cupy; print(int(cupy.arange(10).sum()))"), timeout_s=300, env=env,
               fence=Fence(scratch=scratch, gpu=True))

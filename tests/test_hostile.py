@@ -8,6 +8,7 @@ On the GPU every case is a stage of ONE grading (tests/gpu_jobs.py: the hostile 
 stage with the limits of the stage it stands for, and each test checks its case's items in it. A
 hang and a printf flood cost their own stage's limit only: the tests below say how long they ran.
 """
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ import yaml
 
 from grader.compile import toolchain
 from grader.rubric.load import load_rubric
-from tests.gpu_jobs import HOSTILE_CASES, case_tests, composite, composite_id
+from tests.gpu_jobs import COMPOSITE_STAGE_LIMITS, HOSTILE_CASES, ONE_TIMED_LAUNCH, case_tests, composite, composite_id
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
@@ -62,17 +63,20 @@ def test_static_verdicts(tmp_path, case):
 
 def test_the_gpu_composite_grades_each_case_as_its_own_stage(tmp_path):
     """The one grading the GPU cases share: a valid rubric whose stages are the cases' stages as they are
-    (limits, benchmark, items), each reading its case's file (no GPU needed to check that)."""
+    (limits, items), each reading its case's file (no GPU needed to check that). A case asked for no
+    speed verdict times one launch; the stage limits keep their derivation with less slack."""
     sub, path = composite(tmp_path)
     real, rubric = load_rubric(ROOT / "rubric.yaml"), load_rubric(path)
     pairs = [(c, s) for c in HOSTILE_CASES for s in EXPECTED[c]["stages"]]
     assert [st.id for st in rubric.stages] == [composite_id(c, s) for c, s in pairs]
     for (case, sid), st in zip(pairs, rubric.stages):
         orig = real.stage(sid)
-        assert (st.limits, st.bench, st.items, st.launch, st.kernel) == (orig.limits, orig.bench, orig.items,
-                                                                        orig.launch, orig.kernel)
+        assert (st.limits, st.items, st.launch, st.kernel) == (orig.limits, orig.items, orig.launch, orig.kernel)
+        timed = any(k.endswith(".speed") for k in EXPECTED[case]["gpu"])
+        assert st.bench == (orig.bench if timed else dataclasses.replace(orig.bench, **ONE_TIMED_LAUNCH)), case
         assert st.number == f"{case}/{orig.number}" and (sub / st.file).is_file()
     assert rubric.occupancy is None and rubric.report is None
+    assert rubric.stage_limits == dataclasses.replace(real.stage_limits, **COMPOSITE_STAGE_LIMITS)
 
 
 @pytest.mark.gpu

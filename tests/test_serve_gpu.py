@@ -11,7 +11,6 @@ import pytest
 from tests.serve_helpers import ROOT, ServiceProcess, bearer, issue_tokens, pids_matching, wait_job, zip_folder
 
 pytestmark = pytest.mark.gpu
-GRADED = ("gemm/naive.cu", "gemm/wmma.cu")  # stages 1 and 5
 
 
 def test_the_gpu_worker_grades_on_its_gpu(tmp_path, gpu_alone):
@@ -22,18 +21,14 @@ def test_the_gpu_worker_grades_on_its_gpu(tmp_path, gpu_alone):
         workers = c.get("/api/v1/queue").json()["workers"]
         assert {w["gpu"] for w in workers} == {"0"}
         assert sorted(w["name"].rsplit("-", 1)[1] for w in workers) == ["gpu0", "gpu0.2"]
-        # Two of the solutions' stages, one CUDA-core and one Tensor Core kernel: the worker's GPU
-        # path is the same for seven, and the whole of solutions/ took 12.4 s of the GPU suite on an
-        # H200 (docs/measurements/2026-12-01-h200-speed-round5.md).
-        sub = c.post("/api/v1/jobs", content=zip_folder(ROOT / "solutions", only=GRADED), headers=bearer(token))
+        sub = c.post("/api/v1/jobs", content=zip_folder(ROOT / "solutions"), headers=bearer(token))
         assert sub.status_code == 202, sub.text
         view = wait_job(c, sub.json()["id"], timeout_s=900, service=svc)
         assert view["state"] == "done", (view, svc.log_text())
         results = c.get(f"/api/v1/jobs/{view['id']}/files/results.json").json()
-        correct = {t["number"]: t for t in results["tests"] if t["name"].startswith("correct at every size")}
-        graded = {n: t for n, t in correct.items() if n.split(".")[0] in ("1", "5")}
-        assert len(graded) == 2 and all(t["score"] == t["max_score"] for t in graded.values()), correct
-        assert "not evaluated" not in " ".join(t.get("output", "") for t in graded.values())
+        correct = [t for t in results["tests"] if t["name"].startswith("correct at every size")]
+        assert correct and all(t["score"] == t["max_score"] for t in correct), correct
+        assert "not evaluated" not in " ".join(t.get("output", "") for t in correct)
         # The worker probed its GPU once and handed the grading that description: no probe child here.
         grading = c.get(f"/api/v1/jobs/{view['id']}/files/grading.json").json()
         probe = next(p for p in grading["phases"] if p["name"] == "probe")

@@ -37,7 +37,7 @@ from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence
-from grader.sandbox.lock import held
+from grader.sandbox.lock import held_in_turn
 from grader.score.stages import score
 
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
@@ -290,7 +290,7 @@ def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
         yield
         return
     t0 = time.monotonic()
-    with held(lock):
+    with held_in_turn(lock):  # first come, first served (grader/sandbox/lock.py says why)
         clock.add("gpu_wait", time.monotonic() - t0, detail=False)
         t1 = time.monotonic()
         try:

@@ -97,7 +97,7 @@ def run_alone_tests_first(items: list) -> None:
     ran 33 s after the gradings' 116 s: docs/measurements/2026-12-01-h200-speed-round5.md). Stable: the
     order is otherwise kept."""
     def rank(item) -> int:
-        if "gpu_alone" in getattr(item, "fixturenames", ()):
+        if {"gpu_alone", "suite_gpu_lock"} & set(getattr(item, "fixturenames", ())):
             return 0
         return 1 if "gpu" in item.keywords and item.path.name in EARLY_MODULES else 2
 
@@ -134,6 +134,13 @@ def gpu_alone(gpu_jobs):
     never shares the GPU with a grading's timed parts, whichever runs first."""
     _AloneHold.take(gpu_jobs.lock)
     yield
+
+
+@pytest.fixture
+def suite_gpu_lock(gpu_jobs) -> Path:
+    """The suite's GPU lock file, for a test whose own gradings take it for their GPU steps only (the
+    service's, through its lock: tests/test_serve_gpu.py), so their CPU work overlaps the shared gradings'."""
+    return gpu_jobs.lock
 
 
 def pytest_runtest_setup(item):

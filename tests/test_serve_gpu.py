@@ -13,9 +13,13 @@ from tests.serve_helpers import ROOT, ServiceProcess, bearer, issue_tokens, pids
 pytestmark = pytest.mark.gpu
 
 
-def test_the_gpu_worker_grades_on_its_gpu(tmp_path, gpu_alone):
+def test_the_gpu_worker_grades_on_its_gpu(tmp_path, suite_gpu_lock):
     data = tmp_path / "data"
     token = issue_tokens(data, ["g@x.edu"])["g@x.edu"]
+    # The GPU's lock, which its two workers share, is the suite's: their probes and their grading's GPU
+    # steps take turns with the suite's gradings, and the service's start and the compiles do not wait.
+    (data / "locks").mkdir(mode=0o700, exist_ok=True)
+    (data / "locks" / "gpu0.lock").symlink_to(suite_gpu_lock)
     with ServiceProcess(data, "--gpus", "0", "--gradings-per-gpu", "2", gpu=True) as svc, svc.client() as c:
         svc.wait_workers(2)
         workers = c.get("/api/v1/queue").json()["workers"]

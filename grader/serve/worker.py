@@ -32,7 +32,7 @@ from pathlib import Path
 
 from grader import IMPORT_ROOT
 from grader.gpu.device import describe_into
-from grader.sandbox.lock import held
+from grader.sandbox.lock import held_in_turn
 from grader.serve import child, results
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
@@ -52,7 +52,7 @@ def holding(lock: Path | None) -> Iterator[None]:
     if lock is None:
         yield
         return
-    with held(lock):
+    with held_in_turn(lock):
         yield
 
 

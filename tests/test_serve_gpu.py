@@ -21,7 +21,7 @@ def test_the_gpu_worker_grades_on_its_gpu(tmp_path, suite_gpu_lock):
     (data / "locks").mkdir(mode=0o700, exist_ok=True)
     (data / "locks" / "gpu0.lock").symlink_to(suite_gpu_lock)
     with ServiceProcess(data, "--gpus", "0", "--gradings-per-gpu", "2", gpu=True) as svc, svc.client() as c:
-        svc.wait_workers(2)
+        svc.wait_workers(2, timeout_s=300)  # each probes its GPU in turn behind the suite's queued gradings
         workers = c.get("/api/v1/queue").json()["workers"]
         assert {w["gpu"] for w in workers} == {"0"}
         assert sorted(w["name"].rsplit("-", 1)[1] for w in workers) == ["gpu0", "gpu0.2"]

@@ -31,12 +31,16 @@ STATIC = ["--no-gpu", "--stages", "naive"]
 
 @contextmanager
 def started(cmd: list[str], *, ignore_hup: bool = False) -> Iterator[subprocess.Popen]:
-    """``cmd`` from the repository, in the weak sandbox; killed if the test leaves it running."""
-    def nohup() -> None:
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    """``cmd`` from the repository, in the weak sandbox; killed if the test leaves it running. SIGHUP and
+    SIGINT start at their defaults, as from a terminal, whatever this test process inherited: under
+    ``nohup``, or started in the background by a shell, it ignores them, and so would the grader
+    (run_holding_tree keeps an ignored SIGHUP ignored, and Python an ignored SIGINT)."""
+    def signals() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN if ignore_hup else signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "GRADER_SANDBOX": "weak"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=nohup if ignore_hup else None)
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=signals)
     try:
         yield proc
     finally:

@@ -8,7 +8,9 @@
 # --gpu-lock: the GPU children start after the compiles), probe (the probe child), ncusol (docs/measurements/scripts/ncu_sol_cost.py on the kept work),
 # interleave N (before/after gradings in turn), process (the process around one grading), cpu (the host's CPUs during a grade: cpu_busy.py), hopper (tune_hopper.py), demo, serve-load, gpu-tests,
 # ncureplay (ncu_replay_cost.py on the kept work), importtime (the grader's imports, python -X importtime),
-# serve-load3 (the service with three gradings per GPU), pyspy (one warm grade with py-spy sampling the grading process: where its own CPU time goes; the py-spy wheel in .whl/).
+# serve-load3 (the service with three gradings per GPU), pyspy (one warm grade with py-spy sampling the grading process: where its own CPU time goes; the py-spy wheel in .whl/),
+# and round 5's: attack-timeline (attack_timeline.py: one GPU attack case fenced and plain, with timelines),
+# hostile-alone (the GPU suite's hostile grading alone, with its timeline); gpu-tests also keeps the suite's grading.json files.
 set -u
 OUT=${OUT:-/tmp/r5-out}
 W=/tmp/r5

@@ -28,8 +28,8 @@ def _start(lock: Path, log: Path, name: str, hold: float = 0.05) -> subprocess.P
     return subprocess.Popen([sys.executable, "-c", WAITER, str(lock), str(log), name, str(hold)], cwd=ROOT)
 
 
-def _queued(lock: Path, n: int, timeout_s: float = 20.0) -> None:
-    """Wait until ``n`` waiters are in the lock's queue."""
+def _queued(lock: Path, n: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``n`` waiters are in the lock's queue (a Python start took seconds on a loaded machine)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         q = queue_of(lock)

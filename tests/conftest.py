@@ -2,6 +2,7 @@
 gradings are made once per session (tests/gpu_jobs.py) and shared through the fixtures below."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import subprocess
@@ -109,23 +110,22 @@ class _AloneHold:
     run one after another, first): taken once, so the gradings' turns cannot come between them (flock
     is not first come, first served: one of them waited 89 s for its turn on an H200)."""
 
-    fh = None
+    hold: contextlib.ExitStack | None = None
 
     @classmethod
     def take(cls, lock: Path) -> None:
-        import fcntl
+        from grader.sandbox.lock import held
 
-        if cls.fh is None:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(lock, "a+b")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            cls.fh = fh
+        if cls.hold is None:
+            hold = contextlib.ExitStack()
+            hold.enter_context(held(lock))
+            cls.hold = hold
 
     @classmethod
     def give_back(cls) -> None:
-        if cls.fh is not None:
-            cls.fh.close()  # closing the file releases its flock
-            cls.fh = None
+        if cls.hold is not None:
+            cls.hold.close()
+            cls.hold = None
 
 
 @pytest.fixture

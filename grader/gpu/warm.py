@@ -253,7 +253,8 @@ def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple
     its calls and the shipped rubric's, if there is none), else one made in ``work``. (cache, "") or
     (None, why there is none: the children then compile CuPy's kernels themselves, as before)."""
     own = _calls(rubric)
-    key, base = warm_key(rubric, device), base_key(device)
+    own_calls, base = Calls.of(*own), base_key(device)
+    key = _key(device, own_calls)
     root = cache_root()
     if root is None:
         folder = work / "cupy-warm"
@@ -261,7 +262,7 @@ def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple
         secs, why = _make(folder, own, device, key, timeout_s)
         return (WarmCache(folder / CACHE, key, False, secs), "") if secs is not None else (None, why)
     with held(root / f"{base}.lock"):
-        found = _kept(root, base, key, Calls.of(*own))
+        found = _kept(root, base, key, own_calls)
         if found is not None:
             return WarmCache(found / CACHE, found.name, True), ""
         calls = _union(own, _shipped_calls(rubric))

@@ -381,10 +381,57 @@ def stopping() -> bool:
 def _terminated(signum: int, _frame: object) -> None:
     """Stop at once: no new step starts, and every step's tree is killed now, so that the threads
     waiting on them return and the main thread unwinds (it may be waiting on one of them). Only
-    system calls and /proc reads: a signal handler may interrupt a thread that holds any lock."""
+    system calls and /proc reads: a signal handler may interrupt a thread that holds any lock.
+
+    Python runs this handler in the main thread only, between two bytecodes. The kernel hands a
+    signal sent to the process to any thread that does not block it; when that is another thread,
+    a main thread blocked in a wait (a future, a join) would run it only once the wait ended: a
+    SIGHUP waited 13-14 s for an endless compile to die of its memory limit (CI, and tests/
+    test_stop_signals.py, which sends the signal to another thread). :func:`_watch_stop_signals`
+    kills the steps at once whichever thread got the signal, so the wait ends and this runs."""
     _STOPPING["on"] = True
     kill_tree(os.getpid(), include_root=False)
     raise Terminated(signum)
+
+
+def _watch_stop_signals(read_fd: int) -> None:
+    """The thread behind :func:`_terminated`. Python's C-level handler writes each caught signal's
+    number to the wakeup fd (:func:`signal.set_wakeup_fd`), in whatever thread the signal arrived;
+    for a signal that stops this process, this thread marks it stopping and kills its steps. It
+    takes the lock run_process holds from its check of the mark to its child's registration, so no
+    step can start after the kill (a signal handler cannot take that lock). A signal whose handler
+    is no longer :func:`_terminated` (the service sets its own) is left to that handler."""
+    while True:
+        try:
+            caught = os.read(read_fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not caught:
+            return
+        if any(signal.getsignal(signum) is _terminated for signum in caught):
+            with _LIVE_LOCK:
+                _STOPPING["on"] = True
+            kill_tree(os.getpid(), include_root=False)
+
+
+def _start_stop_watcher() -> None:
+    """Start :func:`_watch_stop_signals` (main thread only). Nothing is started where a wakeup fd is
+    set already (its owner reads it) or none can be set."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)  # the C handler must never block on it
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        previous = None
+    if previous != -1:
+        if previous is not None:
+            signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    threading.Thread(target=_watch_stop_signals, args=(read_fd,), name="stop-signals", daemon=True).start()
 
 
 def run_holding_tree(main: Callable[[], int]) -> int:
@@ -400,6 +447,7 @@ def run_holding_tree(main: Callable[[], int]) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
         signal.signal(signal.SIGHUP, _terminated)
+    _start_stop_watcher()
     try:
         return main()
     finally:

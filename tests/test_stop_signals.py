@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.sandbox.lock import held, queue_of
 from tests.serve_helpers import ENDLESS_COMPILE, ROOT, cmdlines, describe, tree_of, tree_until
 
 ENTRIES = {"run_local": ["grader/run_local.py"], "module": ["-m", "grader", "grade"]}
@@ -136,6 +137,46 @@ def test_a_signal_that_another_thread_takes_stops_the_grading_as_soon(tmp_path, 
     left = alive(tree)
     assert left == [], describe(left)
     assert f"the grading was stopped by {signal.Signals(signum).name}" in (out / "results.json").read_text()
+
+
+WAITS_FOR_THE_GPU = """
+import sys, threading, time
+from pathlib import Path
+from grader.sandbox.lock import held_in_turn
+from grader.sandbox.process import run_holding_tree
+
+def main() -> int:
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()  # a thread besides the main one
+    print("waiting", flush=True)
+    with held_in_turn(Path(sys.argv[1])):  # as grader/pipeline.py: gpu_turn
+        print("took the lock", flush=True)
+    return 0
+
+sys.exit(run_holding_tree(main))
+"""
+
+
+def test_a_process_waiting_for_the_gpu_lock_stops_when_another_thread_takes_the_signal(tmp_path):
+    """A grading whose main thread waits for the GPU's lock, which another grading holds: no step of
+    its own to kill ends that wait. The thread that saw the signal wakes the main thread, whose flock
+    fails with EINTR and whose handler then runs; before, it waited for the lock (here, for ever)."""
+    lock = tmp_path / "gpu0.lock"
+    with held(lock):  # the other grading's turn
+        with started([sys.executable, "-c", WAITS_FOR_THE_GPU, str(lock)]) as proc:
+            assert proc.stdout is not None and proc.stdout.readline() == b"waiting\n"
+            deadline = time.monotonic() + 10
+            while not list(queue_of(lock).iterdir()) and time.monotonic() < deadline:
+                time.sleep(0.01)  # its entry is in the queue: it is at (or about to be at) the flock
+            time.sleep(0.2)
+            sent = time.monotonic()
+            to_another_thread(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pytest.fail("still waiting for the lock 10 s after SIGTERM")
+            took = time.monotonic() - sent
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert took < 5, f"{took:.1f} s to stop"
 
 
 def test_a_sighup_ignored_at_start_stays_ignored(tmp_path):

@@ -388,7 +388,8 @@ def _terminated(signum: int, _frame: object) -> None:
     a main thread blocked in a wait (a future, a join) would run it only once the wait ended: a
     SIGHUP waited 13-14 s for an endless compile to die of its memory limit (CI, and tests/
     test_stop_signals.py, which sends the signal to another thread). :func:`_watch_stop_signals`
-    kills the steps at once whichever thread got the signal, so the wait ends and this runs."""
+    kills the steps at once whichever thread got the signal, and wakes the main thread from a wait
+    that no step ends (the GPU's lock), so that this runs."""
     _STOPPING["on"] = True
     kill_tree(os.getpid(), include_root=False)
     raise Terminated(signum)
@@ -414,6 +415,25 @@ def _watch_stop_signals(read_fd: int) -> None:
             with _LIVE_LOCK:
                 _STOPPING["on"] = True
             kill_tree(os.getpid(), include_root=False)
+            # A main thread blocked in a wait that no step ends (the GPU's lock, which another grading
+            # holds) is woken: its system call fails with EINTR, Python runs the pending handler.
+            _signal_thread(threading.main_thread().ident, _WAKE_MAIN)
+
+
+# Sent by the watcher to the main thread only to interrupt what it is blocked in; its handler does nothing.
+_WAKE_MAIN = signal.SIGRTMIN
+
+
+def _woken(_signum: int, _frame: object) -> None:
+    """The handler of :data:`_WAKE_MAIN`: the stop signal's own handler, pending, does the work."""
+
+
+def _signal_thread(ident: int | None, signum: int) -> None:
+    try:
+        if ident is not None:
+            signal.pthread_kill(ident, signum)
+    except (ProcessLookupError, OSError):
+        pass
 
 
 def _start_stop_watcher() -> None:
@@ -431,6 +451,7 @@ def _start_stop_watcher() -> None:
         os.close(read_fd)
         os.close(write_fd)
         return
+    signal.signal(_WAKE_MAIN, _woken)
     threading.Thread(target=_watch_stop_signals, args=(read_fd,), name="stop-signals", daemon=True).start()
 
 

@@ -164,9 +164,11 @@ def test_a_process_waiting_for_the_gpu_lock_stops_when_another_thread_takes_the_
     with held(lock):  # the other grading's turn
         with started([sys.executable, "-c", WAITS_FOR_THE_GPU, str(lock)]) as proc:
             assert proc.stdout is not None and proc.stdout.readline() == b"waiting\n"
-            deadline = time.monotonic() + 10
-            while not list(queue_of(lock).iterdir()) and time.monotonic() < deadline:
-                time.sleep(0.01)  # its entry is in the queue: it is at (or about to be at) the flock
+            queue, deadline = queue_of(lock), time.monotonic() + 30
+            while not (queue.is_dir() and any(queue.iterdir())):  # its entry: at (or about to be at) the flock
+                if time.monotonic() > deadline:
+                    pytest.fail("it never queued for the lock")
+                time.sleep(0.01)
             time.sleep(0.2)
             sent = time.monotonic()
             to_another_thread(proc, signal.SIGTERM)

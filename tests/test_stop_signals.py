@@ -83,39 +83,53 @@ def alive(pids: set[int]) -> list[int]:
     return sorted(pid for pid in pids if pid in live)
 
 
-def stop(proc: subprocess.Popen, signum: int) -> tuple[str, float]:
-    """Send ``signum``; (its output, the seconds it took to exit)."""
+def to_another_thread(proc: subprocess.Popen, signum: int) -> None:
+    """Send ``signum`` to one of ``proc``'s threads other than its main one (tgkill), as the kernel may
+    when the signal is sent to the whole process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid):
+        if libc.tgkill(proc.pid, tid, signum) == 0:
+            return
+    pytest.fail(f"no thread of {proc.pid} but its main one took the signal (errno {ctypes.get_errno()})")
+
+
+def stop(proc: subprocess.Popen, signum: int, *, thread: bool = False) -> tuple[str, float]:
+    """Send ``signum`` to the process (to another thread than its main one with ``thread``); (its
+    output, the seconds it took to exit)."""
     sent = time.monotonic()
-    proc.send_signal(signum)
-    output = proc.communicate(timeout=60)[0].decode(errors="replace")
+    if thread:
+        to_another_thread(proc, signum)
+    else:
+        proc.send_signal(signum)
+    try:
+        output = proc.communicate(timeout=60)[0].decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running 60 s after {signal.Signals(signum).name}")
     return output, time.monotonic() - sent
+
+
+def stop_a_compiling_grading(tmp_path: Path, entry: str, signum: int, *, thread: bool = False
+                             ) -> tuple[int | None, str, float, list[int], dict]:
+    """Grade a submission that compiles for ever with ``entry``, and stop it with ``signum`` once nvcc
+    runs: (its exit code, its output, the seconds it took to exit, what is left alive of its tree,
+    its results.json)."""
+    out = tmp_path / "out"
+    sub = endless_submission(tmp_path / "sub")
+    with started([sys.executable, *ENTRIES[entry], str(sub), *STATIC, "--out", str(out), "--quiet"]) as proc:
+        tree = compiling(proc)
+        output, took = stop(proc, signum, thread=thread)
+    return proc.returncode, output, took, alive(tree), json.loads((out / "results.json").read_text())
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"])
 @pytest.mark.parametrize("entry", list(ENTRIES))
 def test_a_signalled_grading_kills_its_steps_at_once_and_says_so(tmp_path, entry, signum):
-    out = tmp_path / "out"
-    sub = endless_submission(tmp_path / "sub")
-    with started([sys.executable, *ENTRIES[entry], str(sub), *STATIC, "--out", str(out), "--quiet"]) as proc:
-        tree = compiling(proc)
-        output, took = stop(proc, signum)
-    assert proc.returncode == 128 + signum, output
+    code, output, took, left, results = stop_a_compiling_grading(tmp_path, entry, signum)
+    assert code == 128 + signum, output
     assert took < 10, f"{took:.1f} s to stop"  # not the compile's own time limit
-    left = alive(tree)
     assert left == [], describe(left)
-    results = json.loads((out / "results.json").read_text())
     name = signal.Signals(signum).name
     assert results["score"] == 0 and f"the grading was stopped by {name}" in json.dumps(results), results
-
-
-def to_another_thread(proc: subprocess.Popen, signum: int) -> int:
-    """Send ``signum`` to one of ``proc``'s threads other than its main one (tgkill), as the kernel may
-    when the signal is sent to the whole process; the thread's id."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for tid in sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid):
-        if libc.tgkill(proc.pid, tid, signum) == 0:
-            return tid
-    pytest.fail(f"no thread of {proc.pid} but its main one took the signal (errno {ctypes.get_errno()})")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"])
@@ -124,19 +138,11 @@ def test_a_signal_that_another_thread_takes_stops_the_grading_as_soon(tmp_path, 
     Python runs its handler in the main thread only, between bytecodes. Before, a main thread blocked
     on the compile's future ran it only when the endless compile died of its own limits: 14.2 s on
     CI, 12.9 s here. The steps now die at once whichever thread took it."""
-    out = tmp_path / "out"
-    sub = endless_submission(tmp_path / "sub")
-    with started([sys.executable, "grader/run_local.py", str(sub), *STATIC, "--out", str(out), "--quiet"]) as proc:
-        tree = compiling(proc)
-        sent = time.monotonic()
-        to_another_thread(proc, signum)
-        output = proc.communicate(timeout=60)[0].decode(errors="replace")
-        took = time.monotonic() - sent
-    assert proc.returncode == 128 + signum, output
+    code, output, took, left, results = stop_a_compiling_grading(tmp_path, "run_local", signum, thread=True)
+    assert code == 128 + signum, output
     assert took < 5, f"{took:.1f} s to stop"
-    left = alive(tree)
     assert left == [], describe(left)
-    assert f"the grading was stopped by {signal.Signals(signum).name}" in (out / "results.json").read_text()
+    assert f"the grading was stopped by {signal.Signals(signum).name}" in json.dumps(results), results
 
 
 WAITS_FOR_THE_GPU = """
@@ -170,14 +176,8 @@ def test_a_process_waiting_for_the_gpu_lock_stops_when_another_thread_takes_the_
                     pytest.fail("it never queued for the lock")
                 time.sleep(0.01)
             time.sleep(0.2)
-            sent = time.monotonic()
-            to_another_thread(proc, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pytest.fail("still waiting for the lock 10 s after SIGTERM")
-            took = time.monotonic() - sent
-    assert proc.returncode == 128 + signal.SIGTERM
+            output, took = stop(proc, signal.SIGTERM, thread=True)
+    assert proc.returncode == 128 + signal.SIGTERM, output
     assert took < 5, f"{took:.1f} s to stop"
 
 

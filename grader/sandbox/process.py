@@ -387,9 +387,9 @@ def _terminated(signum: int, _frame: object) -> None:
     signal sent to the process to any thread that does not block it; when that is another thread,
     a main thread blocked in a wait (a future, a join) would run it only once the wait ended: a
     SIGHUP waited for an endless compile to die of its own limits (tests/test_stop_signals.py sends
-    the signal to another thread). :func:`_watch_stop_signals`
-    kills the steps at once whichever thread got the signal, and wakes the main thread from a wait
-    that no step ends (the GPU's lock), so that this runs."""
+    the signal to another thread). :func:`_watch_stop_signals` kills the steps at once whichever
+    thread got the signal, and wakes the main thread from a wait that no step ends (the GPU's lock),
+    so that this runs."""
     _STOPPING["on"] = True
     kill_tree(os.getpid(), include_root=False)
     raise Terminated(signum)
@@ -417,7 +417,12 @@ def _watch_stop_signals(read_fd: int) -> None:
             kill_tree(os.getpid(), include_root=False)
             # A main thread blocked in a wait that no step ends (the GPU's lock, which another grading
             # holds) is woken: its system call fails with EINTR, Python runs the pending handler.
-            _signal_thread(threading.main_thread().ident, _WAKE_MAIN)
+            main = threading.main_thread().ident
+            try:
+                if main is not None:
+                    signal.pthread_kill(main, _WAKE_MAIN)
+            except OSError:  # the main thread has ended
+                pass
 
 
 # Sent by the watcher to the main thread only to interrupt what it is blocked in; its handler does nothing.
@@ -426,14 +431,6 @@ _WAKE_MAIN = signal.SIGRTMIN
 
 def _woken(_signum: int, _frame: object) -> None:
     """The handler of :data:`_WAKE_MAIN`: the stop signal's own handler, pending, does the work."""
-
-
-def _signal_thread(ident: int | None, signum: int) -> None:
-    try:
-        if ident is not None:
-            signal.pthread_kill(ident, signum)
-    except OSError:  # the main thread has ended
-        pass
 
 
 def _start_stop_watcher() -> None:

@@ -93,14 +93,19 @@ EARLY_MODULES = ("test_feedback_truth.py",)
 
 def run_alone_tests_first(items: list) -> None:
     """On a GPU, the GPU tests that take the suite's GPU lock themselves (``gpu_alone``) run first, then
-    those of :data:`EARLY_MODULES`: the first of them starts the shared gradings, so the gradings'
-    compiles and lock waits overlap these tests instead of coming before them (on an H200 these tests
-    ran 33 s after the gradings' 116 s: docs/measurements/2026-12-01-h200-speed-round5.md). Stable: the
-    order is otherwise kept."""
+    those of :data:`EARLY_MODULES`, then those whose own gradings queue on the suite's lock
+    (``suite_gpu_lock``). The first of them starts the shared gradings, so the gradings' compiles and
+    lock waits overlap these tests instead of coming before them (on an H200 these tests ran 33 s after
+    the gradings' 116 s: docs/measurements/2026-12-01-h200-speed-round5.md). The early modules' CPU work
+    comes before the lock-sharing tests, which wait for their turn behind the shared gradings anyway.
+    Stable: the order is otherwise kept."""
     def rank(item) -> int:
-        if {"gpu_alone", "suite_gpu_lock"} & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "gpu_alone" in fixtures:
             return 0
-        return 1 if "gpu" in item.keywords and item.path.name in EARLY_MODULES else 2
+        if "gpu" in item.keywords and item.path.name in EARLY_MODULES:
+            return 1
+        return 2 if "suite_gpu_lock" in fixtures else 3
 
     items.sort(key=rank)
 

@@ -137,6 +137,9 @@
 #ifndef TUNE_PINGPONG
 #define TUNE_PINGPONG 0  // with TUNE_PERSISTENT and TUNE_BN 128: each consumer warpgroup computes whole tiles, in turn
 #endif
+#ifndef TUNE_STREAMK
+#define TUNE_STREAMK 0  // with TUNE_PERSISTENT: the last, partial round's tiles are shared out by k-steps
+#endif
 
 constexpr int BM = 128;                 // rows of C per block: 64 per consumer warpgroup
 constexpr int BN = TUNE_BN;             // columns of C per block
@@ -147,11 +150,15 @@ constexpr int INFLIGHT = TUNE_INFLIGHT; // wgmma groups a consumer leaves runnin
 constexpr int GROUP = TUNE_GROUP;       // block-row tiles per group of the launch order (0: plain grid order)
 constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above another, sharing B
 constexpr bool PINGPONG = TUNE_PINGPONG;
+constexpr bool STREAMK = TUNE_STREAMK;
 constexpr int CONSUMERS = 2;            // consumer warpgroups: m64 each of every tile, or (PINGPONG) alternate tiles
 constexpr int WG_ROWS = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile one consumer warpgroup computes
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
 constexpr int READERS = PINGPONG ? 4 : CONSUMER_WARPS;   // consumer warps that read (and release) one slot use
+// Stream-K: at most SK_MAX_WORKERS working blocks (more: no stream-K share; an sm_90a GPU has at most
+// 132 SMs).
+constexpr int SK_MAX_WORKERS = 160;
 // setmaxnreg's registers per thread (multiples of 8; 128 x producer + 256 x consumer <= 64 Ki). The
 // producer of a cluster also computes the multicast's addresses: 24 would spill.
 constexpr int PRODUCER_REGS = CLUSTER > 1 ? 40 : 24;
@@ -174,6 +181,8 @@ static_assert(A_SLOT % ALIGN == 0 && B_SLOT % ALIGN == 0, "every tile must start
 static_assert(STAGES >= 2 && INFLIGHT >= 0 && INFLIGHT < STAGES, "the ring needs a slot to fill while others are read");
 static_assert(SMEM_BYTES <= 227 * 1024, "the ring must fit in the 227 KiB of shared memory a block may use");
 static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divide 256 (N is a multiple of 256)");
+static_assert(!STREAMK || (TUNE_PERSISTENT && CLUSTER == 1 && !PINGPONG),
+              "stream-K: persistent blocks, no clusters, no ping-pong (both consumers finish each segment)");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "the register file holds 64 Ki");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && TUNE_PERSISTENT && GROUP % CLUSTER == 0 && BM * CLUSTER <= 256 &&
                                (B_BOX * BK * 2) % ALIGN == 0),
@@ -388,6 +397,40 @@ __device__ __forceinline__ void wgmma<128>(float (&d)[64], uint64_t descA, uint6
     wgmma_n128(d, descA, descB, scale_d);
 }
 
+// ---- stream-K (TUNE_STREAMK) ---------------------------------------------------------------
+#if TUNE_STREAMK
+constexpr int PARTIAL_VEC4 = CONSUMERS * 128 * (WG_ROWS / 64) * (BN / 2) / 4;  // float4s of one partial tile
+// Working block w's partial tile (its share's first segment, when that does not start the tile) and
+// the flag that says it is written: set by w, waited for and cleared by the block that finishes the
+// tile, within one launch. Module memory starts zeroed.
+__device__ float4 sk_partial[SK_MAX_WORKERS * PARTIAL_VEC4];
+__device__ unsigned sk_ready[SK_MAX_WORKERS];
+#endif
+
+__device__ __forceinline__ void flag_release(unsigned* flag, unsigned value)
+{
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+
+__device__ __forceinline__ unsigned flag_acquire(const unsigned* flag)
+{
+    unsigned value;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+    return value;
+}
+
+// One piece of a block's work: k-steps [k0, k1) of the tile at (m0, n0), read from slot uses u0, ...
+// FULL: the whole tile, stored to C. PARTIAL (stream-K): the tile's later k-steps, left in the
+// block's sk_partial for the block that started the tile. FINAL (stream-K): the tile's first
+// k-steps; blocks `first + 1` .. `last` hold the rest as partials, added before the store.
+enum SegmentKind { FULL, PARTIAL, FINAL };
+struct Segment {
+    int m0, n0, u0, k0, k1;
+    bool more;  // this block computes another tile after this one (ping-pong)
+    SegmentKind kind;
+    int last;
+};
+
 // ---- the launch order ----------------------------------------------------------------------
 // Tile t of the launch order (0, 1, ...) -> (tile row, tile column) of a C of cols x rows tiles.
 // group > 0: consecutive tiles take `group` tile rows and walk their columns together, so the A and
@@ -445,11 +488,37 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
 #endif
     const int workers = min(min((int)sms / CLUSTER, tiles), launched);
     if (first_tile >= workers) return;  // (the whole cluster: its blocks share first_tile)
-    auto each_tile = [&](auto&& body) {
-        for (int t = first_tile, u0 = 0; t < tiles; t += workers, u0 += N / BK) {  // N / BK = KT
+    const int KT = N / BK;
+    // Stream-K: when the tiles are not a whole number of rounds of `workers`, the last, partial
+    // round's tiles (plus one whole round, if the partial one would give each block under half a
+    // tile: then at most three blocks share a tile) are not given out whole; their k-steps are cut
+    // into `workers` equal shares, one per block, after its whole tiles. A tile begun in one
+    // block's share and ended in later ones is finished by the block that began it: it waits for
+    // the later ones' partial tiles, which are each one's first segment. Only with the whole grid
+    // launched (a sanitizer's corner of it is not), since a block spins on others that must run.
+    int sk_tiles = 0;
+    if (STREAMK && tiles > workers && tiles % workers != 0 && workers <= SK_MAX_WORKERS && launched >= tiles) {
+        sk_tiles = tiles % workers;
+        if (2 * sk_tiles < workers) sk_tiles += workers;
+    }
+    const int dp_tiles = tiles - sk_tiles;  // a whole number of rounds
+    auto sk_begin = [&](int w) { return (int)((long long)w * sk_tiles * KT / workers); };
+    auto each_segment = [&](auto&& body) {
+        int u0 = 0;
+        for (int t = first_tile; t < dp_tiles; t += workers, u0 += KT) {
             int tile_m, tile_n;
             grouped_tile(t, cols, rows, GROUP / CLUSTER, tile_m, tile_n);
-            body((tile_m * CLUSTER + rank) * BM, tile_n * BN, u0, t + workers < tiles);
+            body(Segment{(tile_m * CLUSTER + rank) * BM, tile_n * BN, u0, 0, KT, t + workers < tiles, FULL, 0});
+        }
+        for (int s = sk_begin(first_tile), e = sk_begin(first_tile + 1); s < e;) {
+            const int tile = s / KT, k0 = s % KT, k1 = min(KT, e - tile * KT);
+            int last = first_tile;  // the last block whose share reaches into this tile
+            while (last + 1 < workers && sk_begin(last + 1) < (tile + 1) * KT) ++last;
+            int tile_m, tile_n;
+            grouped_tile(dp_tiles + tile, cols, rows, GROUP, tile_m, tile_n);
+            body(Segment{tile_m * BM, tile_n * BN, u0, k0, k1, false, k0 > 0 ? PARTIAL : k1 < KT ? FINAL : FULL, last});
+            u0 += k1 - k0;
+            s = tile * KT + k1;
         }
     };
 #else
@@ -458,9 +527,9 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     if (GROUP > 0) grouped_tile(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, GROUP, tile_m, tile_n);
     const int m0 = tile_m * BM;
     const int n0 = tile_n * BN;
-    auto each_tile = [&](auto&& body) { body(m0, n0, 0, false); };
-#endif
     const int KT = N / BK;
+    auto each_segment = [&](auto&& body) { body(Segment{m0, n0, 0, 0, KT, false, FULL, 0}); };
+#endif
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -493,9 +562,10 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         // Producer warpgroup: give registers away, then one thread feeds the ring.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (threadIdx.x == 0) {
-            each_tile([&](int m0, int n0, int u0, bool) {
-                for (int kt = 0; kt < KT; ++kt) {
-                    const int u = u0 + kt;
+            each_segment([&](const Segment& g) {
+                const int m0 = g.m0, n0 = g.n0;
+                for (int kt = g.k0; kt < g.k1; ++kt) {
+                    const int u = g.u0 + (kt - g.k0);
                     const int s = u % STAGES;
                     // The slot's previous use must be released; the first pass finds every slot free.
                     mbar_wait(empty(s), ((u / STAGES) & 1) ^ 1);
@@ -517,8 +587,9 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         const int cw = wg - 1;
         const int row0 = PINGPONG ? 0 : cw * 64;  // this consumer's first row of a tile (ping-pong: all rows)
         float d[WG_ROWS / 64][BN / WGN][WGN / 2];
-        each_tile([&](int m0, int n0, int u0, bool more) {
-            const int tile = u0 / KT;  // this block's tile-th tile
+        each_segment([&](const Segment& g) {
+            const int m0 = g.m0, n0 = g.n0, u0 = g.u0, len = g.k1 - g.k0;
+            const int tile = u0 / KT;  // this block's tile-th tile (ping-pong: every segment is a tile)
             if (PINGPONG) {
                 // Ping-pong: consumer cw computes this block's tiles cw, cw + 2, ... Its main loop waits
                 // until the other consumer has issued the previous tile's: every earlier use of the ring
@@ -528,8 +599,8 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                 if (tile % 2 != cw) return;
                 if (tile > 0) cw == 0 ? named_sync<1>() : named_sync<2>();  // barrier 1 + cw: my turn
             }
-            for (int kt = 0; kt < KT; ++kt) {
-                const int u = u0 + kt;
+            for (int kt = g.k0; kt < g.k1; ++kt) {
+                const int u = u0 + (kt - g.k0);
                 const int s = u % STAGES;
                 mbar_wait(full(s), (u / STAGES) & 1);
                 const uint32_t a = base + s * SLOT_BYTES + row0 * BK * 2;
@@ -544,28 +615,75 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                             // +32 bytes per 16-element k-step inside the swizzled row; +64 rows of A per r,
                             // +WGN rows of B per j.
                             wgmma<WGN>(d[r][j], smem_desc(a + r * 64 * BK * 2 + kk * 32),
-                                       smem_desc(b + j * WGN * BK * 2 + kk * 32), (kt > 0 || kk > 0) ? 1 : 0);
+                                       smem_desc(b + j * WGN * BK * 2 + kk * 32), (kt > g.k0 || kk > 0) ? 1 : 0);
                         }
                     }
                 }
                 wgmma_commit();
                 wgmma_wait<INFLIGHT>();
                 // Use u - INFLIGHT is no longer read by this warp's products: release its slot.
-                if (kt >= INFLIGHT) {
+                if (kt - g.k0 >= INFLIGHT) {
                     __syncwarp();
                     if (threadIdx.x % 32 == 0) release((u - INFLIGHT) % STAGES);
                 }
             }
             // The other consumer's turn: its next tile, if this block has one (an arrival nobody waits for
             // would be left on the barrier).
-            if (PINGPONG && more) cw == 0 ? named_arrive<2>() : named_arrive<1>();
+            if (PINGPONG && g.more) cw == 0 ? named_arrive<2>() : named_arrive<1>();
             wgmma_wait<0>();
 #if TUNE_PERSISTENT
             // The tile's last INFLIGHT uses are read no more either: release them now, before the
             // epilogue, or the producer would wait for them forever on this block's next tile.
             __syncwarp();
             if (threadIdx.x % 32 == 0) {
-                for (int r = min(INFLIGHT, KT); r >= 1; --r) release((u0 + KT - r) % STAGES);
+                for (int r = min(INFLIGHT, len); r >= 1; --r) release((u0 + len - r) % STAGES);
+            }
+#endif
+#if TUNE_STREAMK
+            // A partial tile goes to this block's sk_partial in the threads' own register order (each
+            // float4 store of a warp covers 512 contiguous bytes), then its flag is raised; a FINAL
+            // segment adds the later blocks' partials in block order (the same sum at every run).
+            const int ct = threadIdx.x - 128;  // 0 .. 255: the consumer threads
+            auto partial_at = [&](int block, int r, int j, int i) {
+                return &sk_partial[(size_t)block * PARTIAL_VEC4 + ((r * (BN / WGN) + j) * (WGN / 8) + i) * 256 + ct];
+            };
+            if (g.kind == PARTIAL) {
+#pragma unroll
+                for (int r = 0; r < WG_ROWS / 64; ++r)
+#pragma unroll
+                    for (int j = 0; j < BN / WGN; ++j)
+#pragma unroll
+                        for (int i = 0; i < WGN / 8; ++i)
+                            __stcg(partial_at(first_tile, r, j, i),
+                                   make_float4(d[r][j][4 * i], d[r][j][4 * i + 1], d[r][j][4 * i + 2], d[r][j][4 * i + 3]));
+                __threadfence();
+                named_sync<1>();  // every consumer thread's part is written
+                if (ct == 0) flag_release(&sk_ready[first_tile], 1);
+                return;
+            }
+            if (g.kind == FINAL) {
+                if (ct == 0) {
+                    for (int p = first_tile + 1; p <= g.last; ++p) {
+                        while (flag_acquire(&sk_ready[p]) == 0) {
+                        }
+                        sk_ready[p] = 0;  // for the next launch; nobody else reads it in this one
+                    }
+                }
+                named_sync<1>();
+                for (int p = first_tile + 1; p <= g.last; ++p) {
+#pragma unroll
+                    for (int r = 0; r < WG_ROWS / 64; ++r)
+#pragma unroll
+                        for (int j = 0; j < BN / WGN; ++j)
+#pragma unroll
+                            for (int i = 0; i < WGN / 8; ++i) {
+                                const float4 v = __ldcg(partial_at(p, r, j, i));
+                                d[r][j][4 * i] += v.x;
+                                d[r][j][4 * i + 1] += v.y;
+                                d[r][j][4 * i + 2] += v.z;
+                                d[r][j][4 * i + 3] += v.w;
+                            }
+                }
             }
 #endif
 

@@ -71,7 +71,15 @@ VARIANTS: dict[str, dict[str, int]] = {
     "pingpong": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7},
     "pingpong_s6": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 6},
     "pingpong_g16": {"TUNE_PINGPONG": 1, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_STAGES": 7, "TUNE_GROUP": 16},
+    # Stream-K for the last, partial round (512 tiles = 3.88 rounds of 132 at N = 4096): its tiles' k-steps
+    # shared out evenly, a tile begun in one block finished with the later blocks' partial tiles.
+    "streamk": {"TUNE_STREAMK": 1},
+    "streamk_g16": {"TUNE_STREAMK": 1, "TUNE_GROUP": 16},
+    "nostreamk": {"TUNE_STREAMK": 0},
 }
+# Checked too, against cuBLAS: sizes whose tile counts leave a partial last round of 132 blocks (stream-K's
+# shares: 3072 gives 156 shared tiles, 8192 68; 2304 fewer tiles than blocks).
+CHECK_SIZES = (2304, 3072, 8192)
 CHILD_TIMEOUT_S = 60  # one variant's checks and timing take seconds; longer is a kernel that hangs
 
 
@@ -149,6 +157,13 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     cp.cuda.Device().synchronize()
     a64, b64 = product_operands(cp, a, b, "bf16")
     out["check_1024"] = compare(c, a64 @ b64, 1e-2, cp).describe()
+    for n in CHECK_SIZES:  # against cuBLAS's BF16 product
+        a, b = make_inputs_xp(cp, n, 7, "bf16")
+        c, ref = cp.full((n, n), cp.nan, cp.float32), cp.empty((n, n), cp.float32)
+        cublas_bf16(a, b, ref, n)
+        student(a, b, c, n)
+        cp.cuda.Device().synchronize()
+        out[f"check_{n}"] = compare(c, ref.astype(cp.float64), 1e-2, cp).describe()
     n = 4096
     a, b = make_inputs_xp(cp, n, 5, "bf16")
     c, ref = cp.full((n, n), cp.nan, cp.float32), cp.empty((n, n), cp.float32)
@@ -157,7 +172,7 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     cp.cuda.Device().synchronize()
     cmp = compare(c, ref.astype(cp.float64), 1e-2, cp)
     out["check_4096"] = cmp.describe()
-    if not cmp.passed or "WRONG" in out["check_1024"]:
+    if not cmp.passed or any("WRONG" in v for k, v in out.items() if k.startswith("check_")):
         return out  # no timing for a wrong kernel
     flush = cp.empty(256 << 20, cp.uint8)
     e0, e1 = cp.cuda.Event(), cp.cuda.Event()
@@ -218,7 +233,8 @@ def main() -> int:
     for r in rows:
         print(f"{r['name']:16} {r.get('regs', '-'):>4} {r.get('student_ms', float('nan')):7.4f} "
               f"{r.get('student_tflops', float('nan')):8.1f} {r.get('cublas_tflops', float('nan')):8.1f} "
-              f"{r.get('pct_of_cublas', float('nan')):6.1f}  {r.get('check_4096', r.get('error', ''))[:90]}")
+              f"{r.get('pct_of_cublas', float('nan')):6.1f}  {r.get('check_4096', r.get('error', ''))[:90]}"
+              + "".join(f" | {k}: {v[:60]}" for k, v in r.items() if k.startswith("check_") and "WRONG" in v))
     counts = next((r for r in rows if "nsmid" in r), None)
     if counts:
         print(f"%nsmid {counts['nsmid']}, SMs {counts['sm_count']}")

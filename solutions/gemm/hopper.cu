@@ -110,6 +110,9 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 
+#ifndef TUNE_BM
+#define TUNE_BM 128
+#endif
 #ifndef TUNE_BN
 #define TUNE_BN 256
 #endif
@@ -134,6 +137,9 @@
 #ifndef TUNE_CLUSTER
 #define TUNE_CLUSTER 1  // with TUNE_PERSISTENT: blocks per cluster, which share their B tiles (1: no clusters)
 #endif
+#ifndef TUNE_SHARE_A
+#define TUNE_SHARE_A 0  // with TUNE_CLUSTER 2: the cluster's tiles side by side share A (0: one above another, B)
+#endif
 #ifndef TUNE_PINGPONG
 #define TUNE_PINGPONG 0  // with TUNE_PERSISTENT and TUNE_BN 128: each consumer warpgroup computes whole tiles, in turn
 #endif
@@ -141,7 +147,7 @@
 #define TUNE_STREAMK 0  // with TUNE_PERSISTENT: the last, partial round's tiles are shared out by k-steps
 #endif
 
-constexpr int BM = 128;                 // rows of C per block: 64 per consumer warpgroup
+constexpr int BM = TUNE_BM;             // rows of C per block: BM / 2 per consumer warpgroup
 constexpr int BN = TUNE_BN;             // columns of C per block
 constexpr int BK = 64;                  // k-depth of one slot: 64 BF16 = 128 bytes, one swizzle row
 constexpr int WGN = TUNE_WGN;           // N of one wgmma instruction
@@ -150,6 +156,7 @@ constexpr int INFLIGHT = TUNE_INFLIGHT; // wgmma groups a consumer leaves runnin
 constexpr int GROUP = TUNE_GROUP;       // block-row tiles per group of the launch order (0: plain grid order)
 constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above another, sharing B
 constexpr bool PINGPONG = TUNE_PINGPONG;
+constexpr bool SHARE_A = TUNE_SHARE_A;  // (with CLUSTER > 1)
 constexpr bool STREAMK = TUNE_STREAMK;
 constexpr int CONSUMERS = 2;            // consumer warpgroups: m64 each of every tile, or (PINGPONG) alternate tiles
 constexpr int WG_ROWS = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile one consumer warpgroup computes
@@ -166,13 +173,14 @@ constexpr int CONSUMER_REGS = CLUSTER > 1 ? 232 : 240;
 constexpr int SWIZZLE = 128;            // bytes; TMA and the wgmma descriptors must agree
 constexpr int A_SLOT = BM * BK * 2;     // bytes of one A tile
 constexpr int B_SLOT = BN * BK * 2;     // bytes of one B tile
-constexpr int B_BOX = BN / CLUSTER;     // rows of the B tile each block of a cluster loads for all of them
+constexpr int A_BOX = SHARE_A ? BM / CLUSTER : BM;  // rows of the A tile one TMA copy loads (shared: for the cluster)
+constexpr int B_BOX = SHARE_A ? BN : BN / CLUSTER;  // rows of the B tile one TMA copy loads (shared: for the cluster)
 constexpr int SLOT_BYTES = A_SLOT + B_SLOT;
 constexpr int ALIGN = 1024;             // a 128-byte swizzle repeats every 8 rows = 1024 bytes
 constexpr int SMEM_BYTES = ALIGN + STAGES * SLOT_BYTES + 2 * STAGES * 8;
 
 static_assert(BK * 2 == SWIZZLE, "one k-slot row must be exactly one 128-byte swizzle row");
-static_assert(PINGPONG || BM == 64 * CONSUMERS, "each consumer warpgroup owns 64 rows of a tile");
+static_assert(PINGPONG ? BM == 128 : BM % (64 * CONSUMERS) == 0, "each consumer warpgroup owns m64 blocks of rows");
 static_assert(!PINGPONG || (TUNE_PERSISTENT && CLUSTER == 1 && BN == 128),
               "ping-pong: persistent, no clusters, 128 x 128 tiles (a warpgroup's 128 threads hold a whole tile)");
 static_assert(BN % WGN == 0 && (WGN == 128 || WGN == 256), "BN must be a whole number of wgmma N-widths");
@@ -184,16 +192,18 @@ static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divid
 static_assert(!STREAMK || (TUNE_PERSISTENT && CLUSTER == 1 && !PINGPONG),
               "stream-K: persistent blocks, no clusters, no ping-pong (both consumers finish each segment)");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "the register file holds 64 Ki");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && TUNE_PERSISTENT && GROUP % CLUSTER == 0 && BM * CLUSTER <= 256 &&
-                               (B_BOX * BK * 2) % ALIGN == 0),
-              "a cluster of 2 persistent blocks: 2 tiles one above another (N / BM is even), B in two boxes");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && TUNE_PERSISTENT &&
+                               (SHARE_A ? BN * CLUSTER <= 256 && (A_BOX * BK * 2) % ALIGN == 0
+                                        : GROUP % CLUSTER == 0 && BM * CLUSTER <= 256 && (B_BOX * BK * 2) % ALIGN == 0)),
+              "a cluster of 2 persistent blocks: 2 tiles one above another (N / BM is even) sharing B in two boxes, "
+              "or side by side (N / BN is even) sharing A");
 
 // {blockDim.x, blockDim.y, BM, BN, dynamic smem bytes}
 extern "C" __constant__ int mmHopper_launch[5] = {THREADS, 1, BM, BN, SMEM_BYTES};
 // {box k-width (elements), A box rows, B box rows, swizzle bytes}: the grader encodes tmA with a
 // BK x BM box and tmB with a BK x BN box (BN / CLUSTER: each block of a cluster loads its part), both
 // 128-byte swizzled.
-extern "C" __constant__ int mmHopper_tma[4] = {BK, BM, B_BOX, SWIZZLE};
+extern "C" __constant__ int mmHopper_tma[4] = {BK, A_BOX, B_BOX, SWIZZLE};
 
 // The grader's CUtensorMap, opaque: 128 bytes, 64-byte aligned.
 struct alignas(64) TmaDescriptor {
@@ -451,7 +461,11 @@ __device__ __forceinline__ void grouped_tile(int t, int cols, int rows, int grou
 
 // ---- the kernel ----------------------------------------------------------------------------
 #if TUNE_CLUSTER > 1
+#if TUNE_SHARE_A
+#define CLUSTER_DIMS __cluster_dims__(TUNE_CLUSTER, 1, 1)  // along x: side by side, one tile row, one A
+#else
 #define CLUSTER_DIMS __cluster_dims__(1, TUNE_CLUSTER, 1)  // along y: N / BM is even, N / BN may be 1
+#endif
 #else
 #define CLUSTER_DIMS
 #endif
@@ -474,7 +488,8 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     // computes tiles b, b + W, b + 2W, ... of the launch order, so the W tiles running at any time
     // are consecutive ones, as the grid's blocks were. With clusters, "block" reads "cluster" and
     // "tile" a column of CLUSTER tiles, block `rank` of the cluster computing the rank-th of them.
-    const int cols = N / BN, rows = N / BM / CLUSTER, tiles = cols * rows;
+    // (A cluster's tile: CLUSTER tiles one above another, or side by side with SHARE_A.)
+    const int cols = N / BN / (SHARE_A ? CLUSTER : 1), rows = N / BM / (SHARE_A ? 1 : CLUSTER), tiles = cols * rows;
     unsigned sms = TUNE_WORKERS;
     if (TUNE_WORKERS == 0) asm("mov.u32 %0, %%nsmid;\n" : "=r"(sms));
 #if TUNE_CLUSTER > 1
@@ -507,8 +522,13 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         int u0 = 0;
         for (int t = first_tile; t < dp_tiles; t += workers, u0 += KT) {
             int tile_m, tile_n;
-            grouped_tile(t, cols, rows, GROUP / CLUSTER, tile_m, tile_n);
-            body(Segment{(tile_m * CLUSTER + rank) * BM, tile_n * BN, u0, 0, KT, t + workers < tiles, FULL, 0});
+            if (SHARE_A) {
+                grouped_tile(t, cols, rows, GROUP, tile_m, tile_n);
+                body(Segment{tile_m * BM, (tile_n * CLUSTER + rank) * BN, u0, 0, KT, t + workers < tiles, FULL, 0});
+            } else {
+                grouped_tile(t, cols, rows, GROUP / CLUSTER, tile_m, tile_n);
+                body(Segment{(tile_m * CLUSTER + rank) * BM, tile_n * BN, u0, 0, KT, t + workers < tiles, FULL, 0});
+            }
         }
         for (int s = sk_begin(first_tile), e = sk_begin(first_tile + 1); s < e;) {
             const int tile = s / KT, k0 = s % KT, k1 = min(KT, e - tile * KT);
@@ -571,12 +591,20 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                     mbar_wait(empty(s), ((u / STAGES) & 1) ^ 1);
                     mbar_expect_tx(full(s), SLOT_BYTES);
                     const uint32_t a = base + s * SLOT_BYTES;
-                    tma_load(a, &tmA, kt * BK, m0, full(s));
 #if TUNE_CLUSTER > 1
-                    // This block's part of the B tile, into every block's slot s.
-                    tma_load_multicast(a + A_SLOT + rank * B_BOX * BK * 2, &tmB, kt * BK, n0 + rank * B_BOX,
-                                       full(s), (1u << CLUSTER) - 1);
+                    if (SHARE_A) {
+                        // This block's part of the A tile, into every block's slot s; its own B tile.
+                        tma_load_multicast(a + rank * A_BOX * BK * 2, &tmA, kt * BK, m0 + rank * A_BOX, full(s),
+                                           (1u << CLUSTER) - 1);
+                        tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
+                    } else {
+                        // Its own A tile; this block's part of the B tile, into every block's slot s.
+                        tma_load(a, &tmA, kt * BK, m0, full(s));
+                        tma_load_multicast(a + A_SLOT + rank * B_BOX * BK * 2, &tmB, kt * BK, n0 + rank * B_BOX,
+                                           full(s), (1u << CLUSTER) - 1);
+                    }
 #else
+                    tma_load(a, &tmA, kt * BK, m0, full(s));
                     tma_load(a + A_SLOT, &tmB, kt * BK, n0, full(s));
 #endif
                 }
@@ -585,7 +613,7 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
         const int cw = wg - 1;
-        const int row0 = PINGPONG ? 0 : cw * 64;  // this consumer's first row of a tile (ping-pong: all rows)
+        const int row0 = PINGPONG ? 0 : cw * WG_ROWS;  // this consumer's first row of a tile (ping-pong: all rows)
         float d[WG_ROWS / 64][BN / WGN][WGN / 2];
         each_segment([&](const Segment& g) {
             const int m0 = g.m0, n0 = g.n0, u0 = g.u0, len = g.k1 - g.k0;

@@ -5,7 +5,8 @@
 # Round 5's script (its steps, below in its words) with its own output folders, and two steps of its own:
 # hopper-runs N (tune_hopper.py's rows named in $HOPPER_ONLY, default "default,nostreamk", N times) and
 # sanitize (compute-sanitizer memcheck, racecheck and synccheck on one launch of the stream-K reference at
-# N = 3072, memcheck at 4096 too, the whole grid).
+# N = 3072, memcheck at 4096 too, the whole grid), ncu-vs-cublas (ncu on one launch of each tune_hopper.py
+# row named in $NCU_VARIANTS and of cuBLAS at N = 4096: time, SM clock, DRAM and L2 bytes, tensor pipe).
 # Steps: grades [N] (one warm-up, then N timed full grades of solutions/, the first kept with its work
 # folder), nogpu (a --no-gpu grade: the compiles with no GPU child beside them), lock N (grades with
 # --gpu-lock: the GPU children start after the compiles), probe (the probe child), ncusol (docs/measurements/scripts/ncu_sol_cost.py on the kept work),
@@ -169,6 +170,28 @@ PY
           --one /tmp/tune_hopper/sk.cubin --launch $size > "$W/san-$tool-$size.log" 2>&1
         echo "  $tool N=$size rc=$? in $(( $(date +%s) - t0 )) s: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|check' "$W/san-$tool-$size.log" | tr '\n' ' ' | cut -c1-300)" | tee -a "$OUT/run.txt"
       }
+    done ;;
+  ncu-vs-cublas)
+    log "ncu: the Hopper reference ($NCU_VARIANTS) and cuBLAS at N = 4096, one launch each"
+    mkdir -p /tmp/tune_hopper
+    for v in ${NCU_VARIANTS:-default}; do
+      python3 -c 'import sys; sys.path.insert(0, "docs/measurements/scripts"); import tune_hopper as t; from pathlib import Path; print(t.compile_variant(sys.argv[1], Path("/tmp/tune_hopper"), "nvcc")["ok"])' "$v"
+      timeout 120 ncu --clock-control none --profile-from-start off --csv --page raw --metrics \
+gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic \
+        python3 docs/measurements/scripts/tune_hopper.py --one "/tmp/tune_hopper/$v.cubin" --launch 4096 --with-cublas > "$W/ncu-$v.csv" 2>&1
+      echo "  $v rc=$?" | tee -a "$OUT/run.txt"
+      python3 - "$W/ncu-$v.csv" <<'PY' | tee -a "$OUT/run.txt"
+import csv, io, sys
+text = open(sys.argv[1]).read()
+rows = [r for r in csv.reader(io.StringIO(text[text.find('"ID"'):]))] if '"ID"' in text else []
+if not rows:
+    print("  no ncu rows:", text[-600:]); raise SystemExit
+head = rows[0]
+for r in rows[2:]:
+    d = dict(zip(head, r))
+    print("  " + d.get("Kernel Name", "?")[:90])
+    print("    " + ", ".join(f"{k}={d[k]}" for k in head if "__" in k))
+PY
     done ;;
   demo)
     grade starter starter

@@ -76,6 +76,14 @@ VARIANTS: dict[str, dict[str, int]] = {
     "streamk": {"TUNE_STREAMK": 1},
     "streamk_g16": {"TUNE_STREAMK": 1, "TUNE_GROUP": 16},
     "nostreamk": {"TUNE_STREAMK": 0},
+    # cuBLAS's kernel at N = 4096 (ncu: nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_TNT): 256 x 128 tiles, clusters
+    # of two side by side sharing the A tile. The shape alone, then with the A tile shared (multicast).
+    "bm256": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128},
+    "bm256_share_a": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1},
+    "bm256_share_a_g16": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1,
+                          "TUNE_GROUP": 16},
+    "bm256_share_a_g4": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1,
+                         "TUNE_GROUP": 4},
 }
 # Checked too, against cuBLAS: sizes whose tile counts leave a partial last round of 132 blocks (stream-K's
 # shares: 3072 gives 156 shared tiles, 8192 68; 2304 fewer tiles than blocks).
@@ -109,7 +117,7 @@ def sm_counts(cp) -> dict:
     return {"nsmid": int(got[0]), "sm_count": int(cp.cuda.Device().attributes["MultiProcessorCount"])}
 
 
-def run_one(cubin: Path, launch_n: int = 0) -> dict:
+def run_one(cubin: Path, launch_n: int = 0, with_cublas: bool = False) -> dict:
     os.environ["CUPY_TF32"] = "0"
     import cupy as cp
     import numpy as np
@@ -147,7 +155,16 @@ def run_one(cubin: Path, launch_n: int = 0) -> dict:
     if launch_n:  # one launch, for a profiler or sanitizer wrapped around this process
         a, b = make_inputs_xp(cp, launch_n, 3, "bf16")
         c = cp.full((launch_n, launch_n), cp.nan, cp.float32)
+        if with_cublas:  # and one of cuBLAS's, the two alone between profiler start and stop (after a warm-up)
+            ref = cp.empty_like(c)
+            student(a, b, c, launch_n), cublas_bf16(a, b, ref, launch_n)
+            cp.cuda.Device().synchronize()
+            cp.cuda.profiler.start()
         student(a, b, c, launch_n)
+        if with_cublas:
+            cublas_bf16(a, b, ref, launch_n)
+            cp.cuda.Device().synchronize()
+            cp.cuda.profiler.stop()
         cp.cuda.Device().synchronize()
         a64, b64 = product_operands(cp, a, b, "bf16")
         return {**out, "check": compare(c, a64 @ b64, 1e-2, cp).describe()}
@@ -205,11 +222,13 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated name prefixes (default: every variant)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--launch", type=int, default=0, help="with --one: a single launch at this N, no timing")
+    ap.add_argument("--with-cublas", action="store_true",
+                    help="with --launch: also one cuBLAS launch; both alone between cudaProfilerStart and Stop")
     ap.add_argument("--nvcc", default="nvcc")
     ap.add_argument("--build", default="/tmp/tune_hopper")
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_one(Path(args.one), args.launch)))
+        print(json.dumps(run_one(Path(args.one), args.launch, args.with_cublas)))
         return 0
     build = Path(args.build)
     build.mkdir(parents=True, exist_ok=True)

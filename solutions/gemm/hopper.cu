@@ -140,6 +140,9 @@
 #ifndef TUNE_SHARE_A
 #define TUNE_SHARE_A 0  // with TUNE_CLUSTER 2: the cluster's tiles side by side share A (0: one above another, B)
 #endif
+#ifndef TUNE_STAGGER
+#define TUNE_STAGGER 0  // consumer warpgroup 1 starts this many k-steps after warpgroup 0 (0: together)
+#endif
 #ifndef TUNE_PINGPONG
 #define TUNE_PINGPONG 0  // with TUNE_PERSISTENT and TUNE_BN 128: each consumer warpgroup computes whole tiles, in turn
 #endif
@@ -158,6 +161,7 @@ constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above 
 constexpr bool PINGPONG = TUNE_PINGPONG;
 constexpr bool SHARE_A = TUNE_SHARE_A;  // (with CLUSTER > 1)
 constexpr bool STREAMK = TUNE_STREAMK;
+constexpr int STAGGER = TUNE_STAGGER;
 constexpr int CONSUMERS = 2;            // consumer warpgroups: m64 each of every tile, or (PINGPONG) alternate tiles
 constexpr int WG_ROWS = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile one consumer warpgroup computes
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -189,6 +193,8 @@ static_assert(A_SLOT % ALIGN == 0 && B_SLOT % ALIGN == 0, "every tile must start
 static_assert(STAGES >= 2 && INFLIGHT >= 0 && INFLIGHT < STAGES, "the ring needs a slot to fill while others are read");
 static_assert(SMEM_BYTES <= 227 * 1024, "the ring must fit in the 227 KiB of shared memory a block may use");
 static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divide 256 (N is a multiple of 256)");
+static_assert(STAGGER == 0 || (!PINGPONG && STAGGER < STAGES && STAGGER <= 256 / BK),
+              "stagger: cooperative consumers, a lead the ring can hold, within the smallest tile's k-steps");
 static_assert(!STREAMK || (TUNE_PERSISTENT && CLUSTER == 1 && !PINGPONG),
               "stream-K: persistent blocks, no clusters, no ping-pong (both consumers finish each segment)");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "the register file holds 64 Ki");
@@ -615,6 +621,10 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         const int cw = wg - 1;
         const int row0 = PINGPONG ? 0 : cw * WG_ROWS;  // this consumer's first row of a tile (ping-pong: all rows)
         float d[WG_ROWS / 64][BN / WGN][WGN / 2];
+        // Stagger: warpgroup 1 waits until warpgroup 0 has issued its first STAGGER k-steps (named barrier
+        // 3), so their epilogues come at different times and the other's products keep the tensor cores busy.
+        if (STAGGER > 0 && cw == 1) named_sync<3>();
+        bool lead_given = STAGGER == 0 || cw == 1;
         each_segment([&](const Segment& g) {
             const int m0 = g.m0, n0 = g.n0, u0 = g.u0, len = g.k1 - g.k0;
             const int tile = u0 / KT;  // this block's tile-th tile (ping-pong: every segment is a tile)
@@ -648,6 +658,10 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                     }
                 }
                 wgmma_commit();
+                if (!lead_given && u + 1 == STAGGER) {
+                    named_arrive<3>();
+                    lead_given = true;
+                }
                 wgmma_wait<INFLIGHT>();
                 // Use u - INFLIGHT is no longer read by this warp's products: release its slot.
                 if (kt - g.k0 >= INFLIGHT) {

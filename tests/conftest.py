@@ -3,7 +3,6 @@ gradings are made once per session (tests/gpu_jobs.py) and shared through the fi
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import subprocess
 import sys
@@ -16,17 +15,65 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-@functools.lru_cache(maxsize=1)
-def probe() -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+class _Probe:
+    """The GPU probe child (``python -m grader.children probe``), started when pytest starts so that it
+    runs beside the collection (a CUDA context and CuPy's import: about 1-2 s), read once when the
+    collected tests turn out to need it, and reaped at the end whether read or not."""
+
+    proc: subprocess.Popen | None = None
+    folder: tempfile.TemporaryDirectory | None = None
+    answer: dict | None = None
+
+    @classmethod
+    def start(cls) -> None:
+        if cls.proc is not None or cls.answer is not None:
+            return
+        cls.folder = tempfile.TemporaryDirectory(prefix="gpu-probe-")
+        spec = Path(cls.folder.name) / "spec.json"
         spec.write_text("{}")
-        proc = subprocess.run([sys.executable, "-m", "grader.children", "probe", str(spec), str(result)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
-        try:
-            return json.loads(result.read_text())
-        except (OSError, ValueError):
-            return {"ok": False, "reason": proc.stderr[-300:]}
+        cls.proc = subprocess.Popen([sys.executable, "-m", "grader.children", "probe", str(spec),
+                                     str(Path(cls.folder.name) / "result.json")], cwd=ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    @classmethod
+    def read(cls) -> dict:
+        if cls.answer is None:
+            cls.start()
+            assert cls.proc is not None and cls.folder is not None
+            try:
+                _, err = cls.proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                cls.proc.kill()
+                _, err = cls.proc.communicate()
+                err = f"the probe child did not answer in 120 s; {err}"
+            try:
+                cls.answer = json.loads((Path(cls.folder.name) / "result.json").read_text())
+            except (OSError, ValueError):
+                cls.answer = {"ok": False, "reason": (err or "")[-300:]}
+            cls.close()
+        return cls.answer
+
+    @classmethod
+    def close(cls) -> None:
+        if cls.proc is not None and cls.proc.poll() is None:
+            cls.proc.kill()
+        if cls.proc is not None:
+            cls.proc.communicate()
+        if cls.folder is not None:
+            cls.folder.cleanup()
+        cls.proc, cls.folder = None, None
+
+
+def probe() -> dict:
+    return _Probe.read()
+
+
+def pytest_configure(config):
+    _Probe.start()
+
+
+def pytest_unconfigure(config):
+    _Probe.close()
 
 
 def pytest_collection_modifyitems(config, items):

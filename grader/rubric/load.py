@@ -212,6 +212,11 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
                   occupancy=occupancy, report=report, **settings)
 
 
+# libyaml's loader where PyYAML has it (its wheels do): 4 ms against 35 ms for rubric.yaml, which every
+# grading and most test modules load; the same safe constructor and resolver, so the same values.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_rubric(path: str | Path) -> Rubric:
     """Read and validate a rubric file. Raises RubricError with the line for YAML syntax errors."""
     path = Path(path)
@@ -227,7 +232,7 @@ def load_rubric(path: str | Path) -> Rubric:
 def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
     """A rubric file's text (a file's, or the one a grading.json keeps) -> the validated Rubric."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

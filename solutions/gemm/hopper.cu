@@ -104,6 +104,24 @@
 //    two or more phases behind the use it wants, and the parity would pass
 //    on an older phase (hopper_ring_model.py catches it).
 //
+// 10. Stream-K (TUNE_STREAMK = 1; off by default): 92.7-92.9% against
+//    97.3-97.4% in three runs, slower (why is not measured). At N = 4096 the
+//    512 tiles are 3.88 rounds of 132 blocks, so the last round leaves 16
+//    SMs idle. With stream-K the tiles of that round are cut by k-steps into
+//    one equal share per block, after its three whole tiles. A tile begun in
+//    one share and ended in the next ones is finished by the block that began
+//    it. That block waits for the others' partial tiles, which they leave in
+//    module memory with a flag (release / acquire at GPU scope). A block's
+//    share is at least half a tile, so at most three blocks share one.
+//
+// 11. cuBLAS's own shape at N = 4096 (ncu names its kernel
+//    nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_TNT: 132 persistent blocks in
+//    clusters of two): 256 x 128 tiles (TUNE_BM = 256, TUNE_BN = TUNE_WGN =
+//    128; each consumer warpgroup two m64n128 rows), 96.2-96.3% against
+//    97.3-97.6%. Two blocks side by side sharing their A tile (TUNE_CLUSTER =
+//    2, TUNE_SHARE_A = 1; each loads half of it for both, as item 8 does
+//    with B): 96.1-96.2% (GROUP 16: 95.7-95.9%, 4: 95.4%).
+//
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.
 
@@ -140,9 +158,6 @@
 #ifndef TUNE_SHARE_A
 #define TUNE_SHARE_A 0  // with TUNE_CLUSTER 2: the cluster's tiles side by side share A (0: one above another, B)
 #endif
-#ifndef TUNE_STAGGER
-#define TUNE_STAGGER 0  // consumer warpgroup 1 starts this many k-steps after warpgroup 0 (0: together)
-#endif
 #ifndef TUNE_PINGPONG
 #define TUNE_PINGPONG 0  // with TUNE_PERSISTENT and TUNE_BN 128: each consumer warpgroup computes whole tiles, in turn
 #endif
@@ -161,15 +176,11 @@ constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above 
 constexpr bool PINGPONG = TUNE_PINGPONG;
 constexpr bool SHARE_A = TUNE_SHARE_A;  // (with CLUSTER > 1)
 constexpr bool STREAMK = TUNE_STREAMK;
-constexpr int STAGGER = TUNE_STAGGER;
 constexpr int CONSUMERS = 2;            // consumer warpgroups: m64 each of every tile, or (PINGPONG) alternate tiles
 constexpr int WG_ROWS = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile one consumer warpgroup computes
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
 constexpr int READERS = PINGPONG ? 4 : CONSUMER_WARPS;   // consumer warps that read (and release) one slot use
-// Stream-K: at most SK_MAX_WORKERS working blocks (more: no stream-K share; an sm_90a GPU has at most
-// 132 SMs).
-constexpr int SK_MAX_WORKERS = 160;
 // setmaxnreg's registers per thread (multiples of 8; 128 x producer + 256 x consumer <= 64 Ki). The
 // producer of a cluster also computes the multicast's addresses: 24 would spill.
 constexpr int PRODUCER_REGS = CLUSTER > 1 ? 40 : 24;
@@ -193,8 +204,6 @@ static_assert(A_SLOT % ALIGN == 0 && B_SLOT % ALIGN == 0, "every tile must start
 static_assert(STAGES >= 2 && INFLIGHT >= 0 && INFLIGHT < STAGES, "the ring needs a slot to fill while others are read");
 static_assert(SMEM_BYTES <= 227 * 1024, "the ring must fit in the 227 KiB of shared memory a block may use");
 static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divide 256 (N is a multiple of 256)");
-static_assert(STAGGER == 0 || (!PINGPONG && STAGGER < STAGES && STAGGER <= 256 / BK),
-              "stagger: cooperative consumers, a lead the ring can hold, within the smallest tile's k-steps");
 static_assert(!STREAMK || (TUNE_PERSISTENT && CLUSTER == 1 && !PINGPONG),
               "stream-K: persistent blocks, no clusters, no ping-pong (both consumers finish each segment)");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "the register file holds 64 Ki");
@@ -415,13 +424,13 @@ __device__ __forceinline__ void wgmma<128>(float (&d)[64], uint64_t descA, uint6
 
 // ---- stream-K (TUNE_STREAMK) ---------------------------------------------------------------
 #if TUNE_STREAMK
+constexpr int SK_MAX_WORKERS = 160;  // more working blocks: no stream-K share (an sm_90a GPU has at most 132 SMs)
 constexpr int PARTIAL_VEC4 = CONSUMERS * 128 * (WG_ROWS / 64) * (BN / 2) / 4;  // float4s of one partial tile
 // Working block w's partial tile (its share's first segment, when that does not start the tile) and
 // the flag that says it is written: set by w, waited for and cleared by the block that finishes the
 // tile, within one launch. Module memory starts zeroed.
 __device__ float4 sk_partial[SK_MAX_WORKERS * PARTIAL_VEC4];
 __device__ unsigned sk_ready[SK_MAX_WORKERS];
-#endif
 
 __device__ __forceinline__ void flag_release(unsigned* flag, unsigned value)
 {
@@ -434,6 +443,7 @@ __device__ __forceinline__ unsigned flag_acquire(const unsigned* flag)
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
     return value;
 }
+#endif
 
 // One piece of a block's work: k-steps [k0, k1) of the tile at (m0, n0), read from slot uses u0, ...
 // FULL: the whole tile, stored to C. PARTIAL (stream-K): the tile's later k-steps, left in the
@@ -518,10 +528,12 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     // the later ones' partial tiles, which are each one's first segment. Only with the whole grid
     // launched (a sanitizer's corner of it is not), since a block spins on others that must run.
     int sk_tiles = 0;
-    if (STREAMK && tiles > workers && tiles % workers != 0 && workers <= SK_MAX_WORKERS && launched >= tiles) {
+#if TUNE_STREAMK
+    if (tiles > workers && tiles % workers != 0 && workers <= SK_MAX_WORKERS && launched >= tiles) {
         sk_tiles = tiles % workers;
         if (2 * sk_tiles < workers) sk_tiles += workers;
     }
+#endif
     const int dp_tiles = tiles - sk_tiles;  // a whole number of rounds
     auto sk_begin = [&](int w) { return (int)((long long)w * sk_tiles * KT / workers); };
     auto each_segment = [&](auto&& body) {
@@ -621,12 +633,8 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
         const int cw = wg - 1;
         const int row0 = PINGPONG ? 0 : cw * WG_ROWS;  // this consumer's first row of a tile (ping-pong: all rows)
         float d[WG_ROWS / 64][BN / WGN][WGN / 2];
-        // Stagger: warpgroup 1 waits until warpgroup 0 has issued its first STAGGER k-steps (named barrier
-        // 3), so their epilogues come at different times and the other's products keep the tensor cores busy.
-        if (STAGGER > 0 && cw == 1) named_sync<3>();
-        bool lead_given = STAGGER == 0 || cw == 1;
         each_segment([&](const Segment& g) {
-            const int m0 = g.m0, n0 = g.n0, u0 = g.u0, len = g.k1 - g.k0;
+            const int m0 = g.m0, n0 = g.n0, u0 = g.u0;
             const int tile = u0 / KT;  // this block's tile-th tile (ping-pong: every segment is a tile)
             if (PINGPONG) {
                 // Ping-pong: consumer cw computes this block's tiles cw, cw + 2, ... Its main loop waits
@@ -658,10 +666,6 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                     }
                 }
                 wgmma_commit();
-                if (!lead_given && u + 1 == STAGGER) {
-                    named_arrive<3>();
-                    lead_given = true;
-                }
                 wgmma_wait<INFLIGHT>();
                 // Use u - INFLIGHT is no longer read by this warp's products: release its slot.
                 if (kt - g.k0 >= INFLIGHT) {
@@ -678,6 +682,7 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
             // epilogue, or the producer would wait for them forever on this block's next tile.
             __syncwarp();
             if (threadIdx.x % 32 == 0) {
+                const int len = g.k1 - g.k0;
                 for (int r = min(INFLIGHT, len); r >= 1; --r) release((u0 + len - r) % STAGES);
             }
 #endif

@@ -78,11 +78,6 @@ VARIANTS: dict[str, dict[str, int]] = {
     "nostreamk": {"TUNE_STREAMK": 0},
     # cuBLAS's kernel at N = 4096 (ncu: nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_TNT): 256 x 128 tiles, clusters
     # of two side by side sharing the A tile. The shape alone, then with the A tile shared (multicast).
-    # The two consumer warpgroups a few k-steps apart, so one's epilogue overlaps the other's products.
-    "stagger1": {"TUNE_STAGGER": 1},
-    "stagger2": {"TUNE_STAGGER": 2},
-    "stagger3": {"TUNE_STAGGER": 3},
-    "stagger2_s3": {"TUNE_STAGGER": 2, "TUNE_STAGES": 3},
     "bm256": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128},
     "bm256_share_a": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1},
     "bm256_share_a_g16": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1,

@@ -35,3 +35,22 @@ def test_a_phase_that_happens_twice_is_summed(tmp_path):
     (tmp_path / "grading.json").write_text(json.dumps({"seconds": 70.0, "phases": phases}))
     [row] = held_phases(tmp_path)
     assert (row["gpu_wait"], row["gpu_held"], row["steps"]) == (64.25, 2.5, {"gpu_wait": 64.25})
+
+
+def test_the_gpu_suite_runs_lone_tests_then_early_modules_then_lock_sharing_tests(tmp_path):
+    """tests/conftest.py: run_alone_tests_first, the order the GPU suite's wall time depends on (on an H200 the
+    service test after test_feedback_truth's CPU work: 121.8 s against 127.5 s,
+    docs/measurements/2026-12-02-h200-speed-round6.md). The sort is stable within each rank."""
+    from tests.conftest import EARLY_MODULES, run_alone_tests_first
+
+    class Item:
+        def __init__(self, name: str, module: str, fixtures: tuple[str, ...] = (), gpu: bool = True):
+            self.name, self.path, self.fixturenames = name, tmp_path / module, fixtures
+            self.keywords = {"gpu": True} if gpu else {}
+
+    items = [Item("cpu", "test_a.py", gpu=False), Item("service", "test_serve_gpu.py", ("suite_gpu_lock",)),
+             Item("shared", "test_gpu_grading.py", ("solutions_graded",)),
+             Item("early", EARLY_MODULES[0], ("solutions_graded",)), Item("early_cpu", EARLY_MODULES[0], gpu=False),
+             Item("alone1", "test_fence.py", ("gpu_alone",)), Item("alone2", "test_gpu_sanitize.py", ("gpu_alone",))]
+    run_alone_tests_first(items)
+    assert [i.name for i in items] == ["alone1", "alone2", "early", "service", "cpu", "shared", "early_cpu"]

@@ -454,7 +454,7 @@ struct Segment {
     int m0, n0, u0, k0, k1;
     bool more;  // this block computes another tile after this one (ping-pong)
     SegmentKind kind;
-    int last;
+    int last;  // FINAL: the last block whose share holds part of this tile
 };
 
 // ---- the launch order ----------------------------------------------------------------------

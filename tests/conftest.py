@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,10 +19,12 @@ sys.path.insert(0, str(ROOT))
 class _Probe:
     """The GPU probe child (``python -m grader.children probe``), started when pytest starts so that it
     runs beside the collection (a CUDA context and CuPy's import: about 1-2 s), read once when the
-    collected tests turn out to need it, and reaped at the end whether read or not."""
+    collected tests turn out to need it. A thread waits on it, so it is reaped when it ends, read or not."""
 
     proc: subprocess.Popen | None = None
+    waiter: threading.Thread | None = None
     folder: tempfile.TemporaryDirectory | None = None
+    stderr = ""
     answer: dict | None = None
 
     @classmethod
@@ -31,25 +34,27 @@ class _Probe:
         cls.folder = tempfile.TemporaryDirectory(prefix="gpu-probe-")
         spec = Path(cls.folder.name) / "spec.json"
         spec.write_text("{}")
-        cls.proc = subprocess.Popen([sys.executable, "-m", "grader.children", "probe", str(spec),
-                                     str(Path(cls.folder.name) / "result.json")], cwd=ROOT,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = cls.proc = subprocess.Popen([sys.executable, "-m", "grader.children", "probe", str(spec),
+                                            str(Path(cls.folder.name) / "result.json")], cwd=ROOT,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+        def wait() -> None:
+            cls.stderr = proc.communicate()[1] or ""
+
+        cls.waiter = threading.Thread(target=wait, name="gpu-probe", daemon=True)
+        cls.waiter.start()
 
     @classmethod
     def read(cls) -> dict:
         if cls.answer is None:
             cls.start()
-            assert cls.proc is not None and cls.folder is not None
-            try:
-                _, err = cls.proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                cls.proc.kill()
-                _, err = cls.proc.communicate()
-                err = f"the probe child did not answer in 120 s; {err}"
+            assert cls.waiter is not None and cls.folder is not None
+            cls.waiter.join(timeout=120)
+            why = "the probe child did not answer in 120 s" if cls.waiter.is_alive() else cls.stderr[-300:]
             try:
                 cls.answer = json.loads((Path(cls.folder.name) / "result.json").read_text())
             except (OSError, ValueError):
-                cls.answer = {"ok": False, "reason": (err or "")[-300:]}
+                cls.answer = {"ok": False, "reason": why}
             cls.close()
         return cls.answer
 
@@ -57,11 +62,11 @@ class _Probe:
     def close(cls) -> None:
         if cls.proc is not None and cls.proc.poll() is None:
             cls.proc.kill()
-        if cls.proc is not None:
-            cls.proc.communicate()
+        if cls.waiter is not None:
+            cls.waiter.join()
         if cls.folder is not None:
             cls.folder.cleanup()
-        cls.proc, cls.folder = None, None
+        cls.proc, cls.waiter, cls.folder = None, None, None
 
 
 def probe() -> dict:

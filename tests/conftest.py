@@ -17,56 +17,52 @@ sys.path.insert(0, str(ROOT))
 
 
 class _Probe:
-    """The GPU probe child (``python -m grader.children probe``), started when pytest starts so that it
-    runs beside the collection (a CUDA context and CuPy's import: about 1-2 s), read once when the
-    collected tests turn out to need it. A thread waits on it, so it is reaped when it ends, read or not."""
+    """The GPU probe child (``python -m grader.children probe``), run by a thread started when pytest
+    starts, so that it (a CUDA context and CuPy's import: about 1-2 s) runs beside the collection; read
+    once when the collected tests turn out to need it. At the end it is killed if still running."""
 
     proc: subprocess.Popen | None = None
-    waiter: threading.Thread | None = None
-    folder: tempfile.TemporaryDirectory | None = None
-    stderr = ""
-    answer: dict | None = None
+    thread: threading.Thread | None = None
+    answer: dict = {}
 
     @classmethod
     def start(cls) -> None:
-        if cls.proc is not None or cls.answer is not None:
-            return
-        cls.folder = tempfile.TemporaryDirectory(prefix="gpu-probe-")
-        spec = Path(cls.folder.name) / "spec.json"
-        spec.write_text("{}")
-        proc = cls.proc = subprocess.Popen([sys.executable, "-m", "grader.children", "probe", str(spec),
-                                            str(Path(cls.folder.name) / "result.json")], cwd=ROOT,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if cls.thread is None:
+            cls.thread = threading.Thread(target=lambda: cls.answer.update(cls._run()), name="gpu-probe", daemon=True)
+            cls.thread.start()
 
-        def wait() -> None:
-            cls.stderr = proc.communicate()[1] or ""
-
-        cls.waiter = threading.Thread(target=wait, name="gpu-probe", daemon=True)
-        cls.waiter.start()
+    @classmethod
+    def _run(cls) -> dict:
+        with tempfile.TemporaryDirectory() as tmp:
+            spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+            spec.write_text("{}")
+            proc = cls.proc = subprocess.Popen([sys.executable, "-m", "grader.children", "probe", str(spec),
+                                                str(result)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, text=True)
+            try:
+                err = proc.communicate(timeout=120)[1]
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                return {"ok": False, "reason": "the probe child did not answer in 120 s"}
+            try:
+                return json.loads(result.read_text())
+            except (OSError, ValueError):
+                return {"ok": False, "reason": (err or "")[-300:]}
 
     @classmethod
     def read(cls) -> dict:
-        if cls.answer is None:
-            cls.start()
-            assert cls.waiter is not None and cls.folder is not None
-            cls.waiter.join(timeout=120)
-            why = "the probe child did not answer in 120 s" if cls.waiter.is_alive() else cls.stderr[-300:]
-            try:
-                cls.answer = json.loads((Path(cls.folder.name) / "result.json").read_text())
-            except (OSError, ValueError):
-                cls.answer = {"ok": False, "reason": why}
-            cls.close()
+        cls.start()
+        assert cls.thread is not None
+        cls.thread.join()
         return cls.answer
 
     @classmethod
     def close(cls) -> None:
         if cls.proc is not None and cls.proc.poll() is None:
             cls.proc.kill()
-        if cls.waiter is not None:
-            cls.waiter.join()
-        if cls.folder is not None:
-            cls.folder.cleanup()
-        cls.proc, cls.waiter, cls.folder = None, None, None
+        if cls.thread is not None:
+            cls.thread.join()
 
 
 def probe() -> dict:

@@ -539,14 +539,11 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     auto each_segment = [&](auto&& body) {
         int u0 = 0;
         for (int t = first_tile; t < dp_tiles; t += workers, u0 += KT) {
-            int tile_m, tile_n;
-            if (SHARE_A) {
-                grouped_tile(t, cols, rows, GROUP, tile_m, tile_n);
-                body(Segment{tile_m * BM, (tile_n * CLUSTER + rank) * BN, u0, 0, KT, t + workers < tiles, FULL, 0});
-            } else {
-                grouped_tile(t, cols, rows, GROUP / CLUSTER, tile_m, tile_n);
-                body(Segment{(tile_m * CLUSTER + rank) * BM, tile_n * BN, u0, 0, KT, t + workers < tiles, FULL, 0});
-            }
+            int tile_m, tile_n;  // (of a cluster's tile: block `rank` computes the rank-th of its tiles)
+            grouped_tile(t, cols, rows, SHARE_A ? GROUP : GROUP / CLUSTER, tile_m, tile_n);
+            const int m0 = SHARE_A ? tile_m * BM : (tile_m * CLUSTER + rank) * BM;
+            const int n0 = SHARE_A ? (tile_n * CLUSTER + rank) * BN : tile_n * BN;
+            body(Segment{m0, n0, u0, 0, KT, t + workers < tiles, FULL, 0});
         }
         for (int s = sk_begin(first_tile), e = sk_begin(first_tile + 1); s < e;) {
             const int tile = s / KT, k0 = s % KT, k1 = min(KT, e - tile * KT);

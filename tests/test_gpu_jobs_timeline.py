@@ -54,3 +54,48 @@ def test_the_gpu_suite_runs_lone_tests_then_early_modules_then_lock_sharing_test
              Item("alone1", "test_fence.py", ("gpu_alone",)), Item("alone2", "test_gpu_sanitize.py", ("gpu_alone",))]
     run_alone_tests_first(items)
     assert [i.name for i in items] == ["alone1", "alone2", "early", "service", "cpu", "shared", "early_cpu"]
+
+
+def test_the_gradings_the_early_tests_need_reach_the_gpu_lock_before_the_others(tmp_path):
+    """tests/gpu_jobs.py: FIRST. While the lone tests hold the suite's lock (held, as tests/conftest.py's
+    _AloneHold does), the FIRST gradings queue for it before the others start; so they take it first
+    however fast the others' CPU steps are. Real lock files and threads; the builders stand in for
+    ``python -m grader grade --gpu-lock``."""
+    import threading
+    import time
+
+    from grader.sandbox.lock import held, held_in_turn
+    from tests.gpu_jobs import FIRST, GpuJobs
+
+    events: list[tuple[float, str, str]] = []
+    mark = threading.Lock()
+
+    def note(name: str, what: str) -> None:
+        with mark:
+            events.append((time.monotonic(), name, what))
+
+    def builder(name: str, cpu_s: float):
+        def build(_work, lock):
+            note(name, "start")
+            time.sleep(cpu_s)  # its CPU steps: the others' are made faster than the first ones'
+            with held_in_turn(lock):
+                note(name, "gpu")
+                time.sleep(0.05)
+            return name
+        return build
+
+    builders = {"solutions": builder("solutions", 0.3), "starter": builder("starter", 0.4),
+                "hostile": builder("hostile", 0.0), "attacks": builder("attacks", 0.0)}
+    assert set(FIRST) <= set(builders)
+    lock = tmp_path / "gpu.lock"
+    with held(lock):  # the lone tests' hold
+        jobs = GpuJobs(tmp_path, ["attacks", "hostile", "solutions", "starter"], builders=builders)
+        time.sleep(1.5)
+        started = {name for _t, name, what in events if what == "start"}
+        assert started == set(builders), events  # the others started while the lock was still held
+    assert [jobs.result(n) for n in builders] == list(builders)
+    jobs.close()
+    gpu_order = [name for _t, name, what in sorted(events) if what == "gpu"]
+    assert set(gpu_order[:2]) == set(FIRST) and set(gpu_order[2:]) == {"hostile", "attacks"}, events
+    first_start = {name: t for t, name, what in events if what == "start"}
+    assert min(first_start["hostile"], first_start["attacks"]) >= first_start["starter"] + 0.4, events

@@ -12,6 +12,11 @@ set -u
 export OUT=${OUT:-/tmp/r7-out}
 mkdir -p "$OUT"
 here=$(dirname "$0")
+# round 6's script installs the carried wheels on its first call; ncu-l2's child needs them too
+if [ ! -d /tmp/site/dacite ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD
 L2_METRICS="gpu__time_duration.sum lts__t_bytes.sum lts__t_sectors.sum lts__t_sectors_op_read.sum lts__t_sectors_op_write.sum \
 lts__t_sectors_srcunit_tex.sum lts__t_sectors_srcunit_tex_op_read.sum lts__t_sectors_srcunit_ltcfabric.sum \
 lts__t_sectors_srcnode_gpc.sum lts__t_requests_srcunit_tex_op_read.sum l1tex__m_xbar2l1tex_read_bytes.sum \

@@ -4,6 +4,7 @@
 #   bash docs/measurements/scripts/2026-12-02-speed-round7.sh STEP...
 # Its own step, ncu-l2 (where the Hopper reference's and cuBLAS's L2 bytes come from: ncu on one launch
 # of each tune_hopper.py row named in $NCU_VARIANTS and of cuBLAS at N = 4096, with the L2 sector counts
+# (or the metrics in $NCU_METRICS)
 # by source unit and operation, the cross-partition ones, and the bytes the SMs received from L2; the
 # metrics this ncu does not know are dropped first, from `ncu --query-metrics`). Every other step is
 # round 6's script's (2026-12-02-speed-round6.sh: grades N, gpu-tests, cpu, hopper-runs N, ...), run
@@ -21,6 +22,7 @@ L2_METRICS="gpu__time_duration.sum lts__t_bytes.sum lts__t_sectors.sum lts__t_se
 lts__t_sectors_srcunit_tex.sum lts__t_sectors_srcunit_tex_op_read.sum lts__t_sectors_srcunit_ltcfabric.sum \
 lts__t_sectors_srcnode_gpc.sum lts__t_requests_srcunit_tex_op_read.sum l1tex__m_xbar2l1tex_read_bytes.sum \
 lts__t_sector_hit_rate.pct dram__bytes_read.sum dram__bytes_write.sum sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
+L2_METRICS=${NCU_METRICS:-$L2_METRICS}  # another list for ncu-l2, space-separated
 rest=()
 for step in "$@"; do
   case $step in

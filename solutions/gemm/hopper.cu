@@ -152,6 +152,9 @@
 #ifndef TUNE_WORKERS
 #define TUNE_WORKERS 0  // with TUNE_PERSISTENT: working blocks at most (0: the SM count, %nsmid)
 #endif
+#ifndef TUNE_BALANCE
+#define TUNE_BALANCE 1  // with TUNE_PERSISTENT: as few working blocks as keep the rounds (0: every SM works)
+#endif
 #ifndef TUNE_CLUSTER
 #define TUNE_CLUSTER 1  // with TUNE_PERSISTENT: blocks per cluster, which share their B tiles (1: no clusters)
 #endif
@@ -517,7 +520,13 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
     const int first_tile = blockIdx.y * gridDim.x + blockIdx.x;
     const int launched = gridDim.x * gridDim.y;
 #endif
-    const int workers = min(min((int)sms / CLUSTER, tiles), launched);
+    const int most = min(min((int)sms / CLUSTER, tiles), launched);
+    // Balanced rounds: the fewest working blocks that still need no more rounds than `most` would, so
+    // every round is whole (at N = 4096: 128 blocks for 512 tiles, 4 rounds either way, and each
+    // round is then exactly one group of the launch order: 8 tile rows x 16 columns). Stream-K
+    // shares out the partial round instead.
+    const int rounds = (tiles + most - 1) / most;
+    const int workers = TUNE_BALANCE && !STREAMK ? (tiles + rounds - 1) / rounds : most;
     if (first_tile >= workers) return;  // (the whole cluster: its blocks share first_tile)
     const int KT = N / BK;
     // Stream-K: when the tiles are not a whole number of rounds of `workers`, the last, partial

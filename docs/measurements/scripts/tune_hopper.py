@@ -80,6 +80,8 @@ VARIANTS: dict[str, dict[str, int]] = {
     # and runs its whole tiles only: whether its code alone is slower than the default's, at the same count.
     "streamk_w128": {"TUNE_STREAMK": 1, "TUNE_WORKERS": 128},
     "w128": {"TUNE_WORKERS": 128},
+    # Every SM working (132 blocks: 3.88 rounds at N = 4096), as before balanced rounds were the default.
+    "unbalanced": {"TUNE_BALANCE": 0},
     # cuBLAS's kernel at N = 4096 (ncu: nvjet_sm90_tss_256x128_64x4_1x2_h_bz_coopA_TNT): 256 x 128 tiles, clusters
     # of two side by side sharing the A tile. The shape alone, then with the A tile shared (multicast).
     "bm256": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128},

@@ -9,10 +9,12 @@
 // What each choice bought, measured on an H200 at N = 4096 against BF16
 // cublasGemmEx on the same K-major operands (medians of 30 interleaved
 // launches, L2 flushed before each; docs/measurements/scripts/tune_hopper.py).
-// The reference (persistent, the defaults below): 97.5% of cuBLAS in two runs;
-// the same kernel non-persistent (TUNE_PERSISTENT = 0): 95.1% and 95.0% in the
-// same runs. As graded (20 interleaved launches, five gradings): 97.3-97.7%,
-// 730-732 TFLOP/s (docs/measurements/2026-12-01-h200-speed-round3.md). Where a
+// The reference (the defaults below): 98.65-98.87% of cuBLAS in five runs; as
+// graded (20 interleaved launches, five gradings): 98.9-99.1%, 736-739 TFLOP/s
+// (docs/measurements/2026-12-02-h200-speed-round7.md). Items 1-11 were measured
+// before item 12, with every SM working: that kernel made 97.3-97.6% (and
+// 97.46-97.65% in item 12's runs), and non-persistent (TUNE_PERSISTENT = 0)
+// 95.1% and 95.0% (docs/measurements/2026-12-01-h200-speed-round3.md). Where a
 // choice says "non-persistent", it was measured on the TUNE_PERSISTENT = 0
 // kernel; its effect on the persistent kernel is not measured.
 //
@@ -62,8 +64,8 @@
 // 7. Persistent blocks (TUNE_PERSISTENT = 1, the default): 97.5% against
 //    95.1% non-persistent, same launch. The grid is unchanged, but only
 //    min(SMs, tiles, launched blocks) blocks work (the SM count from %nsmid,
-//    which read 132 = the SM count; TUNE_WORKERS = 132 instead: 97.5%); the
-//    rest return before touching a barrier. Working block b computes tiles
+//    which read 132 = the SM count; TUNE_WORKERS = 132 instead: 97.5%), or
+//    fewer (item 12); the rest return before touching a barrier. Working block b computes tiles
 //    b, b + W, b + 2W, ... of the grouped order, and its ring of slots runs
 //    on across tiles (one running use count for the producer and each
 //    consumer, so the phases continue), so the producer loads the next
@@ -121,6 +123,18 @@
 //    97.3-97.6%. Two blocks side by side sharing their A tile (TUNE_CLUSTER =
 //    2, TUNE_SHARE_A = 1; each loads half of it for both, as item 8 does
 //    with B): 96.1-96.2% (GROUP 16: 95.7-95.9%, 4: 95.4%).
+//
+// 12. Balanced rounds (TUNE_BALANCE = 1, the default; persistent, not with
+//    stream-K): as few working blocks as need no more rounds of tiles than
+//    every SM would, so every round is whole and every block computes as many
+//    tiles. At N = 4096 the 512 tiles take 4 rounds either way: 128 blocks
+//    instead of 132, and each round is then exactly one group of item 5's
+//    launch order (8 tile rows x 16 columns). 98.65-98.87% against
+//    97.46-97.65% with every SM working (TUNE_BALANCE = 0), in five runs each.
+//    TUNE_WORKERS = 128 measured the same before (98.6%, 98.6%), and the
+//    stream-K build with 128 blocks, which then takes no share, 98.3%, 98.3%:
+//    so item 10's loss is its shares' work, not its code. Why the whole round
+//    helps (the group in L2, or no round with SMs idle) is not measured apart.
 //
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.

@@ -1,8 +1,9 @@
 """The GPU test suite's gradings: each made once per session and read by every test that needs it.
 
 ``pytest -m gpu`` used to grade one submission per test, one after another (7 minutes on an H200).
-Here every grading the collected GPU tests need starts at once when the first of them asks
-(tests/conftest.py: ``gpu_jobs``); their compiles and static checks run side by side on the CPU,
+Here every grading the collected GPU tests need starts when the first of them asks (tests/conftest.py:
+``gpu_jobs``), those the early tests wait for a few seconds ahead (:data:`FIRST`); their compiles
+and static checks run side by side on the CPU,
 while one GPU lock file (``python -m grader grade --gpu-lock``, grader/pipeline.py: gpu_turn) keeps
 their GPU steps one at a time, so no timing, profile or occupancy measurement shares the GPU.
 
@@ -245,7 +246,8 @@ def held_phases(work: Path) -> list[dict]:
 # first. The lock is first come, first served, and when solutions and starter compiled slower than
 # hostile and an attack they waited 72.6-80.7 s for it, test_feedback_truth then waited 94.9 s and the
 # service test came after it: 134.57 s for the suite against 118.27 s when they came first
-# (docs/measurements/2026-12-02-h200-speed-round6.md).
+# (docs/measurements/2026-12-02-h200-speed-round6.md). With this head start: 107.00-115.91 s in four
+# runs on new machines (2026-12-02-h200-speed-round7.md).
 FIRST = ("solutions", "starter")
 HEAD_START_S = 20.0  # the others start after this at the latest (a first grading never queued: a free lock)
 QUEUE_LOOK_S = 0.005  # how often the head start looks at the lock's queue

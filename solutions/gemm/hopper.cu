@@ -65,8 +65,9 @@
 //    95.1% non-persistent, same launch. The grid is unchanged, but only
 //    min(SMs, tiles, launched blocks) blocks work (the SM count from %nsmid,
 //    which read 132 = the SM count; TUNE_WORKERS = 132 instead: 97.5%), or
-//    fewer (item 12); the rest return before touching a barrier. Working block b computes tiles
-//    b, b + W, b + 2W, ... of the grouped order, and its ring of slots runs
+//    fewer (item 12); the rest return before touching a barrier. Working
+//    block b computes tiles b, b + W, b + 2W, ... of the grouped order, and
+//    its ring of slots runs
 //    on across tiles (one running use count for the producer and each
 //    consumer, so the phases continue), so the producer loads the next
 //    tile's first slots while the consumers store the current tile: no
@@ -126,9 +127,11 @@
 //
 // 12. Balanced rounds (TUNE_BALANCE = 1, the default; persistent, not with
 //    stream-K): as few working blocks as need no more rounds of tiles than
-//    every SM would, so every round is whole and every block computes as many
-//    tiles. At N = 4096 the 512 tiles take 4 rounds either way: 128 blocks
-//    instead of 132, and each round is then exactly one group of item 5's
+//    every SM would, so the blocks' tile counts differ by at most one and the
+//    last round is short by fewer tiles than there are rounds (whole at N =
+//    2048, 2304, 3072, 4096, 6144 and 8192). At N = 4096 the 512 tiles take 4
+//    rounds either way: 128 blocks instead of 132, and each round is then
+//    exactly one group of item 5's
 //    launch order (8 tile rows x 16 columns). 98.65-98.87% against
 //    97.46-97.65% with every SM working (TUNE_BALANCE = 0), in five runs each.
 //    TUNE_WORKERS = 128 measured the same before (98.6%, 98.6%), and the
@@ -536,9 +539,9 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
 #endif
     const int most = min(min((int)sms / CLUSTER, tiles), launched);
     // Balanced rounds: the fewest working blocks that still need no more rounds than `most` would, so
-    // every round is whole (at N = 4096: 128 blocks for 512 tiles, 4 rounds either way, and each
-    // round is then exactly one group of the launch order: 8 tile rows x 16 columns). Stream-K
-    // shares out the partial round instead.
+    // no block computes more than one tile more than another (at N = 4096: 128 blocks for 512 tiles,
+    // 4 whole rounds either way, each then exactly one group of the launch order: 8 tile rows x 16
+    // columns). Stream-K shares out the partial round instead.
     const int rounds = (tiles + most - 1) / most;
     const int workers = TUNE_BALANCE && !STREAMK ? (tiles + rounds - 1) / rounds : most;
     if (first_tile >= workers) return;  // (the whole cluster: its blocks share first_tile)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -282,16 +281,13 @@ class GpuJobs:
         """Start ``rest`` once every grading of ``first`` has been seen in the GPU lock's queue or has ended
         (counted: the waiters seen there, grader/sandbox/lock.py: held_in_turn, as nothing else queues this
         early, and the gradings ended), or :data:`HEAD_START_S` has passed."""
-        from grader.sandbox.lock import queue_of
+        from grader.sandbox.lock import queue_of, queued
 
         queue, seen = queue_of(self.lock), set()
         deadline = time.monotonic() + HEAD_START_S
         try:
             while len(seen) + sum(f.done() for f in first) < len(first) and time.monotonic() < deadline:
-                try:
-                    seen.update(n for n in os.listdir(queue) if not n.startswith("."))
-                except OSError:
-                    pass  # no queue yet
+                seen.update(queued(queue))
                 time.sleep(QUEUE_LOOK_S)
         finally:
             for name in rest:

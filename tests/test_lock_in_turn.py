@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.sandbox.lock import held, held_in_turn, queue_of
+from grader.sandbox.lock import held, held_in_turn, queue_of, queued
 
 ROOT = Path(__file__).resolve().parent.parent
 # argv: lock, log, name, seconds to hold: waits its turn, writes its name, holds, leaves.
@@ -32,8 +32,7 @@ def _queued(lock: Path, n: int, timeout_s: float = 60.0) -> None:
     """Wait until ``n`` waiters are in the lock's queue (a Python start took seconds on a loaded machine)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        q = queue_of(lock)
-        if q.is_dir() and len([e for e in os.listdir(q) if not e.startswith(".")]) >= n:
+        if len(queued(queue_of(lock))) >= n:
             return
         time.sleep(0.01)
     raise AssertionError(f"fewer than {n} waiters queued for {lock}")

@@ -64,13 +64,19 @@ def held_in_turn(lock: Path) -> Iterator[None]:
             entry.unlink(missing_ok=True)
 
 
-def _oldest(queue: Path, entry: Path) -> bool:
-    """Whether ``entry`` is the oldest live entry of ``queue``; dead waiters' entries are removed."""
+def queued(queue: Path) -> list[str]:
+    """The names of the waiters' entries in ``queue`` (a lock's :func:`queue_of`), oldest first, dead
+    waiters' included; none when there is no queue. An entry being made (``.`` first) is not one yet."""
     try:
-        names = sorted(n for n in os.listdir(queue) if not n.startswith("."))
+        return sorted(n for n in os.listdir(queue) if not n.startswith("."))
     except OSError:
-        return True  # no queue to wait in: take the lock as held() would
-    for name in names:
+        return []
+
+
+def _oldest(queue: Path, entry: Path) -> bool:
+    """Whether ``entry`` is the oldest live entry of ``queue``; dead waiters' entries are removed. No queue
+    to wait in: True, so the lock is taken as held() would."""
+    for name in queued(queue):
         if name == entry.name:
             return True
         if _alive(queue / name):

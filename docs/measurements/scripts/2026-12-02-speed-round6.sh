@@ -180,18 +180,7 @@ PY
 gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,lts__t_sector_hit_rate.pct,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic \
         python3 docs/measurements/scripts/tune_hopper.py --one "/tmp/tune_hopper/$v.cubin" --launch 4096 --with-cublas > "$W/ncu-$v.csv" 2>&1
       echo "  $v rc=$?" | tee -a "$OUT/run.txt"
-      python3 - "$W/ncu-$v.csv" <<'PY' | tee -a "$OUT/run.txt"
-import csv, io, sys
-text = open(sys.argv[1]).read()
-rows = [r for r in csv.reader(io.StringIO(text[text.find('"ID"'):]))] if '"ID"' in text else []
-if not rows:
-    print("  no ncu rows:", text[-600:]); raise SystemExit
-head = rows[0]
-for r in rows[2:]:
-    d = dict(zip(head, r))
-    print("  " + d.get("Kernel Name", "?")[:90])
-    print("    " + ", ".join(f"{k}={d[k]}" for k in head if "__" in k))
-PY
+      python3 docs/measurements/scripts/ncu_rows.py "$W/ncu-$v.csv" | tee -a "$OUT/run.txt"
     done ;;
   demo)
     grade starter starter

@@ -46,18 +46,7 @@ PY
       timeout 150 ncu --clock-control none --profile-from-start off --csv --page raw --metrics "$known" \
         python3 docs/measurements/scripts/tune_hopper.py --one "/tmp/tune_hopper/$v.cubin" --launch 4096 --with-cublas > "/tmp/r7-ncu-$v.csv" 2>&1
       echo "  $v rc=$?" | tee -a "$OUT/run.txt"
-      python3 - "/tmp/r7-ncu-$v.csv" <<'PY' | tee -a "$OUT/run.txt"
-import csv, io, sys
-text = open(sys.argv[1]).read()
-rows = [r for r in csv.reader(io.StringIO(text[text.find('"ID"'):]))] if '"ID"' in text else []
-if not rows:
-    print("  no ncu rows:", text[-600:]); raise SystemExit
-head = rows[0]
-for r in rows[2:]:
-    d = dict(zip(head, r))
-    print("  " + d.get("Kernel Name", "?")[:90])
-    print("    " + ", ".join(f"{k}={d[k]}" for k in head if "__" in k))
-PY
+      python3 docs/measurements/scripts/ncu_rows.py "/tmp/r7-ncu-$v.csv" | tee -a "$OUT/run.txt"
     done ;;
   *) rest+=("$step") ;;
   esac

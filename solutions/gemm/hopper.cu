@@ -9,14 +9,16 @@
 // What each choice bought, measured on an H200 at N = 4096 against BF16
 // cublasGemmEx on the same K-major operands (medians of 30 interleaved
 // launches, L2 flushed before each; docs/measurements/scripts/tune_hopper.py).
-// The reference (the defaults below): 98.65-98.87% of cuBLAS in five runs; as
-// graded (20 interleaved launches, five gradings): 98.9-99.1%, 736-739 TFLOP/s
-// (docs/measurements/2026-12-02-h200-speed-round7.md). Items 1-11 were measured
-// before item 12, with every SM working: that kernel made 97.3-97.6% (and
-// 97.46-97.65% in item 12's runs), and non-persistent (TUNE_PERSISTENT = 0)
-// 95.1% and 95.0% (docs/measurements/2026-12-01-h200-speed-round3.md). Where a
-// choice says "non-persistent", it was measured on the TUNE_PERSISTENT = 0
-// kernel; its effect on the persistent kernel is not measured.
+// The reference (the defaults below): 100.5-100.8% of cuBLAS in five runs; as
+// graded (20 interleaved launches, five gradings): 100.7-100.9%, 748-750
+// TFLOP/s (docs/measurements/2026-12-02-h200-speed-round8.md). Items 1-12 were
+// measured before item 13, with the stores from the registers (item 6): that
+// kernel made 98.65-98.87% (round 7) and 98.4-98.7% in item 13's runs. Items
+// 1-11 were measured before item 12, with every SM working: that kernel made
+// 97.3-97.6%, and non-persistent (TUNE_PERSISTENT = 0) 95.1% and 95.0%
+// (docs/measurements/2026-12-01-h200-speed-round3.md). Where a choice says
+// "non-persistent", it was measured on the TUNE_PERSISTENT = 0 kernel; its
+// effect on the persistent kernel is not measured.
 //
 // 1. Tensor memory accelerator (TMA) loads. One thread issues a single
 //    cp.async.bulk.tensor per operand tile; the copy engine computes the
@@ -56,10 +58,10 @@
 //    grid order, non-persistent. Persistent: 16 rows 97.5% and 97.3% (as 8
 //    within the runs' spread), 4 rows 97.0%; non-persistent 16 rows 95.2%.
 //
-// 6. Epilogue from registers. Each thread writes its accumulators as float2
-//    pairs; a quad of lanes covers 32 contiguous bytes, so every store
-//    instruction of a warp fills whole 32-byte sectors. (Not measured
-//    against another epilogue.)
+// 6. Epilogue from registers (TUNE_STAGED_STORE = 0; replaced by item 13).
+//    Each thread writes its accumulators as float2 pairs; a quad of lanes
+//    covers 32 contiguous bytes, so every store instruction of a warp fills
+//    whole 32-byte sectors, but of 8 different rows.
 //
 // 7. Persistent blocks (TUNE_PERSISTENT = 1, the default): 97.5% against
 //    95.1% non-persistent, same launch. The grid is unchanged, but only
@@ -139,6 +141,24 @@
 //    so item 10's loss is its shares' work, not its code. Why the whole round
 //    helps (the group in L2, or no round with SMs idle) is not measured apart.
 //
+// 13. Staged stores (TUNE_STAGED_STORE = 1, the default): the epilogue goes
+//    through shared memory, a 64 x 64 piece of a consumer's rows at a time,
+//    in a buffer of its own after the ring (16 KiB per consumer; 225 KiB in
+//    all). Each thread writes its float2 pairs there, the warpgroup meets at
+//    a named barrier, then each warp reads back float4s of two whole rows
+//    and stores their 2 x 256 contiguous bytes: 4 whole 128-byte lines per
+//    store instruction, against 8 rows' 32 bytes from the fragments, and
+//    half the store instructions. A row's 16-byte units are permuted within
+//    each half-row (unit ^ 2 * row % 8), so a half-warp's fragment writes
+//    and a quarter-warp's row reads fall in distinct banks. Under ncu (one
+//    launch at N = 4096) the warps' stalls on a full store queue
+//    (lg_throttle) went from 6.0% to 0.1% and the tensor pipe from 89.1% to
+//    90.6% (cuBLAS: 91.0-91.3%). Against item 12's kernel (TUNE_STAGED_STORE
+//    = 0), five runs each: 100.5-100.8% of cuBLAS against 98.4-98.7%. In two
+//    runs before: GROUP 16 100.45% and 100.35% (GROUP 8: 100.45%, 100.58%);
+//    clusters of two sharing B 99.2%; cuBLAS's 256 x 128 shape sharing A
+//    98.2-98.3%.
+//
 // Launch: block (384, 1), grid (N / BN, N / BM), SMEM_BYTES of dynamic
 // shared memory. N is a multiple of 256: no bounds checks.
 
@@ -184,6 +204,9 @@
 #ifndef TUNE_STREAMK
 #define TUNE_STREAMK 0  // with TUNE_PERSISTENT: the last, partial round's tiles are shared out by k-steps
 #endif
+#ifndef TUNE_STAGED_STORE
+#define TUNE_STAGED_STORE 1  // the epilogue goes through shared memory, whole row segments per warp (0: from the fragments)
+#endif
 
 constexpr int BM = TUNE_BM;             // rows of C per block: BM / 2 per consumer warpgroup
 constexpr int BN = TUNE_BN;             // columns of C per block
@@ -196,6 +219,7 @@ constexpr int CLUSTER = TUNE_CLUSTER;   // blocks of a cluster: tiles one above 
 constexpr bool PINGPONG = TUNE_PINGPONG;
 constexpr bool SHARE_A = TUNE_SHARE_A;  // (with CLUSTER > 1)
 constexpr bool STREAMK = TUNE_STREAMK;
+constexpr bool STAGED_STORE = TUNE_STAGED_STORE;
 constexpr int CONSUMERS = 2;            // consumer warpgroups: m64 each of every tile, or (PINGPONG) alternate tiles
 constexpr int WG_ROWS = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile one consumer warpgroup computes
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -212,7 +236,14 @@ constexpr int A_BOX = SHARE_A ? BM / CLUSTER : BM;  // rows of the A tile one TM
 constexpr int B_BOX = SHARE_A ? BN : BN / CLUSTER;  // rows of the B tile one TMA copy loads (shared: for the cluster)
 constexpr int SLOT_BYTES = A_SLOT + B_SLOT;
 constexpr int ALIGN = 1024;             // a 128-byte swizzle repeats every 8 rows = 1024 bytes
-constexpr int SMEM_BYTES = ALIGN + STAGES * SLOT_BYTES + 2 * STAGES * 8;
+constexpr int BARRIER_BYTES = 2 * STAGES * 8;
+// (TUNE_STAGED_STORE) one consumer warpgroup's staging buffer: EPI_ROWS x EPI_COLS FP32 of its tile,
+// after the barriers (at a 128-byte boundary); one buffer per consumer warpgroup.
+constexpr int EPI_ROWS = 64;
+constexpr int EPI_COLS = 64;            // 256 bytes a row: a warp's 16-byte stores cover two rows' segments
+constexpr int EPI_BYTES = EPI_ROWS * EPI_COLS * 4;
+constexpr int EPI_OFFSET = (BARRIER_BYTES + 127) / 128 * 128;  // from the barriers
+constexpr int SMEM_BYTES = ALIGN + STAGES * SLOT_BYTES + (STAGED_STORE ? EPI_OFFSET + CONSUMERS * EPI_BYTES : BARRIER_BYTES);
 
 static_assert(BK * 2 == SWIZZLE, "one k-slot row must be exactly one 128-byte swizzle row");
 static_assert(PINGPONG ? BM == 128 : BM % (64 * CONSUMERS) == 0, "each consumer warpgroup owns m64 blocks of rows");
@@ -226,6 +257,8 @@ static_assert(SMEM_BYTES <= 227 * 1024, "the ring must fit in the 227 KiB of sha
 static_assert(256 % BM == 0 && 256 % BN == 0 && 256 % BK == 0, "tiles must divide 256 (N is a multiple of 256)");
 static_assert(!STREAMK || (TUNE_PERSISTENT && CLUSTER == 1 && !PINGPONG),
               "stream-K: persistent blocks, no clusters, no ping-pong (both consumers finish each segment)");
+static_assert(!STAGED_STORE || (WG_ROWS % EPI_ROWS == 0 && WGN % EPI_COLS == 0 && EPI_COLS == 64 && EPI_ROWS == 64),
+              "staged stores: whole 64 x 64 pieces of a consumer's rows; a row of the piece is 16 16-byte units");
 static_assert(128 * PRODUCER_REGS + 128 * CONSUMERS * CONSUMER_REGS <= 65536, "the register file holds 64 Ki");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && TUNE_PERSISTENT &&
                                (SHARE_A ? BN * CLUSTER <= 256 && (A_BOX * BK * 2) % ALIGN == 0
@@ -337,6 +370,13 @@ template <int Id>
 __device__ __forceinline__ void named_sync()
 {
     asm volatile("bar.sync %0, 256;\n" ::"n"(Id) : "memory");
+}
+
+// Hardware barrier `Id` of one warpgroup's 128 threads (TUNE_STAGED_STORE: ids 3 and 4, one per consumer).
+template <int Id>
+__device__ __forceinline__ void warpgroup_sync()
+{
+    asm volatile("bar.sync %0, 128;\n" ::"n"(Id) : "memory");
 }
 
 // ---- WGMMA ---------------------------------------------------------------------------------
@@ -762,18 +802,56 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
             // 8i + 2(l%4) (+1), with w = warp in the warpgroup, l = lane.
             const int t = threadIdx.x % 128;
             const int colq = 2 * (t % 4);
+            if constexpr (STAGED_STORE) {
+                // Through this warpgroup's buffer, a 64 x 64 piece at a time: each thread writes its
+                // float2 pairs there, then reads back float4s of whole rows, so each warp's store
+                // covers two rows' 256 contiguous bytes (4 whole 128-byte lines, against 8 rows'
+                // 32 bytes for a float2 store from the fragments). A row's 16-byte units are
+                // permuted within each half-row by unit ^ (2 * row % 8): the fragment writes of a
+                // half-warp (4 rows) and the row reads of a quarter-warp then hit distinct banks.
+                unsigned char* buf = smem_raw + (bars - raw) + EPI_OFFSET + cw * EPI_BYTES;
+                auto at = [&](int row, int unit) { return buf + row * (EPI_COLS * 4) + ((unit ^ ((2 * row) & 7)) * 16); };
 #pragma unroll
-            for (int r = 0; r < WG_ROWS / 64; ++r) {
-                const int row = m0 + row0 + r * 64 + (t / 32) * 16 + (t % 32) / 4;
+                for (int r = 0; r < WG_ROWS / 64; ++r) {
 #pragma unroll
-                for (int j = 0; j < BN / WGN; ++j) {
+                    for (int j = 0; j < BN / WGN; ++j) {
 #pragma unroll
-                    for (int i = 0; i < WGN / 8; ++i) {
-                        const int col = n0 + j * WGN + i * 8 + colq;
-                        *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) =
-                            make_float2(d[r][j][4 * i], d[r][j][4 * i + 1]);
-                        *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
-                            make_float2(d[r][j][4 * i + 2], d[r][j][4 * i + 3]);
+                        for (int c = 0; c < WGN / EPI_COLS; ++c) {
+                            const int prow = (t / 32) * 16 + (t % 32) / 4;  // this thread's first row of the piece
+#pragma unroll
+                            for (int ii = 0; ii < EPI_COLS / 8; ++ii) {
+                                const int i = c * (EPI_COLS / 8) + ii;
+                                const int unit = (8 * ii + colq) / 4, half = (colq % 4) * 4;
+                                *reinterpret_cast<float2*>(at(prow, unit) + half) = make_float2(d[r][j][4 * i], d[r][j][4 * i + 1]);
+                                *reinterpret_cast<float2*>(at(prow + 8, unit) + half) =
+                                    make_float2(d[r][j][4 * i + 2], d[r][j][4 * i + 3]);
+                            }
+                            cw == 0 ? warpgroup_sync<3>() : warpgroup_sync<4>();  // the piece is written
+                            const int grow = m0 + row0 + r * 64, gcol = n0 + j * WGN + c * EPI_COLS;
+#pragma unroll
+                            for (int m = 0; m < EPI_ROWS * EPI_COLS / 4 / 128; ++m) {
+                                const int k = t + 128 * m, row = k / (EPI_COLS / 4), unit = k % (EPI_COLS / 4);
+                                *reinterpret_cast<float4*>(&C[(size_t)(grow + row) * N + gcol + 4 * unit]) =
+                                    *reinterpret_cast<const float4*>(at(row, unit));
+                            }
+                            cw == 0 ? warpgroup_sync<3>() : warpgroup_sync<4>();  // read: the next piece may overwrite it
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < WG_ROWS / 64; ++r) {
+                    const int row = m0 + row0 + r * 64 + (t / 32) * 16 + (t % 32) / 4;
+#pragma unroll
+                    for (int j = 0; j < BN / WGN; ++j) {
+#pragma unroll
+                        for (int i = 0; i < WGN / 8; ++i) {
+                            const int col = n0 + j * WGN + i * 8 + colq;
+                            *reinterpret_cast<float2*>(&C[(size_t)row * N + col]) =
+                                make_float2(d[r][j][4 * i], d[r][j][4 * i + 1]);
+                            *reinterpret_cast<float2*>(&C[(size_t)(row + 8) * N + col]) =
+                                make_float2(d[r][j][4 * i + 2], d[r][j][4 * i + 3]);
+                        }
                     }
                 }
             }

@@ -90,6 +90,15 @@ VARIANTS: dict[str, dict[str, int]] = {
                           "TUNE_GROUP": 16},
     "bm256_share_a_g4": {"TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128, "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1,
                          "TUNE_GROUP": 4},
+    # The epilogue through shared memory (header item 13): each warp's store covers two rows' 256 contiguous
+    # bytes, against 8 rows' 32 bytes from the fragments. Alone, with GROUP 16, and on cuBLAS's shape.
+    "staged": {"TUNE_STAGED_STORE": 1},
+    # The epilogue from the fragments (float2 stores of 8 rows' 32 bytes each), the reference before item 13.
+    "unstaged": {"TUNE_STAGED_STORE": 0},
+    "staged_g16": {"TUNE_STAGED_STORE": 1, "TUNE_GROUP": 16},
+    "staged_bm256_share_a": {"TUNE_STAGED_STORE": 1, "TUNE_BM": 256, "TUNE_BN": 128, "TUNE_WGN": 128,
+                             "TUNE_CLUSTER": 2, "TUNE_SHARE_A": 1},
+    "staged_cluster2": {"TUNE_STAGED_STORE": 1, "TUNE_CLUSTER": 2},
 }
 # Checked too, against cuBLAS: sizes whose tile counts leave a partial last round of 132 blocks (stream-K's
 # shares: 3072 gives 156 shared tiles, 8192 68; 2304 fewer tiles than blocks).

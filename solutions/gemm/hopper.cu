@@ -366,17 +366,12 @@ __device__ __forceinline__ void named_arrive()
     asm volatile("bar.arrive %0, 256;\n" ::"n"(Id) : "memory");
 }
 
-template <int Id>
+// Threads = 128: one consumer warpgroup alone (TUNE_STAGED_STORE: ids 3 and 4, one per consumer).
+template <int Id, int Threads = 256>
 __device__ __forceinline__ void named_sync()
 {
-    asm volatile("bar.sync %0, 256;\n" ::"n"(Id) : "memory");
-}
-
-// Hardware barrier `Id` of one warpgroup's 128 threads (TUNE_STAGED_STORE: ids 3 and 4, one per consumer).
-template <int Id>
-__device__ __forceinline__ void warpgroup_sync()
-{
-    asm volatile("bar.sync %0, 128;\n" ::"n"(Id) : "memory");
+    static_assert(Threads % 32 == 0 && Threads <= 1024, "a barrier counts whole warps");
+    asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
 }
 
 // ---- WGMMA ---------------------------------------------------------------------------------
@@ -826,7 +821,7 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                                 *reinterpret_cast<float2*>(at(prow + 8, unit) + half) =
                                     make_float2(d[r][j][4 * i + 2], d[r][j][4 * i + 3]);
                             }
-                            cw == 0 ? warpgroup_sync<3>() : warpgroup_sync<4>();  // the piece is written
+                            cw == 0 ? named_sync<3, 128>() : named_sync<4, 128>();  // the piece is written
                             const int grow = m0 + row0 + r * 64, gcol = n0 + j * WGN + c * EPI_COLS;
 #pragma unroll
                             for (int m = 0; m < EPI_ROWS * EPI_COLS / 4 / 128; ++m) {
@@ -834,7 +829,7 @@ mmHopper(const __grid_constant__ TmaDescriptor tmA, const __grid_constant__ TmaD
                                 *reinterpret_cast<float4*>(&C[(size_t)(grow + row) * N + gcol + 4 * unit]) =
                                     *reinterpret_cast<const float4*>(at(row, unit));
                             }
-                            cw == 0 ? warpgroup_sync<3>() : warpgroup_sync<4>();  // read: the next piece may overwrite it
+                            cw == 0 ? named_sync<3, 128>() : named_sync<4, 128>();  // read: the next piece may overwrite it
                         }
                     }
                 }

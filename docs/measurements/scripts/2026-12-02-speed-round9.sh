@@ -2,7 +2,8 @@
 # Device calls of speed round 9 (#32; docs/measurements/2026-12-02-h200-speed-round9.md). From the repo
 # root on the device machine, with .whl and .deb carried:
 #   bash docs/measurements/scripts/2026-12-02-speed-round9.sh STEP [N] ...
-# Its own step, ncu-overhead: docs/measurements/scripts/ncu_overhead.py on the work folder that round 6's
+# Its own steps: pyspy-gil (one grade of solutions/ under py-spy --gil, the py-spy wheel in .whl/: which
+# threads and functions hold the grading process's GIL), ncu-start (ncu_overhead.py --start) and ncu-overhead: docs/measurements/scripts/ncu_overhead.py on the work folder that round 6's
 # `grades` step keeps (/tmp/r6/solutions-1/work), so `grades` must come before it. Every other step is
 # round 8's script's (and through it round 7's and round 6's: grades N, gpu-tests, cpu, ...), run one at a
 # time in the order given, with this round's output folder.
@@ -17,9 +18,35 @@ export PYTHONPATH=/tmp/site:$PWD
 while [ $# -gt 0 ]; do
   step=$1; shift
   case $step in
+  ncu-start)
+    echo "== $(date +%T) ncu: a profile child's start, step by step, under ncu and without it" | tee -a "$OUT/run.txt"
+    timeout 200 python3 "$here/ncu_overhead.py" /tmp/r6/solutions-1/work "$OUT" --start 2>&1 | tail -12 | tee -a "$OUT/run.txt" ;;
   ncu-overhead)
     echo "== $(date +%T) ncu: each kernel's passes by profiled program, and its readings beside other GPU work" | tee -a "$OUT/run.txt"
     timeout 400 python3 "$here/ncu_overhead.py" /tmp/r6/solutions-1/work "$OUT" 2>&1 | tail -60 | tee -a "$OUT/run.txt" ;;
+  pyspy-gil)
+    echo "== $(date +%T) one grade of solutions/ under py-spy --gil: what holds the grading process's GIL" | tee -a "$OUT/run.txt"
+    /tmp/site/bin/py-spy record --gil --threads --rate 250 --format raw -o /tmp/r9-pyspy.txt -- \
+      python3 -m grader grade solutions --out /tmp/r9-pyspy --quiet > /tmp/r9-pyspy.log 2>&1
+    echo "  rc=$? $(tail -1 /tmp/r9-pyspy.log)" | tee -a "$OUT/run.txt"
+    python3 - /tmp/r9-pyspy.txt <<'PY' | tee -a "$OUT/run.txt"
+import collections, re, sys
+own, total, threads = collections.Counter(), collections.Counter(), collections.Counter()
+n = 0
+for line in open(sys.argv[1]):
+    stack, _, count = line.rstrip().rpartition(" ")
+    c = int(count); n += c
+    frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";")]
+    threads[re.sub(r"\d+", "#", frames[0])] += c
+    own[frames[-1]] += c
+    for f in set(frames[1:]):
+        total[f] += c
+print(f"samples with the GIL held {n} (250/s: {n / 250:.1f} s)")
+print("by thread:", "; ".join(f"{k} {v}" for k, v in threads.most_common(10)))
+print("self:"); [print(f"  {v:6d} {k[:160]}") for k, v in own.most_common(25)]
+print("inclusive:"); [print(f"  {v:6d} {k[:160]}") for k, v in total.most_common(45)]
+PY
+    ;;
   *)
     args=("$step")
     case ${1:-} in [0-9]*) args+=("$1"); shift ;; esac

@@ -6,7 +6,9 @@
 Every 0.1 s: the busy share of all CPUs (/proc/stat), the number of runnable processes
 (/proc/loadavg's running count) and the grading process's own CPU share (the command's pid,
 /proc/PID/stat utime+stime, which counts every thread of it); then a compact table of 0.5 s bins,
-and the CPU seconds of every process seen, summed by what it is (its command line).
+and the CPU seconds of every process seen, summed by what it is (its command line), in all and per
+second of the run (the busiest kinds). A child's kind names the program too: the tool in front of it
+(``ncu``, ``compute-sanitizer``, ``bwrap``) or the Python that runs it.
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def classify(pid: int) -> str:
     name = os.path.basename(argv[0])
     if "grader.children" in argv:
         mode = argv[argv.index("grader.children") + 1] if argv.index("grader.children") + 1 < len(argv) else "?"
-        return f"child {mode}"
+        return f"child {mode}" + ("" if name.startswith("python") else f" ({name})")
     if "grader" in argv and "grade" in argv:
         return "grading process"
     if name in ("cicc", "ptxas", "nvcc", "cudafe++", "gcc", "cc1plus", "cc1", "fatbinary", "nvlink"):
@@ -75,11 +77,17 @@ def main() -> int:
     last_self = proc_ticks(proc.pid)
     before = {pid: ticks for pid, (_what, ticks) in all_ticks().items()}  # what ran before the command
     seen: dict[int, tuple[str, int]] = {}  # every process seen since: what it is, its ticks used since
+    per_second: dict[int, dict[str, int]] = {}  # whole second of the run -> kind -> ticks used in it
     while proc.poll() is None:
         time.sleep(0.1)
+        second = int(time.monotonic() - t0)
         for pid, (what, ticks) in all_ticks().items():
-            known = seen.get(pid, ("?", 0))[0]
-            seen[pid] = (known if known != "?" else what, ticks - before.get(pid, 0))
+            known, had = seen.get(pid, ("?", before.get(pid, 0)))
+            kind = known if known != "?" else what
+            used = ticks - before.get(pid, 0)
+            bucket = per_second.setdefault(second, {})
+            bucket[kind] = bucket.get(kind, 0) + used - (had if pid in seen else 0)
+            seen[pid] = (kind, used)
         total, idle = cpu_times()
         me = proc_ticks(proc.pid)
         with open("/proc/loadavg") as f:
@@ -91,11 +99,19 @@ def main() -> int:
     by_kind: dict[str, float] = {}
     for what, ticks in seen.values():
         by_kind[what] = by_kind.get(what, 0.0) + ticks / hz
+    by_second = {sec: {k: round(v / hz, 2) for k, v in kinds.items() if v} for sec, kinds in sorted(per_second.items())}
     with open(out, "w") as f:
-        json.dump({"cpus": ncpu, "rc": proc.returncode, "rows": rows, "cpu_s_by_kind": by_kind}, f)
+        json.dump({"cpus": ncpu, "rc": proc.returncode, "rows": rows, "cpu_s_by_kind": by_kind,
+                   "cpu_s_by_second": by_second}, f)
     print("CPU seconds by process kind (sampled every 0.1 s; a process shorter than that may be missed):")
-    for what, secs in sorted(by_kind.items(), key=lambda kv: -kv[1])[:16]:
-        print(f"  {secs:6.2f}  {what}")
+    ranked = [what for what, _s in sorted(by_kind.items(), key=lambda kv: -kv[1])]
+    for what in ranked[:24]:
+        print(f"  {by_kind[what]:6.2f}  {what}")
+    top = ranked[:9]
+    print("CPU seconds per second of the run, the busiest kinds: " + "; ".join(f"{k + 1}={w}" for k, w in enumerate(top)))
+    for sec, kinds in by_second.items():
+        print(f"  {sec:3d}s " + " ".join(f"{kinds.get(w, 0):5.2f}" for w in top)
+              + f"  rest {sum(v for k, v in kinds.items() if k not in top):5.2f}")
     print(f"cpus {ncpu}; per 0.5 s: t, busy CPUs, runnable, the grading process's CPUs")
     for k in range(0, len(rows), 5):
         part = rows[k:k + 5]

@@ -17,7 +17,8 @@ command (grader/profile/ncu.py: command) and metrics. Runs:
   process multiplying 4096 x 4096 float32 matrices on the same GPU the whole time. Every metric of
   every kernel is compared: the largest relative differences are printed.
 
-Writes OUT/ncu_overhead.json and prints one line per run.
+Writes OUT/ncu_overhead.json and prints one line per run. With ``--start`` it only times a profile
+child's start, step by step, under ncu and without it, three times each (OUT/ncu_start.json).
 """
 from __future__ import annotations
 
@@ -47,6 +48,36 @@ while time.time() < end:
     cp.cuda.Device().synchronize()
 print("products", k, flush=True)
 """
+
+
+def stamps(spec_path: Path) -> int:
+    """The ``start`` runs' program: seconds since the parent spawned it (``T0``, wall clock) at each step
+    of a profile child's start: Python up, NumPy and CuPy imported, the driver initialised, the context
+    made, the inputs of every kind made, the seven modules loaded."""
+    import os
+
+    t0 = float(os.environ["T0"])
+    marks = [("python", time.time() - t0)]
+    import cupy as cp
+    import numpy  # noqa: F401
+    marks.append(("imports", time.time() - t0))
+    cp.cuda.runtime.getDeviceCount()
+    marks.append(("driver", time.time() - t0))
+    cp.zeros(1).sum()
+    cp.cuda.Device().synchronize()
+    marks.append(("context", time.time() - t0))
+    from grader.children.inputs import make_inputs_xp
+
+    spec = json.loads(spec_path.read_text())
+    kept = [make_inputs_xp(cp, spec["n"], spec["seed"], kind) for kind in dict.fromkeys(s["inputs"] for s in spec["stages"])]
+    cp.cuda.Device().synchronize()
+    marks.append(("inputs", time.time() - t0))
+    for st in spec["stages"]:
+        cp.RawModule(path=st["cubin"]).get_function(st["kernel"])
+    marks.append(("modules", time.time() - t0))
+    del kept
+    print("STAMPS " + json.dumps(marks), flush=True)
+    return 0
 
 
 def child(spec_path: Path, mode: str) -> int:
@@ -104,7 +135,10 @@ def child(spec_path: Path, mode: str) -> int:
 def main() -> int:
     if sys.argv[1] == "child":
         return child(Path(sys.argv[2]), sys.argv[3])
+    if sys.argv[1] == "stamps":
+        return stamps(Path(sys.argv[2]))
     work, out = Path(sys.argv[1]), Path(sys.argv[2])
+    only_start = "--start" in sys.argv[3:]
     from grader.compile import toolchain
     from grader.gpu.ncu_run import wanted_metrics
     from grader.profile.ncu import command, parse_raw_csv
@@ -156,6 +190,24 @@ def main() -> int:
             row["table"] = parse_raw_csv("".join(text))
         return row
 
+    def start(under_ncu: bool) -> dict:
+        wrap = command(tool, kernels, metrics, "none") if under_ncu else []
+        t0 = time.time()
+        p = subprocess.run([*wrap, sys.executable, __file__, "stamps", str(spec_path)], capture_output=True, text=True,
+                           env={**env, "T0": repr(t0)}, cwd=ROOT)
+        wall = time.time() - t0
+        line = next((ln for ln in p.stdout.splitlines() if ln.startswith("STAMPS ")), "")
+        marks = dict(json.loads(line[7:])) if line else {}
+        row = {"under_ncu": under_ncu, "wall_s": round(wall, 3), "rc": p.returncode,
+               "marks": {k: round(v, 3) for k, v in marks.items()}, "tail": p.stderr[-300:] if not marks else ""}
+        print(f"start {'under ncu' if under_ncu else 'plain    '}: " + ", ".join(f"{k} {v:.3f}" for k, v in marks.items())
+              + f"; exit {wall:.3f} s, rc {p.returncode} {row['tail']}", flush=True)
+        return row
+
+    if only_start:
+        starts = [start(u) for _ in range(3) for u in (True, False)]
+        (out / "ncu_start.json").write_text(json.dumps(starts, indent=1))
+        return 0
     rows = []
     warm = run("warm", "graded", True, ["gpu__time_duration.sum"])
     print(f"warm-up: {warm['wall_s']} s rc {warm['rc']}", flush=True)

@@ -3,7 +3,8 @@
 # root on the device machine, with .whl and .deb carried:
 #   bash docs/measurements/scripts/2026-12-02-speed-round9.sh STEP [N] ...
 # Its own steps: pyspy-gil (one grade of solutions/ under py-spy --gil, the py-spy wheel in .whl/: which
-# threads and functions hold the grading process's GIL), ncu-start (ncu_overhead.py --start) and ncu-overhead: docs/measurements/scripts/ncu_overhead.py on the work folder that round 6's
+# threads and functions hold the grading process's GIL), ncu-start (ncu_overhead.py --start), tool-help (ncu's and compute-sanitizer's options on
+# replay, workers and threads), process-marks N (N grades with the process's own marks: process_marks.py) and ncu-overhead: docs/measurements/scripts/ncu_overhead.py on the work folder that round 6's
 # `grades` step keeps (/tmp/r6/solutions-1/work), so `grades` must come before it. Every other step is
 # round 8's script's (and through it round 7's and round 6's: grades N, gpu-tests, cpu, ...), run one at a
 # time in the order given, with this round's output folder.
@@ -17,7 +18,21 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 while [ $# -gt 0 ]; do
   step=$1; shift
+  n=1; case ${1:-} in [0-9]*) n=$1 ;; esac
   case $step in
+  tool-help)
+    echo "== $(date +%T) the tools' options for replay, workers and threads" | tee -a "$OUT/run.txt"
+    { ncu --version | tail -1; ncu --help | grep -i -E -A2 "replay|thread|cache-control|graph"; \
+      compute-sanitizer --version | tail -1; compute-sanitizer --help | grep -i -E -A2 "racecheck|worker|thread"; } \
+      2>&1 | head -120 | tee -a "$OUT/run.txt" ;;
+  process-marks)
+    case ${1:-} in [0-9]*) shift ;; esac
+    echo "== $(date +%T) $n grades of solutions/ with the process's own marks (process_marks.py)" | tee -a "$OUT/run.txt"
+    for k in $(seq 1 "$n"); do
+      t0=$(date +%s.%N)
+      T0=$t0 python3 "$here/process_marks.py" grade solutions --out /tmp/r9-marks --quiet 2>&1 | grep MARKS | tee -a "$OUT/run.txt"
+      echo "  the shell saw $(python3 -c "import time; print(f'{time.time() - $t0:.3f}')") s" | tee -a "$OUT/run.txt"
+    done ;;
   ncu-start)
     echo "== $(date +%T) ncu: a profile child's start, step by step, under ncu and without it" | tee -a "$OUT/run.txt"
     timeout 200 python3 "$here/ncu_overhead.py" /tmp/r6/solutions-1/work "$OUT" --start 2>&1 | tail -12 | tee -a "$OUT/run.txt" ;;

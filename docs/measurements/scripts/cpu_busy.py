@@ -103,20 +103,20 @@ def main() -> int:
     with open(out, "w") as f:
         json.dump({"cpus": ncpu, "rc": proc.returncode, "rows": rows, "cpu_s_by_kind": by_kind,
                    "cpu_s_by_second": by_second}, f)
+    print(f"cpus {ncpu}; per 0.5 s: t, busy CPUs, runnable, the grading process's CPUs")
+    for k in range(0, len(rows), 5):
+        part = rows[k:k + 5]
+        print(f"  {part[0]['t']:5.1f} {sum(r['busy_cpus'] for r in part) / len(part):5.1f} "
+              f"{max(r['running'] for r in part):3d} {sum(r['grader_cpus'] for r in part) / len(part):4.2f}")
     print("CPU seconds by process kind (sampled every 0.1 s; a process shorter than that may be missed):")
     ranked = [what for what, _s in sorted(by_kind.items(), key=lambda kv: -kv[1])]
-    for what in ranked[:24]:
+    for what in ranked[:14]:
         print(f"  {by_kind[what]:6.2f}  {what}")
     top = ranked[:9]
     print("CPU seconds per second of the run, the busiest kinds: " + "; ".join(f"{k + 1}={w}" for k, w in enumerate(top)))
     for sec, kinds in by_second.items():
         print(f"  {sec:3d}s " + " ".join(f"{kinds.get(w, 0):5.2f}" for w in top)
               + f"  rest {sum(v for k, v in kinds.items() if k not in top):5.2f}")
-    print(f"cpus {ncpu}; per 0.5 s: t, busy CPUs, runnable, the grading process's CPUs")
-    for k in range(0, len(rows), 5):
-        part = rows[k:k + 5]
-        print(f"  {part[0]['t']:5.1f} {sum(r['busy_cpus'] for r in part) / len(part):5.1f} "
-              f"{max(r['running'] for r in part):3d} {sum(r['grader_cpus'] for r in part) / len(part):4.2f}")
     return 0
 
 

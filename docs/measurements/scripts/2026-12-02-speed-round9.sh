@@ -2,12 +2,16 @@
 # Device calls of speed round 9 (#32; docs/measurements/2026-12-02-h200-speed-round9.md). From the repo
 # root on the device machine, with .whl and .deb carried:
 #   bash docs/measurements/scripts/2026-12-02-speed-round9.sh STEP [N] ...
-# Its own steps: pyspy-gil (one grade of solutions/ under py-spy --gil, the py-spy wheel in .whl/: which
-# threads and functions hold the grading process's GIL), ncu-start (ncu_overhead.py --start), tool-help (ncu's and compute-sanitizer's options on
-# replay, workers and threads), process-marks N (N grades with the process's own marks: process_marks.py) and ncu-overhead: docs/measurements/scripts/ncu_overhead.py on the work folder that round 6's
-# `grades` step keeps (/tmp/r6/solutions-1/work), so `grades` must come before it. Every other step is
-# round 8's script's (and through it round 7's and round 6's: grades N, gpu-tests, cpu, ...), run one at a
-# time in the order given, with this round's output folder.
+# Its own steps:
+#   pyspy-gil       one grade of solutions/ under py-spy --gil (the py-spy wheel in .whl/): which threads
+#                   and functions hold the grading process's GIL;
+#   ncu-start       ncu_overhead.py --start: a profile child's start, step by step, with and without ncu;
+#   tool-help       ncu's and compute-sanitizer's options on replay, workers and threads;
+#   process-marks N N grades with the process's own marks (process_marks.py);
+#   ncu-overhead    ncu_overhead.py on the work folder that round 6's `grades` step keeps
+#                   (/tmp/r6/solutions-1/work), so `grades` must come before it.
+# Every other step is round 8's script's (and through it round 7's and round 6's: grades N, interleave N,
+# gpu-tests, cpu, ...), run one at a time in the order given, with this round's output folder.
 set -u
 export OUT=${OUT:-/tmp/r9-out}
 mkdir -p "$OUT"

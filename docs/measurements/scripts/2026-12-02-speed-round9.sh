@@ -22,7 +22,6 @@ fi
 export PYTHONPATH=/tmp/site:$PWD
 while [ $# -gt 0 ]; do
   step=$1; shift
-  n=1; case ${1:-} in [0-9]*) n=$1 ;; esac
   case $step in
   tool-help)
     echo "== $(date +%T) the tools' options for replay, workers and threads" | tee -a "$OUT/run.txt"
@@ -30,7 +29,7 @@ while [ $# -gt 0 ]; do
       compute-sanitizer --version | tail -1; compute-sanitizer --help | grep -i -E -A2 "racecheck|worker|thread"; } \
       2>&1 | head -120 | tee -a "$OUT/run.txt" ;;
   process-marks)
-    case ${1:-} in [0-9]*) shift ;; esac
+    n=1; case ${1:-} in [0-9]*) n=$1; shift ;; esac
     echo "== $(date +%T) $n grades of solutions/ with the process's own marks (process_marks.py)" | tee -a "$OUT/run.txt"
     for k in $(seq 1 "$n"); do
       t0=$(date +%s.%N)

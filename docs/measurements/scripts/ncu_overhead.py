@@ -90,7 +90,7 @@ def child(spec_path: Path, mode: str) -> int:
 
     spec = json.loads(spec_path.read_text())
     n, seed = spec["n"], spec["seed"]
-    if mode.startswith("trivial"):
+    if mode == "trivial":
         k = cp.RawKernel(r'extern "C" __global__ void trivial(float* x) { x[threadIdx.x] = 1.0f; }', "trivial")
         x = cp.zeros(1024, dtype=cp.float32)
         for _ in range(7):
@@ -157,10 +157,10 @@ def main() -> int:
     kernels = [s["kernel"] for s in stages]
 
     def run(name: str, app: str, csv: bool, chosen: list[str]) -> dict:
-        wrap = command(tool, ["trivial"] if app.startswith("trivial") else kernels, chosen, "none")
+        wrap = command(tool, ["trivial"] if app == "trivial" else kernels, chosen, "none")
         if not csv:
             wrap = [w for w in wrap if w != "--csv"]
-        if app.startswith("trivial"):
+        if app == "trivial":
             wrap[wrap.index("--launch-count") + 1] = "7"
         prog = ([sys.executable, "-m", "grader.children", "profile", str(spec_path), str(exp / f"r-{name}.json")]
                 if app == "graded" else [sys.executable, __file__, "child", str(spec_path), app])
@@ -209,12 +209,14 @@ def main() -> int:
         (out / "ncu_start.json").write_text(json.dumps(starts, indent=1))
         return 0
     rows = []
-    warm = run("warm", "graded", True, ["gpu__time_duration.sum"])
+    one = ["gpu__time_duration.sum"]
+    warm = run("warm", "graded", True, one)
     print(f"warm-up: {warm['wall_s']} s rc {warm['rc']}", flush=True)
     for rep in (1, 2):
-        for app, chosen in (("graded", metrics), ("lean", metrics), ("ballast", metrics), ("trivial", metrics),
-                            ("trivial-one", ["gpu__time_duration.sum"]), ("graded-one", ["gpu__time_duration.sum"])):
-            r = run(f"timed:{app}:{rep}", app.removesuffix("-one") if app == "graded-one" else app, False, chosen)
+        for label, app, chosen in (("graded", "graded", metrics), ("lean", "lean", metrics),
+                                   ("ballast", "ballast", metrics), ("trivial", "trivial", metrics),
+                                   ("trivial-one", "trivial", one), ("graded-one", "graded", one)):
+            r = run(f"timed:{label}:{rep}", app, False, chosen)
             rows.append(r)
             span = (r["last_at_s"] or 0) - (r["first_at_s"] or 0)
             print(f"{r['run']:22s} wall {r['wall_s']:6.2f} s, first kernel done {r['first_at_s']}, first->last "

@@ -39,12 +39,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from grader.serve import limits, results, retention, signing, views
 from grader.serve.auth import Secrets, Tokens
+from grader.serve.connections import AUTHENTICATED, Gate
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
 from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable
 from grader.serve.stores import open_store
 from grader.serve.supervisor import Supervisor
-from grader.serve.upload import Receiver, Sender, Upload
+from grader.serve.upload import MAX_ZIP_ENTRIES, Receiver, Sender, Upload, zip_entries
 from grader.serve.worker import reap, stale_without_gpu
 
 log = logging.getLogger("grader.serve")
@@ -123,6 +124,20 @@ class Service:
             self._check_token(who.owner, time.time())
         return None
 
+    def charge(self, who: Sender, why: str) -> None:
+        """A token's refused upload whose body the service read counts against its submissions per hour:
+        a failed job without an archive (limits.py). Gradescope's are not limited."""
+        if who.kind is not Kind.SELFCHECK:
+            return
+        now = time.time()
+        job = Job(id=secrets.token_urlsafe(16), kind=who.kind, owner=who.owner, label=who.label, archive_sha="",
+                  key=self.key, created=now, state=State.FAILED, finished=now, error=f"the upload was refused: {why}")
+        try:
+            self.store.add(job, b"")
+        except StoreUnavailable as exc:  # the refusal is answered all the same
+            log.warning("a refused upload of %s was not counted: %s", who.owner, exc)
+        log.info("job %s refused and counted: %s", job.id[:8], why)
+
     def _check_token(self, owner: str, now: float) -> None:
         snap = views.snapshot(self.store, self.settings, now)
         mine = self.store.owner_jobs(owner, now - 3600)
@@ -133,15 +148,23 @@ class Service:
         only here, after the credentials passed, and only when a job is stored."""
         kind, owner, label = up.kind, up.owner, up.label
         if not up.size:
-            raise limits.Refusal(400, "the request has no body: send the submission as a zip archive")
+            raise limits.Refusal(400, "the request has no body: send the submission as a zip archive", charged=True)
+        # The cheap check first: the entry count the end record declares, before the central directory is parsed.
+        entries = zip_entries(up.path)
+        if entries is not None and entries > MAX_ZIP_ENTRIES:
+            raise limits.Refusal(400, f"the zip archive has {entries} entries, and at most {MAX_ZIP_ENTRIES} are "
+                                      "accepted; leave out build outputs and data folders", charged=True)
         try:
+            if entries is None:
+                raise zipfile.BadZipFile("it has no zip end record")
             with zipfile.ZipFile(up.path) as zf:
                 if not zf.namelist():
-                    raise limits.Refusal(400, "the zip archive is empty")
+                    raise limits.Refusal(400, "the zip archive is empty", charged=True)
         # NotImplementedError: a zip whose version (or multi-disk layout) Python cannot read, still not a 500
         except (zipfile.BadZipFile, ValueError, OSError, NotImplementedError) as exc:
             raise limits.Refusal(400, f"the body is not a zip archive ({exc}); "
-                                      "send the submission folder zipped (python -m grader submit does)") from None
+                                      "send the submission folder zipped (python -m grader submit does)",
+                                 charged=True) from None
         sha, now = up.sha, time.time()
         with self.lock:
             self.store.check()
@@ -251,6 +274,7 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
                   openapi_url=None)
     app.state.service = svc
     app.add_middleware(JsonErrors)
+    app.add_middleware(Gate, settings=settings)  # outermost: per-address caps and bodiless methods, before routing
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
@@ -279,13 +303,19 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
     async def post_job(request: Request):
         # Everything the headers decide, before a byte of the body (grader/serve/upload.py).
         who = await run_in_threadpool(svc.receiver.sender, request)
+        request.scope.get(AUTHENTICATED, lambda: None)()  # no longer capped as an anonymous request
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
         early = await run_in_threadpool(svc.admit, who, force)
         if early is not None:
             return early
-        async with svc.receiver.receive(request, who) as up:
-            sub_id = request.headers.get(signing.SUBMISSION_ID_HEADER, "") if up.kind is Kind.GRADESCOPE else ""
-            return await run_in_threadpool(svc.submit, up, force, sub_id)
+        try:
+            async with svc.receiver.receive(request, who) as up:
+                sub_id = request.headers.get(signing.SUBMISSION_ID_HEADER, "") if up.kind is Kind.GRADESCOPE else ""
+                return await run_in_threadpool(svc.submit, up, force, sub_id)
+        except limits.Refusal as exc:
+            if exc.charged:
+                await run_in_threadpool(svc.charge, who, exc.message)
+            raise
 
     @app.get("/api/v1/jobs/{job_id}")
     def get_job(job_id: str):

@@ -69,8 +69,8 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from grader.serve.app import Service, create_app
+    from grader.serve.connections import server_config
     from grader.serve.supervisor import Supervisor
-    from grader.serve.upload import server_config
 
     log = logging.getLogger("grader.serve")
     supervisor = Supervisor(s, gpus)

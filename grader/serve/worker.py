@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -41,6 +42,7 @@ from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
 PROBE_TIMEOUT_S = 60.0  # the worker's probe of its GPU at start (a batch waits the rubric's probe_s)
+GRADE_COMMAND_ENV = "GRADER_SERVE_GRADE_COMMAND"
 REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue
 
 
@@ -100,7 +102,13 @@ def default_name(gpu: str | None, index: int = 0) -> str:
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
                   gpu_lock: Path | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
-    worker's description of its GPU when it has one, and the GPU's lock when other workers share it."""
+    worker's description of its GPU when it has one, and the GPU's lock when other workers share it.
+    ``GRADER_SERVE_GRADE_COMMAND`` (the service's environment, set by whoever starts it) replaces the
+    grader by another command given ``--out OUT -- ARCHIVE``: the service's tests and its soak run use a
+    stand-in that writes a results.json, since the service treats a grading as a black box."""
+    standin = os.environ.get(GRADE_COMMAND_ENV, "").strip()
+    if standin:
+        return [*shlex.split(standin), "--out", str(out), "--", str(archive)]
     cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--no-gpu"] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []

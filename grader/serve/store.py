@@ -254,6 +254,19 @@ class JobStore(abc.ABC):
             return job
         return self._update(job_id, change, results=results)
 
+    def supersede(self, job_id: str, newer: str, now: float | None = None) -> Job | None:
+        """Fail a still-queued job because ``newer`` (the same submitter's later submission) replaces it."""
+        t = time.time() if now is None else now
+
+        def change(job: Job) -> Job | None:
+            if job.state is not State.QUEUED:
+                return None
+            job.state, job.finished, job.lease_until = State.FAILED, t, 0.0
+            job.error = (f"superseded: a newer submission from the same student (job {newer}) arrived while this "
+                         "one waited, and only the newest is graded; its results are on the newer submission")
+            return job
+        return self._update(job_id, change)
+
     def requeue(self, job_id: str, worker: str, *, pid: int | None = None, lease_before: float | None = None,
                 count_attempt: bool = True, max_attempts: int = 3, why: str = "") -> Job | None:
         """Put a running job of ``worker`` back in the queue (or fail it after ``max_attempts``);

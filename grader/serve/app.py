@@ -7,7 +7,8 @@
     GET  /api/v1/jobs/{id}/summary         {"html"}: summary.md rendered (raw HTML escaped, no images)
     GET  /api/v1/queue                     workers, queued kinds and times, running, done_last_hour, mean_grade_s
     GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
-    GET  /healthz                          {"ok", "queue", "workers"}; 503 {"ok": false} when the store is unavailable
+    GET  /healthz                          {"ok", "queue", "store", "disk", "workers"}; 503 {"ok": false} when the
+                                           store is unavailable or the disk has under min_free_mib free
     GET  /, /jobs/{id}                     static/index.html, static/job.html (their JS calls the API)
 
 Every error answers ``{"error": "<sentence>"}``; one no handler expected is a 500 that says only that
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import shutil
 import threading
 import time
 import zipfile
@@ -42,7 +44,7 @@ from grader.serve.auth import Secrets, Tokens
 from grader.serve.connections import AUTHENTICATED, Gate
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
-from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable
+from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable, UnreadableRecord
 from grader.serve.stores import open_store
 from grader.serve.supervisor import Supervisor
 from grader.serve.upload import MAX_ZIP_ENTRIES, Receiver, Sender, Upload, zip_entries
@@ -116,12 +118,25 @@ class Service:
         sender's stored job already (its answer, and the body is never read); a token over a limit
         gets its 429. None: read the body."""
         self.store.check()
+        if self.disk_problem() is not None:
+            raise limits.Refusal(503, limits.DISK_FULL, retry_after=60)
         if not force and who.declared_sha:
             same = self.store.find_same(who.owner, who.declared_sha, self.key)
             if same is not None and not stale_without_gpu(same, self.settings):  # the sender's own job: a wrong declared sha256 can only name another of its own
                 return self._answer(same, 200, deduplicated=True)
         if who.kind is Kind.SELFCHECK:
             self._check_token(who.owner, time.time())
+        return None
+
+    def disk_problem(self) -> str | None:
+        """Why the data folder's disk cannot take more (for the log and /healthz), or None."""
+        try:
+            free = shutil.disk_usage(self.settings.data).free
+        except OSError as exc:
+            return f"the data folder {self.settings.data} cannot be read ({exc.strerror})"
+        if free < self.settings.min_free_mib * 1024 * 1024:
+            return (f"the disk of the data folder has {free / 1024 / 1024:.0f} MiB free, under min_free_mib "
+                    f"({self.settings.min_free_mib:g})")
         return None
 
     def charge(self, who: Sender, why: str) -> None:
@@ -306,6 +321,12 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
             "transfer-encoding" in request.headers
         return error(exc.status, exc.message, exc.retry_after, exc.close or announced)
 
+    @app.exception_handler(UnreadableRecord)
+    async def unreadable(request: Request, exc: UnreadableRecord):
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return error(500, "this job's record was written by another version of the service and cannot be read "
+                          "here; tell the course staff")
+
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable):
         log.error("%s %s: the job store is unavailable: %s", request.method, request.url.path, exc)
@@ -370,14 +391,21 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
 
     @app.get("/healthz")
     def healthz():
+        """ok only when a submission could be taken now: the store answers and the disk has room."""
         try:
             svc.store.check()
             snap = views.snapshot(svc.store, svc.settings)
         except Exception as exc:  # the details go to the log only: /healthz answers anyone
             log.error("healthz: the job store is unavailable: %s: %s", type(exc).__name__, exc)
-            return JSONResponse({"ok": False, "queue": svc.queue.kind, "error": "the job store is unavailable"},
+            return JSONResponse({"ok": False, "queue": svc.queue.kind, "store": "unavailable", "disk": "unknown",
+                                 "error": "the job store is unavailable"}, status_code=503)
+        disk = svc.disk_problem()
+        if disk is not None:
+            log.error("healthz: %s", disk)
+            return JSONResponse({"ok": False, "queue": svc.queue.kind, "store": "ok", "disk": "full",
+                                 "workers": snap.live_workers, "error": "the service's disk is full"},
                                 status_code=503)
-        return {"ok": True, "queue": svc.queue.kind, "workers": snap.live_workers}
+        return {"ok": True, "queue": svc.queue.kind, "store": "ok", "disk": "ok", "workers": snap.live_workers}
 
     def page(name: str):
         path = STATIC / name

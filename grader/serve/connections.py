@@ -40,6 +40,7 @@ from grader.serve.settings import Settings
 
 log = logging.getLogger("grader.serve")
 TICK_S = 1.0  # how often a connection's clock is read
+LINGER_S = 2.0  # a refused connection is half-closed, and what the client still sends discarded, this long
 AUTHENTICATED = "grader.authenticated"  # in a request's scope: call it once the request has authenticated
 NO_BODY_METHODS = frozenset({"GET", "HEAD"})
 PHRASES = {400: "Bad Request", 408: "Request Timeout", 429: "Too Many Requests", 503: "Service Unavailable"}
@@ -75,6 +76,7 @@ class Guarded(H11Protocol):
         self._phase: tuple[object, int] = (h11.IDLE, 0)
         self._phase_since, self._phase_bytes = self.loop.time(), 0
         self._timer = None
+        self._draining = False
         if self.per_ip and self._ip not in self.trusted and self.open_by_ip[self._ip] >= self.per_ip:
             log.warning("refused a connection from %s: it has %d open already", self._ip, self.open_by_ip[self._ip])
             self._refuse(503, f"too many connections from your address: at most {self.per_ip} at once; close "
@@ -96,6 +98,8 @@ class Guarded(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._draining:
+            return
         self._received += len(data)
         super().data_received(data)
         self._observe()
@@ -143,7 +147,12 @@ class Guarded(H11Protocol):
         if cycle is not None:
             cycle.disconnected = True  # the handler's reads end and its answer goes nowhere
             cycle.message_event.set()
-        self.transport.close()
+        # A lingering close: the answer, then our end's FIN, while what the client is still sending is read and
+        # dropped; closing at once with unread bytes would reset the connection and lose the answer.
+        self._draining = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
 
 def _announces_body(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -151,10 +160,6 @@ def _announces_body(headers: list[tuple[bytes, bytes]]) -> bool:
         if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
             return True
     return False
-
-
-def _has_credentials(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(name in (b"authorization", b"x-grader-signature") for name, _ in headers)
 
 
 class Gate:

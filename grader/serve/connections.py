@@ -19,7 +19,8 @@ middleware (:class:`Gate`):
 * a GET or HEAD that announces a body is refused (400) and its connection closed;
 * requests that carry no credentials (the pages, the queue, a wrong Authorization header until it is
   refused) are capped per address: ``anonymous_per_ip`` in progress and
-  ``anonymous_per_ip_per_minute`` begun (429, closed). A request that authenticates stops counting.
+  ``anonymous_per_ip_per_minute`` begun (429, closed). A request that authenticates stops counting;
+  a trusted proxy's own address (one that did not name its client) is not capped.
 
 Every refusal here is the service's JSON (``{"error": ...}``) with ``Connection: close``.
 """
@@ -181,6 +182,9 @@ class Gate:
             return
         ip = (scope.get("client") or ("", 0))[0]
         s = self.settings
+        if ip in s.trusted_proxies:  # a proxy that did not name its client: the proxy limits its clients
+            await self.app(scope, receive, send)
+            return
         now = self.clock()
         begun = self.begun.setdefault(ip, deque())
         while begun and begun[0] < now - 60:

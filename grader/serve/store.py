@@ -139,6 +139,8 @@ def parse_job(raw: str | bytes, job_id: str = "?") -> Job:
     """:meth:`Job.from_json`, or :class:`UnreadableRecord` naming the job and what is wrong."""
     try:
         return Job.from_json(raw)
+    except json.JSONDecodeError:
+        raise  # not a record at all: a corrupted store is a fault to see whole, not a version's record
     except (ValueError, KeyError, TypeError) as exc:
         raise UnreadableRecord(f"job {job_id}: its record cannot be read by this version of the service "
                                f"({type(exc).__name__}: {exc}); it is left alone (a service of the version that "
@@ -152,10 +154,11 @@ def readable(raws: list[tuple[str, str | bytes]]) -> list[Job]:
     for job_id, raw in raws:
         try:
             jobs.append(parse_job(raw, job_id))
-        except UnreadableRecord as exc:
+        except ValueError as exc:  # UnreadableRecord, or not JSON at all: only this job is left out
             if job_id not in _reported:
                 _reported.add(job_id)
-                log.error("%s", exc)
+                log.error("%s", exc if isinstance(exc, UnreadableRecord) else f"job {job_id}: its record is not "
+                          f"JSON ({exc}); it is left out of every list")
     return jobs
 
 

@@ -275,6 +275,7 @@ def test_one_submitters_burst_leaves_one_job_ahead_of_another_student(tmp_path):
         with svc.client() as c:
             states = [c.get(f"{JOBS}/{j.id}").json() for j in jobs]
         assert all(s["state"] == "failed" and s["error"].startswith("superseded") for s in states[:-1])
+        assert [s["superseded_by"] for s in states[:-1]] == [j.id for j in jobs[1:]]  # each by the next one
         assert states[-1]["state"] == "queued"
     with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc2:
         with svc2.client() as c:

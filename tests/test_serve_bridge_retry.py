@@ -105,3 +105,9 @@ def test_a_timeout_and_a_503_are_worth_another_try_and_a_closed_port_is_not():
         with pytest.raises(ServiceError) as refused:
             c.job("a" * 22)
     assert refused.value.problem is Problem.UNREACHABLE and not refused.value.passing
+
+
+def test_a_superseded_job_leaves_its_items_pending_and_names_the_newer_submission():
+    note = bridge.not_merged_note(bridge.Outcome("superseded", "newerjob", job="olderjob"))
+    assert note.startswith("> **GPU grading moved to your newer submission**")
+    assert "`olderjob`" in note and "`newerjob`" in note and "stay pending" in note

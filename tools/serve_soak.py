@@ -12,9 +12,9 @@ children behind as the grader's sandboxed steps do), since the service treats a 
     python tools/serve_soak.py --n 200 --out soak.json
 
 Prints one line per sample and, at the end, JSON: the gradings done and failed, the last sample, and
-``flat`` (:func:`flat`, over the samples after --warmup gradings): the second half holds no more
-processes or open files (sockets apart: they come and go with the clients) than the first half's
-most, memory within ``--memory-slack-mib`` of it, and the last sample has no zombie.
+``flat`` (:func:`flat`, over the samples after --warmup gradings): the last sample, once everything is
+idle, holds no more processes or open files (sockets apart: they come and go with the clients) than
+the first half's most, memory within ``--memory-slack-mib`` of it, and no zombie.
 The machine's other load is read from /proc/loadavg at each sample (``load1``).
 """
 from __future__ import annotations
@@ -149,21 +149,21 @@ def _of(sample: dict, role: str) -> dict:
 
 
 def flat(samples: list[dict], last: dict, slack_kib: int) -> dict:
-    """Whether nothing grew: the second half of the samples holds no more processes or open files than
-    the first half's most, and memory within ``slack_kib`` of it; the last sample has no zombie and the
-    same workers (none restarted)."""
-    half = len(samples) // 2
-    first, second = samples[:half] or samples, samples[half:] or samples
+    """Whether nothing grew by the end: the last sample (taken once the gradings are over, everything
+    idle) holds no more processes or open files than the first half of the samples' most (a grading
+    holds an upload file and its own children while it runs), memory within ``slack_kib`` of it, no
+    zombie, and the same workers (none restarted)."""
+    first = samples[:max(len(samples) // 2, 1)]
 
-    def most(group: list[dict], role: str, key: str) -> int:
-        return max(_of(s, role)[key] for s in group)
+    def most(role: str, key: str) -> int:
+        return max(_of(s, role)[key] for s in first)
 
     checks = {"no zombies at the end": last["zombies"] == 0,
               "same workers": [w["pid"] for w in last["workers"]] == [w["pid"] for w in samples[0]["workers"]],
-              "processes": max(s["processes"] for s in second) <= max(s["processes"] for s in first)}
+              "processes": last["processes"] <= max(s["processes"] for s in first)}
     for role in ["service"] + [f"worker {i}" for i in range(len(last["workers"]))]:
-        checks[f"{role} open files"] = most(second, role, "files") <= most(first, role, "files")
-        checks[f"{role} memory"] = most(second, role, "rss_kib") <= most(first, role, "rss_kib") + slack_kib
+        checks[f"{role} open files"] = _of(last, role)["files"] <= most(role, "files")
+        checks[f"{role} memory"] = _of(last, role)["rss_kib"] <= most(role, "rss_kib") + slack_kib
     return checks
 
 

@@ -103,6 +103,7 @@ class JobState:
     files: list[str] = field(default_factory=list)
     started: str | None = None
     without_gpu: str = ""  # the service graded it without a GPU, and why ("" on a GPU)
+    superseded_by: str = ""  # failed because the same Gradescope student's newer job replaced it
 
     @property
     def finished(self) -> bool:
@@ -290,7 +291,8 @@ class Client:
         return JobState(job_id, str(data.get("state", "")), _int(data.get("position")), _num(data.get("estimate_s")),
                         _num(data.get("score")), _num(data.get("max_score")), str(data.get("error") or ""),
                         files, data.get("started") if isinstance(data.get("started"), str) else None,
-                        str(data.get("without_gpu") or "")[:300])
+                        str(data.get("without_gpu") or "")[:300],
+                        sb if isinstance(sb := data.get("superseded_by"), str) and JOB_ID.match(sb) else "")
 
     def wait(self, job_id: str, timeout_s: float, on_update: Callable[[JobState], None] | None = None,
              first_delay_s: float = 1.0, max_delay_s: float = 10.0) -> JobState:

@@ -79,6 +79,7 @@ class Job:
     # Why its grading had no GPU ("" when it had one, or before it is graded): its GPU items are "not
     # evaluated", and the bridge, the page and a later regrade must know it was not a GPU grading.
     without_gpu: str = ""
+    superseded_by: str = ""  # the same Gradescope submitter's newer job that replaced this queued one
 
     @property
     def priority(self) -> int:
@@ -307,7 +308,7 @@ class JobStore(abc.ABC):
         def change(job: Job) -> Job | None:
             if job.state is not State.QUEUED:
                 return None
-            job.state, job.finished, job.lease_until = State.FAILED, t, 0.0
+            job.state, job.finished, job.lease_until, job.superseded_by = State.FAILED, t, 0.0, newer
             job.error = (f"superseded: a newer submission from the same student (job {newer}) arrived while this "
                          "one waited, and only the newest is graded; its results are on the newer submission")
             return job

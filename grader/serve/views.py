@@ -98,6 +98,8 @@ def job_view(job: Job, snap: Snapshot) -> dict:
         view["position"] = snap.position(job)
     if job.state is State.FAILED:
         view["error"] = job.error
+    if job.superseded_by:  # failed only because the same student's newer submission replaced it
+        view["superseded_by"] = job.superseded_by
     if job.without_gpu:  # a grading without a GPU: its GPU items were not evaluated (the bridge keeps them pending)
         view["without_gpu"] = job.without_gpu
     return view

@@ -68,7 +68,7 @@ class BridgeConfig:
 class Outcome:
     """What happened, for extra_data.gpu_service and the log (typed: tests and people read the state)."""
 
-    state: str  # merged | without_gpu | queued | running | failed | refused | unreachable | misconfigured | skipped
+    state: str  # merged | without_gpu | queued | running | failed | superseded | refused | unreachable | misconfigured | skipped
     reason: str = ""
     job: str | None = None
     url: str | None = None
@@ -287,6 +287,10 @@ def not_merged_note(outcome: Outcome) -> str:
         return (f"> **The GPU service graded without a GPU** (job `{outcome.job}`: {outcome.reason}): "
                 f"{outcome.still_pending} items are still pending GPU grading, not part of this score yet. "
                 "Please tell course staff; a Regrade once the service has its GPU back grades them.\n\n")
+    if outcome.state == "superseded":
+        return (f"> **GPU grading moved to your newer submission**: this one (job `{outcome.job}`) waited in the GPU "
+                f"service's queue when a newer submission of yours arrived (job `{outcome.reason}`), and only the "
+                "newest is graded; its GPU results are on that submission. The GPU items here stay pending.\n\n")
     if outcome.state == "failed":
         return (f"> **GPU grading failed** on the course's GPU service (job `{outcome.job}`): {outcome.reason} "
                 "Please tell course staff.\n\n")
@@ -363,6 +367,9 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
                   f"waiting up to {budget:.0f} s", flush=True)
             job = client.wait(sub.id, budget)
             outcome.state = job.state
+            if job.state == "failed" and job.superseded_by:
+                outcome.state, outcome.reason = "superseded", job.superseded_by
+                return results, outcome
             if job.state == "failed":
                 outcome.reason = job.error or "no reason given"
                 return results, outcome

@@ -18,6 +18,7 @@ from pathlib import Path
 from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
+from grader.compile.resources import add_spills
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
@@ -166,8 +167,11 @@ def read_sass(job: Job) -> Job:
     if job.sass_dumps is not None:
         done = job.sass_dumps.collect()
         for sid in [s for s in job.outcomes if s in done]:  # the rubric's order
-            job.outcomes[sid].sass, seconds = done[sid]
+            o = job.outcomes[sid]
+            o.sass, seconds = done[sid]
             job.clock.add("sass", seconds, sid)
+            if o.compile is not None and o.compile.kernel is not None and o.sass.available:
+                add_spills(o.compile.kernel, o.sass.local_bytes)  # a kernel with a stack frame: its STL/LDL
     return job
 
 

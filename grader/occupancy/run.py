@@ -158,7 +158,7 @@ def start_builds(root: Path, rubric: Rubric, env, work: Path, pool: Executor, *,
         Path(work).mkdir(parents=True, exist_ok=True)
         futures = start_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), Path(work),
                             _compile_timeout(rubric), bool(getattr(env, "has_gpu", False)), pool,
-                            user=student_user(), fence=fence)
+                            user=student_user(), fence=fence, cuobjdump=getattr(env, "cuobjdump", None))
     except Exception:  # the grader's own bug: the occupancy step builds, and says so, as before
         return None
     return PendingBuilds(src, futures)
@@ -222,7 +222,8 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
             progress("occupancy: compiling occ.cu")
             tb = time.monotonic()
             builds = build_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), work,
-                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence)
+                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence,
+                               cuobjdump=getattr(env, "cuobjdump", None))
             build_s = time.monotonic() - tb
             clock.add("build", build_s, "occupancy")
         log["steps"]["compile_s"] = round(build_s, 2)

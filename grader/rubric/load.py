@@ -128,6 +128,7 @@ def _settings(s: Reader) -> dict[str, Any]:
                                 for f in dataclasses.fields(RunLimits)})
     lr.done()
     out_limit = s.positive("output_limit_bytes", int, 20000)
+    max_device = s.positive("max_static_device_bytes", int, Rubric.max_static_device_bytes)
     bench = _bench(s.sub("bench", {}), Bench())
     plausible = float(s.positive("plausible_max_fraction_of_baseline", default=1.2))
     pr = s.sub("profile", {})
@@ -145,7 +146,7 @@ def _settings(s: Reader) -> dict[str, Any]:
     s.done()
     return dict(arch_without_device=arch, correctness_sizes=sizes, timeouts=timeouts, output_limit_bytes=out_limit,
                 profile=profile, sanitizer=sanitizer, stage_limits=stage_limits, bench=bench, plausible=plausible,
-                bonus=bonus)
+                bonus=bonus, max_static_device_bytes=max_device)
 
 
 def _peaks(p: Reader) -> tuple[tuple[PeakOverride, ...], dict[str, dict[str, float]]]:

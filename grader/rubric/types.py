@@ -147,6 +147,9 @@ class Timeouts:
     stage_run_s: float | None = None
     checker_s: float = 300.0
     submission_s: float = 300.0  # the stages' runs together; stages still waiting past it are not run
+    # Every compile of a submission together (the stages', occ.cu's), from the first one's start: a
+    # compile that would start past it is not run, and one running is cut to what is left.
+    static_total_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,9 @@ class Rubric:
     profile: Profile = Profile()
     sanitizer: Sanitizer = Sanitizer()
     stage_limits: RunLimits = RunLimits()
+    # A stage's cubin may declare at most this many bytes of static __device__ memory (read from the
+    # cubin): a GEMM kernel needs none, and a large buffer is where precomputed results would hide.
+    max_static_device_bytes: int = 16 * 1024 * 1024
     occupancy: OccupancyConfig | None = None  # the occupancy exercises, when the rubric has them
     report: ReportConfig | None = None  # the written report, when the rubric has one
     # sha256 of the rubric file's bytes ("" when built from a dict): recorded in every grading, so a

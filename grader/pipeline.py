@@ -94,7 +94,7 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     t0 = time.monotonic()
     o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
                               sizes + [st.bench.n], user=student_user(),
-                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)))
+                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)), deadline=job.compile_deadline)
     times = [("compile", time.monotonic() - t0)]
     times += [(f"compile.{part}", seconds) for part, seconds in o.compile.seconds.items()]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
@@ -127,7 +127,8 @@ def compile_stages(job: Job) -> Job:
             from grader.occupancy.run import start_builds
 
             pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
-                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)))
+                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)),
+                                   deadline=job.compile_deadline)
         _follow_compiles(job, selected, [pool.submit(_compile_one, job, st, sizes) for st in selected])
         if pending is not None:
             job.progress("occupancy: compiling occ.cu")

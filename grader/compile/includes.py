@@ -78,7 +78,14 @@ def literal_problem(source: bytes, name: str) -> str:
     '..' could read the grader's or the solutions' files (and echo them in an error message), and
     a computed include (``#include MACRO``) hides where it points.
     """
+    return scan_includes(source, name)[0]
+
+
+def scan_includes(source: bytes, name: str) -> tuple[str, list[str]]:
+    """(:func:`literal_problem`'s answer, the names the file includes, in order). The names are
+    what a build may read next to it: a file nothing reaches this way is read by no build."""
     text = _without_comments(source.decode("utf-8", "replace"))
+    targets: list[str] = []
     # Line numbers counted from the previous directive on, so the scan stays linear in the text
     # however many directives it holds (1 MiB of `#import<>` lines is ~100,000 of them).
     line, counted = 1, 0
@@ -89,12 +96,13 @@ def literal_problem(source: bytes, name: str) -> str:
         inner = _LITERAL.match(target)
         if not inner:
             return (f"{name}:{line}: {quote_code(f'#{directive} {target}')} is not allowed: include a `<header>` or a "
-                    '"file" next to it by its literal name')
+                    '"file" next to it by its literal name'), targets
         path = inner.group(1)[1:-1]
         if path.startswith("/") or ".." in path.split("/") or "\\" in path:
             return (f"{name}:{line}: {quote_code(f'#{directive} {inner.group(1)}')} is not allowed: only system headers "
-                    "and files in your submission's own folder may be included")
-    return ""
+                    "and files in your submission's own folder may be included"), targets
+        targets.append(path)
+    return "", targets
 
 
 def parse_make_deps(text: str) -> list[str]:

@@ -17,7 +17,15 @@ from grader.compile.cubin import CubinFormatError, kernel_param_sizes, read_int_
 from grader.compile.locate import Problem, locate
 from grader.compile.ptxas import KernelResources, name_hint
 from grader.compile.resources import cubin_kernels
-from grader.compile.student import CompileRecord, CompileStatus, Fence, Scratch, compile_student, prepare_scratch
+from grader.compile.student import (
+    CompileRecord,
+    CompileStatus,
+    Deadline,
+    Fence,
+    Scratch,
+    compile_student,
+    prepare_scratch,
+)
 from grader.compile.tool_search import Tool
 from grader.model import Cause, ProcRecord
 from grader.rubric.load import Launch, Rubric, Stage
@@ -81,7 +89,7 @@ def check_launch(values: list[int] | None, stage: Stage, sizes: list[int]) -> tu
 
 def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None, arch_flags: list[str],
                   rubric: Rubric, sizes: list[int], user: str | None = None,
-                  fence: Fence | None = None) -> CompileResult:
+                  fence: Fence | None = None, deadline: Deadline | None = None) -> CompileResult:
     """Compile one stage. ``user``: as root, run nvcc as this unprivileged account (it then
     cannot read the grader, the rubric or the solutions, whatever the source includes)."""
     result = CompileResult(stage=stage.id, ok=False)
@@ -102,7 +110,7 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
         return result
     flags = ["-cubin", *arch_flags, "-O3", "-Xptxas", "-v", "-lineinfo"]
     built = compile_student(nvcc, scratch, f"{stage.id}.cubin", flags, timeout_s=rubric.timeouts.compile_s,
-                            output_limit=rubric.output_limit_bytes, fence=fence)
+                            output_limit=rubric.output_limit_bytes, fence=fence, deadline=deadline)
     result.proc = built.proc
     result.seconds.update(built.seconds)
     t0 = time.monotonic()
@@ -116,7 +124,7 @@ def _read_build(result: CompileResult, built: CompileRecord, stage: Stage, sizes
                 scratch: Scratch, max_static_device_bytes: int) -> CompileResult:
     """The compiled cubin: kernel, resources, signature, launch shape, TMA boxes. Everything is read
     from the cubin (grader/compile/resources.py), nothing from what the compiler printed."""
-    result.notes += [f"not copied for compiling: {s}" for s in scratch.skipped]
+    result.notes += [f"not copied for compiling: {s}" for s in scratch.skipped] + scratch.unread
     if built.status is not CompileStatus.OK or built.output is None:
         result.problem = built.problem
         return result

@@ -16,6 +16,7 @@ from grader.children.protocol import CheckRequest
 from grader.clock import Clock
 from grader.compile.intake import Intake
 from grader.compile.sass import SassDumps
+from grader.compile.student import Deadline
 from grader.gpu.ncu_run import EarlyProfile
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
@@ -67,6 +68,11 @@ class Job:
     @property
     def shares_gpu(self) -> bool:
         return self.gpu_lock is not None
+
+    @property
+    def compile_deadline(self) -> Deadline:
+        """The submission's compiles (its stages', occ.cu's) all end by this (settings.timeouts.static_total_s)."""
+        return Deadline.after(self.started, self.rubric.timeouts.static_total_s)
 
     def wants(self, part: str) -> bool:
         return self.parts is None or part in self.parts

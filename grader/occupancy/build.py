@@ -18,7 +18,7 @@ from grader.compile.cubin import CubinFormatError
 from grader.compile.ptxas import KernelResources, name_hint
 from grader.compile.resources import add_spills, cubin_kernels
 from grader.compile.sass import dump_sass
-from grader.compile.student import CompileStatus, Fence, compile_student, prepare_scratch
+from grader.compile.student import CompileStatus, Deadline, Fence, compile_student, prepare_scratch
 from grader.compile.tool_search import Tool
 from grader.model import ProcRecord
 from grader.rubric.occupancy import OccupancyConfig
@@ -52,9 +52,10 @@ def trim(text: str, limit: int = 1500) -> str:
 
 
 def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: float, file: str,
-             need: tuple[str, ...], fence: Fence | None, cuobjdump: Tool | None = None) -> Build:
+             need: tuple[str, ...], fence: Fence | None, cuobjdump: Tool | None = None,
+             deadline: Deadline | None = None) -> Build:
     record = compile_student(nvcc, scratch, build.output.name, flags, timeout_s=timeout_s,
-                             output_limit=BUILD_OUTPUT_LIMIT, fence=fence)
+                             output_limit=BUILD_OUTPUT_LIMIT, fence=fence, deadline=deadline)
     build.proc = record.proc
     what = f"{file} (-maxrregcount={build.cap})" if build.cap is not None else file
     if record.status is CompileStatus.REFUSED:
@@ -115,7 +116,8 @@ def _plan(cfg: OccupancyConfig, arch_flags: list[str], build_dir: Path,
 
 def start_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
               timeout_s: float, with_gpu: bool, pool: Executor, user: str | None = None,
-              fence: Fence | None = None, cuobjdump: Tool | None = None) -> dict[str, Future[Build]]:
+              fence: Fence | None = None, cuobjdump: Tool | None = None,
+              deadline: Deadline | None = None) -> dict[str, Future[Build]]:
     """Copy the program's folder for building (now), then submit every build to ``pool`` and return
     at once: the pipeline starts them beside the stages' compiles (grader/pipeline.py:
     compile_stages), on one pool bounded by the CPU count. A refused copy (an ``#include`` that
@@ -132,7 +134,7 @@ def start_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str]
             futures[label].set_result(b)
         else:
             futures[label] = pool.submit(_compile, b, nvcc, scratch, flags, timeout_s, cfg.program_file, need, fence,
-                                         cuobjdump)
+                                         cuobjdump, deadline)
     return {label: futures[label] for label in jobs}
 
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from grader.clock import Clock
 from grader.compile.locate import MAX_SOURCE_BYTES, Problem, locate
-from grader.compile.student import Fence, student_user
+from grader.compile.student import Deadline, Fence, student_user
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
@@ -142,7 +142,7 @@ def _compile_timeout(rubric) -> float:
 
 
 def start_builds(root: Path, rubric: Rubric, env, work: Path, pool: Executor, *,
-                 fence: Fence | None = None) -> PendingBuilds | None:
+                 fence: Fence | None = None, deadline: Deadline | None = None) -> PendingBuilds | None:
     """Start the program's builds on ``pool`` (grader/pipeline.py: compile_stages, so they run beside
     the stages' compiles instead of after the GPU steps): the same builds, flags, limits and fence as
     :func:`grade_occupancy_submission` would make. None when it would build nothing (no section, no
@@ -158,7 +158,8 @@ def start_builds(root: Path, rubric: Rubric, env, work: Path, pool: Executor, *,
         Path(work).mkdir(parents=True, exist_ok=True)
         futures = start_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), Path(work),
                             _compile_timeout(rubric), bool(getattr(env, "has_gpu", False)), pool,
-                            user=student_user(), fence=fence, cuobjdump=getattr(env, "cuobjdump", None))
+                            user=student_user(), fence=fence, cuobjdump=getattr(env, "cuobjdump", None),
+                            deadline=deadline)
     except Exception:  # the grader's own bug: the occupancy step builds, and says so, as before
         return None
     return PendingBuilds(src, futures)

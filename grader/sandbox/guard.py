@@ -90,6 +90,25 @@ def student_user() -> str | None:
     return None if name in ("", NO_USER) else name
 
 
+# Who a student's own program runs as, as root with no student user configured: RLIMIT_NPROC never
+# binds root (the kernel exempts uid 0), so a fork bomb as root was stopped only by the watchdog racing
+# it (49 s against an 8 s limit on the GPU host, issue #43); as any other uid the kernel stops the forks.
+FALLBACK_HOST_USER = "nobody"
+
+
+def host_code_user() -> str | None:
+    """The user a student's host program runs as: ``$GRADER_STUDENT_USER``; as root without one,
+    :data:`FALLBACK_HOST_USER` where the system has it; else None (no switch: not root)."""
+    user = student_user()
+    if user or os.geteuid() != 0:
+        return user
+    try:
+        pwd.getpwnam(FALLBACK_HOST_USER)
+    except KeyError:
+        return None
+    return FALLBACK_HOST_USER
+
+
 def mode() -> Mode:
     """How fenced steps run here (probed once per process and student user)."""
     return _fenced_mode(student_user())

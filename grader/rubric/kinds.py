@@ -324,6 +324,8 @@ def _judge_compiles(item: Item, o: StageView, context: JudgeContext) -> ItemResu
         msg = (f"compiled; {k.registers} registers, {k.shared_bytes} B static shared memory, "
                f"launch {launch.block[0]}x{launch.block[1]} threads, tile {launch.tile[0]}x"
                f"{launch.tile[1]} ({c.launch_source})")
+        if c.notes:  # e.g. a file of the folder that no build reads, whose #include would be refused
+            msg += ". Note: " + "; ".join(c.notes)
         tried, why = attempt(o)
         if tried is None:
             return result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")

@@ -53,6 +53,9 @@ class Bench:
     min_reps: int = 5
     max_seconds: float = 20.0
     flush_l2: bool = True
+    # A warm-up launch this many times longer than the timed launches' median holds the stage's speed
+    # items for review (a kernel may spend its warm-up preparing for the timed launches).
+    warmup_review_multiple: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,11 @@ class Profile:
     n: int = 2048
     clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
     timeout_s: float = 60.0  # the whole ncu run (the reference kernels: 7.9 s on an H200)
+    # The code profiled must be the code timed (grader/profile/agreement.py): ncu's duration of its launch
+    # against the stage child's own launches at the profile size, and the rate there against the rate at
+    # the benchmark size, each within this factor either way; else the stage's ncu items fail.
+    duration_agreement: float = 1.5
+    rate_agreement: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from the JSON in ``$FAKE_CUPY`` (all keys optional):
   ``{"replay_from": k}`` its launches from the k-th (0-based) on write launch k-1's result again;
 - ``device_log``: every device array is kept (device memory keeps what was written to it until it
   is written again) and each such launch appends one JSON line to that file: the sha256 of the
-  bytes of every device array of ``n`` elements, as they are while the kernel runs.
+  bytes of every device array of ``n`` or ``n * n`` elements, as they are while the kernel runs.
 
 Device arrays are NumPy arrays of a subclass (:class:`ndarray`); ``asnumpy`` gives a plain copy.
 A kernel exists when its name is in the cubin's bytes. Occupancy comes from the

@@ -1,0 +1,31 @@
+#!/bin/bash
+# Issue #43 round 3 (GPU half), one device call, run from the repository root of this branch's tree:
+#   1. grade solutions/ with main's grader (../ : the tree the call was sent from) and with this branch's;
+#   2. grade tests/submissions/predict_precompute and n_branch_timed_path with this branch's grader;
+#   3. the GPU tests touched: tests/test_hostile.py's GPU verdicts of those two cases.
+# Logs go under $OUT; docs/measurements/2026-12-06-integrity-round3.md records the numbers.
+set -u
+BR=$PWD
+log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+summ() { python3 docs/measurements/scripts/integrity_round3.py "$1" "$2" | tee -a "$OUT/summary.txt"; }
+grade() {  # grade ROOT SUB OUTNAME [extra...]
+  local root=$1 sub=$2 name=$3; shift 3
+  log "grade $name ($root)"
+  local t0=$(date +%s.%N)
+  (cd "$root" && timeout 150 python3 -m grader grade "$sub" --out "$OUT/$name" --quiet "$@") > "$OUT/$name.log" 2>&1
+  local rc=$? t1=$(date +%s.%N)
+  echo "$name: rc $rc, wall $(python3 -c "print(round($t1 - $t0, 2))") s" | tee -a "$OUT/summary.txt"
+  rm -rf "$OUT/$name/work" 2>/dev/null
+  summ "$OUT/$name" "$name"
+}
+grade "$BR/.." solutions solutions-main
+grade "$BR" solutions solutions-branch
+grade "$BR" tests/submissions/predict_precompute predict_precompute --stages coalesced
+grade "$BR" tests/submissions/n_branch_timed_path n_branch_timed_path --stages tiled
+log "pytest hostile GPU verdicts"
+timeout 150 python3 -m pytest tests/test_hostile.py -q -p no:cacheprovider -k "gpu_verdicts and (predict_precompute or n_branch_timed_path)" \
+  > "$OUT/pytest_hostile.log" 2>&1
+echo "pytest hostile: rc $?" | tee -a "$OUT/summary.txt"
+tail -5 "$OUT/pytest_hostile.log" | tee -a "$OUT/summary.txt"
+log done

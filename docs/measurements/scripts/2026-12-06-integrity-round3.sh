@@ -13,7 +13,7 @@ grade() {  # grade ROOT SUB OUTNAME [extra...]
   local root=$1 sub=$2 name=$3; shift 3
   log "grade $name ($root)"
   local t0=$(date +%s.%N)
-  (cd "$root" && timeout 150 python3 -m grader grade "$sub" --out "$OUT/$name" --quiet "$@") > "$OUT/$name.log" 2>&1
+  (cd "$root" && PYTHONPATH=/tmp/site:$root timeout 150 python3 -m grader grade "$sub" --out "$OUT/$name" --quiet "$@") > "$OUT/$name.log" 2>&1
   local rc=$? t1=$(date +%s.%N)
   echo "$name: rc $rc, wall $(python3 -c "print(round($t1 - $t0, 2))") s" | tee -a "$OUT/summary.txt"
   rm -rf "$OUT/$name/work" 2>/dev/null
@@ -24,7 +24,7 @@ grade "$BR" solutions solutions-branch
 grade "$BR" tests/submissions/predict_precompute predict_precompute --stages coalesced
 grade "$BR" tests/submissions/n_branch_timed_path n_branch_timed_path --stages tiled
 log "pytest hostile GPU verdicts"
-timeout 150 python3 -m pytest tests/test_hostile.py -q -p no:cacheprovider -k "gpu_verdicts and (predict_precompute or n_branch_timed_path)" \
+PYTHONPATH=/tmp/site:$BR timeout 150 python3 -m pytest tests/test_hostile.py -q -p no:cacheprovider -k "gpu_verdicts and (predict_precompute or n_branch_timed_path)" \
   > "$OUT/pytest_hostile.log" 2>&1
 echo "pytest hostile: rc $?" | tee -a "$OUT/summary.txt"
 tail -5 "$OUT/pytest_hostile.log" | tee -a "$OUT/summary.txt"

@@ -273,3 +273,30 @@ def test_every_benchmark_launch_gets_inputs_no_earlier_launch_could_see(tmp_path
                                                                             ("timed", True)]
     _, again, _ = _stage_run(tmp_path, monkeypatch, "seeds-again", {})
     assert not set(again["bench"]["input_seeds"]) & set(bench["input_seeds"])
+
+
+def test_the_baseline_is_timed_on_its_own_pristine_inputs_whatever_the_kernel_wrote():
+    """Before each baseline launch its inputs are copied from its own originals into the buffers the
+    student's kernel just had; when the originals no longer match their sums (a kernel wrote over them),
+    they are drawn again from the benchmark's seed, and the run counts it."""
+    from grader.children.inputs import make_inputs_xp
+    from grader.children.protocol import BenchRun, BenchSpec, StageSpec
+    from grader.children.stage import Runner
+
+    n, seed = 64, 9
+    runner = object.__new__(Runner)
+    runner.cp = np
+    runner.spec = StageSpec(id="tiled", inputs="fp32", baseline="cublas_sgemm", correctness=[], out_dir="",
+                            bench=BenchSpec(n=n, seed=seed, warmup=0, reps=1, min_reps=1, max_seconds=1, flush_l2=False))
+    a, b = make_inputs_xp(np, n, seed, "fp32")
+    a0, b0 = a.copy(), b.copy()
+    t = {"n": n, "a": a, "b": b, "pristine": (a0, b0, runner._digest(a0), runner._digest(b0))}
+    want = make_inputs_xp(np, n, seed, "fp32")
+    run = BenchRun(n=n, seed=seed)
+    a[...], b[...] = make_inputs_xp(np, n, 1234, "fp32")  # the student's launch's inputs
+    runner._pristine_baseline_inputs(t, run)
+    assert np.array_equal(a, want[0]) and np.array_equal(b, want[1]) and run.baseline_inputs_redrawn == 0
+    a0[5, :] = 0.0  # a kernel wrote over the originals, and over the buffers
+    a[...] = 0.0
+    runner._pristine_baseline_inputs(t, run)
+    assert np.array_equal(a, want[0]) and np.array_equal(a0, want[0]) and run.baseline_inputs_redrawn == 1

@@ -156,6 +156,7 @@ class BenchRun:
     warmup_seeds: list[int] = field(default_factory=list)
     profile_n: int | None = None
     profile_ms: list[float] = field(default_factory=list)
+    baseline_inputs_redrawn: int = 0  # times the baseline's pristine inputs had changed and were drawn again
 
 
 @dataclass

@@ -194,12 +194,30 @@ class Runner:
         # C_r @ v_r of every timed output goes to the checker (see _measure); each v_r is drawn after its
         # launch, so only the matrix-vector kernel is loaded now, on a vector that is no secret.
         cp.asnumpy(c_ref @ cp.ones(n, dtype=cp.float32))
-        t = {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush}
+        # The baseline's pristine inputs: copied into a and b before each of its launches, each copy checked
+        # against the originals' sums (the student's kernel may write anywhere in device memory).
+        a0, b0 = a.copy(), b.copy()
+        t = {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush,
+             "pristine": (a0, b0, self._digest(a0), self._digest(b0))}
         pn = self._profile_n()
         if pn:
             pa, pb = self.device_inputs(pn, bs.seed)
             t["profile"] = (pn, pa, pb, cp.full((pn, pn), cp.nan, dtype=cp.float32))
         return t
+
+    def _digest(self, x) -> int:
+        """The sum of ``x``'s 16-bit words: a changed element changes it (bar a change made to keep it)."""
+        return int(x.view(self.cp.uint16).sum(dtype=self.cp.uint64))
+
+    def _pristine_baseline_inputs(self, t: dict, run: BenchRun) -> None:
+        """Put the baseline's own inputs in a and b; when their copies no longer match their sums (a kernel
+        wrote there), draw them again from the benchmark's seed, and count it in ``run``."""
+        a, b, (a0, b0, da, db) = t["a"], t["b"], t["pristine"]
+        a[...], b[...] = a0, b0
+        if self._digest(a) != da or self._digest(b) != db:
+            a0[...], b0[...] = make_inputs_xp(self.cp, t["n"], self.bench_spec().seed, self.spec.inputs)
+            a[...], b[...] = a0, b0
+            run.baseline_inputs_redrawn += 1
 
     def _profile_n(self) -> int | None:
         """The profile size when the benchmark is to time launches there (the kernel's tile divides it)."""
@@ -244,8 +262,8 @@ class Runner:
         # of each timed output is kept, v_r drawn the same way once launch r has ended. The trusted
         # checker, given every seed afterwards, verifies each fingerprint against A_r (B_r v_r) in float64,
         # so a kernel that replays an earlier result or skips work on later launches is caught, whatever
-        # it caches; the last output is checked in full. The baseline gets its own inputs, regenerated
-        # before each of its launches: the student's kernel may have written anywhere in device memory.
+        # it caches; the last output is checked in full. The baseline gets its own pristine inputs before
+        # each of its launches (:meth:`_pristine_baseline_inputs`), never the buffers the kernel just had.
         run = BenchRun(n=n, seed=seed)
         prints: list[np.ndarray] = []
         vector_seeds: list[int] = []
@@ -260,7 +278,7 @@ class Runner:
                 seeds.append(fresh_inputs())
                 c.fill(cp.nan)  # the kernel must write every element again
             else:
-                a[...], b[...] = make_inputs_xp(cp, n, seed, self.spec.inputs)
+                self._pristine_baseline_inputs(t, run)
             if bs.flush_l2:
                 flush.fill(1)
             e0.record()

@@ -30,7 +30,7 @@ from . import cuda  # noqa: F401
 
 __version__ = "0.0-fake"
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
-uint8, uint16, uint32 = _np.uint8, _np.uint16, _np.uint32
+uint8, uint16, uint32, uint64 = _np.uint8, _np.uint16, _np.uint32, _np.uint64
 nan = _np.nan
 _KEPT: list = []  # every device array, with device_log (see the module docstring)
 _KEEP = bool(cuda.config().get("device_log"))

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue #43 round 3 (GPU half), one device call, run from the repository root of this branch's tree:
-#   1. grade solutions/ with main's grader (../ : the tree the call was sent from) and with this branch's;
-#   2. grade tests/submissions/predict_precompute and n_branch_timed_path with this branch's grader;
+#   1. grade tests/submissions/predict_precompute with this branch's grader;
+#   2. grade solutions/ with main's grader (../ : the tree the call was sent from) and with this branch's;
+#      then tests/submissions/n_branch_timed_path with this branch's;
 #   3. the GPU tests touched: tests/test_hostile.py's GPU verdicts of those two cases.
 # Logs go under $OUT; docs/measurements/2026-12-06-integrity-round3.md records the numbers.
 set -u
@@ -19,9 +20,9 @@ grade() {  # grade ROOT SUB OUTNAME [extra...]
   rm -rf "$OUT/$name/work" 2>/dev/null
   summ "$OUT/$name" "$name"
 }
+grade "$BR" tests/submissions/predict_precompute predict_precompute --stages coalesced
 grade "$BR/.." solutions solutions-main
 grade "$BR" solutions solutions-branch
-grade "$BR" tests/submissions/predict_precompute predict_precompute --stages coalesced
 grade "$BR" tests/submissions/n_branch_timed_path n_branch_timed_path --stages tiled
 log "pytest hostile GPU verdicts"
 PYTHONPATH=/tmp/site:$BR timeout 150 python3 -m pytest tests/test_hostile.py -q -p no:cacheprovider -k "gpu_verdicts and (predict_precompute or n_branch_timed_path)" \

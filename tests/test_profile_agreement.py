@@ -79,6 +79,22 @@ def test_a_timed_stage_without_launches_at_the_profile_size_is_not_evaluated():
     assert o.ncu_gap.message.startswith("not evaluated: ")
 
 
+def test_with_ncu_at_base_clocks_only_the_rates_are_compared():
+    """ncu's clock_control "base" runs the profiled launch at base clocks: a slower ncu duration alone is
+    no disagreement then, while a kernel branching on N still is."""
+    base = dataclasses.replace(RUBRIC, profile=dataclasses.replace(RUBRIC.profile, clock_control="base"))
+    for n_branch in (False, True):
+        g = _reference()
+        o = g.outcomes[PROFILED[0]]
+        assert o.bench is not None and o.ncu is not None
+        o.ncu = {**o.ncu, DURATION_METRIC: 1.8 * o.ncu[DURATION_METRIC]}
+        if n_branch:
+            o.bench.student_ms = [3 * t for t in o.bench.student_ms]
+        _compare_with_timing(o, base)
+        assert o.agreement is not None and o.agreement.duration_ratio == pytest.approx(1.8)
+        assert bool(o.agreement.problem) == n_branch and (o.ncu is None) == n_branch
+
+
 def test_the_judge_needs_every_time_and_bounds_each_ratio_both_ways():
     assert judge(2048, 1e6, [], 4096, [8.0], 1.5, 2.0) is None
     assert judge(2048, 0.0, [1.0], 4096, [8.0], 1.5, 2.0) is None

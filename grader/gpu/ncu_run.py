@@ -142,8 +142,11 @@ def _compare_with_timing(o: StageOutcome, rubric: Rubric) -> None:
     ncu_ns = o.ncu.get(agreement.DURATION_METRIC)
     found = None
     if isinstance(ncu_ns, (int, float)) and bench.profile_n == o.profile_n:
+        # With clock_control "base" ncu runs the kernel at base clocks, the stage child at whatever the
+        # GPU runs: their durations differ by the clock ratio, so only the rates are compared then.
+        duration = prof.duration_agreement if prof.clock_control == "none" else None
         found = agreement.judge(o.profile_n, float(ncu_ns), bench.profile_ms, bench.n, bench.student_ms,
-                                prof.duration_agreement, prof.rate_agreement)
+                                duration, prof.rate_agreement)
     o.agreement = found
     if found is None:
         o.ncu = None

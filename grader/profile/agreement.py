@@ -42,8 +42,10 @@ def _outside(ratio: float, factor: float) -> bool:
 
 
 def judge(profile_n: int, ncu_ns: float, profile_ms: list[float], bench_n: int, bench_ms: list[float],
-          duration_factor: float, rate_factor: float) -> Agreement | None:
-    """The comparisons, or None when a time is missing or not positive (nothing to compare)."""
+          duration_factor: float | None, rate_factor: float) -> Agreement | None:
+    """The comparisons, or None when a time is missing or not positive (nothing to compare).
+    ``duration_factor`` None: ncu's duration is not compared (ncu locked the clocks to another
+    frequency than the stage child's launches ran at), only reported."""
     good = [t for t in profile_ms if t > 0]
     timed = [t for t in bench_ms if t > 0]
     if not good or not timed or not ncu_ns > 0 or profile_n < 1 or bench_n < 1:
@@ -52,7 +54,7 @@ def judge(profile_n: int, ncu_ns: float, profile_ms: list[float], bench_n: int, 
     duration = ncu_ms / p_ms
     rate = (profile_n**3 / p_ms) / (bench_n**3 / b_ms)
     problems = []
-    if _outside(duration, duration_factor):
+    if duration_factor is not None and _outside(duration, duration_factor):
         problems.append(f"Nsight Compute timed its launch at N={profile_n} at {ncu_ms:.3f} ms, while the same "
                         f"kernel at the same size took {p_ms:.3f} ms (median of {len(good)}) when launched "
                         f"without the profiler after the timed launches: {duration:.2f}x, outside the "

@@ -40,7 +40,7 @@ class Job:
     progress: Progress
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
-    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
+    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench"
     checks: list[CheckRequest] = field(default_factory=list)  # finished runs, for the reference checker
     items: list[ItemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

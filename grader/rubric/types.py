@@ -53,6 +53,11 @@ class Bench:
     min_reps: int = 5
     max_seconds: float = 20.0
     flush_l2: bool = True
+    # A warm-up launch this many times longer than the timed launches' median holds the stage's speed
+    # items for review (a kernel may spend its warm-up preparing for the timed launches); every launch
+    # gets fresh inputs, so an honest warm-up does what a timed launch does: the reference kernels'
+    # warm-ups took 0.99-1.00x their timed median on an H100 (docs/measurements/2026-12-06-integrity-round3.md).
+    warmup_review_multiple: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,12 @@ class Profile:
     n: int = 2048
     clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
     timeout_s: float = 60.0  # the whole ncu run (the reference kernels: 7.9 s on an H200)
+    # The code profiled must be the code timed (grader/profile/agreement.py): ncu's duration of its launch
+    # against the stage child's own launches at the profile size, and the rate there against the rate at
+    # the benchmark size, each within this factor either way; else the stage's ncu items fail. The reference
+    # kernels: duration ratios 0.94-1.01, rate ratios 0.75-1.02 on an H100 (2026-12-06-integrity-round3.md).
+    duration_agreement: float = 1.5
+    rate_agreement: float = 2.0
 
 
 @dataclass(frozen=True)

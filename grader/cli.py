@@ -10,6 +10,7 @@
     python -m grader whatif BATCH_OR_GRADINGS [--rubric PROPOSED.yaml] --out DIR (grader/instructor/whatif.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
     python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
+    python -m grader similarity CLASS [--against DIR ...] --out DIR            (grader/similarity)
 
 ``python grader/run_local.py`` keeps the older flags (``--batch``, ``--calibrate``, ``--check-rubric``)
 and maps them onto these commands.
@@ -426,6 +427,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     wi.add_argument("--quiet", action="store_true", help="no summary line")
     wi.set_defaults(func=whatif_command)
 
+    from grader.similarity.cli import add_arguments as add_similarity_arguments
+
+    add_similarity_arguments(sub.add_parser("similarity", help="instructors, no GPU: the class's similarity and "
+                                                               "provenance report (source and SASS)"))
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
     add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))
     add_submit_arguments(sub.add_parser("submit", help="students: grade on the course GPU through the grading service"))

@@ -5,20 +5,23 @@ copydetect (https://github.com/blingenf/copydetect) tokenises the source with Py
 drops comments and whitespace, replaces every name by one letter (V, F, O) and strings by S, and
 winnows the hashes of its k-grams (Schleimer, Wilkerson and Aiken, SIGMOD 2003). The starter's
 fingerprints are given as boilerplate, so code handed out to everyone never counts. The SASS side
-feeds copydetect a string with one character per abstracted instruction (sass_tokens.py), unfiltered.
+hashes k-grams of abstracted instructions (sass_tokens.py) instead of k-grams of characters.
+
+copydetect hashes k-grams with Python's ``hash``, which differs from one process to the next; the
+k-grams are hashed here with BLAKE2b instead (and winnowed by copydetect's ``winnow``), so a report is
+the same every time it is made.
 
 A pair's score is the mean of two shares: the part of each file's fingerprinted text that lies in a
 k-gram the other file also has (each share is copydetect's "similarity" of that file).
 """
 from __future__ import annotations
 
-import io
+import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-from copydetect import CodeFingerprint
-from copydetect.utils import find_fingerprint_overlap, get_copied_slices
+from copydetect.utils import filter_code, find_fingerprint_overlap, get_copied_slices, get_token_coverage, winnow
 
 # Source: copydetect's defaults (noise threshold 25, guarantee 30 characters of the filtered text).
 SOURCE_K, SOURCE_WINDOW = 25, 6
@@ -44,15 +47,48 @@ class PairScore:
 
 
 @dataclass
+class Fingerprint:
+    """copydetect's CodeFingerprint, with stable hashes: the winnowed hashes and where each one is."""
+    k: int
+    raw_code: str
+    offsets: np.ndarray  # copydetect's table from filtered positions to the original text's
+    hashes: set
+    hash_idx: dict
+    token_coverage: float
+
+
+def _gram(units: str | list[str], i: int, k: int) -> bytes:
+    part = units[i:i + k]
+    return (part if isinstance(part, str) else "\x1f".join(part)).encode("utf-8", "surrogatepass")
+
+
+def fingerprint(raw: str, filtered: str | list[str], offsets: np.ndarray, k: int, window: int,
+                boilerplate: set | None = None) -> Fingerprint:
+    """copydetect's get_document_fingerprints with BLAKE2b hashes of k units: characters of the filtered
+    source, or instructions (so a score never depends on which other files share the run)."""
+    grams = [_gram(filtered, i, k) for i in range(len(filtered) - k + 1)]
+    all_hashes = np.array([int.from_bytes(hashlib.blake2b(g, digest_size=8).digest(), "little", signed=True)
+                           for g in grams], dtype=np.int64)
+    if len(all_hashes) == 0:
+        return Fingerprint(k, raw, offsets, set(), {}, 0.0)
+    hashes, idx = winnow(all_hashes, window_size=window, remove_duplicates=False)
+    hash_idx: dict[int, list[int]] = {}
+    for h, i in zip(hashes.tolist(), idx.tolist()):
+        if h not in (boilerplate or ()):
+            hash_idx.setdefault(h, []).append(i)
+    return Fingerprint(k, raw, offsets, set(hash_idx), hash_idx,
+                       float(get_token_coverage(hash_idx, k, len(filtered))))
+
+
+@dataclass
 class Print:
     """One document's fingerprint and how to show a stretch of it."""
-    fp: CodeFingerprint
+    fp: Fingerprint
     show: Callable[[int, int], str]  # (start, end) in the filtered text -> the original text
     empty: bool = False  # nothing left to compare (all of it was boilerplate)
-    boiler: set = field(default_factory=set)
 
 
-def _raw_span(fp: CodeFingerprint, start: int, end: int) -> str:
+def _raw_span(fp: Fingerprint, start: int, end: int) -> str:
     """The original source of filtered positions [start, end) (copydetect's offset table)."""
     bounds = np.array([start, end])
     offsets = fp.offsets
@@ -62,29 +98,17 @@ def _raw_span(fp: CodeFingerprint, start: int, end: int) -> str:
 
 
 def source_print(text: str, name: str = "kernel.cu", boilerplate: set | None = None) -> Print:
-    fp = CodeFingerprint(name, SOURCE_K, SOURCE_WINDOW, boilerplate=sorted(boilerplate or ()), filter=True,
-                         language="cuda", fp=io.StringIO(text))
+    filtered, offsets = filter_code(text, name, language="cuda")
+    fp = fingerprint(text, filtered, offsets, SOURCE_K, SOURCE_WINDOW, boilerplate)
     return Print(fp, lambda s, e: _raw_span(fp, s, e), empty=not fp.hashes)
 
 
-class Vocabulary:
-    """Abstracted instruction -> one character, shared by every SASS print of a run."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str, str] = {}
-
-    def encode(self, tokens: list[str]) -> str:
-        # Past the ASCII range and the surrogates: any character is one k-gram position to copydetect.
-        return "".join(self.codes.setdefault(t, chr(0x4E00 + len(self.codes))) for t in tokens)
-
-
-def sass_print(tokens: list[str], vocab: Vocabulary, boilerplate: set | None = None) -> Print:
-    fp = CodeFingerprint("kernel.sass", SASS_K, SASS_WINDOW, boilerplate=sorted(boilerplate or ()), filter=False,
-                         fp=io.StringIO(vocab.encode(tokens)))
+def sass_print(tokens: list[str], boilerplate: set | None = None) -> Print:
+    fp = fingerprint("\n".join(tokens), tokens, np.array([]), SASS_K, SASS_WINDOW, boilerplate)
     return Print(fp, lambda s, e: "\n".join(tokens[s:e]), empty=not fp.hashes)
 
 
-def _share(slices: np.ndarray, fp: CodeFingerprint) -> float:
+def _share(slices: np.ndarray, fp: Fingerprint) -> float:
     if not fp.token_coverage:
         return 0.0
     return min(1.0, float(np.sum(slices[1] - slices[0])) / float(fp.token_coverage))

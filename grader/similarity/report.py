@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -24,7 +25,6 @@ from grader.similarity.collect import Entry, load_class, load_references
 from grader.similarity.fingerprint import (
     PairScore,
     Print,
-    Vocabulary,
     boilerplate_of,
     compare,
     sass_print,
@@ -170,13 +170,12 @@ def similarity(source: Path, references: list[Path], out: Path, rubric: Rubric, 
         progress(f"compiling {len(jobs)} distinct stage file(s) for their SASS")
         sass = compile_all(jobs, rubric, work / "build", nvcc, cuobjdump)
 
-    vocab = Vocabulary()
     for st in chosen:
         progress(f"comparing {st.id}")
         start = texts.get(("starter", "starter", st.id))
         start_src = [source_print(start.decode("utf-8", "replace"), st.file)] if start is not None else []
         start_sass = sass.get(file_key(st, start)) if start is not None else None
-        start_sass_print = ([sass_print(start_sass.tokens, vocab)] if start_sass and start_sass.tokens else [])
+        start_sass_print = ([sass_print(start_sass.tokens)] if start_sass and start_sass.tokens else [])
         src_boiler, sass_boiler = boilerplate_of(start_src), boilerplate_of(start_sass_print)
         sides: dict[tuple[str, str], _Side] = {}
         for group, e in everyone:
@@ -190,7 +189,7 @@ def similarity(source: Path, references: list[Path], out: Path, rubric: Rubric, 
                 continue
             found = sass.get(file_key(st, data))
             if found is not None and found.tokens:
-                side.sass = sass_print(found.tokens, vocab, sass_boiler)
+                side.sass = sass_print(found.tokens, sass_boiler)
             elif use_sass and found is not None:
                 report.skipped.append({"stage": st.id, "who": e.name, "why": f"SASS not compared: {found.why}"})
             sides[(group, e.name)] = side
@@ -302,6 +301,12 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _emphasis(escaped: str) -> str:
+    """MEANING's Markdown emphasis (the grader's own text, already escaped) as HTML."""
+    escaped = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escaped)
+    return re.sub(r"\*(.+?)\*", r"<em>\1</em>", escaped)
+
+
 def _svg_histogram(counts: list[int]) -> str:
     w, h, bar = 420, 120, 38
     top = max(counts) or 1
@@ -316,7 +321,7 @@ def _svg_histogram(counts: list[int]) -> str:
     return "".join(parts)
 
 
-def _fragments_html(row: dict, a: str, b: str) -> str:
+def _fragments_html(row: dict, a: str, b: str, shown: bool = False) -> str:
     out = []
     for level in ("source", "sass"):
         part = row.get(level)
@@ -328,13 +333,14 @@ def _fragments_html(row: dict, a: str, b: str) -> str:
                        f"<pre title='{_e(b)}'>{_e(f['b'])}</pre></div>")
     if not out:
         return ""
-    return f"<details><summary>shared fragments: {_e(a)} | {_e(b)}</summary>{''.join(out)}</details>"
+    return (f"<details{' open' if shown else ''}><summary>shared fragments: {_e(a)} | {_e(b)}</summary>"
+            f"{''.join(out)}</details>")
 
 
 def render_html(data: dict) -> str:
     labels = _labels(data)
     body = ["<h1>Similarity and provenance report</h1>"]
-    meaning = "".join(f"<p>{_e(p).replace('**', '')}</p>" for p in data["meaning"].split("\n\n"))
+    meaning = "".join(f"<p>{_emphasis(_e(p))}</p>" for p in data["meaning"].split("\n\n"))
     body.append(f"<div class=meaning>{meaning}</div>")
     body.append(f"<p>{len(data['class'])} submissions, {len(data['references'])} reference folder(s); stages: "
                 f"{_e(', '.join(data['stages']))}.</p>")
@@ -362,7 +368,7 @@ def render_html(data: dict) -> str:
             a, b = labels.get(p["a"], p["a"]), labels.get(p["b"], p["b"])
             body.append(f"<tr><td>{n}</td><td>{_e(a)}</td><td>{_e(b)}</td><td>{p['combined']:.2f}</td>"
                         f"<td>{_score(p['source'])}</td><td>{_score(p['sass'])}</td>"
-                        f"<td>{_fragments_html(p, a, b)}</td></tr>")
+                        f"<td>{_fragments_html(p, a, b, shown=n == 1)}</td></tr>")
         body.append("</table>")
     if data["skipped"]:
         body.append("<h2>Not compared</h2><ul>" + "".join(

@@ -10,6 +10,8 @@
     python -m grader whatif BATCH_OR_GRADINGS [--rubric PROPOSED.yaml] --out DIR (grader/instructor/whatif.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
     python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
+    python -m grader similarity CLASS [--against DIR ...] --out DIR            (grader/similarity)
+    python -m grader variant --student ID                                       (grader/occupancy/variants.py)
 
 ``python grader/run_local.py`` keeps the older flags (``--batch``, ``--calibrate``, ``--check-rubric``)
 and maps them onto these commands.
@@ -133,7 +135,8 @@ def grade_command(args: argparse.Namespace) -> int:
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
-                                     device_file=Path(args.device) if getattr(args, "device", None) else None)
+                                     device_file=Path(args.device) if getattr(args, "device", None) else None,
+                                     student=getattr(args, "student", None))
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -182,6 +185,8 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
                    "each GPU once); unusable, the GPU is probed again and the notes say why")
     p.add_argument("--keep-work", action="store_true",
                    help="keep OUT/work (the submission's copy, builds, ncu's profile_spec.json); removed by default")
+    p.add_argument("--student", metavar="ID", help="who submitted (an SID or email): with rubric occupancy.variants, "
+                   "the occupancy exercises are graded for this student's own numbers")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.set_defaults(func=grade_command)
 
@@ -260,6 +265,37 @@ def handout_command(args: argparse.Namespace) -> int:
     argv += ["--rubric", args.rubric] if args.rubric else []
     argv += ["--handout", args.handout] if args.handout else []
     return handout.main(argv)
+
+
+def variant_command(args: argparse.Namespace) -> int:
+    """A student's own occupancy numbers (rubric occupancy.variants), as the grader will check them."""
+    from grader.occupancy.variants import variant_for
+    from grader.rubric.load import load_rubric
+
+    try:
+        rubric = load_rubric(args.rubric)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = rubric.occupancy
+    student = (args.student or "").strip()
+    if cfg is None:
+        print(f"{args.rubric} has no occupancy exercises")
+        return EXIT_OK
+    if not cfg.variants:
+        print("this course gives everyone the handout's numbers (rubric occupancy.variants is off)")
+        return EXIT_OK
+    if not student:
+        print("error: --student: give your student ID as Gradescope has it (your email if the course has no IDs)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    variant = variant_for(cfg, student)
+    print(f"occupancy variant {variant.name} for {variant.student}:")
+    for line in variant.lines():
+        print(f"  {line}")
+    print(f"  build occ.cu with: nvcc -O2 -arch=sm_90a {' '.join(variant.program_defines())} -o occ occ.cu")
+    print("  Ex 3 to Ex 6 as in the handout.")
+    return EXIT_OK
 
 
 def _known_rubrics(was: list[str]) -> list:
@@ -405,6 +441,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     h.add_argument("--handout", help="the handout (default: assignment/README.md)")
     h.set_defaults(func=handout_command)
 
+    v = sub.add_parser("variant", help="students: your own numbers for the occupancy exercises (when the course "
+                                       "draws per-student variants)")
+    v.add_argument("--student", help="your student ID as Gradescope has it (your email if the course has no IDs)")
+    v.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    v.set_defaults(func=variant_command)
+
     rs = sub.add_parser("rescore", help="instructors, no GPU: re-score stored gradings under an edited rubric")
     rs.add_argument("source", help="a grading's folder (or its grading.json), a batch's output folder, or a folder "
                                    "of grading folders")
@@ -426,6 +468,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     wi.add_argument("--quiet", action="store_true", help="no summary line")
     wi.set_defaults(func=whatif_command)
 
+    from grader.similarity.cli import add_arguments as add_similarity_arguments
+
+    add_similarity_arguments(sub.add_parser("similarity", help="instructors, no GPU: the class's similarity and "
+                                                               "provenance report (source and SASS)"))
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
     add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))
     add_submit_arguments(sub.add_parser("submit", help="students: grade on the course GPU through the grading service"))

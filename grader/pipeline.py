@@ -31,6 +31,7 @@ from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult, Verdict
 from grader.occupancy.early import CollectedOccupancy, EarlyOccupancy
+from grader.occupancy.variants import Variant
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
 from grader.rubric.kinds import REGISTRY
@@ -201,10 +202,15 @@ def profile(job: Job) -> Job:
 def _occupancy_items(job: Job, early: EarlyOccupancy | CollectedOccupancy | None) -> list[ItemResult]:
     from grader.occupancy.run import grade_occupancy_submission
 
-    return grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy", job.progress,
-                                      fence=_occupancy_fence(job), clock=job.clock,
-                                      plots_dir=job.work.parent,  # the results folder
-                                      prebuilt=job.prebuilt_occupancy, early=early)
+    items = grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy", job.progress,
+                                       fence=_occupancy_fence(job), clock=job.clock,
+                                       plots_dir=job.work.parent,  # the results folder
+                                       prebuilt=job.prebuilt_occupancy, early=early)
+    if job.variant is not None:
+        from grader.occupancy.variants import annotate
+
+        items = annotate(items, job.variant)
+    return items
 
 
 def _grade_occupancy_ahead(job: Job) -> None:
@@ -304,19 +310,37 @@ def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
             clock.add("gpu_held", time.monotonic() - t1)
 
 
+def _with_variant(rubric: Rubric, student: str | None, notes: list[str]) -> tuple[Rubric, Variant | None]:
+    """The rubric with the student's occupancy numbers, when the course draws variants (a note names it)."""
+    cfg = rubric.occupancy
+    if cfg is None or not cfg.variants:
+        return rubric, None
+    if not (student or "").strip():
+        notes.append("occupancy: this course gives each student their own numbers, but no student was named "
+                     "(grade --student ID): graded with the handout's numbers")
+        return rubric, None
+    from grader.occupancy.variants import variant_for
+
+    variant = variant_for(cfg, str(student))
+    notes.append(f"occupancy: graded for your variant {variant.name} ({variant.student}): " + "; ".join(variant.lines()))
+    return replace(rubric, occupancy=variant.cfg), variant
+
+
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
           env: Environment | None = None, gpu_lock: Path | None = None,
-          device_file: Path | None = None) -> Grading:
+          device_file: Path | None = None, student: str | None = None) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
-    description, probed once by a batch (grader/gpu/device.py): no probe child."""
+    description, probed once by a batch (grader/gpu/device.py): no probe child. ``student``: who
+    submitted, for the occupancy variants (rubric ``occupancy.variants``; ignored without them)."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
     out_dir.mkdir(parents=True, exist_ok=True)
     progress("probing the GPU and tools")
     notes: list[str] = []
+    rubric, variant = _with_variant(rubric, student, notes)
     if env is None:
         # Not under the GPU lock: the probe only reads the device's attributes and launches no kernel,
         # so it cannot disturb another grading's timings, and locking it would keep this grading from
@@ -333,7 +357,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock)
+              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant)
     try:
         if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
             with clock.step("start_gpu_children"):

@@ -22,6 +22,7 @@ from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
 from grader.occupancy.build import Prebuilt
 from grader.occupancy.early import EarlyOccupancy
+from grader.occupancy.variants import Variant
 from grader.rubric.types import Rubric
 from grader.sandbox.turns import Party, PartyTimeline, Schedule
 
@@ -61,6 +62,7 @@ class Job:
     sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background (compile/sass.py)
     timeline: list[PartyTimeline] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
+    variant: Variant | None = None  # the student's occupancy variant (rubric occupancy.variants); rubric has its numbers
     # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
     # occupancy runs have ended; None when the occupancy step grades them itself.
     occupancy_ahead: Future[list[ItemResult]] | None = None

@@ -37,6 +37,7 @@ entry (grader/rubric/calibration.py), which an instructor commits beside rubric.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import re
@@ -410,6 +411,8 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
     if grade_fn is None:
         from grader.pipeline import grade
         grade_fn = grade
+    # Graded with the rubric's own levels and limits, not a calibration entry of this GPU: those are what is measured.
+    rubric = dataclasses.replace(rubric, calibrations=())
     out_dir, solutions_dir = Path(out_dir).resolve(), Path(solutions_dir).resolve()
     shifted_dir = out_dir / "shifted_submission"
     notes = write_shifted(solutions_dir, rubric, shifted_dir)

@@ -173,6 +173,16 @@ def apply(rubric: Rubric, entry: Entry) -> tuple[Rubric, list[str]]:
     return dataclasses.replace(rubric, stages=tuple(stages)), stale
 
 
+def reapply(rubric: Rubric, text: str) -> Rubric:
+    """``rubric`` with the entry a grading was graded with (grading.json's ``calibration``) applied again, so a
+    re-score compares like with like; unchanged when that entry no longer fits the rubric (a stage or item
+    it names is gone): the re-score then says which measurements changed."""
+    try:
+        return apply(rubric, entry_from_text(text, "grading.json: calibration", rubric))[0]
+    except RubricError:
+        return rubric
+
+
 def for_device(rubric: Rubric, device: dict | None) -> tuple[Rubric, Entry | None, str]:
     """The rubric to grade with on ``device`` (the probe's report), the entry used, and the one line that says
     which ("" without a GPU: nothing is timed)."""

@@ -34,6 +34,7 @@ from grader.occupancy.early import CollectedOccupancy, EarlyOccupancy
 from grader.occupancy.variants import Variant
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
+from grader.rubric.calibration import for_device
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
@@ -352,6 +353,9 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                 if problem:
                     notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
             env = detect_environment(rubric, use_gpu, device=device, clock=clock)
+    # This GPU's calibration entry (calibration/*.yaml beside the rubric), or a line saying there is none.
+    rubric, entry, calibrated = for_device(rubric, env.device)
+    notes += [calibrated] if calibrated else []
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
     with clock.step("intake"):
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
@@ -381,6 +385,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     grading = job.grading()
     grading.cpu_s, grading.cpu_self_s = _cpu_seconds()  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
+    grading.calibration = entry.text if entry is not None else ""
     return grading
 
 

@@ -71,11 +71,11 @@ def block_stages(rubric: Rubric) -> str:
                      f"{st.rtol:g} |")
     lines += ["", f"Correctness sizes: N = {sizes_words(rubric)}, then the benchmark size again after timing. "
               f"Benchmark size: N = {rubric.stages[0].bench.n}. Nsight Compute profile size: N = {rubric.profile.n}."]
-    san = getattr(rubric, "sanitizer", None)
-    if san is not None and getattr(san, "racecheck", False):
+    san = rubric.sanitizer
+    if san.racecheck:
         lines.append(f"Stages that use shared memory also run once under `compute-sanitizer --tool racecheck` at "
                      f"N = {san.n}: a reported hazard fails the stage's correctness item.")
-    plausible = getattr(rubric.stages[0], "plausible_max", None)
+    plausible = rubric.stages[0].plausible_max
     if plausible:
         lines.append(f"A kernel timed faster than {plausible:g} x its cuBLAS baseline is not scored automatically: "
                      "its speed items go to a person for review.")

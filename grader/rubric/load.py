@@ -237,7 +237,10 @@ def load_rubric(path: str | Path) -> Rubric:
         raise RubricError(str(path), f"cannot be read ({exc.strerror or exc})", "a readable YAML file") from None
     except UnicodeDecodeError:
         raise RubricError(str(path), "is not UTF-8 text", "a UTF-8 YAML file") from None
-    return rubric_from_text(text, path.name)
+    from grader.rubric.calibration import FOLDER, load_entries
+
+    rubric = rubric_from_text(text, path.name)
+    return dataclasses.replace(rubric, calibrations=load_entries(path.parent / FOLDER, rubric))
 
 
 def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:

@@ -7,12 +7,16 @@ sections, when the rubric has them, are parsed once, at load, into their own typ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grader.model import Bonus
 from grader.rubric.items import Item
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.peaks import PeakOverride
 from grader.rubric.report import ReportConfig
+
+if TYPE_CHECKING:
+    from grader.rubric.calibration import Entry
 
 INPUTS = ("fp32", "fp16", "bf16")  # a stage's input precision (bf16: both operands K-major, grader/children/inputs.py)
 # How the kernel gets its operands: plain pointers (A, B, C, N), or the Hopper contract: two TMA
@@ -188,6 +192,9 @@ class Rubric:
     # The rubric file's text, as graded (""  when built from a dict): kept in every grading, so a stored
     # grading can be re-scored under an edited rubric knowing what its measurements were taken under.
     text: str = ""
+    # The per-GPU calibration entries beside the rubric file (calibration/*.yaml, grader/rubric/calibration.py);
+    # a grading on one of those GPUs grades with its entry's levels and stage limits.
+    calibrations: tuple[Entry, ...] = ()
 
     def stage(self, stage_id: str) -> Stage:
         for s in self.stages:

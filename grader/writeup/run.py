@@ -363,8 +363,9 @@ def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, ou
                 status, frac, msg, vals, needs_gpu = _check_any_gpu(par.citations, cfg, ev.why)
             else:
                 status, frac, msg, vals, needs_gpu = _check_values(par.citations, t, cfg, ev.outcomes, ev.source)
-            out.append(_result(vspec, status, frac, msg + (f"\n{ev.note}" if ev.note else ""), needs_gpu=needs_gpu,
-                               **vals))
+            compared = vals["matched"] + vals["mismatched"] > 0  # the note concerns compared values only
+            out.append(_result(vspec, status, frac, msg + (f"\n{ev.note}" if ev.note and compared else ""),
+                               needs_gpu=needs_gpu, **vals))
     checks = check_tables(cfg, text, rubric)
     for spec, chk in zip(cfg.tables, checks):
         need = len(chk.required)

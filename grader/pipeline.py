@@ -98,6 +98,9 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     times += [(f"compile.{part}", seconds) for part, seconds in o.compile.seconds.items()]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
         o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
+    elif not o.compile.ok and o.compile.proc is not None and (
+            why := toolchain.newer_arch_needed(o.compile.proc.stderr + o.compile.proc.stdout, job.env.arch_flags)):
+        o.unsupported = why  # a student's older card: the code is for a newer one, no mistake of theirs
     if not (o.compile.ok and o.compile.cubin):
         o.verdict = Verdict.NOT_COMPILED
     return o, times

@@ -61,6 +61,25 @@ def local_device(rubric) -> dict | None:
     return device if device and device.get("ok") else None
 
 
+def arch_flags(rubric, device: dict | None) -> list[str]:
+    """What the kernels are built for: this machine's GPU's architecture, else the rubric's."""
+    from grader.compile import toolchain
+
+    cc = tuple(device["cc"]) if device and device.get("ok") else None
+    return toolchain.nvcc_arch_flags(cc, rubric.arch_without_device)
+
+
+def gpu_line(rubric, device: dict | None) -> str:
+    """The line above the table that says which GPU the kernels were built for ("" without one)."""
+    from grader.compile import toolchain
+
+    if not device or not device.get("ok"):
+        return ""
+    cc = device.get("cc") or [0, 0]
+    return (f"GPU: {device.get('name')} (CC {cc[0]}.{cc[1]}): kernels built for "
+            f"{toolchain.target_arch(arch_flags(rubric, device))}, as run_local.py builds them on this GPU")
+
+
 def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: dict | None = None) -> list[Row]:
     """Every row for one submission (a folder or a zip); never raises for its content. ``device``: this
     machine's GPU (the probe's description): the kernels are built for its architecture, as
@@ -80,12 +99,7 @@ def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: d
         why_not = ("not compiled (--no-compile)" if not compile_kernels else
                    "" if nvcc is not None and nvcc.path else
                    f"not compiled: no CUDA compiler found ({getattr(nvcc, 'reason', '') or 'nvcc'})")
-        cc = tuple(device["cc"]) if device and device.get("ok") else None
-        arch = toolchain.nvcc_arch_flags(cc, rubric.arch_without_device)
-        if cc is not None and device is not None:
-            rows.append(Row(Mark.INFO, "GPU", f"{device.get('name')} (CC {cc[0]}.{cc[1]}): kernels built for "
-                            f"{toolchain.target_arch(arch)}, as run_local.py builds them on this GPU"))
-        rows += kernels(taken, rubric, work / "build", nvcc, arch, why_not)
+        rows += kernels(taken, rubric, work / "build", nvcc, arch_flags(rubric, device), why_not)
         rows += answers(taken, rubric)
         rows += report(taken, rubric)
     return rows
@@ -123,6 +137,8 @@ def check_command(args: argparse.Namespace) -> int:
     fix = sum(r.mark is Mark.FIX for r in rows)
     took = time.monotonic() - started
     try:
+        if line := gpu_line(rubric, device):
+            print(line + "\n", file=sys.stdout)
         print_table(rows, sys.stdout)
         if fix:
             print(f"\n{fix} to fix (rows marked FIX); checked in {took:.1f} s. No scores here: "

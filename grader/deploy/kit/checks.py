@@ -142,7 +142,7 @@ def kernels(taken: Intake, rubric: Rubric, work: Path, nvcc: Tool | None, arch_f
         with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 2))) as pool:
             for (st, _), c in zip(todo, pool.map(one, [st for st, _ in todo])):
                 why = "" if c.ok or c.proc is None else newer_arch_needed(c.proc.stderr + c.proc.stdout, flags(st))
-                rows[st.id] = Row(Mark.INFO, f"kernel {st.number} {st.id}", why) if why else _kernel_row(st, c)
+                rows[st.id] = Row(Mark.SKIP, f"kernel {st.number} {st.id}", why) if why else _kernel_row(st, c)
     for st in rubric.stages:
         if why := unsupported_reason(st.requires_arch, arch_flags):
             r = rows[st.id]

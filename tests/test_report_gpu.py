@@ -116,8 +116,7 @@ def test_a_fabricated_citation_loses_its_point(where):
         items = grade(REPORT_CFG, FABRICATED, "", RUBRIC, STORED.outcomes, Gradings(STORED.env.device))
     else:
         items = grade(REPORT_CFG, FABRICATED, "", RUBRIC, _on_another_gpu(), Gradings(H100, (STORED,)))
-    r = _values_items(items)["naive_coalesced.values"] if "naive_coalesced.values" in _values_items(items) else \
-        next(i for i in items if i.number == "R.2")
+    r = _values_items(items)["naive_to_coalesced.values"]  # R.2: the section FABRICATED changed
     assert r.status is Status.FAILED and r.score == 0 and "you cite 7.5" in r.message, r.message[:400]
 
 
@@ -192,3 +191,18 @@ def test_the_service_passes_a_gpu_graded_self_check_of_the_same_files(tmp_path):
         assert "--citations-from" not in grade_command(Settings(), folder / "submission.zip", folder / "out", None)
     finally:
         store.close()
+
+
+def test_grade_citations_from_checks_the_report_against_the_stored_grading(tmp_path):
+    """As the service runs it: this grading has no GPU of the report's (here none at all), the stored
+    grading of the same files on the report's H200 gives the values to compare with."""
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(ROOT / "solutions"), "--out", str(out),
+                           "--no-gpu", "--quiet", "--stages", "report", "--citations-from",
+                           str(ROOT / "tests/fixtures/gradings/reference/grading.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tests = {t["number"]: t for t in json.loads((out / "results.json").read_text())["tests"]}
+    values = [t for t in tests.values() if t["extra_data"]["item"].endswith(".values")]
+    assert values and all(t["extra_data"]["status"] == "passed" and "your stored grading on NVIDIA H200" in t["output"]
+                          for t in values), [(t["number"], t["output"][:200]) for t in values]

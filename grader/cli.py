@@ -109,6 +109,7 @@ def grade_command(args: argparse.Namespace) -> int:
         if not os.path.lexists(sub):
             return fail(out, f"submission folder {sub} does not exist", EXIT_USAGE, started)
         stages = _stage_list(args.stages, rubric)
+        cited = _stored_gradings(getattr(args, "citations_from", []))
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
     except Terminated as stop:
@@ -137,7 +138,7 @@ def grade_command(args: argparse.Namespace) -> int:
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
                                      device_file=Path(args.device) if getattr(args, "device", None) else None,
-                                     student=getattr(args, "student", None))
+                                     student=getattr(args, "student", None), citations_from=cited)
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -154,6 +155,20 @@ def grade_command(args: argparse.Namespace) -> int:
     finally:
         if not args.keep_work:
             remove_work(out)
+
+
+def _stored_gradings(paths: list[str]) -> list:
+    """--citations-from's gradings; ConfigError naming the file and what is wrong with it."""
+    from grader.grading import GradingFormatError, load_grading
+
+    out = []
+    for p in paths:
+        try:
+            out.append(load_grading(p))
+        except GradingFormatError as exc:
+            raise ConfigError(f"--citations-from {p}", str(exc), "a grading.json written by `python -m grader "
+                              "grade` (this grader's version)") from None
+    return out
 
 
 def _stopped(out: Path, stop: Terminated, started: float) -> int:
@@ -189,6 +204,10 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--student", metavar="ID", help="who submitted (an SID or email): with rubric occupancy.variants, "
                    "the occupancy exercises are graded for this student's own numbers")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--citations-from", action="append", default=[], metavar="GRADING_JSON",
+                   help="a stored grading of the same kernels (its grading.json), e.g. the student's self-check on "
+                   "the course's GPU service: the report's values are compared with the one on the GPU its `GPU:` "
+                   "line names when this grading runs on another (repeatable)")
     p.set_defaults(func=grade_command)
 
 

@@ -133,7 +133,9 @@ def grade_command(args: argparse.Namespace) -> int:
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
-                                     device_file=Path(args.device) if getattr(args, "device", None) else None)
+                                     device_file=Path(args.device) if getattr(args, "device", None) else None,
+                                     **({"no_gpu_reason": args.no_gpu_because} if getattr(args, "no_gpu_because", None)
+                                        else {}))
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -175,6 +177,7 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
+    p.add_argument("--no-gpu-because", help=argparse.SUPPRESS)  # with --no-gpu: why, in the student's words
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--gpu-lock", metavar="FILE", help="a lock file shared by every grading on this GPU: the GPU "
                    "steps wait for it, so two gradings never time kernels on one GPU at once (batches, the service)")

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from grader.serve.client import Client, ServiceError, make_archive
+from grader.serve.worker import SERVICE_WITHOUT_GPU
 from tests.serve_gpu_measurements import measured_service
 from tests.serve_helpers import ServiceProcess, issue_tokens, zip_folder
 
@@ -170,7 +171,7 @@ def test_a_job_graded_without_a_gpu_shows_its_banner_hand_graded_items_apart_and
 
     # the banner: this score is no GPU grading
     assert page.is_visible("#no-gpu")
-    assert page.text_content("#no-gpu").startswith("Graded without a GPU (GPU use switched off (--no-gpu))")
+    assert page.text_content("#no-gpu").startswith(f"Graded without a GPU ({SERVICE_WITHOUT_GPU})")
 
     # hand-graded and not-evaluated items are apart from the items not passed, each exactly once
     def numbers(where: str) -> list[str]:

@@ -124,11 +124,15 @@ def grade_command(args: argparse.Namespace) -> int:
         # Steps: probe, compile and run each stage, then check, sanitize, profile, the other sections.
         steps = 1 + 2 * len(graded) + 5
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as bar:
+        # Not a terminal (a log, a pipe, CI): a bar draws nothing there, so each step is a line of its own.
+        lines = not console.is_terminal and not args.quiet
+        with Progress(*columns, console=console, transient=True, disable=lines) as bar:
             task = bar.add_task("grading", total=steps)
 
             def progress(msg: str) -> None:
                 bar.update(task, description=f"grading: {msg}", advance=1)
+                if lines:
+                    print(f"grading: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
 
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,

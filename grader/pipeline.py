@@ -46,12 +46,17 @@ from grader.score.stages import score
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
+NO_GPU_FLAG = "GPU use switched off (--no-gpu)"
+
+
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
-                       device: dict | None = None, clock: Clock | None = None) -> Environment:
+                       device: dict | None = None, clock: Clock | None = None,
+                       no_gpu_reason: str = NO_GPU_FLAG) -> Environment:
     """The GPU (``device``, a description a batch or a worker probed once; else the machine's kept
     description, else the probe child's, run in ``work``: a temporary folder by default;
-    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used."""
-    reason = "GPU use switched off (--no-gpu)"
+    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used.
+    ``no_gpu_reason``: why there is no GPU when ``use_gpu`` is off (whoever switched it off says so)."""
+    reason = no_gpu_reason or NO_GPU_FLAG
     if not use_gpu:
         device = None
     elif device is None:
@@ -335,7 +340,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
           env: Environment | None = None, gpu_lock: Path | None = None,
           device_file: Path | None = None, student: str | None = None,
-          citations_from: Sequence[Grading] = ()) -> Grading:
+          citations_from: Sequence[Grading] = (), no_gpu_reason: str = NO_GPU_FLAG) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
     description, probed once by a batch (grader/gpu/device.py): no probe child. ``student``: who
@@ -359,7 +364,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                 device, problem = read_device_file(Path(device_file))
                 if problem:
                     notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
-            env = detect_environment(rubric, use_gpu, device=device, clock=clock)
+            env = detect_environment(rubric, use_gpu, device=device, clock=clock, no_gpu_reason=no_gpu_reason)
     # This GPU's calibration entry (calibration/*.yaml beside the rubric), or a line saying there is none.
     rubric, entry, calibrated = for_device(rubric, env.device)
     notes += [calibrated] if calibrated else []

@@ -1,6 +1,6 @@
 """The handout's rubric tables, generated from rubric.yaml so the handout and the grader agree.
 
-``python -m grader.instructor.handout --write`` rewrites every generated block of assignment/README.md;
+``python -m grader handout --write`` rewrites every generated block of assignment/README.md;
 ``python -m grader.instructor.handout --check`` exits 1 (naming the stale blocks) when the handout differs
 from what the rubric gives, and 2 (with the rubric's error) when the rubric is invalid. A block is the
 text between
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.handout or HANDOUT)
     rubric_path = args.rubric or str(RUBRIC)
     # The command that rewrites the blocks, with the files this one was given, so the hint can be pasted.
-    write = " ".join(["python -m grader.instructor.handout --write"]
+    write = " ".join(["python -m grader handout --write"]
                      + [f"--{k} {shlex.quote(v)}" for k, v in (("rubric", args.rubric), ("handout", args.handout)) if v])
     try:  # an invalid rubric or an unreadable handout is the caller's input: exit 2, as the grader's CLI does
         rubric = load_rubric(rubric_path)

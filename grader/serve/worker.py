@@ -112,6 +112,10 @@ def default_name(gpu: str | None, index: int = 0) -> str:
     return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
 
 
+# Why a job of a service started with --no-gpu has no GPU item evaluated: the service's choice, not the student's.
+SERVICE_WITHOUT_GPU = "the grading service runs without a GPU (its operator started it with --no-gpu)"
+
+
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
                   gpu_lock: Path | None = None, citations_from: Path | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
@@ -125,7 +129,7 @@ def grade_command(settings: Settings, archive: Path, out: Path, device_file: Pat
         return [*shlex.split(standin), "--out", str(out), "--", str(archive)]
     cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--citations-from", str(citations_from)] if citations_from is not None else []
-    cmd += ["--no-gpu"] if settings.no_gpu else []
+    cmd += ["--no-gpu", "--no-gpu-because", SERVICE_WITHOUT_GPU] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []
     cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []

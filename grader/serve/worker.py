@@ -100,8 +100,10 @@ def default_name(gpu: str | None, index: int = 0) -> str:
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
                   gpu_lock: Path | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
-    worker's description of its GPU when it has one, and the GPU's lock when other workers share it."""
-    cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
+    worker's description of its GPU when it has one, and the GPU's lock when other workers share it;
+    ``settings.grade_command`` in place of the grader when set."""
+    program = list(settings.grade_command) or [sys.executable, "-m", "grader", "grade"]
+    cmd = [*program, "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--no-gpu"] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []

@@ -77,7 +77,27 @@ def pytest_unconfigure(config):
     _Probe.close()
 
 
+# Fixtures of the GPU suite's one lock and shared gradings: a test that asks for one runs in the GPU's group.
+GPU_GROUP_FIXTURES = frozenset({"gpu_jobs", "gpu_alone", "suite_gpu_lock", "solutions_graded", "starter_graded",
+                                "hostile_graded", "shifted_profiled", "attacks_graded", "textbook_graded"})
+
+
+def xdist_group(item) -> str:
+    """The pytest-xdist group of a test (``--dist loadgroup``, as grader/bootstrap.sh test runs the suite):
+    "gpu" for every GPU test and every test of the GPU suite's fixtures, so the shared gradings
+    (tests/gpu_jobs.py) are made once and the GPU's lock taken in one process; else its file, so a
+    module's fixtures are made once. A test's own ``xdist_group`` marker, where it has one, wins."""
+    if "gpu" in item.keywords or GPU_GROUP_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "gpu"
+    return item.path.name
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            if item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     if not any("gpu" in item.keywords for item in items):
         return
     info = probe()

@@ -88,7 +88,19 @@ def hold_gpu(lock: Path, seconds: float) -> tuple[float, float]:
         return start, time.time()
 
 
-def write_results(out: Path, score: float, stages: str) -> None:
+def device_reason(args: argparse.Namespace) -> str:
+    """Why it grades without a GPU, in the grader's words: it never has one."""
+    if args.no_gpu:
+        return "GPU use switched off (--no-gpu)"
+    try:
+        described = json.loads(Path(args.device).read_text(encoding="utf-8")) if args.device else {}
+    except (OSError, ValueError):
+        described = {}
+    reason = described.get("reason") if isinstance(described, dict) else None
+    return str(reason or "no CUDA device (the stand-in grader)")
+
+
+def write_results(out: Path, score: float, stages: str, reason: str) -> None:
     template = os.environ.get("GRADER_STANDIN_TEMPLATE")
     if template:
         for f in sorted(Path(template).iterdir()):
@@ -102,8 +114,7 @@ def write_results(out: Path, score: float, stages: str) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     (out / "summary.md").write_text(f"# Stand-in grading\n\nstages: {stages or 'all'}\n\nscore: {score} of "
                                     f"{MAX_SCORE}\n", encoding="utf-8")
-    (out / "grading.json").write_text(json.dumps({"stand_in": True, "gpu_graded": False,
-                                                  "device_reason": "the stand-in grades nothing"}),
+    (out / "grading.json").write_text(json.dumps({"stand_in": True, "gpu_graded": False, "device_reason": reason}),
                                       encoding="utf-8")
 
 
@@ -152,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         (out / "results.json").write_text("{ not json", encoding="utf-8")
         return 0
     if outcome == "ok":
-        write_results(out, float(chosen["score"]), args.stages)
+        write_results(out, float(chosen["score"]), args.stages, device_reason(args))
     return 0
 
 

@@ -77,6 +77,22 @@ def pytest_unconfigure(config):
     _Probe.close()
 
 
+# The fast tier (``pytest -m fast``, README "Testing"): the files of the pure parsers (nvcc, ptxas, SASS,
+# Nsight Compute, the report check), the rubric, the scoring and the records (results.json, grading.json),
+# which start no service, no grading and no GPU; about a minute on 2 busy cores. The full suite
+# (``bash grader/bootstrap.sh test``) stays what CI runs.
+FAST_FILES = frozenset({
+    "test_rubric.py", "test_scoring.py", "test_results.py", "test_results_record.py", "test_grading_json.py",
+    "test_intake.py", "test_stage_limits.py", "test_ptxas.py", "test_cubin.py", "test_curve.py", "test_diagnosis.py",
+    "test_kinds.py", "test_leaderboard.py", "test_ncu.py", "test_ncu_items.py", "test_ncu_live_fixture.py",
+    "test_ncu_proposal.py", "test_ncu_metric_names.py", "test_numerics.py", "test_occupancy_answers.py",
+    "test_occupancy_api_replay.py", "test_occupancy_calculator.py", "test_occupancy_config.py",
+    "test_occupancy_exercises.py", "test_profile_report.py", "test_profiling.py", "test_protocol.py",
+    "test_report_check_config.py", "test_report_check_parse.py", "test_report_check_tables.py",
+    "test_run_verdicts.py", "test_sanitize.py", "test_sass.py", "test_timing_peaks.py", "test_serve_store.py",
+    "test_serve_bridge_merge.py", "test_no_wall_clock_asserts.py", "test_watch_interval.py",
+})
+
 # Fixtures of the GPU suite's one lock and shared gradings: a test that asks for one runs in the GPU's group.
 GPU_GROUP_FIXTURES = frozenset({"gpu_jobs", "gpu_alone", "suite_gpu_lock", "solutions_graded", "starter_graded",
                                 "hostile_graded", "shifted_profiled", "attacks_graded", "textbook_graded"})
@@ -94,6 +110,9 @@ def xdist_group(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FAST_FILES:
+            item.add_marker(pytest.mark.fast)
     if config.pluginmanager.hasplugin("xdist"):
         for item in items:
             if item.get_closest_marker("xdist_group") is None:

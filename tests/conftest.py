@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,30 +95,11 @@ FAST_FILES = frozenset({
     "test_serve_bridge_merge.py", "test_no_wall_clock_asserts.py", "test_watch_interval.py",
 })
 
-# Fixtures of the GPU suite's one lock and shared gradings: a test that asks for one runs in the GPU's group.
-GPU_GROUP_FIXTURES = frozenset({"gpu_jobs", "gpu_alone", "suite_gpu_lock", "solutions_graded", "starter_graded",
-                                "hostile_graded", "shifted_profiled", "attacks_graded", "textbook_graded"})
-
-
-def xdist_group(item) -> str:
-    """The pytest-xdist group of a test (``--dist loadgroup``, as grader/bootstrap.sh test runs the suite):
-    "gpu" for every GPU test and every test of the GPU suite's fixtures, so the shared gradings
-    (tests/gpu_jobs.py) are made once and the GPU's lock taken in one process; else its file, so a
-    module's fixtures are made once. A test's own ``xdist_group`` marker, where it has one, wins."""
-    if "gpu" in item.keywords or GPU_GROUP_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return "gpu"
-    return item.path.name
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in FAST_FILES:
             item.add_marker(pytest.mark.fast)
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if item.get_closest_marker("xdist_group") is None:
-                item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     if not any("gpu" in item.keywords for item in items):
         return
     info = probe()
@@ -289,3 +272,43 @@ def shifted_profiled(gpu_jobs):
 def attacks_graded(gpu_jobs):
     """{case: (attack_helpers.Graded, results.json unchanged afterwards)} for the GPU attack cases."""
     return gpu_jobs.result("attacks")
+
+
+# ---- the static gradings several files read (solutions/, starter/) -------------------------------------
+STATIC_SUBMISSIONS = {"solutions": ROOT / "solutions", "starter": ROOT / "starter"}
+
+
+def _static_root(tmp_path_factory) -> Path:
+    """Where this session's shared static gradings go: under pytest-xdist, the session's folder that every
+    worker's own temporary folder is in (so the first worker to ask grades, the others wait and read)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / "static-gradings"
+
+
+@pytest.fixture(scope="session")
+def static_graded(tmp_path_factory):
+    """``static_graded(name)``: the folder of ``python -m grader grade SUBMISSION --no-gpu --quiet`` for
+    ``solutions`` or ``starter``, made once per session (a flock keeps the workers from grading it twice)
+    and read by every test that checks a static grading's results, summary or rendering (test_cli_static,
+    test_feedback_truth). Read-only: a test that changes a grading copies it first."""
+    from grader.sandbox.lock import held
+
+    root = _static_root(tmp_path_factory)
+
+    def get(name: str) -> Path:
+        out = root / name
+        with held(root / f"{name}.lock"):
+            if not (out / "results.json").is_file():
+                tmp = root / f"{name}.partial"
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+                proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(STATIC_SUBMISSIONS[name]),
+                                       "--no-gpu", "--quiet", "--out", str(tmp)], cwd=ROOT, capture_output=True,
+                                      text=True, timeout=1200)
+                assert proc.returncode == 0, f"the static grading of {name} failed:\n{proc.stderr[-3000:]}"
+                tmp.rename(out)
+        return out
+
+    return get

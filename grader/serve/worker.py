@@ -121,13 +121,13 @@ def grade_command(settings: Settings, archive: Path, out: Path, device_file: Pat
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
     worker's description of its GPU when it has one, the GPU's lock when other workers share it, and a
     stored self-check of the same files (``citations_from``), for a report measured on another GPU.
-    ``GRADER_SERVE_GRADE_COMMAND`` (the service's environment, set by whoever starts it) replaces the
-    grader by another command given ``--out OUT -- ARCHIVE``: the service's tests and its soak run use a
-    stand-in that writes a results.json, since the service treats a grading as a black box."""
+    ``settings.grade_command`` runs in place of the grader when set (the service's tests and its soak run
+    use a stand-in that writes a results.json, since the service treats a grading as a black box)."""
     standin = os.environ.get(GRADE_COMMAND_ENV, "").strip()
-    if standin:
+    if standin and not settings.grade_command:
         return [*shlex.split(standin), "--out", str(out), "--", str(archive)]
-    cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
+    program = list(settings.grade_command) or [sys.executable, "-m", "grader", "grade"]
+    cmd = [*program, "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--citations-from", str(citations_from)] if citations_from is not None else []
     cmd += ["--no-gpu", "--no-gpu-because", SERVICE_WITHOUT_GPU] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []

@@ -13,6 +13,11 @@ Every key is optional; the defaults are in :class:`Settings`::
     no_gpu: false              # grade statically, without a GPU (--no-gpu)
     rubric: /path/rubric.yaml  # default: the package's rubric.yaml (--rubric)
     stages: [naive, tiled]     # grade only these stages (--stages a,b); default: all
+    grade_command: [python3, /path/grade.py]   # what grades a job in place of ``python -m grader grade``
+                               # (--grade-command "python3 /path/grade.py"); it is given the same
+                               # arguments (--out OUT --quiet --rubric R ... -- ARCHIVE) and must write
+                               # results.json into OUT; default: the grader itself. The test suite's
+                               # stand-in (tests/standin_grader.py) is one.
     grade_timeout_s: 1800      # wall-clock limit of one grading; the job fails with a sentence past it
     lease_s: 60                # a worker renews its lease every lease_s/4; a job whose lease ran out is re-queued
     max_attempts: 3            # a job interrupted this many times (lost workers) fails instead
@@ -47,6 +52,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field, fields, replace
@@ -89,6 +95,7 @@ class Settings:
     run_workers: bool = True
     rubric: Path = DEFAULT_RUBRIC
     stages: tuple[str, ...] = ()
+    grade_command: tuple[str, ...] = ()  # (): ``python -m grader grade``
     grade_timeout_s: float = 1800.0
     lease_s: float = 60.0
     max_attempts: int = 3
@@ -119,10 +126,13 @@ class Settings:
         return self.queue if self.queue.startswith(("redis://", "rediss://", "unix://")) else None
 
     def grading_key(self) -> str:
-        """sha256 over the rubric's bytes, the mode and the stages (see the module docstring)."""
+        """sha256 over the rubric's bytes, the mode, the stages and a grade command other than the
+        grader's (see the module docstring)."""
         h = hashlib.sha256(Path(self.rubric).read_bytes())
         h.update(b"|static|" if self.no_gpu else b"|gpu|")
         h.update(",".join(self.stages).encode())
+        if self.grade_command:  # another program's gradings are never another's results
+            h.update(b"|command|" + "\0".join(self.grade_command).encode())
         return h.hexdigest()
 
     def worker_slots(self) -> list[str | None]:
@@ -170,6 +180,22 @@ def _as(key: str, value: Any, kind: type, what: str) -> Any:
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             return str(value)
     raise SettingsError(f"{key}: {value!r} is not {what}")
+
+
+def _command(key: str, value: Any) -> tuple[str, ...]:
+    """A command as its arguments: a list of strings, or one string split as a shell would."""
+    if isinstance(value, str):
+        try:
+            words = tuple(shlex.split(value))
+        except ValueError as exc:
+            raise SettingsError(f"{key}: {value!r} is not a command line: {exc}") from exc
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        words = tuple(value)
+    else:
+        raise SettingsError(f"{key}: {value!r} is not a command (a string, or a list of strings)")
+    if not words or not words[0]:
+        raise SettingsError(f"{key}: {value!r} is not a command: it names no program")
+    return words
 
 
 def _list(key: str, value: Any) -> tuple[str, ...]:
@@ -224,6 +250,8 @@ def from_mapping(base: Settings, raw: Any, where: str) -> Settings:
             changes[key] = value
         elif key in ("gpus", "stages", "trusted_proxies"):
             changes[key] = _list(name, value)
+        elif key == "grade_command":
+            changes[key] = _command(name, value)
         elif key == "limits":
             if not isinstance(value, dict):
                 raise SettingsError(f"{name}: expected a mapping ({', '.join(_LIMITS)})")
@@ -251,7 +279,7 @@ def load(args: argparse.Namespace) -> Settings:
         s = from_mapping(s, raw, str(config))
     flags: dict[str, Any] = {}
     for key in ("host", "port", "public_url", "queue", "workers", "gradings_per_gpu", "rubric", "grade_timeout_s",
-                "lease_s", "max_attempts"):
+                "lease_s", "max_attempts", "grade_command"):
         value = getattr(args, key, None)
         if value is not None:
             flags[key] = value
@@ -296,6 +324,8 @@ def add_flags(p: argparse.ArgumentParser, *, service: bool) -> None:
     p.add_argument("--grade-timeout-s", type=float, help="wall-clock limit of one grading (default 1800)")
     p.add_argument("--lease-s", type=float, help="a worker's lease on its job (default 60)")
     p.add_argument("--max-attempts", type=int, help="interruptions before a job fails (default 3)")
+    p.add_argument("--grade-command", help="what grades a job, given grade's arguments, instead of "
+                                           "'python -m grader grade' (a test's stand-in)")
     if not service:
         return
     p.add_argument("--host", help="listen address (default 127.0.0.1)")

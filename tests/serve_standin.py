@@ -1,5 +1,4 @@
-"""The stand-in grade command for the service's tests and soak run (tests/standin_grade.py), and a
-service process that may start unhealthy. Kept apart so the service tests share one stand-in."""
+"""A service process that may start unhealthy (a full disk), for the availability tests."""
 from __future__ import annotations
 
 import os
@@ -11,10 +10,6 @@ import httpx
 import pytest
 
 from tests.serve_helpers import ROOT, ServiceProcess
-
-# The service's environment for stand-in gradings (grader/serve/worker.py: GRADE_COMMAND_ENV).
-STANDIN = {"GRADER_SERVE_GRADE_COMMAND": f"{sys.executable} {ROOT / 'tests' / 'standin_grade.py'}",
-           "STANDIN_GRADE_DELAY_S": "0.3"}
 
 
 class AnyHealth(ServiceProcess):

@@ -19,6 +19,8 @@ job's own, e.g. one job that hangs among others that pass)::
                      nothing: exit 0 and write nothing
     children=0     processes it starts in sessions of their own, each sleeping until killed, whose
                      command lines carry ``standin-child`` (a grading's tools and sandboxed steps)
+    zombies=0      processes it starts that exit at once and are never waited for: when it ends, their
+                     zombies pass to the worker (a subreaper), as a grading's sandboxed steps' do
     score=1        the score it gives, out of 2
 
 ``GRADER_STANDIN_TEMPLATE``: a folder of a real grading's output (results.json, summary.md,
@@ -41,7 +43,7 @@ import time
 import zipfile
 from pathlib import Path
 
-DEFAULTS = {"delay": "0.3", "gpu": "0", "outcome": "ok", "children": "0", "score": "1"}
+DEFAULTS = {"delay": "0.3", "gpu": "0", "outcome": "ok", "children": "0", "zombies": "0", "score": "1"}
 OUTCOMES = ("ok", "fail", "hang", "crash", "garbage", "nothing")
 CHILD = "import sys, time\nwhile True:\n    time.sleep(60)\n"
 MAX_SCORE = 2.0
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--rubric")
     p.add_argument("--no-gpu", action="store_true")
+    p.add_argument("--no-gpu-because")  # the worker says why a --no-gpu service grades without one
+    p.add_argument("--citations-from")  # a stored self-check for a report's citations (unused here)
     p.add_argument("--device")
     p.add_argument("--gpu-lock")
     p.add_argument("--stages", default="")
@@ -144,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         child = subprocess.Popen([sys.executable, "-c", CHILD, "standin-child"], start_new_session=True,
                                  stdin=subprocess.DEVNULL)
         record["children"].append(child.pid)
+    # Held, so no Popen finaliser reaps them; never waited for here.
+    left = [subprocess.Popen(["true"], stdin=subprocess.DEVNULL) for _ in range(int(chosen["zombies"]))]
     time.sleep(float(chosen["delay"]))
     if args.gpu_lock and float(chosen["gpu"]) > 0 and not args.no_gpu:
         record["gpu_held"] = hold_gpu(Path(args.gpu_lock), float(chosen["gpu"]))
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if outcome == "ok":
         write_results(out, float(chosen["score"]), args.stages, device_reason(args))
+    if left:
+        os._exit(0)  # at once, before any finaliser could reap them: their zombies pass to the worker
     return 0
 
 

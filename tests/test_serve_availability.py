@@ -3,7 +3,7 @@
 Each test starts the real service (``python -m grader serve``: uvicorn and its worker processes, or
 Redis), runs one attack of the red team's report, and shows that during it an honest student's
 self-check and a signed Gradescope post both get graded. Gradings are the stand-in grade command
-(tests/standin_grade.py: a real child writing a real results.json), since the service treats a
+(tests/standin_grader.py: a real child writing a real results.json), since the service treats a
 grading as a black box. Attackers connect from 127.0.0.2 (another address on loopback), honest
 clients from 127.0.0.1, so the caps per address are what is tested, not a shared one.
 
@@ -29,6 +29,7 @@ from grader.serve.client import Client, ServiceError
 from grader.serve.signing import submitter_id
 from tests.serve_helpers import (
     ROOT,
+    STANDIN_COMMAND,
     ServiceProcess,
     bearer,
     issue_tokens,
@@ -38,13 +39,14 @@ from tests.serve_helpers import (
     tree_of,
     wait_job,
 )
-from tests.serve_standin import STANDIN, AnyHealth
+from tests.serve_standin import AnyHealth
 
 JOBS = "/api/v1/jobs"
 ATTACKER = "127.0.0.2"
 ASSIGNMENT = "hw1"
 HANG_S = 180.0  # against a hang only
 FAST_CLOCKS = "header_timeout_s: 2\nupload_timeout_s: 20\n"
+STANDIN = "delay=0.3"  # the stand-in's words: a grading of 0.3 s
 
 
 def _loopback_alias_works() -> bool:
@@ -124,7 +126,7 @@ def _closed(s: socket.socket) -> bytes:
 # ---------------------------------------------------------------------------------------------------
 def test_held_connections_without_credentials_are_refused_and_closed(tmp_path):
     data, tokens, secret = _world(tmp_path, "anonymous_per_ip_per_minute: 20\n")
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc:
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc:
         w = World(svc, tokens, secret)
         held = []
         for _ in range(40):  # more than connections_per_ip (16)
@@ -181,7 +183,7 @@ def _poll(s: socket.socket) -> bytes | None:
 # ---------------------------------------------------------------------------------------------------
 def test_trickled_uploads_cannot_take_every_slot_and_each_one_counts(tmp_path):
     data, tokens, secret = _world(tmp_path, "connections_per_ip: 0\n")
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc:
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc:
         w = World(svc, tokens, secret)
         stop, seen = threading.Event(), []
 
@@ -249,7 +251,7 @@ def _many_entries(n: int = 200_000) -> bytes:
 def test_a_zip_of_200k_entries_is_refused_from_its_end_record_and_counted(tmp_path):
     data, tokens, secret = _world(tmp_path, "limits:\n  submissions_per_hour: 3\n")
     bomb = _many_entries()
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc, svc.client() as c:
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc, svc.client() as c:
         w = World(svc, tokens, secret)
         attacker = tokens["attacker0@x.edu"]
         answers = [c.post(JOBS, content=bomb, headers=bearer(attacker)) for _ in range(3)]
@@ -265,7 +267,7 @@ def test_a_zip_of_200k_entries_is_refused_from_its_end_record_and_counted(tmp_pa
 # ---------------------------------------------------------------------------------------------------
 def test_one_submitters_burst_leaves_one_job_ahead_of_another_student(tmp_path):
     data, tokens, secret = _world(tmp_path)
-    with ServiceProcess(data, "--no-workers", env=STANDIN) as svc:
+    with ServiceProcess(data, "--no-workers", standin=STANDIN) as svc:
         burst = submitter_id(secret, ["burst"])
         with Client(svc.url, assignment=ASSIGNMENT, secret=secret) as gradescope:
             jobs = [gradescope.submit(tiny_zip(f"burst {i}"), submitter=burst) for i in range(30)]
@@ -277,7 +279,7 @@ def test_one_submitters_burst_leaves_one_job_ahead_of_another_student(tmp_path):
         assert all(s["state"] == "failed" and s["error"].startswith("superseded") for s in states[:-1])
         assert [s["superseded_by"] for s in states[:-1]] == [j.id for j in jobs[1:]]  # each by the next one
         assert states[-1]["state"] == "queued"
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc2:
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc2:
         with svc2.client() as c:
             assert wait_job(c, mine.id, timeout_s=HANG_S, service=svc2)["state"] == "done"
             assert wait_job(c, jobs[-1].id, timeout_s=HANG_S, service=svc2)["state"] == "done"
@@ -303,8 +305,8 @@ def _zombies_under(root: int) -> list[int]:
 
 def test_gradings_in_a_row_leave_no_zombies_and_a_flat_process_count(tmp_path):
     data, tokens, secret = _world(tmp_path)
-    env = {**STANDIN, "STANDIN_GRADE_DELAY_S": "0"}
-    with ServiceProcess(data, "--workers", "1", env=env) as svc, svc.client() as c:
+    # Each grading leaves 3 exited children unreaped, as the grader's sandboxed steps do.
+    with ServiceProcess(data, "--workers", "1", standin="delay=0 zombies=3") as svc, svc.client() as c:
         svc.wait_workers(1)
         assert svc.proc is not None
         before = len(tree_of(svc.proc.pid))
@@ -324,9 +326,9 @@ def test_gradings_in_a_row_leave_no_zombies_and_a_flat_process_count(tmp_path):
 def test_a_second_worker_with_a_taken_name_refuses_to_start(tmp_path):
     data, tokens, secret = _world(tmp_path)
     worker = [sys.executable, "-m", "grader", "serve", "worker", "--data", str(data), "--no-gpu", "--stages", "naive",
-              "--name", "clone"]
-    env = {**os.environ, **STANDIN}
-    with ServiceProcess(data, "--no-workers", env=STANDIN) as svc:
+              "--grade-command", STANDIN_COMMAND, "--name", "clone"]
+    env = {**os.environ, "GRADER_STANDIN": STANDIN}
+    with ServiceProcess(data, "--no-workers", standin=STANDIN) as svc:
         first = subprocess.Popen(worker, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             svc.wait_workers(1)
@@ -346,14 +348,14 @@ def test_a_second_worker_with_a_taken_name_refuses_to_start(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 def test_a_full_disk_is_reported_by_healthz_and_refused_in_a_sentence(tmp_path):
     data, tokens, secret = _world(tmp_path, "min_free_mib: 1000000000000\n")  # more than any disk: "full"
-    with AnyHealth(data, "--workers", "1", env=STANDIN) as svc, svc.client() as c:
+    with AnyHealth(data, "--workers", "1", standin=STANDIN) as svc, svc.client() as c:
         health = c.get("/healthz")
         assert health.status_code == 503 and health.json()["disk"] == "full", health.text
         r = c.post(JOBS, content=tiny_zip("on a full disk"), headers=bearer(tokens["honest@x.edu"]))
         assert r.status_code == 503 and "no room left" in r.json()["error"], r.text
         assert int(r.headers["Retry-After"]) >= 1
     (data / "serve.yaml").write_text(FAST_CLOCKS)  # the disk has room again
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc2, svc2.client() as c:
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc2, svc2.client() as c:
         assert c.get("/healthz").json()["disk"] == "ok"
         World(svc2, tokens, secret).honest("once the disk has room")
 
@@ -373,7 +375,7 @@ def test_a_record_of_an_unknown_kind_in_redis_fails_only_itself(tmp_path):
         r = redis.Redis.from_url(url)
         r.set("grader:job:badbadbadbadbadbad", BAD_RECORD)
         r.zadd("grader:state:queued", {"badbadbadbadbadbad": 1e12})
-        with ServiceProcess(data, "--workers", "1", "--queue", url, env=STANDIN) as svc, svc.client() as c:
+        with ServiceProcess(data, "--workers", "1", "--queue", url, standin=STANDIN) as svc, svc.client() as c:
             assert c.get("/healthz").status_code == 200
             assert c.get("/api/v1/queue").status_code == 200
             World(svc, tokens, secret).honest("beside an unreadable record")
@@ -386,7 +388,7 @@ def test_a_record_of_an_unknown_kind_in_redis_fails_only_itself(tmp_path):
 
 def test_a_record_of_an_unknown_kind_in_sqlite_fails_only_itself(tmp_path):
     data, tokens, secret = _world(tmp_path)
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc, svc.client() as c:
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc, svc.client() as c:
         db = sqlite3.connect(data / "jobs.sqlite")
         db.execute("insert into jobs (id, owner, kind, state, archive_sha, key, ord, created, record) "
                    "values ('badbadbadbadbadbad', 'token:x', 'gpu-v9', 'queued', 'a', 'k', 1e12, 1.0, ?)",

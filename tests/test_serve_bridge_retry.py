@@ -5,7 +5,8 @@ store_sqlite.py refuses to write anywhere else) and answers again, the same stor
 a busy service that recovers, with no restart in between. The bridge runs in this process
 (:func:`bridge.bridge_if_configured`, as run_autograder calls it), with its backoff shortened so
 the test waits seconds, not the half minute a real run would. Gradings are the stand-in grade
-command (tests/standin_grade.py), whose results carry the pending items' numbers.
+command (tests/standin_grader.py) writing a GPU grading's results for the pending items' numbers
+(:func:`gpu_results`, its GRADER_STANDIN_TEMPLATE).
 """
 from __future__ import annotations
 
@@ -19,11 +20,21 @@ import pytest
 from grader.deploy.gradescope import bridge
 from grader.serve.client import Client, Problem, ServiceError
 from tests.serve_helpers import ServiceProcess, free_port, make_secret
-from tests.serve_standin import STANDIN
 from tests.test_serve_bridge_merge import _static
 
 ASSIGNMENT = "gemm"
 HANG_S = 180.0  # against a hang only
+
+
+def gpu_results(folder):
+    """The files a GPU grading of the static run's pending items (1.correct, 1.speed) would write."""
+    folder.mkdir()
+    tests = [{"number": n, "name": f"stand-in: {n}", "score": s, "max_score": s, "status": "passed", "output": "ok"}
+             for n, s in (("1.correct", 6.0), ("1.speed", 4.0))]
+    (folder / "results.json").write_text(json.dumps({"score": 10.0, "output": "stand-in", "tests": tests}))
+    (folder / "grading.json").write_text(json.dumps({"gpu_graded": True}))
+    (folder / "summary.md").write_text("# Stand-in grading\n")
+    return {"GRADER_STANDIN_TEMPLATE": str(folder)}
 
 
 @pytest.fixture
@@ -52,7 +63,7 @@ def test_the_bridge_posts_again_while_the_service_answers_503_and_merges_once_it
     data = tmp_path / "data"
     secret = make_secret(data, ASSIGNMENT)
     source, sub, results = _package(tmp_path, secret)
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc:
+    with ServiceProcess(data, "--workers", "1", standin="delay=0.3", env=gpu_results(tmp_path / "template")) as svc:
         store, away = data / "jobs.sqlite", data / "jobs.sqlite.away"
         store.rename(away)  # every post: 503, the store is unavailable
         outcome: list[bridge.Outcome] = []
@@ -80,7 +91,7 @@ def test_the_bridge_gives_up_within_its_budget_and_leaves_the_gpu_items_pending_
     data = tmp_path / "data"
     secret = make_secret(data, ASSIGNMENT)
     source, sub, results = _package(tmp_path, secret)
-    with ServiceProcess(data, "--workers", "1", env=STANDIN) as svc:
+    with ServiceProcess(data, "--workers", "1", standin="delay=0.3", env=gpu_results(tmp_path / "template")) as svc:
         (data / "jobs.sqlite").rename(data / "jobs.sqlite.away")  # busy for good
         outcome = bridge.bridge_if_configured(results, sub, source, env=_env(tmp_path, svc.url, 4.0))
     assert outcome.state == "unreachable", outcome

@@ -6,8 +6,9 @@ workers), posts N unique archives through the signed Gradescope path (each from 
 so none supersedes another; ``--at-once`` outstanding), and every ``--sample-s`` seconds records,
 for the service process and each worker: the processes in the service's tree, the zombies in it,
 open file descriptors and resident memory (VmRSS). Gradings use ``--grade-command`` (default: the
-stand-in of tests/standin_grade.py, a real child that writes a real results.json and leaves exited
-children behind as the grader's sandboxed steps do), since the service treats a grading as a black box.
+stand-in of tests/standin_grader.py, a real child that writes a real results.json, with the words
+``--standin``: by default 0.3 s and 3 exited children left unreaped, as the grader's sandboxed steps
+leave them), since the service treats a grading as a black box.
 
     python tools/serve_soak.py --n 200 --out soak.json
 
@@ -23,6 +24,7 @@ import argparse
 import io
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -40,7 +42,7 @@ from grader.serve.client import Client, ServiceError  # noqa: E402
 from grader.serve.signing import secret_from_text, submitter_id  # noqa: E402
 
 ASSIGNMENT = "soak"
-STANDIN = f"{sys.executable} {ROOT / 'tests' / 'standin_grade.py'}"
+STANDIN = shlex.join([sys.executable, str(ROOT / "tests" / "standin_grader.py")])
 
 
 def stat_fields(pid: int) -> list[bytes] | None:
@@ -175,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-s", type=float, default=10.0, help="seconds between samples (default 10)")
     p.add_argument("--warmup", type=int, default=10, help="gradings before the reference sample (default 10)")
     p.add_argument("--memory-slack-mib", type=float, default=8.0, help="RSS growth still called flat (default 8)")
-    p.add_argument("--grade-command", default=STANDIN, help="GRADER_SERVE_GRADE_COMMAND (default: the stand-in)")
-    p.add_argument("--delay-s", default="0.3", help="the stand-in's grading time (STANDIN_GRADE_DELAY_S)")
+    p.add_argument("--grade-command", default=STANDIN, help="the service's --grade-command (default: the stand-in)")
+    p.add_argument("--standin", default="delay=0.3 zombies=3", help="the stand-in's words (GRADER_STANDIN)")
     p.add_argument("--data", help="the service's folder (default: a fresh temporary one)")
     p.add_argument("--out", help="write the JSON record here too")
     args = p.parse_args(argv)
@@ -188,10 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     secret = secret_from_text(text)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "GRADER_SERVE_GRADE_COMMAND": args.grade_command, "STANDIN_GRADE_DELAY_S": args.delay_s}
+    env = {**os.environ, "GRADER_STANDIN": args.standin}
     log = open(data / "serve.log", "ab")
     proc = subprocess.Popen([sys.executable, "-m", "grader", "serve", "--no-gpu", "--data", str(data), "--host",
-                             "127.0.0.1", "--port", str(port), "--workers", str(args.workers)], cwd=ROOT, env=env,
+                             "127.0.0.1", "--port", str(port), "--workers", str(args.workers),
+                             "--grade-command", args.grade_command], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     samples: list[dict] = []
     done = failed = 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import signal
 import socket
 import sys
@@ -45,7 +44,6 @@ from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
 PROBE_TIMEOUT_S = 60.0  # the worker's probe of its GPU at start (a batch waits the rubric's probe_s)
-GRADE_COMMAND_ENV = "GRADER_SERVE_GRADE_COMMAND"
 REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue
 
 
@@ -123,9 +121,6 @@ def grade_command(settings: Settings, archive: Path, out: Path, device_file: Pat
     stored self-check of the same files (``citations_from``), for a report measured on another GPU.
     ``settings.grade_command`` runs in place of the grader when set (the service's tests and its soak run
     use a stand-in that writes a results.json, since the service treats a grading as a black box)."""
-    standin = os.environ.get(GRADE_COMMAND_ENV, "").strip()
-    if standin and not settings.grade_command:
-        return [*shlex.split(standin), "--out", str(out), "--", str(archive)]
     program = list(settings.grade_command) or [sys.executable, "-m", "grader", "grade"]
     cmd = [*program, "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--citations-from", str(citations_from)] if citations_from is not None else []

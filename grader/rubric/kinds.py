@@ -340,6 +340,8 @@ def _judge_compiles(item: Item, o: StageView, context: JudgeContext) -> ItemResu
         msg = (f"compiled; {k.registers} registers, {k.shared_bytes} B static shared memory, "
                f"launch {launch.block[0]}x{launch.block[1]} threads, tile {launch.tile[0]}x"
                f"{launch.tile[1]} ({c.launch_source})")
+        if c.notes:  # e.g. a file of the folder that no build reads, whose #include would be refused
+            msg += ". Note: " + "; ".join(c.notes)
         tried, why = attempt(o)
         if tried is None:
             return result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
@@ -383,13 +385,16 @@ def _judge_no_spills(item: Item, o: StageView, context: JudgeContext) -> ItemRes
     k = c.kernel if c is not None else None
     assert k is not None  # needs_compile: score/stages.py judged an uncompiled stage's item already
     msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
-           f"loads, {k.stack_frame} B stack frame (ptxas -v)")
+           f"loads, {k.stack_frame} B stack frame (read from the cubin and its SASS)")
     # Static, like the compile item: an empty or stub kernel spills nothing, so its register use
     # counts only once the SASS shows the stage's own work. Correctness is never read here, so a
     # GPU run cannot take these points back.
     tried, why = attempt(o, arithmetic=True)
     if tried is None:
         return result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
+    if not k.spills_read:
+        return result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: {st.kernel} has a {k.stack_frame} B "
+                      "stack frame and its SASS was not read, so its spills are unknown")
     if not tried:
         return result(st, item, Status.FAILED, 0, f"{msg}. No credit yet: {why}, and a kernel that does "
                       "not do the work spills nothing", registers=k.registers)

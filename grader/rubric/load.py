@@ -136,6 +136,7 @@ def _settings(s: Reader) -> dict[str, Any]:
                                 for f in dataclasses.fields(RunLimits)})
     lr.done()
     out_limit = s.positive("output_limit_bytes", int, 20000)
+    max_device = s.positive("max_static_device_bytes", int, Rubric.max_static_device_bytes)
     bench = _bench(s.sub("bench", {}), Bench())
     plausible = float(s.positive("plausible_max_fraction_of_baseline", default=1.2))
     pr = s.sub("profile", {})
@@ -155,7 +156,7 @@ def _settings(s: Reader) -> dict[str, Any]:
     s.done()
     return dict(arch_without_device=arch, correctness_sizes=sizes, timeouts=timeouts, output_limit_bytes=out_limit,
                 profile=profile, sanitizer=sanitizer, stage_limits=stage_limits, bench=bench, plausible=plausible,
-                bonus=bonus)
+                bonus=bonus, max_static_device_bytes=max_device)
 
 
 def _peaks(p: Reader) -> tuple[tuple[PeakOverride, ...], dict[str, dict[str, float]]]:
@@ -236,7 +237,10 @@ def load_rubric(path: str | Path) -> Rubric:
         raise RubricError(str(path), f"cannot be read ({exc.strerror or exc})", "a readable YAML file") from None
     except UnicodeDecodeError:
         raise RubricError(str(path), "is not UTF-8 text", "a UTF-8 YAML file") from None
-    return rubric_from_text(text, path.name)
+    from grader.rubric.calibration import FOLDER, load_entries
+
+    rubric = rubric_from_text(text, path.name)
+    return dataclasses.replace(rubric, calibrations=load_entries(path.parent / FOLDER, rubric))
 
 
 def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
@@ -245,8 +249,16 @@ def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
         raw = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        # The parser notices an unclosed {...} or [...] lines after it (the next key, the next item): the
+        # line an editor needs is where the construct began, its context_mark.
+        context, began = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and began is not None and mark is not None and began.line < mark.line:
+            what = context.removeprefix("while parsing ").removeprefix("a ").removeprefix("an ")
+            raise RubricError(f"{source} line {began.line + 1}",
+                              f"is not valid YAML: the {what} that starts here: {problem} (noticed at line "
+                              f"{mark.line + 1})", "valid YAML") from None
+        line = f" line {mark.line + 1}" if mark is not None else ""
         raise RubricError(f"{source}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
     try:
         rubric = parse_rubric(raw, source)

@@ -7,12 +7,16 @@ sections, when the rubric has them, are parsed once, at load, into their own typ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grader.model import Bonus
 from grader.rubric.items import Item
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.peaks import PeakOverride
 from grader.rubric.report import ReportConfig
+
+if TYPE_CHECKING:
+    from grader.rubric.calibration import Entry
 
 INPUTS = ("fp32", "fp16", "bf16")  # a stage's input precision (bf16: both operands K-major, grader/children/inputs.py)
 # How the kernel gets its operands: plain pointers (A, B, C, N), or the Hopper contract: two TMA
@@ -158,6 +162,9 @@ class Timeouts:
     stage_run_s: float | None = None
     checker_s: float = 300.0
     submission_s: float = 300.0  # the stages' runs together; stages still waiting past it are not run
+    # Every compile of a submission together (the stages', occ.cu's), from the first one's start: a
+    # compile that would start past it is not run, and one running is cut to what is left.
+    static_total_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,9 @@ class Rubric:
     profile: Profile = Profile()
     sanitizer: Sanitizer = Sanitizer()
     stage_limits: RunLimits = RunLimits()
+    # A stage's cubin may declare at most this many bytes of static __device__ memory (read from the
+    # cubin): a GEMM kernel needs none, and a large buffer is where precomputed results would hide.
+    max_static_device_bytes: int = 16 * 1024 * 1024
     occupancy: OccupancyConfig | None = None  # the occupancy exercises, when the rubric has them
     report: ReportConfig | None = None  # the written report, when the rubric has one
     # sha256 of the rubric file's bytes ("" when built from a dict): recorded in every grading, so a
@@ -182,6 +192,9 @@ class Rubric:
     # The rubric file's text, as graded (""  when built from a dict): kept in every grading, so a stored
     # grading can be re-scored under an edited rubric knowing what its measurements were taken under.
     text: str = ""
+    # The per-GPU calibration entries beside the rubric file (calibration/*.yaml, grader/rubric/calibration.py);
+    # a grading on one of those GPUs grades with its entry's levels and stage limits.
+    calibrations: tuple[Entry, ...] = ()
 
     def stage(self, stage_id: str) -> Stage:
         for s in self.stages:

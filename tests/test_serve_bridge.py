@@ -226,7 +226,8 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
     measured, _ = service
     data = tmp_path / "data"
     shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)  # the package's assignment secret
-    with ServiceProcess(data, stages=STAGES) as bare:  # `serve --no-gpu`, and no GPU measurements either
+    # `serve --no-gpu`, and no GPU measurements either; the stand-in grader says so as the grader does
+    with ServiceProcess(data, stages=STAGES, standin="") as bare:
         bare.wait_workers(1)
         log, res = run_autograder(autograder, _submission(tmp_path, report="# graded without a GPU\n"),
                                   tmp_path / "results", GRADER_SERVICE_URL=bare.url)
@@ -254,7 +255,7 @@ def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grad
     data = tmp_path / "data"
     shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)
     sub = _submission(tmp_path, report="# a GPU worker without its GPU\n")
-    with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True) as broken:
+    with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True, standin="") as broken:
         broken.wait_workers(1, timeout_s=90)
         log, res = run_autograder(autograder, sub, tmp_path / "results", GRADER_SERVICE_URL=broken.url)
         gs = res["extra_data"]["gpu_service"]

@@ -49,8 +49,41 @@ def _not_expected(taken: Intake, rubric) -> list[Skipped]:
     return out
 
 
-def run_checks(submission: Path, rubric, compile_kernels: bool = True) -> list[Row]:
-    """Every row for one submission (a folder or a zip); never raises for its content."""
+def local_device(rubric) -> dict | None:
+    """This machine's GPU as the grader's probe describes it (kept from an earlier grading, or probed
+    now), when it shows an NVIDIA GPU at all; None otherwise (no CuPy start on a laptop)."""
+    from grader.children.probe import nvidia_gpu_visible
+    from grader.gpu.device import kept_probe
+
+    if not nvidia_gpu_visible():
+        return None
+    device, _reason, _kept = kept_probe(rubric.timeouts.probe_s)
+    return device if device and device.get("ok") else None
+
+
+def arch_flags(rubric, device: dict | None) -> list[str]:
+    """What the kernels are built for: this machine's GPU's architecture, else the rubric's."""
+    from grader.compile import toolchain
+
+    cc = tuple(device["cc"]) if device and device.get("ok") else None
+    return toolchain.nvcc_arch_flags(cc, rubric.arch_without_device)
+
+
+def gpu_line(rubric, device: dict | None) -> str:
+    """The line above the table that says which GPU the kernels were built for ("" without one)."""
+    from grader.compile import toolchain
+
+    if not device or not device.get("ok"):
+        return ""
+    cc = device.get("cc") or [0, 0]
+    return (f"GPU: {device.get('name')} (CC {cc[0]}.{cc[1]}): kernels built for "
+            f"{toolchain.target_arch(arch_flags(rubric, device))}, as run_local.py builds them on this GPU")
+
+
+def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: dict | None = None) -> list[Row]:
+    """Every row for one submission (a folder or a zip); never raises for its content. ``device``: this
+    machine's GPU (the probe's description): the kernels are built for its architecture, as
+    run_local.py builds them here; None: for the rubric's ``arch_without_device``."""
     from grader.compile import toolchain
     from grader.compile.intake import intake
 
@@ -65,9 +98,8 @@ def run_checks(submission: Path, rubric, compile_kernels: bool = True) -> list[R
         nvcc = toolchain.find_nvcc() if compile_kernels else None
         why_not = ("not compiled (--no-compile)" if not compile_kernels else
                    "" if nvcc is not None and nvcc.path else
-                   f"not compiled: no CUDA compiler found ({getattr(nvcc, 'reason', '') or 'nvcc'})")
-        arch = toolchain.nvcc_arch_flags(None, rubric.arch_without_device)
-        rows += kernels(taken, rubric, work / "build", nvcc, arch, why_not)
+                   f"not compiled: no CUDA compiler found ({(nvcc.reason if nvcc is not None else '') or 'nvcc'})")
+        rows += kernels(taken, rubric, work / "build", nvcc, arch_flags(rubric, device), why_not)
         rows += answers(taken, rubric)
         rows += report(taken, rubric)
     return rows
@@ -102,7 +134,8 @@ def check_command(args: argparse.Namespace) -> int:
         print(f"error: {sub} does not exist (give your submission folder, or a zip of it)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        rows = run_checks(sub, rubric, compile_kernels=not args.no_compile)
+        device = local_device(rubric) if not args.no_compile else None
+        rows = run_checks(sub, rubric, compile_kernels=not args.no_compile, device=device)
     except Exception:  # the check's own bug: said in one line, the traceback only on request
         print(f"error: the check itself failed (please report it): {sys.exc_info()[1]!r}", file=sys.stderr)
         if os.environ.get("GRADER_DEBUG"):
@@ -111,6 +144,8 @@ def check_command(args: argparse.Namespace) -> int:
     fix = sum(r.mark is Mark.FIX for r in rows)
     took = time.monotonic() - started
     try:
+        if line := gpu_line(rubric, device):
+            print(line + "\n", file=sys.stdout)
         hidden = print_table(rows, sys.stdout, details=args.details)
         if hidden:
             print(f"\n({hidden} more lines, each value as read and each citation of the rows above: "

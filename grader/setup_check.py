@@ -60,10 +60,11 @@ def setup_message(missing: list[str], executable: str | None = None) -> str:
             f"{', '.join(missing)}): {then}")
 
 
-def run_set_up(main: Callable[[], int], needed: tuple[str, ...] = REQUIRED) -> int:
+def run_set_up(main: Callable[[], int], needed: tuple[str, ...] = REQUIRED, check_first: bool = True) -> int:
     """``main()``'s exit code, or :data:`EXIT_SETUP` after one line on stderr when a package of
-    ``needed`` is missing (before ``main`` starts, or as a ModuleNotFoundError out of it)."""
-    missing = missing_modules(needed)
+    ``needed`` is missing (before ``main`` starts unless ``check_first`` is off, for a command that needs
+    none of them, or as a ModuleNotFoundError out of it)."""
+    missing = missing_modules(needed) if check_first else []
     if missing:
         print(setup_message(missing), file=sys.stderr)
         return EXIT_SETUP

@@ -76,3 +76,10 @@ def test_a_command_that_needs_an_extra_names_it(tmp_path):
     proc = subprocess.run([sys.executable, "-c", hide, "check", "starter/", "--no-compile"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr  # the starter: rows to fix
+
+
+def test_the_gradescope_build_needs_no_package(tmp_path):
+    """The Dockerfile builds the autograder zip in python:slim: standard library only, no set-up asked for."""
+    proc = subprocess.run([sys.executable, "-S", "-m", "grader.deploy.gradescope", "build", "--out",
+                           str(tmp_path / "a.zip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

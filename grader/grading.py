@@ -25,6 +25,7 @@ from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
 from grader.model import Bonus, Gap, ItemResult, Verdict
+from grader.profile.agreement import Agreement
 from grader.profile.timing import TimingSummary
 from grader.records import as_float, to_jsonable
 from grader.rubric.limits import StageLimit
@@ -77,9 +78,12 @@ class StageOutcome:
     ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
+    # ncu's launch against the stage child's launches at the profile size and its timed ones
+    # (grader/profile/agreement.py); None when not compared
+    agreement: Agreement | None = None
     run_limit: StageLimit | None = None  # the stage child's time limit in force, and where it came from
     # Why this machine cannot grade the stage at all (its rubric's requires_arch is not the target:
-    # "not evaluated: needs a Hopper GPU (sm_90a) ..."); every item then says so and scores 0.
+    # "not evaluated on this GPU (needs sm_90a, a Hopper GPU) ..."); every item then says so and scores 0.
     unsupported: str = ""
 
     @property

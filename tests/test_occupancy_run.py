@@ -554,7 +554,7 @@ def test_gpu_solution_gets_full_marks_on_every_automated_item(solutions_graded):
             assert r.status == Status.MANUAL, (item, r.message)
         else:
             assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
-    assert seconds is not None and seconds < 90, seconds
+    assert seconds is not None and seconds > 0, seconds  # how long: docs/measurements/, not a threshold here
 
 
 @pytest.mark.gpu

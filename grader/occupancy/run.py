@@ -42,7 +42,7 @@ from typing import Any
 
 from grader.clock import Clock
 from grader.compile.locate import MAX_SOURCE_BYTES, Problem, locate
-from grader.compile.student import Fence, student_user
+from grader.compile.student import Deadline, Fence, student_user
 from grader.grading import Environment
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
@@ -143,7 +143,7 @@ def _compile_timeout(rubric: Rubric) -> float:
 
 
 def start_builds(root: Path, rubric: Rubric, env: Environment, work: Path, pool: Executor, *,
-                 fence: Fence | None = None) -> PendingBuilds | None:
+                 fence: Fence | None = None, deadline: Deadline | None = None) -> PendingBuilds | None:
     """Start the program's builds on ``pool`` (grader/pipeline.py: compile_stages, so they run beside
     the stages' compiles instead of after the GPU steps): the same builds, flags, limits and fence as
     :func:`grade_occupancy_submission` would make. None when it would build nothing (no section, no
@@ -159,7 +159,8 @@ def start_builds(root: Path, rubric: Rubric, env: Environment, work: Path, pool:
         Path(work).mkdir(parents=True, exist_ok=True)
         futures = start_all(src, cfg, nvcc, list(env.arch_flags), Path(work),
                             _compile_timeout(rubric), env.has_gpu, pool,
-                            user=student_user(), fence=fence)
+                            user=student_user(), fence=fence, cuobjdump=env.cuobjdump,
+                            deadline=deadline)
     except Exception:  # the grader's own bug: the occupancy step builds, and says so, as before
         return None
     return PendingBuilds(src, futures)
@@ -223,7 +224,8 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric: Rubric, env: Environment, w
             progress("occupancy: compiling occ.cu")
             tb = time.monotonic()
             builds = build_all(src, cfg, nvcc, list(env.arch_flags), work,
-                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence)
+                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence,
+                               cuobjdump=env.cuobjdump)
             build_s = time.monotonic() - tb
             clock.add("build", build_s, "occupancy")
         log["steps"]["compile_s"] = round(build_s, 2)

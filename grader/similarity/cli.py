@@ -11,7 +11,7 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP
+    from grader.similarity.defaults import DEFAULT_FLAG_AT, DEFAULT_TOP  # not report: it imports copydetect
 
     p.add_argument("source", help="the class: a Gradescope export (zip or folder), a batch's output folder, or a "
                                   "folder of submission folders")

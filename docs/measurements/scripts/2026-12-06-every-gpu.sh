@@ -119,7 +119,9 @@ from grader.rubric.load import load_rubric; write_shifted(Path('solutions'), loa
 gpu_tests() {
   log "GPU tests"
   local budget; budget=$(( $(left) - 10 )); [ "$budget" -lt 30 ] && budget=30
-  timeout "$budget" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE > "$OUT/gpu-tests.txt" 2>&1
+  # A module whose optional extra is missing here (tests/test_similarity.py needs copydetect) must not stop the rest.
+  timeout "$budget" python3 -m pytest -m gpu -q -p no:cacheprovider -rfE --continue-on-collection-errors \
+    > "$OUT/gpu-tests.txt" 2>&1
   local rc=$?
   tail -40 "$OUT/gpu-tests.txt" | say
   echo "rc $rc; $(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$OUT/gpu-tests.txt" | tail -1 | tr -d '=')"

@@ -124,7 +124,7 @@ gpu_tests() {
     > "$OUT/gpu-tests.txt" 2>&1
   local rc=$?
   tail -40 "$OUT/gpu-tests.txt" | say
-  echo "rc $rc; $(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$OUT/gpu-tests.txt" | tail -1 | tr -d '=')"
+  echo "rc $rc; $(grep -E '[0-9]+ (passed|failed|skipped|errors?)\b' "$OUT/gpu-tests.txt" | tail -1 | tr -d '=')"
 }
 
 solutions() {

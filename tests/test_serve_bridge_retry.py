@@ -64,6 +64,7 @@ def test_the_bridge_posts_again_while_the_service_answers_503_and_merges_once_it
     secret = make_secret(data, ASSIGNMENT)
     source, sub, results = _package(tmp_path, secret)
     with ServiceProcess(data, "--workers", "1", standin="delay=0.3", env=gpu_results(tmp_path / "template")) as svc:
+        svc.wait_workers(1)  # a worker that opened the store after the move would make a new, empty one
         store, away = data / "jobs.sqlite", data / "jobs.sqlite.away"
         store.rename(away)  # every post: 503, the store is unavailable
         outcome: list[bridge.Outcome] = []
@@ -92,6 +93,7 @@ def test_the_bridge_gives_up_within_its_budget_and_leaves_the_gpu_items_pending_
     secret = make_secret(data, ASSIGNMENT)
     source, sub, results = _package(tmp_path, secret)
     with ServiceProcess(data, "--workers", "1", standin="delay=0.3", env=gpu_results(tmp_path / "template")) as svc:
+        svc.wait_workers(1)
         (data / "jobs.sqlite").rename(data / "jobs.sqlite.away")  # busy for good
         outcome = bridge.bridge_if_configured(results, sub, source, env=_env(tmp_path, svc.url, 4.0))
     assert outcome.state == "unreachable", outcome

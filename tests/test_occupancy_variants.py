@@ -205,3 +205,10 @@ def test_gradescope_and_batch_name_the_student_to_the_grading(tmp_path):
     assert gradescope_submitters(tmp_path / "nowhere") is None
     cmd = child_command(Submission("sub", tmp_path, None), tmp_path / "out", Options(rubric=ROOT / "rubric.yaml"))
     assert "--student" not in cmd
+
+
+def test_the_handouts_parameter_table_tells_students_of_their_own_numbers_only_when_on(tmp_path):
+    from grader.instructor.handout import block_occupancy_params
+
+    assert "python -m grader variant" not in block_occupancy_params(load_rubric(ROOT / "rubric.yaml"))
+    assert "python -m grader variant --student ID" in block_occupancy_params(load_rubric(variants_rubric(tmp_path)))

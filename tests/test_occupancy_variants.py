@@ -212,3 +212,18 @@ def test_the_handouts_parameter_table_tells_students_of_their_own_numbers_only_w
 
     assert "python -m grader variant" not in block_occupancy_params(load_rubric(ROOT / "rubric.yaml"))
     assert "python -m grader variant --student ID" in block_occupancy_params(load_rubric(variants_rubric(tmp_path)))
+
+
+def test_a_service_token_draws_the_variant_its_jobs_are_graded_for(tmp_path):
+    from grader.serve.auth import TokenRecord, token_hash
+    from grader.serve.settings import Settings
+    from grader.serve.worker import grade_command
+
+    owner = TokenRecord(token_hash("tok-123"), "", "", 0.0, None).owner
+    cmd = grade_command(Settings(), tmp_path / "a.zip", tmp_path / "out", None, student=owner)
+    assert cmd[cmd.index("--student") + 1] == owner and cmd.index("--student") < cmd.index("--")
+    assert "--student" not in grade_command(Settings(), tmp_path / "a.zip", tmp_path / "out", None)
+    rubric = variants_rubric(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "grader", "variant", "--token", "tok-123", "--rubric", str(rubric)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and variant_for(load_rubric(rubric).occupancy, owner).name in proc.stdout

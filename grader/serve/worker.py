@@ -98,7 +98,7 @@ def default_name(gpu: str | None, index: int = 0) -> str:
 
 
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
-                  gpu_lock: Path | None = None) -> list[str]:
+                  gpu_lock: Path | None = None, student: str | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
     worker's description of its GPU when it has one, and the GPU's lock when other workers share it."""
     cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
@@ -106,6 +106,7 @@ def grade_command(settings: Settings, archive: Path, out: Path, device_file: Pat
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []
     cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []
+    cmd += ["--student", student] if student else []  # the occupancy variants' seed (rubric occupancy.variants)
     return cmd + ["--", str(archive)]
 
 
@@ -231,7 +232,9 @@ class Worker:
         (folder / "submission.zip").write_bytes(archive)
         out = folder / "out"
         s = self.settings
-        cmd = grade_command(s, folder / "submission.zip", out, self.device_file, self.gpu_lock)
+        # A student's token job is drawn for ``token:<its hash's prefix>`` (what `grader variant --token` prints).
+        student = job.owner if job.owner.startswith("token:") else None
+        cmd = grade_command(s, folder / "submission.zip", out, self.device_file, self.gpu_lock, student)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 

@@ -178,6 +178,9 @@ def test_demo_class_grades_with_variants_on(tmp_path):
     for n, v in ((1, first), (2, second)):
         grading = json.loads((out / "submissions" / f"submission_{n}" / "grading.json").read_text())
         assert any(v.name in note for note in grading["notes"]), grading["notes"]
+        # Gradescope's feedback (results.json's output, summary.md) names the variant.
+        results = json.loads((out / "submissions" / f"submission_{n}" / "results.json").read_text())
+        assert f"variant {v.name}" in results["output"]
     mine = json.loads((out / "submissions/submission_1/grading.json").read_text())
     theirs = json.loads((out / "submissions/submission_2/grading.json").read_text())
 

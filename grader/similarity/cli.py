@@ -10,9 +10,12 @@ from grader import DEFAULT_RUBRIC
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP
+# The defaults of grader/similarity/report.py, which imports copydetect (an optional extra): the
+# parser is built for every command, with or without it.
+DEFAULT_TOP, DEFAULT_FLAG_AT = 15, 0.5
 
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="the class: a Gradescope export (zip or folder), a batch's output folder, or a "
                                   "folder of submission folders")
     p.add_argument("--against", action="append", default=[], metavar="DIR",
@@ -37,8 +40,14 @@ def run(source: Path, against: list[Path], out: Path, *, rubric_path: str = str(
     from grader.compile.toolchain import find_cuobjdump, find_nvcc
     from grader.rubric.errors import ConfigError
     from grader.rubric.load import load_rubric
-    from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP, similarity
     from grader.untrusted.export import BatchError
+
+    try:
+        from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP, similarity
+    except ImportError as exc:  # the optional extra is not installed
+        print(f"error: the similarity report needs copydetect ({exc}): pip install -e '.[similarity]'",
+              file=sys.stderr)
+        return EXIT_USAGE
 
     def say(msg: str) -> None:
         if not quiet:

@@ -9,7 +9,7 @@ exception. The grading process creates no CUDA context; every GPU step is a chil
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,6 +18,7 @@ from pathlib import Path
 from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
+from grader.compile.resources import add_spills
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
@@ -33,6 +34,7 @@ from grader.occupancy.early import CollectedOccupancy, EarlyOccupancy
 from grader.occupancy.variants import Variant
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
+from grader.rubric.calibration import for_device
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
@@ -44,12 +46,17 @@ from grader.score.stages import score
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
+NO_GPU_FLAG = "GPU use switched off (--no-gpu)"
+
+
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
-                       device: dict | None = None, clock: Clock | None = None) -> Environment:
+                       device: dict | None = None, clock: Clock | None = None,
+                       no_gpu_reason: str = NO_GPU_FLAG) -> Environment:
     """The GPU (``device``, a description a batch or a worker probed once; else the machine's kept
     description, else the probe child's, run in ``work``: a temporary folder by default;
-    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used."""
-    reason = "GPU use switched off (--no-gpu)"
+    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used.
+    ``no_gpu_reason``: why there is no GPU when ``use_gpu`` is off (whoever switched it off says so)."""
+    reason = no_gpu_reason or NO_GPU_FLAG
     if not use_gpu:
         device = None
     elif device is None:
@@ -94,11 +101,14 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     t0 = time.monotonic()
     o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
                               sizes + [st.bench.n], user=student_user(),
-                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)))
+                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)), deadline=job.compile_deadline)
     times = [("compile", time.monotonic() - t0)]
     times += [(f"compile.{part}", seconds) for part, seconds in o.compile.seconds.items()]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
         o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
+    elif not o.compile.ok and o.compile.proc is not None and (
+            why := toolchain.newer_arch_needed(o.compile.proc.stderr + o.compile.proc.stdout, job.env.arch_flags)):
+        o.unsupported = why  # a student's older card: the code is for a newer one, no mistake of theirs
     if not (o.compile.ok and o.compile.cubin):
         o.verdict = Verdict.NOT_COMPILED
     return o, times
@@ -127,7 +137,8 @@ def compile_stages(job: Job) -> Job:
             from grader.occupancy.run import start_builds
 
             pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
-                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)))
+                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)),
+                                   deadline=job.compile_deadline)
         _follow_compiles(job, selected, [pool.submit(_compile_one, job, st, sizes) for st in selected])
         if pending is not None:
             job.progress("occupancy: compiling occ.cu")
@@ -167,8 +178,11 @@ def read_sass(job: Job) -> Job:
     if job.sass_dumps is not None:
         done = job.sass_dumps.collect()
         for sid in [s for s in job.outcomes if s in done]:  # the rubric's order
-            job.outcomes[sid].sass, seconds = done[sid]
+            o = job.outcomes[sid]
+            o.sass, seconds = done[sid]
             job.clock.add("sass", seconds, sid)
+            if o.compile is not None and o.compile.kernel is not None and o.sass.available:
+                add_spills(o.compile.kernel, o.sass.local_bytes)  # a kernel with a stack frame: its STL/LDL
     return job
 
 
@@ -245,10 +259,11 @@ def grade_occupancy(job: Job) -> Job:
 
 def grade_report(job: Job) -> Job:
     if job.rubric.report is not None and job.wants("report"):
-        from grader.writeup.run import grade_report_submission
+        from grader.writeup.run import Gradings, grade_report_submission
 
         job.progress("checking the written report")
-        job.items += grade_report_submission(job.submission, job.rubric, job.outcomes)
+        job.items += grade_report_submission(job.submission, job.rubric, job.outcomes,
+                                             Gradings(job.env.device, tuple(job.citations_from)))
     return job
 
 
@@ -324,11 +339,14 @@ def _with_variant(rubric: Rubric, student: str | None, notes: list[str]) -> tupl
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
           env: Environment | None = None, gpu_lock: Path | None = None,
-          device_file: Path | None = None, student: str | None = None) -> Grading:
+          device_file: Path | None = None, student: str | None = None,
+          citations_from: Sequence[Grading] = (), no_gpu_reason: str = NO_GPU_FLAG) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
     description, probed once by a batch (grader/gpu/device.py): no probe child. ``student``: who
-    submitted, for the occupancy variants (rubric ``occupancy.variants``; ignored without them)."""
+    submitted, for the occupancy variants (rubric ``occupancy.variants``; ignored without them).
+    ``citations_from``: stored gradings of the student's kernels, for a report measured on another
+    GPU (writeup/run.py)."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
@@ -346,13 +364,17 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                 device, problem = read_device_file(Path(device_file))
                 if problem:
                     notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
-            env = detect_environment(rubric, use_gpu, device=device, clock=clock)
+            env = detect_environment(rubric, use_gpu, device=device, clock=clock, no_gpu_reason=no_gpu_reason)
+    # This GPU's calibration entry (calibration/*.yaml beside the rubric), or a line saying there is none.
+    rubric, entry, calibrated = for_device(rubric, env.device)
+    notes += [calibrated] if calibrated else []
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
     with clock.step("intake"):
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant)
+              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant,
+              citations_from=list(citations_from))
     try:
         if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
             with clock.step("start_gpu_children"):
@@ -376,6 +398,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     grading = job.grading()
     grading.cpu_s, grading.cpu_self_s = _cpu_seconds()  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
+    grading.calibration = entry.text if entry is not None else ""
     return grading
 
 

@@ -16,6 +16,7 @@ from grader.children.protocol import CheckRequest
 from grader.clock import Clock
 from grader.compile.intake import Intake
 from grader.compile.sass import SassDumps
+from grader.compile.student import Deadline
 from grader.gpu.ncu_run import EarlyProfile
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
@@ -40,7 +41,7 @@ class Job:
     progress: Progress
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
-    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
+    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench"
     checks: list[CheckRequest] = field(default_factory=list)  # finished runs, for the reference checker
     items: list[ItemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -65,10 +66,18 @@ class Job:
     # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
     # occupancy runs have ended; None when the occupancy step grades them itself.
     occupancy_ahead: Future[list[ItemResult]] | None = None
+    # Stored gradings of the student's kernels (grade --citations-from): the report's cited values are
+    # compared with the one on the GPU the report names when this grading ran on another (writeup/run.py).
+    citations_from: list[Grading] = field(default_factory=list)
 
     @property
     def shares_gpu(self) -> bool:
         return self.gpu_lock is not None
+
+    @property
+    def compile_deadline(self) -> Deadline:
+        """The submission's compiles (its stages', occ.cu's) all end by this (settings.timeouts.static_total_s)."""
+        return Deadline.after(self.started, self.rubric.timeouts.static_total_s)
 
     def wants(self, part: str) -> bool:
         return self.parts is None or part in self.parts

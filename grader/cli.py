@@ -21,6 +21,7 @@ Exit codes:
   0  graded (whatever the score); results.json written
   2  bad usage or an invalid rubric; results.json written with the message
   3  the grader itself failed; results.json written with an "autograder error" item
+  78 the grader's packages are not set up for this Python: one line names the set-up (grader/setup_check.py)
 """
 from __future__ import annotations
 

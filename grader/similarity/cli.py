@@ -10,12 +10,18 @@ from grader import DEFAULT_RUBRIC
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 
 
-# The defaults of grader/similarity/report.py, which imports copydetect (an optional extra): the
-# parser is built for every command, with or without it.
-DEFAULT_TOP, DEFAULT_FLAG_AT = 15, 0.5
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # Every command's parser is built for any command: without the similarity extra (copydetect), `check` and
+    # the others still run, and `similarity` itself says what to install (grader/setup_check.py).
+    top: int | None = None
+    flag_at: float | None = None
+    try:
+        from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP
+
+        top, flag_at = DEFAULT_TOP, DEFAULT_FLAG_AT
+    except ModuleNotFoundError:
+        pass
+
     p.add_argument("source", help="the class: a Gradescope export (zip or folder), a batch's output folder, or a "
                                   "folder of submission folders")
     p.add_argument("--against", action="append", default=[], metavar="DIR",
@@ -26,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starter", help="the starter code excluded from matching (default: the repo's starter/)")
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     p.add_argument("--no-sass", action="store_true", help="compare sources only (no compile)")
-    p.add_argument("--top", type=int, default=DEFAULT_TOP, help="pairs per stage shown (default: %(default)s)")
-    p.add_argument("--flag-at", type=float, default=DEFAULT_FLAG_AT,
+    p.add_argument("--top", type=int, default=top, help="pairs per stage shown (default: %(default)s)")
+    p.add_argument("--flag-at", type=float, default=flag_at,
                    help="list a reference match at or above this combined score (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=command)
@@ -40,14 +46,8 @@ def run(source: Path, against: list[Path], out: Path, *, rubric_path: str = str(
     from grader.compile.toolchain import find_cuobjdump, find_nvcc
     from grader.rubric.errors import ConfigError
     from grader.rubric.load import load_rubric
+    from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP, similarity
     from grader.untrusted.export import BatchError
-
-    try:
-        from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP, similarity
-    except ImportError as exc:  # the optional extra is not installed
-        print(f"error: the similarity report needs copydetect ({exc}): pip install -e '.[similarity]'",
-              file=sys.stderr)
-        return EXIT_USAGE
 
     def say(msg: str) -> None:
         if not quiet:

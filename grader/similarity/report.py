@@ -21,7 +21,6 @@ from grader.compile.tool_search import Tool
 from grader.files import replace_whole
 from grader.rubric.load import Rubric, Stage
 from grader.similarity.build import Sass, compile_all, file_key
-from grader.similarity.cli import DEFAULT_FLAG_AT, DEFAULT_TOP
 from grader.similarity.collect import Entry, load_class, load_references
 from grader.similarity.fingerprint import (
     PairScore,
@@ -34,8 +33,8 @@ from grader.similarity.fingerprint import (
 from grader.untrusted.quote import quote_code
 
 FORMAT = "similarity-v1"
-# Pairs per stage shown with their fragments in the .md and .html; a reference match at or above
-# DEFAULT_FLAG_AT's combined score is listed (--flag-at). Set in cli.py, whose parser needs them without copydetect.
+DEFAULT_TOP = 15  # pairs per stage shown with their fragments in the .md and .html
+DEFAULT_FLAG_AT = 0.5  # a reference match at or above this combined score is listed (--flag-at)
 BINS = 10
 
 MEANING = """\

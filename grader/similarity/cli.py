@@ -11,16 +11,9 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    # Every command's parser is built for any command: without the similarity extra (copydetect), `check` and
-    # the others still run, and `similarity` itself says what to install (grader/setup_check.py).
-    top: int | None = None
-    flag_at: float | None = None
-    try:
-        from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP
-
-        top, flag_at = DEFAULT_TOP, DEFAULT_FLAG_AT
-    except ModuleNotFoundError:
-        pass
+    from grader.similarity.defaults import DEFAULT_FLAG_AT, DEFAULT_TOP  # not report: it imports copydetect
+    top: int | None = DEFAULT_TOP
+    flag_at: float | None = DEFAULT_FLAG_AT
 
     p.add_argument("source", help="the class: a Gradescope export (zip or folder), a batch's output folder, or a "
                                   "folder of submission folders")

@@ -192,7 +192,7 @@ def prepare_scratch(source: Path, folder: Path, display: str, user: str | None =
         problem, targets = scan_includes(current.read_bytes(), prefix + current.name)
         if problem and (current == main or current.suffix.lower() in _SOURCE_SUFFIXES):
             return None, problem  # other files (notes, answers) #included anyway: the dependency check's
-        for target in targets:
+        for target in (os.path.normpath(t) for t in targets):  # "./x.h" is x.h
             if "/" not in target and target not in reached and (folder / target).is_file():
                 reached.add(target)
                 queue.append(target)

@@ -22,6 +22,7 @@ from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
 from grader.occupancy.build import Prebuilt
 from grader.occupancy.early import EarlyOccupancy
+from grader.occupancy.variants import Variant
 from grader.rubric.types import Rubric
 from grader.sandbox.turns import Party, PartyTimeline, Schedule
 
@@ -40,7 +41,7 @@ class Job:
     progress: Progress
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
-    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
+    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench"
     checks: list[CheckRequest] = field(default_factory=list)  # finished runs, for the reference checker
     items: list[ItemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -61,9 +62,13 @@ class Job:
     sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background (compile/sass.py)
     timeline: list[PartyTimeline] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
+    variant: Variant | None = None  # the student's occupancy variant (rubric occupancy.variants); rubric has its numbers
     # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
     # occupancy runs have ended; None when the occupancy step grades them itself.
     occupancy_ahead: Future[list[ItemResult]] | None = None
+    # Stored gradings of the student's kernels (grade --citations-from): the report's cited values are
+    # compared with the one on the GPU the report names when this grading ran on another (writeup/run.py).
+    citations_from: list[Grading] = field(default_factory=list)
 
     @property
     def shares_gpu(self) -> bool:

@@ -56,8 +56,10 @@ def _run_end(proc: ProcRecord, report: StageResult | None, rubric: Rubric,
     where = (f"during the correctness run at N={sizes[done]}" if done < len(sizes)
              else "while timing at the benchmark size")
     printed = proc.stdout_bytes + proc.stderr_bytes
+    # A flood can reach its time limit before the output limit (a slower printf on another GPU): the
+    # timeout's message then names the printing too, whenever more was printed than feedback shows.
     noisy = (f"; it printed {printed:,} bytes (shown trimmed): printf in a kernel's hot path slows it "
-             "enormously" if printed > rubric.output_limit_bytes else "")
+             "enormously" if printed > RUN_OUTPUT_KEPT else "")
     if proc.limit is Limit.OUTPUT:  # the fence stopped it the moment its output passed the limit
         return Verdict.OUTPUT_LIMIT, (f"stopped {where}: it printed {printed:,} bytes (shown trimmed), more than "
                                       f"the {rubric.output_limit_bytes:,}-byte output limit: printf in a kernel's "
@@ -88,7 +90,7 @@ def _check_request(o: StageOutcome, report: StageResult, work: Path, job: Job) -
     bench = o.bench
     if bench is not None and bench.file:
         prints = (Fingerprints(file=bench.fingerprints, count=bench.timed_launches,
-                               integrity_seed=job.seeds["integrity"], vector_seeds=bench.vector_seeds)
+                               input_seeds=bench.input_seeds, vector_seeds=bench.vector_seeds)
                   if bench.fingerprints else None)
         cases.append(CheckCase(n=bench.n, seed=bench.seed if bench.last_seed is None else bench.last_seed,
                                file=bench.file, kind="bench", fingerprints=prints))
@@ -249,7 +251,7 @@ def check_results(job: Job) -> Job:
         bench = o.bench
         if o.verdict is Verdict.CORRECT and bench is not None and bench.student_ms:
             o.timing = summarize(bench.n, bench.student_ms, bench.baseline_ms,
-                                 job.env.peaks.get(o.stage.peak))
+                                 job.env.peaks.get(o.stage.peak), bench.warmup_ms)
     return job
 
 

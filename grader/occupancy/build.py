@@ -22,6 +22,7 @@ from grader.compile.sass import dump_sass
 from grader.compile.student import CompileStatus, Deadline, Fence, compile_student, prepare_scratch
 from grader.compile.tool_search import Tool
 from grader.model import ProcRecord
+from grader.occupancy.variants import program_defines
 from grader.rubric.occupancy import OccupancyConfig
 from grader.untrusted.quote import fence_block, quote_code
 
@@ -111,7 +112,7 @@ def _plan(cfg: OccupancyConfig, arch_flags: list[str], build_dir: Path,
         b = Build("default", None, build_dir / "occ_default.cubin")
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True), (prog.work_kernel,))
         b = Build("exe", None, build_dir / "occ")
-        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False), ())
+        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False) + program_defines(cfg), ())
     return jobs
 
 

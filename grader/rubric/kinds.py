@@ -45,7 +45,7 @@ from typing import Any
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
-from grader.rubric.evidence import StageView
+from grader.rubric.evidence import StageView, TimingView
 from grader.rubric.expr import (
     COMPARE,
     METRIC_RE,
@@ -300,7 +300,23 @@ def _untimed(item: Item, o: StageView) -> ItemResult | None:
                       f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                       f"{st.plausible_max:g}x; course staff will look at this kernel",
                       fraction_of_baseline=t.fraction_of_baseline)
+    warm = long_warmup(t, st.bench.warmup_review_multiple)
+    if warm:
+        return result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {warm}; course staff will "
+                      "look at this kernel", fraction_of_baseline=t.fraction_of_baseline)
     return None
+
+
+def long_warmup(t: TimingView, multiple: float) -> str:
+    """Why the warm-up looks like preparation for the timed launches ("" when it does not): a warm-up
+    launch more than ``multiple`` times the timed launches' median. Not a failure: a person looks."""
+    slow = [(k, ms) for k, ms in enumerate(t.warmup_ms or [], 1) if ms > multiple * t.median_ms]
+    if not slow:
+        return ""
+    k, ms = max(slow, key=lambda p: p[1])
+    return (f"warm-up launch {k} took {ms:.3f} ms, {ms / t.median_ms:.1f}x the timed launches' median of "
+            f"{t.median_ms:.3f} ms (more than {multiple:g}x, settings.bench.warmup_review_multiple): warm-up "
+            "launches get fresh inputs as the timed ones do, so they should take about as long")
 
 
 def sizes_words(rubric: Rubric) -> str:

@@ -21,6 +21,7 @@ Exit codes:
   0  graded (whatever the score); results.json written
   2  bad usage or an invalid rubric; results.json written with the message
   3  the grader itself failed; results.json written with an "autograder error" item
+  78 the grader's packages are not set up for this Python: one line names the set-up (grader/setup_check.py)
 """
 from __future__ import annotations
 
@@ -404,7 +405,8 @@ def rescore_command(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         rubric = load_rubric(args.rubric)
         known = _known_rubrics(args.was)
-        run = rescore(Path(args.source), rubric, out, known)
+        base = load_rubric(DEFAULT_RUBRIC)  # what the edit is an edit of
+        run = rescore(Path(args.source), rubric, out, known, base)
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
     except Exception:  # the grader's own bug
@@ -417,8 +419,12 @@ def rescore_command(args: argparse.Namespace) -> int:
         if g is None:
             console.print(f"{r.name}: not re-scored: {r.problem}", highlight=False)
             continue
-        console.print(f"{r.name}: {r.before:g} -> {g.score:g} of {g.max_score:g}"
-                      + (f"; {len(r.refused)} item(s) {REGRADE}" if r.refused else ""), highlight=False)
+        c = r.compared or (r.before or 0.0, g.score, g.score)
+        console.print(f"{r.name}: as graded {c[0]:g}, under {DEFAULT_RUBRIC.name} {c[1]:g} (differs from the rubric "
+                      f"it was graded with: {round(c[1] - c[0], 4):+g}), under {Path(args.rubric).name} {c[2]:g} (changed by "
+                      f"your edit: {round(c[2] - c[1], 4):+g}), of {r.automatic:g} automatic points"
+                      + (f"; {len(r.left_out)} item(s) {REGRADE}, left out of these scores" if r.left_out else ""),
+                      highlight=False)
         for f in r.refused:
             console.print(f"  {f.number}: {REGRADE}: {f.why}", highlight=False)
     for note in run.notes:
@@ -442,7 +448,8 @@ def whatif_command(args: argparse.Namespace) -> int:
             return fail(out, f"{args.source} does not exist (expected a batch's output folder, a folder of grading "
                         "folders or a grading's folder)", EXIT_USAGE, started)
         proposed = load_rubric(args.rubric) if args.rubric else None
-        report = what_if(Path(args.source), proposed, out, _known_rubrics(args.was))
+        base = load_rubric(args.base or DEFAULT_RUBRIC)
+        report = what_if(Path(args.source), proposed, out, _known_rubrics(args.was), base)
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
     except Exception:  # the grader's own bug
@@ -539,6 +546,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     wi.add_argument("--out", required=True, help="where report.md and its PNGs go")
     wi.add_argument("--was", action="append", default=[], metavar="OLD.yaml",
                     help="as for rescore: a rubric the gradings may have been measured under; repeatable")
+    wi.add_argument("--base", metavar="BASE.yaml", help="the rubric the proposal edits (default: the repo's "
+                    "rubric.yaml): scores changed by your edit are kept apart from those that differ from the rubric "
+                    "each grading used")
     wi.add_argument("--quiet", action="store_true", help="no summary line")
     wi.set_defaults(func=whatif_command)
 

@@ -113,7 +113,7 @@ def default_name(gpu: str | None, index: int = 0) -> str:
 
 
 # Why a job of a service started with --no-gpu has no GPU item evaluated: the service's choice, not the student's.
-SERVICE_WITHOUT_GPU = "the grading service runs without a GPU (its operator started it with --no-gpu)"
+SERVICE_WITHOUT_GPU = "the grading service has no GPU: its operator started it with serve --no-gpu"
 
 
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,

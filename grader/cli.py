@@ -350,6 +350,11 @@ def variant_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = rubric.occupancy
     student = (args.student or "").strip()
+    if getattr(args, "token", None) and not student:
+        from grader.serve.auth import TokenRecord, token_hash
+
+        # The grading service draws a token's jobs for its owner (grader/serve/worker.py): the same identity.
+        student = TokenRecord(token_hash(args.token.strip()), "", "", 0.0, None).owner
     if cfg is None:
         print(f"{args.rubric} has no occupancy exercises")
         return EXIT_OK
@@ -357,8 +362,8 @@ def variant_command(args: argparse.Namespace) -> int:
         print("this course gives everyone the handout's numbers (rubric occupancy.variants is off)")
         return EXIT_OK
     if not student:
-        print("error: --student: give your student ID as Gradescope has it (your email if the course has no IDs)",
-              file=sys.stderr)
+        print("error: --student: give your student ID as Gradescope has it (your email if the course has no IDs), "
+              "or --token: your grading service token", file=sys.stderr)
         return EXIT_USAGE
     variant = variant_for(cfg, student)
     print(f"occupancy variant {variant.name} for {variant.student}:")
@@ -525,6 +530,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     v = sub.add_parser("variant", help="students: your own numbers for the occupancy exercises (when the course "
                                        "draws per-student variants)")
     v.add_argument("--student", help="your student ID as Gradescope has it (your email if the course has no IDs)")
+    v.add_argument("--token", help="or: your token for the course's grading service (`python -m grader submit`)")
     v.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     v.set_defaults(func=variant_command)
 

@@ -127,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rubric")
     p.add_argument("--no-gpu", action="store_true")
     p.add_argument("--no-gpu-because")  # the grader's: why there is no GPU (a service's words)
-    p.add_argument("--citations-from")  # a stored self-check for a report's citations (unused here)
     p.add_argument("--device")
     p.add_argument("--gpu-lock")
     p.add_argument("--stages", default="")

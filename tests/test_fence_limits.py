@@ -168,3 +168,28 @@ def test_a_niced_fence_runs_its_step_at_lower_priority(scratch: Path):
     assert int(run(py("import os; print(os.nice(0))"), timeout_s=30, fence=Fence(scratch=scratch)).stdout) == os.nice(0)
     with pytest.raises(ValueError):
         Fence(scratch=scratch, nice=20)
+
+
+def test_fork_bomb_as_root_without_a_student_user_ends_at_its_limit(scratch: Path, monkeypatch, tree_reader):
+    """As root with no GRADER_STUDENT_USER a student's program runs as `nobody` (host_code_user):
+    RLIMIT_NPROC never binds uid 0, so a bomb as root was stopped only by the watchdog racing it."""
+    if os.geteuid() != 0:
+        pytest.skip("the root case needs root")
+    monkeypatch.delenv(sandbox.STUDENT_USER_VAR, raising=False)
+    user = sandbox.host_code_user()
+    if user is None:
+        pytest.skip(f"no {sandbox.FALLBACK_HOST_USER} account here")
+    assert user == sandbox.FALLBACK_HOST_USER
+    word = marker()
+    code = f"""
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        # {word}
+    """
+    rec = run(py(code), timeout_s=20, fence=Fence(scratch=scratch, processes=64), user=user)
+    assert rec.limit is Limit.PROCESSES, rec
+    assert wait_none_with(word) == [], "forked processes outlived the step"

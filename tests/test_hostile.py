@@ -40,7 +40,8 @@ def check(tests: dict, expectations: dict) -> None:
     for number, (status, needle) in expectations.items():
         t = tests[number]
         assert t["extra_data"]["status"] == status, (number, t["output"][:600])
-        assert needle in t["output"], (number, needle, t["output"][:600])
+        needles = needle if isinstance(needle, list) else [needle]  # alternatives: one must appear
+        assert any(n in t["output"] for n in needles), (number, needle, t["output"][:600])
         correct = tests.get(number.split(".")[0] + ".correct", {}).get("extra_data", {}).get("status")
         if status != "passed" and number.split(".")[1] in ("speed", "beats_fp32") and correct != "passed":
             assert "TFLOP" not in t["output"]  # never a speed for a wrong kernel
@@ -53,7 +54,8 @@ def test_the_suite_has_at_least_twenty_cases():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("case", [c for c, e in EXPECTED.items() if e.get("static")])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if e.get("slow") else [])
+                                  for c, e in EXPECTED.items() if e.get("static")])
 def test_static_verdicts(tmp_path, case):
     e = EXPECTED[case]
     if any(k.endswith((".fp32_only", ".wgmma_tma")) for k in e["static"]) and toolchain.find_cuobjdump().path is None:

@@ -32,6 +32,13 @@ Every key is optional; the defaults are in :class:`Settings`::
     uploads_at_once: 16        # bodies being received at once, in all (503 with Retry-After above it)
     uploads_per_token: 2       # of them, one student token's (429 above it)
     max_connections: 200       # open connections; above it each request is answered 503 at once
+    min_body_rate_kib_s: 16    # a request's body, after header_timeout_s, must average at least this (else 408, closed)
+    connections_per_ip: 16     # open connections from one address (0: no cap); a trusted proxy's are not capped
+    anonymous_per_ip: 8        # requests without credentials in progress at once from one address (429 above it)
+    anonymous_per_ip_per_minute: 600  # and begun per minute (the pages poll every few seconds)
+    trusted_proxies: [127.0.0.1]      # proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips)
+    gradescope_upload_slots: 4 # of uploads_at_once, kept for signed (Gradescope) uploads
+    min_free_mib: 1024         # free space under --data below which /healthz says 503 and uploads are refused
     limits:                    # per student token; Gradescope (signed) jobs are not limited but by size
       submissions_per_hour: 6  # (--per-hour)
       concurrent_jobs: 1       # queued or running at once (--concurrent)
@@ -101,6 +108,13 @@ class Settings:
     uploads_at_once: int = 16
     uploads_per_token: int = 2
     max_connections: int = 200
+    min_body_rate_kib_s: float = 16.0
+    connections_per_ip: int = 16
+    anonymous_per_ip: int = 8
+    anonymous_per_ip_per_minute: int = 600
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1",)
+    gradescope_upload_slots: int = 4
+    min_free_mib: float = 1024.0
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -202,7 +216,10 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "gradescope_fair_share": (int, "a number of jobs per hour (0: no limit)"),
     "header_timeout_s": (float, "seconds"), "upload_timeout_s": (float, "seconds"),
     "uploads_at_once": (int, "a count"), "uploads_per_token": (int, "a count"),
-    "max_connections": (int, "a count"),
+    "max_connections": (int, "a count"), "min_body_rate_kib_s": (float, "KiB per second"),
+    "connections_per_ip": (int, "a count (0: no cap)"), "anonymous_per_ip": (int, "a count (0: no cap)"),
+    "anonymous_per_ip_per_minute": (int, "a count (0: no cap)"), "gradescope_upload_slots": (int, "a count"),
+    "min_free_mib": (float, "MiB"),
 }
 GRADINGS_PER_GPU = range(1, 5)  # more than 4 would wait on the lock more than they compile
 
@@ -231,7 +248,7 @@ def from_mapping(base: Settings, raw: Any, where: str) -> Settings:
                 raise SettingsError(f"{name}: {value!r} is not an integer from {GRADINGS_PER_GPU.start} to "
                                     f"{GRADINGS_PER_GPU.stop - 1}")
             changes[key] = value
-        elif key in ("gpus", "stages"):
+        elif key in ("gpus", "stages", "trusted_proxies"):
             changes[key] = _list(name, value)
         elif key == "grade_command":
             changes[key] = _command(name, value)
@@ -287,6 +304,9 @@ def load(args: argparse.Namespace) -> Settings:
                                                                                  s.upload_timeout_s) <= 0:
         raise SettingsError("uploads_at_once, uploads_per_token and max_connections must be at least 1, and "
                             "header_timeout_s and upload_timeout_s more than 0 seconds")
+    if s.gradescope_upload_slots >= s.uploads_at_once:
+        raise SettingsError(f"gradescope_upload_slots ({s.gradescope_upload_slots}) must be less than uploads_at_once "
+                            f"({s.uploads_at_once}): the rest are the students' self-checks'")
     return s
 
 

@@ -65,7 +65,7 @@ def run_checks(submission: Path, rubric, compile_kernels: bool = True) -> list[R
         nvcc = toolchain.find_nvcc() if compile_kernels else None
         why_not = ("not compiled (--no-compile)" if not compile_kernels else
                    "" if nvcc is not None and nvcc.path else
-                   f"not compiled: no CUDA compiler found ({getattr(nvcc, 'reason', '') or 'nvcc'})")
+                   f"not compiled: no CUDA compiler found ({(nvcc.reason if nvcc is not None else '') or 'nvcc'})")
         arch = toolchain.nvcc_arch_flags(None, rubric.arch_without_device)
         rows += kernels(taken, rubric, work / "build", nvcc, arch, why_not)
         rows += answers(taken, rubric)

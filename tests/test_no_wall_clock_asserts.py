@@ -128,5 +128,5 @@ def test_no_test_asserts_a_wall_clock_time():
              for path in sorted(TESTS.rglob("*.py")) if "submissions" not in path.parts and "fake_cupy" not in path.parts
              for line in wall_clock_asserts(path.read_text(encoding="utf-8"))}
     assert found == {}, ("asserts on a wall-clock time (a flaky test on a busy machine; print the number from a "
-                         "tools/ benchmark instead, and bound a hang with a timeout): "
+                         "benchmark instead, docs/measurements/scripts/, and bound a hang with a timeout): "
                          + "\n".join(f"{k}: {v}" for k, v in found.items()))

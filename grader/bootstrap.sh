@@ -10,7 +10,7 @@
 # Commands run from the repository root, whatever the caller's cwd.
 #
 # Decision:
-#   * If python3 (or $GRADER_PYTHON) already imports numpy, yaml, rich (+ pytest for `test`,
+#   * If python3 (or $GRADER_PYTHON) already imports the grader's packages (+ pytest for `test`,
 #     + ruff and mypy for `lint`, + cupy when `nvidia-smi -L` lists a GPU) and the system has
 #     nvcc and cuobjdump, use it and install nothing (the offline GPU machine).
 #   * Otherwise create/reuse .venv in the repo root and `pip install -e ".[extras]"`, where
@@ -22,7 +22,7 @@
 # Environment (all optional; grader/deploy/install.sh, the Gradescope/Docker install, sets them):
 #   GRADER_PYTHON=PATH        the base interpreter (default: python3)
 #   GRADER_NO_INSTALL=1       never create .venv, run pip or apt-get: use the base interpreter as it is
-#                             (it must import numpy, yaml, rich); missing tools are only warned about
+#                             (it must import the grader's packages); missing tools are only warned about
 #
 # bubblewrap (bwrap, the sandbox of students' code) is installed with apt-get when missing, as root
 # on Debian or Ubuntu; elsewhere the command to install it is printed.
@@ -91,7 +91,8 @@ case "${GRADER_CUPY:-}" in
     *) say "GRADER_CUPY='$GRADER_CUPY' is not cuda12, cuda13 or none"; exit 2 ;;
 esac
 
-mods=(numpy yaml rich)
+# The modules of pyproject.toml's dependencies (grader/setup_check.py: REQUIRED, and httpx for `submit`).
+mods=(numpy yaml rich matplotlib dacite markdown_it httpx)
 [[ "$cmd" == test ]] && mods+=(pytest)
 [[ "$cmd" == lint ]] && mods+=(ruff mypy importlinter)
 [[ -n "$cupy_extra" ]] && mods+=(cupy)
@@ -248,6 +249,14 @@ if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then
     py_path="$PY"
     [[ "$py_path" == */* ]] || py_path="$(command -v "$py_path")"
     printf '%s\n' "$py_path" >"$GRADER_PYTHON_FILE"
+fi
+
+# How to run the grader from now on: the one line a student needs after `setup`.
+if [[ "$cmd" == setup && "$PY" == "$REPO/.venv/bin/python" ]]; then
+    say "ready: .venv/ (in $REPO) holds the grader's packages; run the grader with .venv/bin/python," \
+        "e.g. \`.venv/bin/python -m grader check my-submission/\` (or \`source .venv/bin/activate\` once, then \`python -m grader ...\`)"
+elif [[ "$cmd" == setup ]]; then
+    say "ready: $PY has the grader's packages; run the grader with it, e.g. \`$PY -m grader check my-submission/\`"
 fi
 
 case "$cmd" in

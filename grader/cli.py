@@ -109,6 +109,7 @@ def grade_command(args: argparse.Namespace) -> int:
         if not os.path.lexists(sub):
             return fail(out, f"submission folder {sub} does not exist", EXIT_USAGE, started)
         stages = _stage_list(args.stages, rubric)
+        cited = _stored_gradings(getattr(args, "citations_from", []))
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
     except Terminated as stop:
@@ -127,17 +128,23 @@ def grade_command(args: argparse.Namespace) -> int:
         # Steps: probe, compile and run each stage, then check, sanitize, profile, the other sections.
         steps = 1 + 2 * len(graded) + 5
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as bar:
+        # Not a terminal (a log, a pipe, CI): a bar draws nothing there, so each step is a line of its own.
+        lines = not console.is_terminal and not args.quiet
+        with Progress(*columns, console=console, transient=True, disable=lines) as bar:
             task = bar.add_task("grading", total=steps)
 
             def progress(msg: str) -> None:
                 bar.update(task, description=f"grading: {msg}", advance=1)
+                if lines:
+                    print(f"grading: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
 
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
                                      device_file=Path(args.device) if getattr(args, "device", None) else None,
-                                     student=getattr(args, "student", None))
+                                     student=getattr(args, "student", None), citations_from=cited,
+                                     **({"no_gpu_reason": args.no_gpu_because} if getattr(args, "no_gpu_because", None)
+                                        else {}))
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -154,6 +161,20 @@ def grade_command(args: argparse.Namespace) -> int:
     finally:
         if not args.keep_work:
             remove_work(out)
+
+
+def _stored_gradings(paths: list[str]) -> list:
+    """--citations-from's gradings; ConfigError naming the file and what is wrong with it."""
+    from grader.grading import GradingFormatError, load_grading
+
+    out = []
+    for p in paths:
+        try:
+            out.append(load_grading(p))
+        except GradingFormatError as exc:
+            raise ConfigError(f"--citations-from {p}", str(exc), "a grading.json written by `python -m grader "
+                              "grade` (this grader's version)") from None
+    return out
 
 
 def _stopped(out: Path, stop: Terminated, started: float) -> int:
@@ -179,6 +200,7 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
+    p.add_argument("--no-gpu-because", help=argparse.SUPPRESS)  # with --no-gpu: why, in the student's words
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--gpu-lock", metavar="FILE", help="a lock file shared by every grading on this GPU: the GPU "
                    "steps wait for it, so two gradings never time kernels on one GPU at once (batches, the service)")
@@ -189,6 +211,10 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--student", metavar="ID", help="who submitted (an SID or email): with rubric occupancy.variants, "
                    "the occupancy exercises are graded for this student's own numbers")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--citations-from", action="append", default=[], metavar="GRADING_JSON",
+                   help="a stored grading of the same kernels (its grading.json), e.g. the student's self-check on "
+                   "the course's GPU service: the report's values are compared with the one on the GPU its `GPU:` "
+                   "line names when this grading runs on another (repeatable)")
     p.set_defaults(func=grade_command)
 
 

@@ -83,7 +83,7 @@ class StageOutcome:
     agreement: Agreement | None = None
     run_limit: StageLimit | None = None  # the stage child's time limit in force, and where it came from
     # Why this machine cannot grade the stage at all (its rubric's requires_arch is not the target:
-    # "not evaluated: needs a Hopper GPU (sm_90a) ..."); every item then says so and scores 0.
+    # "not evaluated on this GPU (needs sm_90a, a Hopper GPU) ..."); every item then says so and scores 0.
     unsupported: str = ""
 
     @property

@@ -9,7 +9,7 @@ exception. The grading process creates no CUDA context; every GPU step is a chil
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import replace
@@ -46,12 +46,17 @@ from grader.score.stages import score
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
+NO_GPU_FLAG = "GPU use switched off (--no-gpu)"
+
+
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
-                       device: dict | None = None, clock: Clock | None = None) -> Environment:
+                       device: dict | None = None, clock: Clock | None = None,
+                       no_gpu_reason: str = NO_GPU_FLAG) -> Environment:
     """The GPU (``device``, a description a batch or a worker probed once; else the machine's kept
     description, else the probe child's, run in ``work``: a temporary folder by default;
-    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used."""
-    reason = "GPU use switched off (--no-gpu)"
+    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used.
+    ``no_gpu_reason``: why there is no GPU when ``use_gpu`` is off (whoever switched it off says so)."""
+    reason = no_gpu_reason or NO_GPU_FLAG
     if not use_gpu:
         device = None
     elif device is None:
@@ -101,6 +106,9 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     times += [(f"compile.{part}", seconds) for part, seconds in o.compile.seconds.items()]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
         o.compile.problem = why  # "gemm/naive.cu is a symbolic link ...", not just "file missing"
+    elif not o.compile.ok and o.compile.proc is not None and (
+            why := toolchain.newer_arch_needed(o.compile.proc.stderr + o.compile.proc.stdout, job.env.arch_flags)):
+        o.unsupported = why  # a student's older card: the code is for a newer one, no mistake of theirs
     if not (o.compile.ok and o.compile.cubin):
         o.verdict = Verdict.NOT_COMPILED
     return o, times
@@ -251,10 +259,11 @@ def grade_occupancy(job: Job) -> Job:
 
 def grade_report(job: Job) -> Job:
     if job.rubric.report is not None and job.wants("report"):
-        from grader.writeup.run import grade_report_submission
+        from grader.writeup.run import Gradings, grade_report_submission
 
         job.progress("checking the written report")
-        job.items += grade_report_submission(job.submission, job.rubric, job.outcomes)
+        job.items += grade_report_submission(job.submission, job.rubric, job.outcomes,
+                                             Gradings(job.env.device, tuple(job.citations_from)))
     return job
 
 
@@ -330,11 +339,14 @@ def _with_variant(rubric: Rubric, student: str | None, notes: list[str]) -> tupl
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
           env: Environment | None = None, gpu_lock: Path | None = None,
-          device_file: Path | None = None, student: str | None = None) -> Grading:
+          device_file: Path | None = None, student: str | None = None,
+          citations_from: Sequence[Grading] = (), no_gpu_reason: str = NO_GPU_FLAG) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
     description, probed once by a batch (grader/gpu/device.py): no probe child. ``student``: who
-    submitted, for the occupancy variants (rubric ``occupancy.variants``; ignored without them)."""
+    submitted, for the occupancy variants (rubric ``occupancy.variants``; ignored without them).
+    ``citations_from``: stored gradings of the student's kernels, for a report measured on another
+    GPU (writeup/run.py)."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
@@ -352,7 +364,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                 device, problem = read_device_file(Path(device_file))
                 if problem:
                     notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
-            env = detect_environment(rubric, use_gpu, device=device, clock=clock)
+            env = detect_environment(rubric, use_gpu, device=device, clock=clock, no_gpu_reason=no_gpu_reason)
     # This GPU's calibration entry (calibration/*.yaml beside the rubric), or a line saying there is none.
     rubric, entry, calibrated = for_device(rubric, env.device)
     notes += [calibrated] if calibrated else []
@@ -361,7 +373,8 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant)
+              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant,
+              citations_from=list(citations_from))
     try:
         if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
             with clock.step("start_gpu_children"):

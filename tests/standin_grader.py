@@ -91,7 +91,7 @@ def hold_gpu(lock: Path, seconds: float) -> tuple[float, float]:
 def device_reason(args: argparse.Namespace) -> str:
     """Why it grades without a GPU, in the grader's words: it never has one."""
     if args.no_gpu:
-        return "GPU use switched off (--no-gpu)"
+        return args.no_gpu_because or "GPU use switched off (--no-gpu)"
     try:
         described = json.loads(Path(args.device).read_text(encoding="utf-8")) if args.device else {}
     except (OSError, ValueError):
@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--rubric")
     p.add_argument("--no-gpu", action="store_true")
+    p.add_argument("--no-gpu-because")
+    p.add_argument("--citations-from")
     p.add_argument("--device")
     p.add_argument("--gpu-lock")
     p.add_argument("--stages", default="")

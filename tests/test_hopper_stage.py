@@ -95,7 +95,7 @@ def test_a_kernel_without_tensor_map_parameters_or_boxes_is_refused(tmp_path):
 # -- only on an sm_90a target -------------------------------------------------------------------
 def test_another_architecture_is_not_evaluated_and_scores_zero():
     why = toolchain.unsupported_reason("sm_90a", ["-arch=sm_89"])
-    assert why.startswith("not evaluated: needs a Hopper GPU (sm_90a)") and "sm_89" in why
+    assert why.startswith("not evaluated on this GPU (needs sm_90a, a Hopper GPU)") and "sm_89" in why
     assert toolchain.unsupported_reason("sm_90a", ["-arch=sm_90a"]) == ""
     assert toolchain.unsupported_reason("", ["-arch=sm_89"]) == ""
     items = score({"hopper": StageOutcome(stage=HOPPER, unsupported=why)}, Peaks(66.9, 989.0, "test"))

@@ -30,6 +30,7 @@ from grader.compile import toolchain
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.policy import PENDING_PREFIX
 from grader.serve.auth import SECRETS_DIR
+from grader.serve.worker import SERVICE_WITHOUT_GPU
 from tests.serve_gpu_measurements import measured_service
 from tests.serve_helpers import ServiceProcess, free_port, make_secret, wait_job
 from tests.test_gradescope_package import PACKAGE_VARS, check_results
@@ -233,7 +234,7 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
         gs = res["extra_data"]["gpu_service"]
         with bare.client() as http:
             view = http.get(f"/api/v1/jobs/{gs['job']}").json()
-    assert view["state"] == "done" and view["without_gpu"] == "GPU use switched off (--no-gpu)"
+    assert view["state"] == "done" and view["without_gpu"] == SERVICE_WITHOUT_GPU
     pending = _assert_pending(res)
     assert gs["state"] == "without_gpu" and gs["reason"] == view["without_gpu"], log
     assert gs["merged_items"] == 0 and gs["still_pending"] == len(pending) == res["extra_data"]["pending_gpu_items"]
@@ -242,7 +243,7 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
     assert res["output"].startswith(f"> **The GPU service graded without a GPU** (job `{gs['job']}`")
     assert f"{len(pending)} items are still pending GPU grading" in res["output"]
     assert "GPU results merged" not in res["output"]
-    assert f"gpu service: without_gpu (GPU use switched off (--no-gpu)); {len(pending)} items still pending" in log
+    assert f"gpu service: without_gpu ({SERVICE_WITHOUT_GPU}); {len(pending)} items still pending" in log
 
 
 def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grades_again(service, autograder, tmp_path):

@@ -211,8 +211,7 @@ def test_slow_heads_and_bodies_are_cut_off_and_uploads_are_capped(tmp_path):
         with a, b:
             cut = closed_within(a, started + 15, trickle=b"P" * 100)  # one byte every 0.25 s: too slow
             assert cut is not None and cut.startswith(b"HTTP/1.1 408"), cut
-            # the minimum rate cuts it after header_timeout_s, not before; closed_within is the net against a hang
-            assert time.monotonic() - started >= 1.5
+            assert time.monotonic() - started >= 1.5  # cut at its limit, not before; closed_within is the net
             stalled = closed_within(b, started + 15)
             assert stalled is not None and stalled.startswith(b"HTTP/1.1 408"), stalled
         receiving(0)

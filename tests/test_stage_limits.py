@@ -174,6 +174,12 @@ def test_a_flood_and_a_hang_are_typed_verdicts_naming_their_limit():
     verdict, msg = ended
     assert verdict is Verdict.TIMED_OUT and msg.startswith("timed out after 15.8 s (this stage's time limit: ")
     assert f"{RUBRIC.stage('naive').limits.reference_s:g} s" in msg and "5 times slower" in msg
+    # A flood whose printf is slow reaches the time limit first: a timeout, which names the printing.
+    slow = _proc(timed_out=True, limit=Limit.TIME, timeout_s=5.8, stdout_bytes=12_000)
+    ended = run_stages._run_end(slow, report, RUBRIC, stage_limit(RUBRIC.stage("naive"), RUBRIC))
+    assert ended is not None and ended[0] is Verdict.TIMED_OUT and ended[1].startswith("timed out after 5.8 s")
+    assert "it printed 12,000 bytes (shown trimmed)" in ended[1] and "output limit" not in ended[1]
+    assert "shown trimmed" not in run_stages._run_end(hang, report, RUBRIC)[1]  # a silent hang printed nothing
     # Neither is run again under a sanitizer: it would flood or hang again.
     for v in (Verdict.OUTPUT_LIMIT, Verdict.TIMED_OUT):
         assert v not in run_stages.RACECHECKED and v not in run_stages.MEMCHECKED

@@ -210,7 +210,8 @@ def nvcc_arch_flags(cc: tuple[int, int] | None, configured: str | None = None) -
     return [f"-arch={arch}"]
 
 
-ARCH_FAMILIES = {"sm_90a": "Hopper", "sm_90": "Hopper", "sm_89": "Ada", "sm_80": "Ampere", "sm_86": "Ampere"}
+ARCH_FAMILIES = {"sm_90a": "Hopper", "sm_90": "Hopper", "sm_89": "Ada", "sm_80": "Ampere", "sm_86": "Ampere",
+                 "sm_75": "Turing"}
 
 
 def target_arch(flags: list[str]) -> str:
@@ -227,9 +228,29 @@ def unsupported_reason(required: str, flags: list[str]) -> str:
     if not required or target == required:
         return ""
     family = ARCH_FAMILIES.get(required)
-    needs = f"a {family} GPU ({required})" if family else f"a GPU with {required}"
-    return (f"not evaluated: needs {needs}; this machine compiles for {target or 'another target'}, so this "
-            "stage scores 0 here, and is graded on such a GPU")
+    needs = f"{required}, a {family} GPU" if family else required
+    return (f"not evaluated on this GPU (needs {needs}): this machine compiles for {target or 'another target'}, "
+            "so the stage scores 0 here; it is graded on such a GPU")
+
+
+_FEATURE_RE = re.compile(r"Feature '([^']+)' requires \.target sm_(\d+)[af]? or higher")
+
+
+def newer_arch_needed(output: str, flags: list[str]) -> str:
+    """Why a compile for ``flags`` failed only because the card is older than the code (ptxas: "Feature
+    'cp.async' requires .target sm_80 or higher" on a student's T4, sm_75), in the words of
+    :func:`unsupported_reason`; "" when any error is of another kind (then it is the student's to fix)."""
+    m = _ARCH_RE.match(target_arch(flags))
+    errors = [line for line in output.splitlines() if re.search(r"\berror\b", line)]
+    found = [_FEATURE_RE.search(line) for line in errors]
+    if m is None or not errors or any(f is None for f in found):
+        return ""
+    need = max(int(f.group(2)) for f in found if f is not None)
+    if need <= int(m.group(1)):
+        return ""
+    features = ", ".join(dict.fromkeys(f.group(1) for f in found if f is not None))
+    return (f"not evaluated on this GPU (needs sm_{need} or newer for {features}): this machine compiles for "
+            f"{target_arch(flags)}, so the stage scores 0 here; it is graded on the course's GPU")
 
 
 # --------------------------------------------------------------------------- CLI

@@ -66,6 +66,9 @@ class Job:
     # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
     # occupancy runs have ended; None when the occupancy step grades them itself.
     occupancy_ahead: Future[list[ItemResult]] | None = None
+    # Stored gradings of the student's kernels (grade --citations-from): the report's cited values are
+    # compared with the one on the GPU the report names when this grading ran on another (writeup/run.py).
+    citations_from: list[Grading] = field(default_factory=list)
 
     @property
     def shares_gpu(self) -> bool:

@@ -56,8 +56,10 @@ def _run_end(proc: ProcRecord, report: StageResult | None, rubric: Rubric,
     where = (f"during the correctness run at N={sizes[done]}" if done < len(sizes)
              else "while timing at the benchmark size")
     printed = proc.stdout_bytes + proc.stderr_bytes
+    # A flood can reach its time limit before the output limit (a slower printf on another GPU): the
+    # timeout's message then names the printing too, whenever more was printed than feedback shows.
     noisy = (f"; it printed {printed:,} bytes (shown trimmed): printf in a kernel's hot path slows it "
-             "enormously" if printed > rubric.output_limit_bytes else "")
+             "enormously" if printed > RUN_OUTPUT_KEPT else "")
     if proc.limit is Limit.OUTPUT:  # the fence stopped it the moment its output passed the limit
         return Verdict.OUTPUT_LIMIT, (f"stopped {where}: it printed {printed:,} bytes (shown trimmed), more than "
                                       f"the {rubric.output_limit_bytes:,}-byte output limit: printf in a kernel's "

@@ -1,6 +1,6 @@
 """The handout's rubric tables, generated from rubric.yaml so the handout and the grader agree.
 
-``python -m grader.instructor.handout --write`` rewrites every generated block of assignment/README.md;
+``python -m grader handout --write`` rewrites every generated block of assignment/README.md;
 ``python -m grader.instructor.handout --check`` exits 1 (naming the stale blocks) when the handout differs
 from what the rubric gives, and 2 (with the rubric's error) when the rubric is invalid. A block is the
 text between
@@ -162,6 +162,15 @@ def block_report(rubric: Rubric) -> str:
              f"{cfg.abs_tol:g} in the metric's unit, for values near zero). Table cells must agree with the other "
              f"cells of their row within {100 * cfg.arithmetic_rel:g}% (or half their last digit); table times "
              f"within {100 * cfg.time_rel:g}% of the grader's own timing.", "",
+             "**Which GPU's numbers to cite.** Cite the numbers of one grading of your final kernels on the course's "
+             "GPU service (`python -m grader submit`), and copy that grading's GPU, as its summary.md names it, to "
+             "the report's `GPU:` line (`GPU: NVIDIA H100 80GB HBM3`). Cited values and table times are compared "
+             "with a grading on the GPU that line names: the grading itself when it runs on that GPU, or else your "
+             "own GPU-graded self-check of the same files that the service keeps (so submit your final files, "
+             "report included, once more before you hand them in). A report that names no GPU is compared with "
+             "the grading's own GPU. Without a grading on the GPU it names (numbers from your own card) only "
+             "what holds on any GPU is checked: every value reads as a number in its metric's unit, none below "
+             "0, no percentage above 100; the rest is left for a TA (not evaluated, never failed).", "",
              "| # | item | points | visibility |", "|---|---|---|---|"]
     for spec in cfg.items():
         lines.append(_item_row(spec))
@@ -237,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.handout or HANDOUT)
     rubric_path = args.rubric or str(RUBRIC)
     # The command that rewrites the blocks, with the files this one was given, so the hint can be pasted.
-    write = " ".join(["python -m grader.instructor.handout --write"]
+    write = " ".join(["python -m grader handout --write"]
                      + [f"--{k} {shlex.quote(v)}" for k, v in (("rubric", args.rubric), ("handout", args.handout)) if v])
     try:  # an invalid rubric or an unreadable handout is the caller's input: exit 2, as the grader's CLI does
         rubric = load_rubric(rubric_path)

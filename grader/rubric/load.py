@@ -249,8 +249,16 @@ def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
         raw = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        # The parser notices an unclosed {...} or [...] lines after it (the next key, the next item): the
+        # line an editor needs is where the construct began, its context_mark.
+        context, began = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and began is not None and mark is not None and began.line < mark.line:
+            what = context.removeprefix("while parsing ").removeprefix("a ").removeprefix("an ")
+            raise RubricError(f"{source} line {began.line + 1}",
+                              f"is not valid YAML: the {what} that starts here: {problem} (noticed at line "
+                              f"{mark.line + 1})", "valid YAML") from None
+        line = f" line {mark.line + 1}" if mark is not None else ""
         raise RubricError(f"{source}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
     try:
         rubric = parse_rubric(raw, source)

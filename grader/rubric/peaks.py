@@ -48,4 +48,5 @@ def device_peaks(overrides: Sequence[PeakOverride], per_sm_clock: Mapping[str, M
         return Peaks(None, None, f"no peak known for compute capability {cc}; add one to rubric.yaml peaks")
     hz_sms = device["clock_khz"] * 1e3 * device["sms"]
     return Peaks(rates["fp32"] * hz_sms / 1e12, rates["fp16_tensor"] * hz_sms / 1e12,
-                 f"derived: {device['sms']} SMs x {device['clock_khz'] / 1e6:.2f} GHz x per-SM rate for CC {cc}")
+                 f"this GPU's own peaks, derived: {device['sms']} SMs x {device['clock_khz'] / 1e6:.2f} GHz x "
+                 f"per-SM rate for CC {cc}")

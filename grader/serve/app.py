@@ -9,7 +9,8 @@
     GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
     GET  /healthz                          {"ok", "queue", "store", "disk", "workers"}; 503 {"ok": false} when the
                                            store is unavailable or the disk has under min_free_mib free
-    GET  /, /jobs/{id}                     static/index.html, static/job.html (their JS calls the API)
+    GET  /                                 static/index.html (its JS calls the API)
+    GET  /jobs/{id}, /jobs/{id}/summary    the job's page and its summary.md, rendered here (job_page.py)
 
 Every error answers ``{"error": "<sentence>"}``; one no handler expected is a 500 that says only that
 the log has the details (:class:`JsonErrors`). A job's id is its read capability (unguessable);
@@ -20,6 +21,7 @@ into a store that would lose it.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 import secrets
@@ -33,12 +35,13 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from grader.serve import job_page as pages
 from grader.serve import limits, results, retention, signing, views
 from grader.serve.auth import Secrets, Tokens
 from grader.serve.connections import AUTHENTICATED, Gate
@@ -419,7 +422,33 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
 
     @app.api_route("/jobs/{job_id}", methods=["GET", "HEAD"])
     def job_page(job_id: str):
-        return page("job.html")
+        """The job's page, rendered here (grader/serve/job_page.py); static/job.js only refreshes it."""
+        job = svc.job(job_id)
+        if job is None:
+            return HTMLResponse(pages.render({"id": job_id, "state": "unknown", "error_page":
+                                               "no job with this id (ids are case-sensitive; check the link)"},
+                                              None, None, time.time()), status_code=404)
+        view = views.job_view(job, views.snapshot(svc.store, svc.settings))
+        grading = summary = None
+        if job.state.value in ("done", "failed"):
+            raw = svc.file(job, "grading.json") if "grading.json" in job.files else None
+            try:
+                grading = json.loads(raw) if raw is not None else None
+            except ValueError:
+                grading = None
+            md = svc.file(job, "summary.md") if "summary.md" in job.files else None
+            summary = views.summary_html(md.decode("utf-8", errors="replace")) if md is not None else None
+        return HTMLResponse(pages.render(view, grading if isinstance(grading, dict) else None, summary, time.time()))
+
+    @app.api_route("/jobs/{job_id}/summary", methods=["GET", "HEAD"])
+    def summary_page(job_id: str):
+        """summary.md rendered as a page (the job page's "full summary" link)."""
+        job = svc.job(job_id)
+        md = svc.file(job, "summary.md") if job is not None and "summary.md" in job.files else None
+        if job is None or md is None:
+            return error(404, "no summary.md for this job (yet)" if job is not None else "no job with this id")
+        return HTMLResponse(pages.render_summary_page(job.id, views.summary_html(md.decode("utf-8", errors="replace"))),
+                            headers={"Content-Security-Policy": "default-src 'none'; style-src 'self'"})
 
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
     return app

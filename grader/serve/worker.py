@@ -19,6 +19,7 @@ and queued jobs the queue lost (a worker killed between taking and claiming) are
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
@@ -33,12 +34,13 @@ from pathlib import Path
 
 from grader import IMPORT_ROOT
 from grader.gpu.device import describe_into
+from grader.grading import Grading, GradingFormatError
 from grader.sandbox.lock import held_in_turn
 from grader.serve import child, results
 from grader.serve.child import reap_zombies
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
-from grader.serve.store import Job, JobStore, State, WorkerInfo
+from grader.serve.store import Job, JobStore, Kind, State, WorkerInfo
 from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
@@ -110,25 +112,50 @@ def default_name(gpu: str | None, index: int = 0) -> str:
     return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
 
 
+# Why a job of a service started with --no-gpu has no GPU item evaluated: the service's choice, not the student's.
+SERVICE_WITHOUT_GPU = "the grading service runs without a GPU (its operator started it with --no-gpu)"
+
+
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
-                  gpu_lock: Path | None = None) -> list[str]:
+                  gpu_lock: Path | None = None, citations_from: Path | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
-    worker's description of its GPU when it has one, and the GPU's lock when other workers share it.
-    ``GRADER_SERVE_GRADE_COMMAND`` (the service's environment, set by whoever starts it) replaces the
-    grader by another command given ``--out OUT -- ARCHIVE``: the service's tests and its soak run use a
-    stand-in that writes a results.json, since the service treats a grading as a black box.
-    ``settings.grade_command`` (serve.yaml, ``--grade-command``) replaces ``python -m grader grade`` and is
-    given the grader's own arguments (tests/standin_grader.py)."""
+    worker's description of its GPU when it has one, the GPU's lock when other workers share it, and a
+    stored self-check of the same files (``citations_from``), for a report measured on another GPU.
+    ``settings.grade_command`` runs in place of the grader when set (the service's tests and its soak run
+    use a stand-in that writes a results.json, since the service treats a grading as a black box)."""
     standin = os.environ.get(GRADE_COMMAND_ENV, "").strip()
-    if standin:
+    if standin and not settings.grade_command:
         return [*shlex.split(standin), "--out", str(out), "--", str(archive)]
     program = list(settings.grade_command) or [sys.executable, "-m", "grader", "grade"]
     cmd = [*program, "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
-    cmd += ["--no-gpu"] if settings.no_gpu else []
+    cmd += ["--citations-from", str(citations_from)] if citations_from is not None else []
+    cmd += ["--no-gpu", "--no-gpu-because", SERVICE_WITHOUT_GPU] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []
     cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []
     return cmd + ["--", str(archive)]
+
+
+def stored_self_check(store: JobStore, job: Job, folder: Path) -> Path | None:
+    """The grading.json of a GPU-graded self-check of the same files and grading key (perhaps on
+    another of the service's GPUs), written into ``folder``: a report's values are compared with it
+    when it ran on the GPU the report names and this grading does not (grader/writeup/run.py).
+    None when there is none or it cannot be read back (then only this grading's GPU counts)."""
+    source = store.find_done(job.archive_sha, job.key, Kind.SELFCHECK)
+    if source is None or source.id == job.id or source.without_gpu:
+        return None
+    blob = store.results(source.id)
+    data = results.member(blob, "grading.json") if blob is not None else None
+    if not data:
+        return None
+    try:
+        Grading.from_json(json.loads(data))
+    except (ValueError, GradingFormatError) as exc:  # another grader version's: said, and not used
+        log.info("job %s: self-check %s's grading.json is not used (%s)", job.id[:8], source.id[:8], exc)
+        return None
+    path = folder / "citations-from.json"
+    path.write_bytes(data)
+    return path
 
 
 class NameTaken(Exception):
@@ -290,7 +317,8 @@ class Worker:
         (folder / "submission.zip").write_bytes(archive)
         out = folder / "out"
         s = self.settings
-        cmd = grade_command(s, folder / "submission.zip", out, self.device_file, self.gpu_lock)
+        cmd = grade_command(s, folder / "submission.zip", out, self.device_file, self.gpu_lock,
+                            stored_self_check(self.store, job, folder))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 

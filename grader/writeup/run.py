@@ -1,7 +1,9 @@
 """Grade the written report against what the grader measured for this submission.
 
-``grade_report_submission(root, rubric, outcomes)`` is called by grader/pipeline.py when rubric.yaml
-has a ``report:`` section. It never raises: a missing or malformed report fails its items with
+``grade_report_submission(root, rubric, outcomes, gradings)`` is called by grader/pipeline.py when
+rubric.yaml has a ``report:`` section. Values are compared with a grading on the GPU the report's
+``GPU:`` line names (grader/writeup/gpu.py): this one, or a stored one (:class:`Gradings`); without
+either, only what holds on any GPU is checked and the rest is left to a TA. It never raises: a missing or malformed report fails its items with
 a message that says what was expected, what was found and what to look at next; values the
 grader could not measure (no GPU, no ncu, no timing) make their items ``not_evaluated``.
 """
@@ -9,15 +11,19 @@ from __future__ import annotations
 
 import difflib
 import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.compile.locate import locate
+from grader.grading import Grading
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.rubric.expr import ExprError, MissingMetric, evaluate_expr, fmt
 from grader.rubric.items import Item
 from grader.rubric.report import STAGE, ReportConfig, Transition, metric_unit
 from grader.rubric.types import Rubric
 from grader.untrusted.quote import quote_code
+from grader.writeup.gpu import ReportGpu, names_device, report_gpu
 from grader.writeup.hints import known_metrics, some, spelling, value_hint
 from grader.writeup.parse import (
     Citation,
@@ -45,6 +51,55 @@ def _result(spec: Item, status: Status, fraction: float, message: str, *, needs_
 def _status_unless_hand_graded(spec: Item, status: Status) -> Status:
     """``status``, except for the hand-graded reasoning item, which is course staff's whatever happened."""
     return Status.MANUAL if spec.kind == "reasoning" else status
+
+
+@dataclass(frozen=True)
+class Gradings:
+    """What a report's values may be compared with: this grading's device (its probe's report; None or
+    not ok: no GPU) and other gradings of the student's kernels (``grade --citations-from``: the
+    student's self-checks the course's GPU service stored), each on the device its grading.json names."""
+
+    device: dict | None = None
+    stored: Sequence[Grading] = ()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The measurements a report's values are compared with. ``outcomes`` None: no grading on the GPU the
+    report names, so only what holds on any GPU is checked and the rest is left to a TA (``why``)."""
+
+    outcomes: dict | None
+    source: str = ""  # "" for this grading; else which stored grading, said in the messages
+    why: str = ""  # when ``outcomes`` is None: the GPUs involved, in words
+    note: str = ""  # said under the values items (a report that names no GPU)
+
+
+def _device_name(device: dict | None) -> str | None:
+    return str(device.get("name") or "") or None if device and device.get("ok") else None
+
+
+def choose_evidence(gpu: ReportGpu | None, outcomes: dict, gradings: Gradings | None) -> Evidence:
+    """Which grading the report's values are compared with: this one when it ran on the GPU the report
+    names (or the report names none, or the caller knows no device); else a stored grading on that
+    GPU; else none (see :class:`Evidence`). Without a GPU here and none stored, this grading's gaps
+    say why nothing is compared, as before."""
+    if gradings is None:
+        return Evidence(outcomes)
+    here = _device_name(gradings.device)
+    if gpu is None:
+        return Evidence(outcomes, note=(f"Your report names no GPU (a `GPU:` line near its top): its values were "
+                                        f"compared with this grading's {here}." if here else ""))
+    if here and names_device(gpu, here):
+        return Evidence(outcomes)
+    for g in gradings.stored:
+        there = _device_name(g.env.device)
+        if there and names_device(gpu, there):
+            return Evidence(g.outcomes, source=f"your stored grading on {there}")
+    if here is None:
+        return Evidence(outcomes)
+    return Evidence(None, why=(f"your report's numbers come from {quote_code(gpu.name, 60)} (its `GPU:` line, line "
+                               f"{gpu.line}), this grading ran on {here}, and the grader has no grading of your "
+                               f"kernels on {quote_code(gpu.name, 60)}"))
 
 
 def find_report(root: Path, rel: str) -> tuple[Path | None, str]:
@@ -109,10 +164,49 @@ def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, st
 
 
 
+def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[Status, float, str, dict, bool]:
+    """A values item without a grading on the report's GPU: what holds on any GPU is checked (the value
+    reads as a number in the metric's unit, and lies in the metric's range: no count, ratio, time or size
+    below 0, no percentage above 100); a value that fails that fails the item, and the rest is left to a
+    TA, not evaluated (never failed: an honest number of another GPU is no mistake)."""
+    unreadable: list[str] = []
+    implausible: list[str] = []
+    plausible = 0
+    for cit in cits:
+        q = cit.quantity
+        if cit.problem or q is None:
+            unreadable.append(f"line {cit.line}: {cit.problem}")
+            continue
+        unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
+        cited, problem = _unit_value(cit, q, unit)
+        if cited is None:
+            unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {problem}")
+        elif cited < 0:
+            implausible.append(f"line {cit.line}: {quote_code(cit.text)}: below 0, which no GPU measures for `{cit.name}`")
+        elif unit == "%" and cited > 100 + max(cfg.abs_tol, q.resolution):
+            implausible.append(f"line {cit.line}: {quote_code(cit.text)}: above 100%, which no GPU measures")
+        else:
+            plausible += 1
+    values = {"matched": 0, "mismatched": len(implausible), "unreadable": len(unreadable), "unchecked": plausible}
+    if implausible or unreadable:
+        parts = (["Values no GPU measures:", *some(implausible)] if implausible else []) + (
+            ["Values the grader cannot read:", *some(unreadable)] if unreadable else [])
+        return Status.FAILED, 0.0, "\n".join(parts) + "\nNext: copy each value from grading.json of a grader run " \
+            "on your current kernels and write it as `name = number`.", values, False
+    if not plausible:
+        return Status.FAILED, 0.0, "nothing to compare: the section cites no metric as `name = value`", values, False
+    return Status.NOT_EVALUATED, 0.0, (
+        f"not evaluated, left for a TA: {why}. The {plausible} cited value(s) read as numbers in their metrics' "
+        "units and ranges (what holds on any GPU); a TA compares them with your measurements on that GPU. To have "
+        "them checked automatically, grade your current kernels on that GPU with the course's GPU service "
+        "(python -m grader submit) before you hand in, or cite the numbers of the GPU that grades you."), values, False
+
+
 def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
-                  outcomes: dict) -> tuple[Status, float, str, dict, bool]:
+                  outcomes: dict, source: str = "") -> tuple[Status, float, str, dict, bool]:
     """(status, fraction, message, values, needs_gpu) of a transition's values item; the causes of the
-    stages' missing metrics decide between failed and not evaluated (``needs_gpu``: for want of a GPU)."""
+    stages' missing metrics decide between failed and not evaluated (``needs_gpu``: for want of a GPU).
+    ``source``: which stored grading ``outcomes`` come from ("" for this one), said in the message."""
     ok: list[str] = []
     bad: list[str] = []
     unreadable: list[str] = []
@@ -153,7 +247,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
                     others[osid] = v
         bad.append(f"line {cit.line}: {quote_code(cit.text)} does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
                    "the grader "
-                   f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}; allowed difference "
+                   f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}{', ' + source if source else ''}; allowed difference "
                    f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, q.resolution, others)}")
     values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
     tail = ("\nNot checked:\n" + "\n".join(some(unchecked))) if unchecked else ""
@@ -167,7 +261,8 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
                            for gap, sids in skipped.items())
     if ok:
         tail += f"\nNot compared, no metrics for {no_metrics}" if skipped else ""
-        return (Status.PASSED, 1.0, "every checked value matches your kernels: " + "; ".join(some(ok)) + tail,
+        where = f" ({source})" if source else ""
+        return (Status.PASSED, 1.0, f"every checked value matches your kernels{where}: " + "; ".join(some(ok)) + tail,
                 values, False)
     if skipped:
         if all(g.cause is Cause.STUDENT for g in skipped):  # the student's stage gave nothing to profile
@@ -221,10 +316,12 @@ def _check_cites(par: Paragraph | None, t: Transition, cfg: ReportConfig,
 
 
 
-def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
+def grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict,
+          gradings: Gradings | None = None) -> list[ItemResult]:
     """Every report item for one report text (None: the report is missing, ``problem`` says why); a
-    bonus transition's items count as its stage's (ReportConfig.bonus_of)."""
-    return _counted(cfg, _grade(cfg, text, problem, rubric, outcomes))
+    bonus transition's items count as its stage's (ReportConfig.bonus_of). ``gradings``: this grading's
+    device and stored gradings, for a report measured on another GPU (None: compare with ``outcomes``)."""
+    return _counted(cfg, _grade(cfg, text, problem, rubric, outcomes, gradings))
 
 
 def _counted(cfg: ReportConfig, results: list[ItemResult]) -> list[ItemResult]:
@@ -234,13 +331,15 @@ def _counted(cfg: ReportConfig, results: list[ItemResult]) -> list[ItemResult]:
     return results
 
 
-def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
+def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, outcomes: dict,
+           gradings: Gradings | None) -> list[ItemResult]:
     items = {i.id: i for i in cfg.items()}
     if text is None:
         msg = (f"{problem}. Expected: {cfg.file} at the top of the submission, next to gemm/. Next: start from "
                "starter/report.md; assignment/README.md, section 'The report', says what goes in it")
         return [_result(spec, _status_unless_hand_graded(spec, Status.FAILED), 0.0, msg) for spec in items.values()]
     text = strip_comments(text)
+    ev = choose_evidence(report_gpu(text), outcomes, gradings)
     names = stage_names(rubric, cfg)
     secs = sections(text)
     found: dict[str, Paragraph] = {}
@@ -260,8 +359,13 @@ def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, ou
         if par is None:
             out.append(_result(vspec, Status.FAILED, 0.0, f"no section for {t.label}, so no cited value to check"))
         else:
-            status, frac, msg, vals, needs_gpu = _check_values(par.citations, t, cfg, outcomes)
-            out.append(_result(vspec, status, frac, msg, needs_gpu=needs_gpu, **vals))
+            if ev.outcomes is None:
+                status, frac, msg, vals, needs_gpu = _check_any_gpu(par.citations, cfg, ev.why)
+            else:
+                status, frac, msg, vals, needs_gpu = _check_values(par.citations, t, cfg, ev.outcomes, ev.source)
+            compared = vals["matched"] + vals["mismatched"] > 0  # the note concerns compared values only
+            out.append(_result(vspec, status, frac, msg + (f"\n{ev.note}" if ev.note and compared else ""),
+                               needs_gpu=needs_gpu, **vals))
     checks = check_tables(cfg, text, rubric)
     for spec, chk in zip(cfg.tables, checks):
         need = len(chk.required)
@@ -273,7 +377,13 @@ def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, ou
         else:
             head = "" if chk.problems else f"{good} of {need} rows complete and consistent.\n"
             out.append(_result(items[f"table.{spec.id}"], Status.FAILED, good / need, head + problems))
-    status, frac, msg, needs_gpu = check_times(checks, outcomes, cfg.time_rel)
+    if ev.outcomes is None:  # times depend on the GPU as much as the metrics do
+        status, frac, msg, needs_gpu = (Status.NOT_EVALUATED, 0.0, f"not evaluated, left for a TA: {ev.why}; a TA "
+                                        "compares the table's times with your measurements on that GPU (the "
+                                        "tables' arithmetic is checked by the table items)", False)
+    else:
+        status, frac, msg, needs_gpu = check_times(checks, ev.outcomes, cfg.time_rel)
+        msg += f" ({ev.source})" if ev.source and status is not Status.NOT_EVALUATED else ""
     out.append(_result(items["table.times"], status, frac, msg, needs_gpu=needs_gpu))
     out.append(_reasoning(items["reasoning"], cfg, found))
     return out
@@ -308,8 +418,9 @@ def _reasoning(spec: Item, cfg: ReportConfig, found: dict[str, Paragraph]) -> It
     return _result(spec, Status.MANUAL, 0.0, "\n".join(lines))
 
 
-def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[ItemResult]:
-    """Every report item for the submission at ``root``; never raises."""
+def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict,
+                            gradings: Gradings | None = None) -> list[ItemResult]:
+    """Every report item for the submission at ``root``; never raises. ``gradings``: see :func:`grade`."""
     cfg = rubric.report  # validated when the rubric was loaded
     if cfg is None:  # the pipeline calls this only when there is a section; said, not raised
         return [ItemResult(stage=STAGE, item="config", title="Written report", status=Status.NOT_EVALUATED, score=0.0,
@@ -317,7 +428,7 @@ def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict) -> list[
                            visibility="hidden")]
     try:
         text, problem = read_report(Path(root), cfg.file)
-        return grade(cfg, text, problem, rubric, outcomes)
+        return grade(cfg, text, problem, rubric, outcomes, gradings)
     except Exception:  # the grader's own bug: every item says so, nothing crashes
         tb = traceback.format_exc()
         return _counted(cfg, [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0,

@@ -49,8 +49,41 @@ def _not_expected(taken: Intake, rubric) -> list[Skipped]:
     return out
 
 
-def run_checks(submission: Path, rubric, compile_kernels: bool = True) -> list[Row]:
-    """Every row for one submission (a folder or a zip); never raises for its content."""
+def local_device(rubric) -> dict | None:
+    """This machine's GPU as the grader's probe describes it (kept from an earlier grading, or probed
+    now), when it shows an NVIDIA GPU at all; None otherwise (no CuPy start on a laptop)."""
+    from grader.children.probe import nvidia_gpu_visible
+    from grader.gpu.device import kept_probe
+
+    if not nvidia_gpu_visible():
+        return None
+    device, _reason, _kept = kept_probe(rubric.timeouts.probe_s)
+    return device if device and device.get("ok") else None
+
+
+def arch_flags(rubric, device: dict | None) -> list[str]:
+    """What the kernels are built for: this machine's GPU's architecture, else the rubric's."""
+    from grader.compile import toolchain
+
+    cc = tuple(device["cc"]) if device and device.get("ok") else None
+    return toolchain.nvcc_arch_flags(cc, rubric.arch_without_device)
+
+
+def gpu_line(rubric, device: dict | None) -> str:
+    """The line above the table that says which GPU the kernels were built for ("" without one)."""
+    from grader.compile import toolchain
+
+    if not device or not device.get("ok"):
+        return ""
+    cc = device.get("cc") or [0, 0]
+    return (f"GPU: {device.get('name')} (CC {cc[0]}.{cc[1]}): kernels built for "
+            f"{toolchain.target_arch(arch_flags(rubric, device))}, as run_local.py builds them on this GPU")
+
+
+def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: dict | None = None) -> list[Row]:
+    """Every row for one submission (a folder or a zip); never raises for its content. ``device``: this
+    machine's GPU (the probe's description): the kernels are built for its architecture, as
+    run_local.py builds them here; None: for the rubric's ``arch_without_device``."""
     from grader.compile import toolchain
     from grader.compile.intake import intake
 
@@ -66,19 +99,25 @@ def run_checks(submission: Path, rubric, compile_kernels: bool = True) -> list[R
         why_not = ("not compiled (--no-compile)" if not compile_kernels else
                    "" if nvcc is not None and nvcc.path else
                    f"not compiled: no CUDA compiler found ({(nvcc.reason if nvcc is not None else '') or 'nvcc'})")
-        arch = toolchain.nvcc_arch_flags(None, rubric.arch_without_device)
-        rows += kernels(taken, rubric, work / "build", nvcc, arch, why_not)
+        rows += kernels(taken, rubric, work / "build", nvcc, arch_flags(rubric, device), why_not)
         rows += answers(taken, rubric)
         rows += report(taken, rubric)
     return rows
 
 
-def print_table(rows: list[Row], out: TextIO) -> None:
+def print_table(rows: list[Row], out: TextIO, details: bool = False) -> int:
+    """The table; a row's lines (each value read back, each citation) under a FIX row always, under the
+    other rows only with ``details``, so that a row to fix is not buried. Returns the lines left out."""
     width = min(40, max((len(r.what) for r in rows), default=10))
+    hidden = 0
     for r in rows:
         print(f"{r.mark.value:<5} {r.what:<{width}}  {r.detail}", file=out)
+        if r.mark is not Mark.FIX and not details:
+            hidden += len(r.lines)
+            continue
         for line in r.lines:
             print(f"{'':<5} {'':<{width}}    {line}", file=out)
+    return hidden
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -95,7 +134,8 @@ def check_command(args: argparse.Namespace) -> int:
         print(f"error: {sub} does not exist (give your submission folder, or a zip of it)", file=sys.stderr)
         return EXIT_USAGE
     try:
-        rows = run_checks(sub, rubric, compile_kernels=not args.no_compile)
+        device = local_device(rubric) if not args.no_compile else None
+        rows = run_checks(sub, rubric, compile_kernels=not args.no_compile, device=device)
     except Exception:  # the check's own bug: said in one line, the traceback only on request
         print(f"error: the check itself failed (please report it): {sys.exc_info()[1]!r}", file=sys.stderr)
         if os.environ.get("GRADER_DEBUG"):
@@ -104,9 +144,15 @@ def check_command(args: argparse.Namespace) -> int:
     fix = sum(r.mark is Mark.FIX for r in rows)
     took = time.monotonic() - started
     try:
-        print_table(rows, sys.stdout)
+        if line := gpu_line(rubric, device):
+            print(line + "\n", file=sys.stdout)
+        hidden = print_table(rows, sys.stdout, details=args.details)
+        if hidden:
+            print(f"\n({hidden} more lines, each value as read and each citation of the rows above: "
+                  "--details shows them)")
         if fix:
-            print(f"\n{fix} to fix (rows marked FIX); checked in {took:.1f} s. No scores here: "
+            names = ", ".join(r.what for r in rows if r.mark is Mark.FIX)
+            print(f"\n{fix} to fix (rows marked FIX: {names}); checked in {took:.1f} s. No scores here: "
                   "grade on a GPU for those.")
         else:
             info = sum(r.mark is Mark.INFO for r in rows)
@@ -124,4 +170,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the current folder)")
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: %(default)s)")
     p.add_argument("--no-compile", action="store_true", help="do not compile the kernels (faster, checks less)")
+    p.add_argument("--details", action="store_true", help="under every row, each value as read and each "
+                   "citation (by default only under the rows marked FIX)")
     p.set_defaults(func=check_command)

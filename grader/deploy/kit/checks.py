@@ -69,17 +69,26 @@ def expected_files(rubric: Rubric) -> list[tuple[str, bool]]:
     return files
 
 
+def _bonus_files(rubric: Rubric) -> set[str]:
+    """The files of bonus stages: optional, as a bonus report section is."""
+    return {st.file for st in rubric.stages if st.bonus is not Bonus.NONE}
+
+
 def layout(taken: Intake, rubric: Rubric) -> list[Row]:
     rows = []
+    bonus = _bonus_files(rubric)
     for rel, nearby in expected_files(rubric):
         found = locate(taken.root, rel, nearby=nearby)
         if found.path is not None:
             where = found.path.relative_to(taken.root).as_posix()
             rows.append(Row(Mark.OK, rel, "found" + (f" as {where}" if where != rel else "")))
-        else:
-            left_out = taken.why_missing(rel)  # a link or an oversized file the intake did not copy
-            hint = f" (starter/{rel} is where to start)" if found.problem is Problem.MISSING and not left_out else ""
-            rows.append(Row(Mark.FIX, rel, (left_out or found.message) + hint))
+            continue
+        left_out = taken.why_missing(rel)  # a link or an oversized file the intake did not copy
+        if rel in bonus and found.problem is Problem.MISSING and not left_out:
+            rows.append(Row(Mark.INFO, rel, f"not there (optional, for bonus points): starter/{rel} is where to start"))
+            continue
+        hint = f" (starter/{rel} is where to start)" if found.problem is Problem.MISSING and not left_out else ""
+        rows.append(Row(Mark.FIX, rel, (left_out or found.message) + hint))
     return rows
 
 
@@ -111,13 +120,21 @@ def _named_in_source(st: Stage, path: Path) -> Row:
 
 def kernels(taken: Intake, rubric: Rubric, work: Path, nvcc: Tool | None, arch_flags: list[str],
             why_not: str = "") -> list[Row]:
-    """One row per stage. ``why_not``: why nothing is compiled ("" to compile with ``nvcc``)."""
+    """One row per stage. ``why_not``: why nothing is compiled ("" to compile with ``nvcc``). A stage
+    that needs another architecture than ``arch_flags`` (the Hopper stage on a student's T4) is built
+    for the one it needs, as the course's GPU builds it, and its row says it is not evaluated on this GPU."""
+    from grader.compile.toolchain import newer_arch_needed, unsupported_reason
+
+    def flags(st: Stage) -> list[str]:
+        return [f"-arch={st.requires_arch}"] if unsupported_reason(st.requires_arch, arch_flags) else arch_flags
+
     todo: list[tuple[Stage, Path]] = []
     rows: dict[str, Row] = {}
     for st in rubric.stages:
         found = locate(taken.root, st.file)
         if found.path is None:
-            rows[st.id] = Row(Mark.SKIP, f"kernel {st.number} {st.id}", f"not compiled: {st.file} is not there")
+            optional = " (a bonus stage: optional)" if st.bonus is not Bonus.NONE else ""
+            rows[st.id] = Row(Mark.SKIP, f"kernel {st.number} {st.id}", f"not compiled: {st.file} is not there{optional}")
         elif why_not:
             row = _named_in_source(st, found.path)
             rows[st.id] = row if row.mark is Mark.FIX else Row(row.mark, row.what, f"{why_not}; {row.detail}")
@@ -129,12 +146,17 @@ def kernels(taken: Intake, rubric: Rubric, work: Path, nvcc: Tool | None, arch_f
         folder.mkdir(parents=True, exist_ok=True)
         sizes = list(rubric.correctness_sizes) + [st.bench.n]
         # The student's own machine: no fence and no user switch (the student runs their own code).
-        return compile_stage(st, taken.root, folder, nvcc, arch_flags, rubric, sizes)
+        return compile_stage(st, taken.root, folder, nvcc, flags(st), rubric, sizes)
 
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 2))) as pool:
             for (st, _), c in zip(todo, pool.map(one, [st for st, _ in todo])):
-                rows[st.id] = _kernel_row(st, c)
+                why = "" if c.ok or c.proc is None else newer_arch_needed(c.proc.stderr + c.proc.stdout, flags(st))
+                rows[st.id] = Row(Mark.SKIP, f"kernel {st.number} {st.id}", why) if why else _kernel_row(st, c)
+    for st in rubric.stages:
+        if why := unsupported_reason(st.requires_arch, arch_flags):
+            r = rows[st.id]
+            rows[st.id] = Row(r.mark, r.what, f"{r.detail} (built for {st.requires_arch}); {why}", r.lines)
     return [rows[st.id] for st in rubric.stages]
 
 

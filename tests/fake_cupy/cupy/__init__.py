@@ -5,6 +5,7 @@ Only what those children use. Put ``tests/fake_cupy`` first on PYTHONPATH. Behav
 from the JSON in ``$FAKE_CUPY`` (all keys optional):
 
 - ``no_device``: getDeviceProperties raises, as on a machine without a GPU;
+- ``device``: the card it stands for (cupy/cuda/runtime.py: a student's T4, A100, ...; default an H200);
 - ``fail_launch`` / ``hang``: a kernel name whose launch raises CUDA_ERROR_LAUNCH_FAILED /
   never returns;
 - ``heavy_registers``: registers of ``heavy`` (default: min(cap, 168); cap from the

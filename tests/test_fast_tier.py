@@ -1,4 +1,4 @@
-"""The fast tier (``bash grader/bootstrap.sh test -m fast``, README and docs/design.md "Testing"): the files it
+"""The fast tier (``bash grader/bootstrap.sh test -n 0 -m fast``, README and docs/design.md "Testing"): the files it
 names exist, so a rename never shrinks it in silence, and none of them starts the service or a grading."""
 from __future__ import annotations
 

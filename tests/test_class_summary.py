@@ -14,7 +14,6 @@ import pytest
 from grader.deploy.batch.pool import Options, child_command
 from grader.deploy.batch.run import grade_export
 from grader.outputs.class_summary import SUMMARY_FILE
-from tests.hang_guard import no_hang
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN_NAIVE = 'extern "C" __global__ void mmNaive(const float* A, const float* B, float* C, int N) {\n  C[0] = \n}\n'
@@ -48,8 +47,7 @@ def batch_out(tmp_path_factory) -> Path:
         return child_command(sub, out, opts)
 
     opts = Options(rubric=ROOT / "rubric.yaml", use_gpu=False, stages="naive", timeout_s=HANG_S)
-    with no_hang("a class whose one grading hangs", seconds=HANG_S * 10):  # stopped at its timeout, not its sleep
-        grade_export(exp, tmp / "out", workers=3, opts=opts, quiet=True, make_cmd=command, gpus=[])
+    grade_export(exp, tmp / "out", workers=3, opts=opts, quiet=True, make_cmd=command, gpus=[])
     return tmp / "out"
 
 

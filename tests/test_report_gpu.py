@@ -30,6 +30,13 @@ SOLUTIONS = (ROOT / "solutions/report.md").read_text()
 H100 = {"ok": True, "name": "NVIDIA H100 80GB HBM3", "cc": [9, 0], "sms": 132}
 
 
+def test_the_stored_grading_is_on_the_gpu_the_solutions_report_names():
+    """What every test here stands on (and the GPU suite's grading of solutions/, tests/gpu_jobs.py: CITED): the
+    report cites an H200's numbers, so the stored grading it is compared with must be an H200's."""
+    gpu = report_gpu(strip_comments(SOLUTIONS))
+    assert gpu is not None and names_device(gpu, STORED.env.device["name"]), (gpu, STORED.env.device)
+
+
 def _values_items(items) -> dict:
     return {i.item: i for i in items if i.item.endswith(".values") or i.item == "table.times"}
 

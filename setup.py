@@ -17,6 +17,10 @@ class BuildPyWithRubric(build_py):
         target = Path(self.build_lib) / "grader" / "data"
         target.mkdir(parents=True, exist_ok=True)
         self.copy_file(str(Path(__file__).resolve().parent / "rubric.yaml"), str(target / "rubric.yaml"))
+        # The per-GPU calibration entries beside it (grader/rubric/calibration.py reads calibration/ beside the rubric).
+        for entry in sorted((Path(__file__).resolve().parent / "calibration").glob("*.yaml")):
+            (target / "calibration").mkdir(exist_ok=True)
+            self.copy_file(str(entry), str(target / "calibration" / entry.name))
 
 
 setup(cmdclass={"build_py": BuildPyWithRubric})

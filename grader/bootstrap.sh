@@ -3,13 +3,14 @@
 #
 #   bash grader/bootstrap.sh setup               only set up
 #   bash grader/bootstrap.sh grade [args...]     set up, then: python grader/run_local.py solutions/ [args...]
-#   bash grader/bootstrap.sh test [pytest args]  set up with the test extras, then: python -m pytest [args]
+#   bash grader/bootstrap.sh test [pytest args]  set up with the test extras, then: python -m pytest [args],
+#                                                on parallel workers (pytest-xdist: -n N --dist loadfile, see below)
 #   bash grader/bootstrap.sh lint                set up with the test extras, then: ruff check, mypy, lint-imports (as .ci/run)
 #
 # Commands run from the repository root, whatever the caller's cwd.
 #
 # Decision:
-#   * If python3 (or $GRADER_PYTHON) already imports numpy, yaml, rich (+ pytest for `test`,
+#   * If python3 (or $GRADER_PYTHON) already imports the grader's packages (+ pytest for `test`,
 #     + ruff and mypy for `lint`, + cupy when `nvidia-smi -L` lists a GPU) and the system has
 #     nvcc and cuobjdump, use it and install nothing (the offline GPU machine).
 #   * Otherwise create/reuse .venv in the repo root and `pip install -e ".[extras]"`, where
@@ -21,13 +22,17 @@
 # Environment (all optional; grader/deploy/install.sh, the Gradescope/Docker install, sets them):
 #   GRADER_PYTHON=PATH        the base interpreter (default: python3)
 #   GRADER_NO_INSTALL=1       never create .venv, run pip or apt-get: use the base interpreter as it is
-#                             (it must import numpy, yaml, rich); missing tools are only warned about
+#                             (it must import the grader's packages); missing tools are only warned about
 #
 # bubblewrap (bwrap, the sandbox of students' code) is installed with apt-get when missing, as root
 # on Debian or Ubuntu; elsewhere the command to install it is printed.
 #   GRADER_CUPY=cuda13|cuda12 install that CuPy extra even though no GPU is visible now
 #                             (a Docker build sees no GPU; the container will)
 #   GRADER_PYTHON_FILE=PATH   write the path of the interpreter chosen here into PATH
+#   GRADER_TEST_WORKERS=N     `test`'s pytest-xdist workers (default: twice the CPUs, at most 4, and 0 where
+#                             a GPU is visible; 0: one process). Not added when the arguments choose (-n,
+#                             --numprocesses, -p no:xdist) or where pytest-xdist is not installed (an
+#                             offline machine's own Python)
 set -euo pipefail
 
 REPO="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -86,7 +91,8 @@ case "${GRADER_CUPY:-}" in
     *) say "GRADER_CUPY='$GRADER_CUPY' is not cuda12, cuda13 or none"; exit 2 ;;
 esac
 
-mods=(numpy yaml rich)
+# The modules of pyproject.toml's dependencies (grader/setup_check.py: REQUIRED, and httpx for `submit`).
+mods=(numpy yaml rich matplotlib dacite markdown_it httpx)
 [[ "$cmd" == test ]] && mods+=(pytest)
 [[ "$cmd" == lint ]] && mods+=(ruff mypy importlinter)
 [[ -n "$cupy_extra" ]] && mods+=(cupy)
@@ -245,10 +251,37 @@ if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then
     printf '%s\n' "$py_path" >"$GRADER_PYTHON_FILE"
 fi
 
+# How to run the grader from now on: the one line a student needs after `setup`.
+if [[ "$cmd" == setup && "$PY" == "$REPO/.venv/bin/python" ]]; then
+    say "ready: .venv/ (in $REPO) holds the grader's packages; run the grader with .venv/bin/python," \
+        "e.g. \`.venv/bin/python -m grader check my-submission/\` (or \`source .venv/bin/activate\` once, then \`python -m grader ...\`)"
+elif [[ "$cmd" == setup ]]; then
+    say "ready: $PY has the grader's packages; run the grader with it, e.g. \`$PY -m grader check my-submission/\`"
+fi
+
 case "$cmd" in
     setup) exit 0 ;;
     grade) exec "$PY" grader/run_local.py solutions/ "$@" ;;
-    test) exec "$PY" -m pytest "$@" ;;
+    test)
+        # Parallel workers: most tests wait on child processes (nvcc, bwrap, the service), so two per CPU
+        # keep the CPUs busy; each file's tests run on one worker (--dist loadfile: its module fixtures are
+        # made once). Where a GPU is visible the default is one process: the GPU suite's shared gradings
+        # (tests/gpu_jobs.py) and its lock are one process's, and no other test's load may share the GPU's
+        # timed runs.
+        xdist=()
+        chosen=0
+        for a in "$@"; do
+            case "$a" in -n|-n*|--numprocesses|--numprocesses=*|no:xdist|-pno:xdist) chosen=1 ;; esac
+        done
+        if [[ $chosen -eq 0 ]] && "$PY" -c "import xdist" 2>/dev/null; then
+            cpus="$(nproc 2>/dev/null || echo 1)"
+            default=$(( cpus * 2 < 4 ? cpus * 2 : 4 ))
+            ((gpu)) && default=0
+            workers="${GRADER_TEST_WORKERS:-$default}"
+            [[ "$workers" =~ ^[0-9]+$ ]] || { say "GRADER_TEST_WORKERS='$workers' is not a number"; exit 2; }
+            [[ "$workers" -gt 0 ]] && xdist=(-n "$workers" --dist loadfile)
+        fi
+        exec "$PY" -m pytest "${xdist[@]}" "$@" ;;
     # Settings: pyproject.toml's [tool.ruff] and [tool.mypy] (which names mypy's package); both exit 1 on a finding.
     # lint-imports: the floors and the no-loop rule pyproject.toml declares (docs/design.md, "The house").
     lint) "$PY" -m ruff check grader tests tools && "$PY" -m mypy && exec "$PY" -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache ;;

@@ -5,11 +5,14 @@
     python -m grader merge OUT1 OUT2 ... --out grades.csv                       (grader/deploy/batch)
     python -m grader check-rubric [--rubric PATH]
     python -m grader calibrate [SOLUTIONS] [--repeats N] [--out DIR]            (grader/instructor/calibrate.py)
+    python -m grader calibrate --from-gradings DIR [--rubric R] [--out DIR]     (its analysis alone, no GPU)
     python -m grader handout --write|--check                                    (grader/instructor/handout.py)
     python -m grader rescore GRADING_OR_BATCH --rubric NEW.yaml [--out DIR]     (grader/instructor/rescore.py)
     python -m grader whatif BATCH_OR_GRADINGS [--rubric PROPOSED.yaml] --out DIR (grader/instructor/whatif.py)
     python -m grader gradescope build|unpack|run ...                            (grader/deploy/gradescope)
     python -m grader check [SUBMISSION] / kit build [--out ZIP]                 (grader/deploy/kit)
+    python -m grader similarity CLASS [--against DIR ...] --out DIR            (grader/similarity)
+    python -m grader variant --student ID                                       (grader/occupancy/variants.py)
 
 ``python grader/run_local.py`` keeps the older flags (``--batch``, ``--calibrate``, ``--check-rubric``)
 and maps them onto these commands.
@@ -125,17 +128,23 @@ def grade_command(args: argparse.Namespace) -> int:
         # Steps: probe, compile and run each stage, then check, sanitize, profile, the other sections.
         steps = 1 + 2 * len(graded) + 5
         columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=console, transient=True) as bar:
+        # Not a terminal (a log, a pipe, CI): a bar draws nothing there, so each step is a line of its own.
+        lines = not console.is_terminal and not args.quiet
+        with Progress(*columns, console=console, transient=True, disable=lines) as bar:
             task = bar.add_task("grading", total=steps)
 
             def progress(msg: str) -> None:
                 bar.update(task, description=f"grading: {msg}", advance=1)
+                if lines:
+                    print(f"grading: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
 
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
                                      device_file=Path(args.device) if getattr(args, "device", None) else None,
-                                     citations_from=cited)
+                                     student=getattr(args, "student", None), citations_from=cited,
+                                     **({"no_gpu_reason": args.no_gpu_because} if getattr(args, "no_gpu_because", None)
+                                        else {}))
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
@@ -191,6 +200,7 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
+    p.add_argument("--no-gpu-because", help=argparse.SUPPRESS)  # with --no-gpu: why, in the student's words
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices (.npy)")
     p.add_argument("--gpu-lock", metavar="FILE", help="a lock file shared by every grading on this GPU: the GPU "
                    "steps wait for it, so two gradings never time kernels on one GPU at once (batches, the service)")
@@ -198,6 +208,8 @@ def _add_grade_arguments(p: argparse.ArgumentParser) -> None:
                    "each GPU once); unusable, the GPU is probed again and the notes say why")
     p.add_argument("--keep-work", action="store_true",
                    help="keep OUT/work (the submission's copy, builds, ncu's profile_spec.json); removed by default")
+    p.add_argument("--student", metavar="ID", help="who submitted (an SID or email): with rubric occupancy.variants, "
+                   "the occupancy exercises are graded for this student's own numbers")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--citations-from", action="append", default=[], metavar="GRADING_JSON",
                    help="a stored grading of the same kernels (its grading.json), e.g. the student's self-check on "
@@ -236,16 +248,20 @@ def check_rubric_command(args: argparse.Namespace) -> int:
 
 
 def calibrate_command(args: argparse.Namespace) -> int:
-    """Thresholds against the reference and its predecessors (grader/instructor/calibrate.py)."""
+    """Thresholds against the reference and its predecessors (grader/instructor/calibrate.py): graded on this
+    GPU, or (``--from-gradings``) only the analysis of gradings stored by an earlier run."""
     started = time.monotonic()
     out = Path(args.out).resolve()
     console = _console(args.quiet)
     try:
         from grader.rubric.load import load_rubric
 
-        rubric = load_rubric(args.rubric)
+        rubric = load_rubric(args.rubric or DEFAULT_RUBRIC) if args.rubric or not args.from_gradings else None
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
+    if args.from_gradings:
+        return _calibrate_from_gradings(args, rubric, out, console, started)
+    assert rubric is not None
     if args.repeats < 1:
         return fail(out, f"--repeats {args.repeats}: it must be at least 1", EXIT_USAGE, started)
     sub = Path(args.solutions) if args.solutions else REPO_ROOT / "solutions"
@@ -261,16 +277,55 @@ def calibrate_command(args: argparse.Namespace) -> int:
             console.print(f"calibration: no textbook population at {textbook}; speed and technique items are "
                           "checked against the reference and its predecessor only", highlight=False)
             textbook = None
-        rows = run_calibration(rubric, sub, out, args.repeats, progress=lambda msg: console.print(msg),
-                               textbook_dir=textbook)
+        cal = run_calibration(rubric, sub, out, args.repeats, progress=lambda msg: console.print(msg),
+                              textbook_dir=textbook)
     except Exception:  # the grader's own bug
         return internal_error(out, started)
-    bad = [f"{r.number}.{r.item}: {r.verdict} {r.why}".strip() for r in rows if r.verdict != "OK"]
-    console.print(f"calibration: {len(rows) - len(bad)} of {len(rows)} threshold and technique items OK; "
+    _said_calibration(console, cal, out)
+    return EXIT_OK
+
+
+def _calibrate_from_gradings(args: argparse.Namespace, rubric, out: Path, console, started: float) -> int:
+    """The calibration's analysis over stored gradings (no GPU), under ``--rubric`` or the rubric they kept."""
+    from grader.instructor.calibrate import analyse, load_populations
+    from grader.rubric.load import rubric_from_text
+
+    src = Path(args.from_gradings)
+    if not src.is_dir():
+        return fail(out, f"--from-gradings {src}: not a folder", EXIT_USAGE, started)
+    pops = load_populations(src)
+    if not pops.reference:
+        return fail(out, f"--from-gradings {src}: holds no reference gradings (reference/ or reference_<k>/ with a "
+                         "grading.json, as calibrate writes them)", EXIT_USAGE, started)
+    if rubric is None:
+        kept = {g.rubric_text for g in pops.reference}
+        if len(kept) != 1 or not next(iter(kept)):
+            return fail(out, f"--from-gradings {src}: the reference gradings keep no one rubric; give --rubric",
+                        EXIT_USAGE, started)
+        try:
+            rubric = rubric_from_text(next(iter(kept)), f"{src}: the reference grading's rubric")
+        except ConfigError as exc:
+            return fail(out, str(exc), EXIT_USAGE, started)
+    try:
+        cal = analyse(rubric, pops, out)
+    except Exception:  # the grader's own bug
+        return internal_error(out, started)
+    _said_calibration(console, cal, out)
+    return EXIT_OK
+
+
+def _said_calibration(console, cal, out: Path) -> None:
+    bad = [f"{r.number}.{r.item}: {r.verdict} {r.why}".strip() for r in cal.rows if r.verdict != "OK"]
+    console.print(f"calibration: {len(cal.rows) - len(bad)} of {len(cal.rows)} threshold and technique items OK; "
                   f"report in {out / 'calibration.md'}", highlight=False)
     for line in bad:
         console.print(f"  {line}", highlight=False)
-    return EXIT_OK
+    for note in cal.meta.get("notes", []):
+        console.print(f"  note: {note}", highlight=False)
+    entry = next((f for f in cal.files if f.suffix == ".yaml"), None)
+    console.print(f"calibration entry for this GPU: {entry} (commit it beside rubric.yaml as calibration/"
+                  f"{entry.name} to use it)" if entry else "no calibration entry: the reference measured nothing on a GPU",
+                  highlight=False)
 
 
 def handout_command(args: argparse.Namespace) -> int:
@@ -280,6 +335,37 @@ def handout_command(args: argparse.Namespace) -> int:
     argv += ["--rubric", args.rubric] if args.rubric else []
     argv += ["--handout", args.handout] if args.handout else []
     return handout.main(argv)
+
+
+def variant_command(args: argparse.Namespace) -> int:
+    """A student's own occupancy numbers (rubric occupancy.variants), as the grader will check them."""
+    from grader.occupancy.variants import variant_for
+    from grader.rubric.load import load_rubric
+
+    try:
+        rubric = load_rubric(args.rubric)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    cfg = rubric.occupancy
+    student = (args.student or "").strip()
+    if cfg is None:
+        print(f"{args.rubric} has no occupancy exercises")
+        return EXIT_OK
+    if not cfg.variants:
+        print("this course gives everyone the handout's numbers (rubric occupancy.variants is off)")
+        return EXIT_OK
+    if not student:
+        print("error: --student: give your student ID as Gradescope has it (your email if the course has no IDs)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    variant = variant_for(cfg, student)
+    print(f"occupancy variant {variant.name} for {variant.student}:")
+    for line in variant.lines():
+        print(f"  {line}")
+    print(f"  build occ.cu with: nvcc -O2 -arch=sm_90a {' '.join(variant.program_defines())} -o occ occ.cu")
+    print("  Ex 3 to Ex 6 as in the handout.")
+    return EXIT_OK
 
 
 def _known_rubrics(was: list[str]) -> list:
@@ -410,7 +496,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     cal.add_argument("solutions", nargs="?", help="the reference submission (default: the repo's solutions/)")
     cal.add_argument("--repeats", type=int, default=3, help="gradings of each (default: %(default)s)")
     cal.add_argument("--out", default=DEFAULT_OUT, help="where calibration.md/.json go (default: %(default)s)")
-    cal.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    cal.add_argument("--rubric", help="rubric file (default: the repo's rubric.yaml; with --from-gradings, the "
+                                      "rubric the reference gradings kept)")
+    cal.add_argument("--from-gradings", metavar="DIR",
+                     help="no GPU: only the analysis, of the gradings an earlier calibration stored in DIR "
+                          "(reference_<k>/, shifted_<k>/, textbook_<k>/, textbook_shifted_<k>/; or reference/, ...)")
     cal.add_argument("--textbook", help="the textbook population: each stage's plainest faithful kernel "
                                         "(default: the checkout's tests/submissions/textbook/course)")
     cal.add_argument("--no-textbook", action="store_true", help="grade no textbook population")
@@ -424,6 +514,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     h.add_argument("--rubric", help="rubric file (default: the repo's rubric.yaml)")
     h.add_argument("--handout", help="the handout (default: assignment/README.md)")
     h.set_defaults(func=handout_command)
+
+    v = sub.add_parser("variant", help="students: your own numbers for the occupancy exercises (when the course "
+                                       "draws per-student variants)")
+    v.add_argument("--student", help="your student ID as Gradescope has it (your email if the course has no IDs)")
+    v.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
+    v.set_defaults(func=variant_command)
 
     rs = sub.add_parser("rescore", help="instructors, no GPU: re-score stored gradings under an edited rubric")
     rs.add_argument("source", help="a grading's folder (or its grading.json), a batch's output folder, or a folder "
@@ -446,6 +542,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     wi.add_argument("--quiet", action="store_true", help="no summary line")
     wi.set_defaults(func=whatif_command)
 
+    from grader.similarity.cli import add_arguments as add_similarity_arguments
+
+    add_similarity_arguments(sub.add_parser("similarity", help="instructors, no GPU: the class's similarity and "
+                                                               "provenance report (source and SASS)"))
     add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
     add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))
     add_submit_arguments(sub.add_parser("submit", help="students: grade on the course GPU through the grading service"))

@@ -25,6 +25,7 @@ from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
 from grader.model import Bonus, Gap, ItemResult, Verdict
+from grader.profile.agreement import Agreement
 from grader.profile.timing import TimingSummary
 from grader.records import as_float, to_jsonable
 from grader.rubric.limits import StageLimit
@@ -77,6 +78,9 @@ class StageOutcome:
     ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
+    # ncu's launch against the stage child's launches at the profile size and its timed ones
+    # (grader/profile/agreement.py); None when not compared
+    agreement: Agreement | None = None
     run_limit: StageLimit | None = None  # the stage child's time limit in force, and where it came from
     # Why this machine cannot grade the stage at all (its rubric's requires_arch is not the target:
     # "not evaluated on this GPU (needs sm_90a, a Hopper GPU) ..."); every item then says so and scores 0.
@@ -141,6 +145,9 @@ class Grading:
     # The text of the rubric that graded it (``rubric_sha256`` is its hash): what a re-score under an
     # edited rubric compares with (grader/instructor/rescore.py). "": not kept (an older grading).
     rubric_text: str = ""
+    # The per-GPU calibration entry it was graded with (its file's text, grader/rubric/calibration.py), "" when the
+    # rubric's defaults graded it: a re-score applies it again to the rubric it re-scores under.
+    calibration: str = ""
 
     @property
     def gpu_graded(self) -> bool:
@@ -179,6 +186,7 @@ class Grading:
             "compiler": env.nvcc, "cuobjdump": env.cuobjdump, "peaks": env.peaks, "sandbox": env.sandbox,
             "ncu": self.profile, "stages": stages, "items": self.items, "timeline": self.timeline,
             "cpu_seconds": self.cpu_s, "cpu_seconds_grader": self.cpu_self_s, "rubric": self.rubric_text,
+            "calibration": self.calibration,
         })
 
     @classmethod
@@ -199,7 +207,7 @@ class Grading:
             "phases": data.get("phases", []), "rubric_sha256": data.get("rubric_sha256", ""),
             "grader_version": data.get("grader_version", ""), "timeline": data.get("timeline", []),
             "cpu_s": data.get("cpu_seconds"), "cpu_self_s": data.get("cpu_seconds_grader"),
-            "rubric_text": data.get("rubric") or "",
+            "rubric_text": data.get("rubric") or "", "calibration": data.get("calibration") or "",
         }
         if isinstance(shaped["outcomes"], dict):  # a stage without a benchmark was written {} before it was a record
             shaped["outcomes"] = {k: {**v, "bench": None} if isinstance(v, dict) and v.get("bench") == {} else v

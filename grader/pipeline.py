@@ -18,6 +18,7 @@ from pathlib import Path
 from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
+from grader.compile.resources import add_spills
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
@@ -30,8 +31,10 @@ from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult, Verdict
 from grader.occupancy.early import CollectedOccupancy, EarlyOccupancy
+from grader.occupancy.variants import Variant
 from grader.outputs.plots import draw_ahead, ladder_png
 from grader.outputs.profile_page import ladder_plot
+from grader.rubric.calibration import for_device
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.peaks import device_peaks
 from grader.rubric.types import Rubric, Stage
@@ -43,12 +46,17 @@ from grader.score.stages import score
 __all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
 
 
+NO_GPU_FLAG = "GPU use switched off (--no-gpu)"
+
+
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
-                       device: dict | None = None, clock: Clock | None = None) -> Environment:
+                       device: dict | None = None, clock: Clock | None = None,
+                       no_gpu_reason: str = NO_GPU_FLAG) -> Environment:
     """The GPU (``device``, a description a batch or a worker probed once; else the machine's kept
     description, else the probe child's, run in ``work``: a temporary folder by default;
-    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used."""
-    reason = "GPU use switched off (--no-gpu)"
+    grader/gpu/device.py) and the tools. ``clock`` records "probe.kept" when the kept one was used.
+    ``no_gpu_reason``: why there is no GPU when ``use_gpu`` is off (whoever switched it off says so)."""
+    reason = no_gpu_reason or NO_GPU_FLAG
     if not use_gpu:
         device = None
     elif device is None:
@@ -93,7 +101,7 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
     t0 = time.monotonic()
     o.compile = compile_stage(st, job.submission, work, job.env.nvcc, job.env.arch_flags, job.rubric,
                               sizes + [st.bench.n], user=student_user(),
-                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)))
+                              fence=Fence(scratch=work / "build", nice=_compile_nice(job)), deadline=job.compile_deadline)
     times = [("compile", time.monotonic() - t0)]
     times += [(f"compile.{part}", seconds) for part, seconds in o.compile.seconds.items()]
     if not o.compile.ok and job.intake and (why := job.intake.why_missing(st.file)):
@@ -129,7 +137,8 @@ def compile_stages(job: Job) -> Job:
             from grader.occupancy.run import start_builds
 
             pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
-                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)))
+                                   fence=replace(_occupancy_fence(job), nice=_compile_nice(job)),
+                                   deadline=job.compile_deadline)
         _follow_compiles(job, selected, [pool.submit(_compile_one, job, st, sizes) for st in selected])
         if pending is not None:
             job.progress("occupancy: compiling occ.cu")
@@ -169,8 +178,11 @@ def read_sass(job: Job) -> Job:
     if job.sass_dumps is not None:
         done = job.sass_dumps.collect()
         for sid in [s for s in job.outcomes if s in done]:  # the rubric's order
-            job.outcomes[sid].sass, seconds = done[sid]
+            o = job.outcomes[sid]
+            o.sass, seconds = done[sid]
             job.clock.add("sass", seconds, sid)
+            if o.compile is not None and o.compile.kernel is not None and o.sass.available:
+                add_spills(o.compile.kernel, o.sass.local_bytes)  # a kernel with a stack frame: its STL/LDL
     return job
 
 
@@ -199,10 +211,15 @@ def profile(job: Job) -> Job:
 def _occupancy_items(job: Job, early: EarlyOccupancy | CollectedOccupancy | None) -> list[ItemResult]:
     from grader.occupancy.run import grade_occupancy_submission
 
-    return grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy", job.progress,
-                                      fence=_occupancy_fence(job), clock=job.clock,
-                                      plots_dir=job.work.parent,  # the results folder
-                                      prebuilt=job.prebuilt_occupancy, early=early)
+    items = grade_occupancy_submission(job.submission, job.rubric, job.env, job.work / "occupancy", job.progress,
+                                       fence=_occupancy_fence(job), clock=job.clock,
+                                       plots_dir=job.work.parent,  # the results folder
+                                       prebuilt=job.prebuilt_occupancy, early=early)
+    if job.variant is not None:
+        from grader.occupancy.variants import annotate
+
+        items = annotate(items, job.variant)
+    return items
 
 
 def _grade_occupancy_ahead(job: Job) -> None:
@@ -303,20 +320,40 @@ def gpu_turn(lock: Path | None, clock: Clock, needed: bool) -> Iterator[None]:
             clock.add("gpu_held", time.monotonic() - t1)
 
 
+def _with_variant(rubric: Rubric, student: str | None, notes: list[str]) -> tuple[Rubric, Variant | None]:
+    """The rubric with the student's occupancy numbers, when the course draws variants (a note names it)."""
+    cfg = rubric.occupancy
+    if cfg is None or not cfg.variants:
+        return rubric, None
+    if not (student or "").strip():
+        notes.append("occupancy: this course gives each student their own numbers, but no student was named "
+                     "(grade --student ID): graded with the handout's numbers")
+        return rubric, None
+    from grader.occupancy.variants import variant_for
+
+    variant = variant_for(cfg, str(student))
+    notes.append(f"occupancy: graded for your variant {variant.name} ({variant.student}): " + "; ".join(variant.lines()))
+    return replace(rubric, occupancy=variant.cfg), variant
+
+
 def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] | None = None,
           use_gpu: bool = True, keep_outputs: bool = False, progress: Progress = lambda _msg: None,
           env: Environment | None = None, gpu_lock: Path | None = None,
-          device_file: Path | None = None, citations_from: Sequence[Grading] = ()) -> Grading:
+          device_file: Path | None = None, student: str | None = None,
+          citations_from: Sequence[Grading] = (), no_gpu_reason: str = NO_GPU_FLAG) -> Grading:
     """Grade one submission into ``out_dir``. ``gpu_lock``: a lock file shared by every grading on
     this GPU; the GPU steps run holding it (see :func:`gpu_turn`). ``device_file``: the GPU's
-    description, probed once by a batch (grader/gpu/device.py): no probe child. ``citations_from``:
-    stored gradings of the student's kernels, for a report measured on another GPU (writeup/run.py)."""
+    description, probed once by a batch (grader/gpu/device.py): no probe child. ``student``: who
+    submitted, for the occupancy variants (rubric ``occupancy.variants``; ignored without them).
+    ``citations_from``: stored gradings of the student's kernels, for a report measured on another
+    GPU (writeup/run.py)."""
     started = time.monotonic()
     clock = Clock()
     out_dir = Path(out_dir).resolve()  # children run in other folders
     out_dir.mkdir(parents=True, exist_ok=True)
     progress("probing the GPU and tools")
     notes: list[str] = []
+    rubric, variant = _with_variant(rubric, student, notes)
     if env is None:
         # Not under the GPU lock: the probe only reads the device's attributes and launches no kernel,
         # so it cannot disturb another grading's timings, and locking it would keep this grading from
@@ -327,13 +364,16 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
                 device, problem = read_device_file(Path(device_file))
                 if problem:
                     notes.append(f"the GPU's description could not be used ({problem}); the GPU was probed again")
-            env = detect_environment(rubric, use_gpu, device=device, clock=clock)
+            env = detect_environment(rubric, use_gpu, device=device, clock=clock, no_gpu_reason=no_gpu_reason)
+    # This GPU's calibration entry (calibration/*.yaml beside the rubric), or a line saying there is none.
+    rubric, entry, calibrated = for_device(rubric, env.device)
+    notes += [calibrated] if calibrated else []
     # The submission is copied once (no link followed, sizes capped) and only the copy is graded.
     with clock.step("intake"):
         taken = intake(Path(submission), out_dir / "work" / "submission", markers=[s.file for s in rubric.stages])
         taken.write(out_dir / INTAKE_FILE)  # the batch reads whether the submission was refused
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
-              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock,
+              notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant,
               citations_from=list(citations_from))
     try:
         if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
@@ -358,6 +398,7 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     grading = job.grading()
     grading.cpu_s, grading.cpu_self_s = _cpu_seconds()  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
+    grading.calibration = entry.text if entry is not None else ""
     return grading
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader import cli  # noqa: E402
+from grader.setup_check import run_set_up  # noqa: E402  (the standard library only: grader.cli is imported in main)
+
+DEFAULT_OUT = "grading-out"  # grader/cli.py's DEFAULT_OUT
 
 # Options that only a batch takes, as (flag, attribute).
 BATCH_ONLY = (("--workers", "workers"), ("--force", "force"), ("--retry-failed", "retry_failed"),
@@ -33,7 +35,7 @@ class LegacyUsage(Exception):
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="run_local.py", description="Grade a GEMM-ladder submission.")
     p.add_argument("submission", nargs="?", help="a folder holding gemm/*.cu (e.g. solutions/ or starter/), or a zip")
-    p.add_argument("--out", help=f"output folder (default: {cli.DEFAULT_OUT}; batch-out with --batch)")
+    p.add_argument("--out", help=f"output folder (default: {DEFAULT_OUT}; batch-out with --batch)")
     p.add_argument("--rubric", help="rubric file (default: the repo's rubric.yaml)")
     p.add_argument("--stages", help="comma-separated stage ids to grade (default: all)")
     p.add_argument("--no-gpu", action="store_true", help="grade statically even if a GPU is present")
@@ -98,6 +100,8 @@ def to_command(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grader import cli
+
     args = parse_args(argv)
     try:
         command = to_command(args)
@@ -107,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from grader.sandbox.process import run_holding_tree  # noqa: E402  (a TA's grading holds its tree too)
+    def _held() -> int:
+        from grader.sandbox.process import run_holding_tree  # a TA's grading holds its tree too
 
-    sys.exit(run_holding_tree(main))
+        return run_holding_tree(main)
+
+    sys.exit(run_set_up(_held))

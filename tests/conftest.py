@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,7 +79,27 @@ def pytest_unconfigure(config):
     _Probe.close()
 
 
+# The fast tier (``pytest -m fast``, README "Testing"): the files of the pure parsers (nvcc, ptxas, SASS,
+# Nsight Compute, the report check), the rubric, the scoring and the records (results.json, grading.json),
+# which start no service, no grading and no GPU; about a minute on 2 busy cores. The full suite
+# (``bash grader/bootstrap.sh test``) stays what CI runs.
+FAST_FILES = frozenset({
+    "test_rubric.py", "test_scoring.py", "test_results.py", "test_results_record.py", "test_grading_json.py",
+    "test_intake.py", "test_stage_limits.py", "test_ptxas.py", "test_cubin.py", "test_curve.py", "test_diagnosis.py",
+    "test_kinds.py", "test_leaderboard.py", "test_ncu.py", "test_ncu_items.py", "test_ncu_live_fixture.py",
+    "test_ncu_proposal.py", "test_ncu_metric_names.py", "test_numerics.py", "test_occupancy_answers.py",
+    "test_occupancy_api_replay.py", "test_occupancy_calculator.py", "test_occupancy_config.py",
+    "test_occupancy_exercises.py", "test_profile_report.py", "test_profiling.py", "test_protocol.py",
+    "test_report_check_config.py", "test_report_check_parse.py", "test_report_check_tables.py",
+    "test_run_verdicts.py", "test_sanitize.py", "test_sass.py", "test_timing_peaks.py", "test_serve_store.py",
+    "test_serve_bridge_merge.py", "test_no_wall_clock_asserts.py", "test_watch_interval.py",
+})
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FAST_FILES:
+            item.add_marker(pytest.mark.fast)
     if not any("gpu" in item.keywords for item in items):
         return
     info = probe()
@@ -250,3 +272,43 @@ def shifted_profiled(gpu_jobs):
 def attacks_graded(gpu_jobs):
     """{case: (attack_helpers.Graded, results.json unchanged afterwards)} for the GPU attack cases."""
     return gpu_jobs.result("attacks")
+
+
+# ---- the static gradings several files read (solutions/, starter/) -------------------------------------
+STATIC_SUBMISSIONS = {"solutions": ROOT / "solutions", "starter": ROOT / "starter"}
+
+
+def _static_root(tmp_path_factory) -> Path:
+    """Where this session's shared static gradings go: under pytest-xdist, the session's folder that every
+    worker's own temporary folder is in (so the first worker to ask grades, the others wait and read)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    return base / "static-gradings"
+
+
+@pytest.fixture(scope="session")
+def static_graded(tmp_path_factory):
+    """``static_graded(name)``: the folder of ``python -m grader grade SUBMISSION --no-gpu --quiet`` for
+    ``solutions`` or ``starter``, made once per session (a flock keeps the workers from grading it twice)
+    and read by every test that checks a static grading's results, summary or rendering (test_cli_static,
+    test_feedback_truth). Read-only: a test that changes a grading copies it first."""
+    from grader.sandbox.lock import held
+
+    root = _static_root(tmp_path_factory)
+
+    def get(name: str) -> Path:
+        out = root / name
+        with held(root / f"{name}.lock"):
+            if not (out / "results.json").is_file():
+                tmp = root / f"{name}.partial"
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+                proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(STATIC_SUBMISSIONS[name]),
+                                       "--no-gpu", "--quiet", "--out", str(tmp)], cwd=ROOT, capture_output=True,
+                                      text=True, timeout=1200)
+                assert proc.returncode == 0, f"the static grading of {name} failed:\n{proc.stderr[-3000:]}"
+                tmp.rename(out)
+        return out
+
+    return get

@@ -2,12 +2,15 @@
 
 :class:`ServiceProcess` starts the service exactly as an instructor would (uvicorn and its worker
 processes inside), on a free port, and stops it with SIGTERM. Gradings are static (``--no-gpu``)
-and, to keep the tests short, of one stage (``--stages naive``).
+and, to keep the tests short, of one stage (``--stages naive``). With ``standin=`` its workers grade with
+tests/standin_grader.py (``--grade-command``) instead of the grader: a real child that writes a real
+results.json after a controlled delay, told how to behave by ``key=value`` words (see that file).
 """
 from __future__ import annotations
 
 import io
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -24,6 +27,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = "naive"  # one stage: a static grading of it takes a few seconds
+STANDIN = ROOT / "tests" / "standin_grader.py"
+STANDIN_COMMAND = shlex.join([sys.executable, str(STANDIN)])
 
 
 def free_port() -> int:
@@ -160,11 +165,15 @@ def tree_until(root: int, marks: tuple[str, ...] = ("cc1plus",), before: frozens
 
 class ServiceProcess:
     def __init__(self, data: Path, *args: str, stages: str = STAGES, gpu: bool = False,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, standin: str | None = None):
         """``args``: more ``serve`` flags; ``gpu``: grade on the GPU (give ``--gpus``) instead of ``--no-gpu``;
-        ``env``: variables set for the service (and so its workers and gradings) besides this process's."""
+        ``env``: variables set for the service (and so its workers and gradings) besides this process's;
+        ``standin``: grade with tests/standin_grader.py, these words its default behaviour ("" for its own)."""
         self.data, self.args, self.stages, self.gpu = data, list(args), stages, gpu
-        self.env = env or {}
+        self.env = dict(env or {})
+        if standin is not None:
+            self.args += ["--grade-command", STANDIN_COMMAND]
+            self.env["GRADER_STANDIN"] = standin
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None

@@ -33,7 +33,6 @@ CPU_CASES = [c for c, e in EXPECTED.items() if e.get("attack")]
 GPU_CASES = [c for c, e in EXPECTED.items() if e.get("attack_gpu")]
 SECRET = Path("/tmp/gemm-grader-attack-secret.h")  # the path the committed #include cases name
 SECRET_MARKER = "GEMM_LADDER_SECRET_LINE_5f0c2a"
-FAST_S = 30  # the answers and report attacks must leave the grade this fast
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
 
 
@@ -183,7 +182,6 @@ def test_answers_attack(jobs, name, request):
     field, _, item, status, cause = ANSWER_ATTACKS[name]
     g = jobs.result(request.node.name)
     tests = sound(g)
-    assert g.wall_s < FAST_S, f"the grade took {g.wall_s:.0f} s"
     # O.1 reads occ.cu only: it is graded whatever happens to the answers.
     same_as(tests, sound(jobs.result("baseline:occupancy")),
             {item: [status, [field, *cause]], "O.1": ["passed", ""]}, cause)
@@ -193,7 +191,6 @@ def test_answers_attack(jobs, name, request):
 def test_report_attack(jobs, kind, request):
     g = jobs.result(request.node.name)
     tests = sound(g)
-    assert g.wall_s < FAST_S, f"the grade took {g.wall_s:.0f} s"
     assert len(g.text()) < 200_000, "results.json echoes the attack"
     but, cause = REPORT_ATTACKS[kind]
     same_as(tests, sound(jobs.result("baseline:report")), but, cause)

@@ -1,4 +1,6 @@
-"""grader/instructor/calibrate.py: the calibration report on synthetic gradings (no GPU)."""
+"""grader/instructor/calibrate.py: the calibration report on synthetic gradings and on the stored gradings of
+tests/fixtures/gradings/ (no GPU): the analysis alone, the GPU run's path with stored gradings for its gradings,
+and `calibrate --from-gradings`."""
 import json
 import shutil
 from pathlib import Path
@@ -7,15 +9,30 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.instructor.calibrate import MIN_MARGIN, calibration_rows, margin, run_calibration, write_report
+from grader.grading import load_grading
+from grader.instructor.calibrate import (
+    MIN_MARGIN,
+    POPULATIONS,
+    analyse,
+    calibration_rows,
+    load_populations,
+    margin,
+    run_calibration,
+    write_report,
+)
+from grader.instructor.stage_limits import limit_proposals
 from grader.model import ItemResult, Status
-from grader.rubric.load import parse_rubric
+from grader.rubric.calibration import load_entries
+from grader.rubric.load import load_rubric, parse_rubric, rubric_from_text
 from grader.run_local import parse_args  # the legacy flags of run_local.py
+from tests.gradings_helpers import FIXTURES, edited, fixture, graded_with, grader, stage_item
+from tests.test_children import FAKE_CUPY
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 RUBRIC = parse_rubric(yaml.safe_load((ROOT / "rubric.yaml").read_text()))
+FIXTURE_RUBRIC = rubric_from_text(graded_with())  # what tests/fixtures/gradings/ were graded under
 
 
 def grading(values: dict, seconds=30.0, earned: float | None = None):
@@ -172,32 +189,117 @@ def test_markdown_and_json_report(tmp_path):
 
 
 def test_run_calibration_interleaves_the_populations_and_reuses_the_environment(tmp_path):
+    """The GPU run's whole path (grade, write each grading's files, analyse, write the report and the entry)
+    on the CPU: each "grading" is a real stored one (tests/fixtures/gradings/), typed as the pipeline returns it."""
     calls = []
     textbook = tmp_path / "course"
     shutil.copytree(ROOT / "solutions", textbook)  # any complete submission stands in for the textbook one
+    stored = {"solutions": "reference", "shifted_submission": "shifted", "course": "textbook",
+              "textbook_shifted_submission": "shifted"}
 
     def fake_grade(sub, rubric, out_dir, *, stages, progress, env):
         assert stages == [s.id for s in rubric.stages]  # occupancy is not graded while calibrating
         calls.append((Path(sub).name, Path(out_dir).name, env))
-        shifted = Path(sub).name.endswith("shifted_submission")
-        g = grading({REUSE: (16, 128, False) if shifted else (512, 128, True)})
-        g.env = env or SimpleNamespace(device={"name": "FAKE GPU"}, tag="first")
+        g = fixture(stored[Path(sub).name])
+        g.env = env or g.env
         return g
 
-    rows = run_calibration(RUBRIC, ROOT / "solutions", tmp_path / "out", repeats=2, grade_fn=fake_grade,
-                           progress=lambda _m: None, textbook_dir=textbook)
+    cal = run_calibration(FIXTURE_RUBRIC, ROOT / "solutions", tmp_path / "out", repeats=2, grade_fn=fake_grade,
+                          progress=lambda _m: None, textbook_dir=textbook)
     assert [c[:2] for c in calls] == [
         ("solutions", "reference_0"), ("shifted_submission", "shifted_0"),
         ("course", "textbook_0"), ("textbook_shifted_submission", "textbook_shifted_0"),
         ("solutions", "reference_1"), ("shifted_submission", "shifted_1"),
         ("course", "textbook_1"), ("textbook_shifted_submission", "textbook_shifted_1")]
-    assert calls[0][2] is None and all(c[2].tag == "first" for c in calls[1:])
-    assert row_of(rows, *REUSE).verdict == "OK"
+    assert calls[0][2] is None and all(c[2] is calls[1][2] for c in calls[1:]) and calls[1][2] is not None
     out = tmp_path / "out"
     assert (out / "shifted_submission" / "SHIFTED.md").is_file()
     assert (out / "textbook_shifted_submission" / "SHIFTED.md").is_file()
-    assert "- GPU: FAKE GPU" in (out / "calibration.md").read_text()
+    assert all((out / f"{p}_{k}" / "grading.json").is_file() for p in POPULATIONS for k in (0, 1))
+    assert "- GPU: NVIDIA H200" in (out / "calibration.md").read_text()
     assert json.loads((out / "calibration.json").read_text())["meta"]["repeats"] == 2
+    # The stage limits read each reference's typed benchmark record: every stage measured, none cut short.
+    assert all(p.proposed is not None and len(p.measured) == 2 and not p.note for p in cal.limits)
+    entry = out / "calibration" / "nvidia-h200.yaml"
+    assert cal.files[-1] == entry and load_entries(entry.parent, FIXTURE_RUBRIC)[0].gpu == "NVIDIA H200"
+    # What it wrote is what the analysis alone reads back, with the same verdicts.
+    again = analyse(FIXTURE_RUBRIC, load_populations(out), tmp_path / "again")
+    assert [(r.number, r.item, r.verdict) for r in again.rows] == [(r.number, r.item, r.verdict) for r in cal.rows]
+
+
+def test_load_populations_reads_a_calibrations_folders_in_repeat_order(tmp_path):
+    for name in ("reference_1", "reference_0", "shifted_0", "textbook", "unrelated"):
+        (tmp_path / name).mkdir()
+        src = "shifted" if name.startswith("shifted") else "textbook" if name == "textbook" else "reference"
+        shutil.copyfile(FIXTURES / src / "grading.json", tmp_path / name / "grading.json")
+    (tmp_path / "reference_0" / "grading.json").write_text(
+        (FIXTURES / "reference" / "grading.json").read_text().replace('"submission": ', '"submission": "zero", "x": ', 1))
+    (tmp_path / "textbook_shifted_0").mkdir()
+    (tmp_path / "textbook_shifted_0" / "grading.json").write_text("{}")
+    pops = load_populations(tmp_path)
+    assert [g.submission for g in pops.reference][0] == "zero" and len(pops.reference) == 2
+    assert len(pops.shifted) == len(pops.textbook) == 1 and pops.textbook_shifted == []
+    assert pops.problems and pops.problems[0].startswith("textbook_shifted_0: grading.json: format")
+
+
+# ---- the analysis alone, on the stored gradings of the demo class ---------------------------------------------
+def test_the_analysis_of_the_stored_gradings_gives_every_verdict_and_stage_limit(tmp_path):
+    cal = analyse(FIXTURE_RUBRIC, load_populations(FIXTURES), tmp_path)
+    rows = {(r.stage, r.item): r for r in cal.rows}
+    assert set(rows) >= {REUSE, COAL, SPEED, ("wmma", "tensor_cores")}
+    for r in cal.rows:  # every row was read from a real grading: the reference measured what it is graded on
+        assert len(r.reference_passed) == 1 and r.verdict in ("OK", "TIGHT", "UNFAIR", "WEAK", "FAIL", "UNCHECKED")
+        if r.op != "sass":
+            assert r.reference[0] is not None, (r.stage, r.item)
+    assert rows[REUSE].textbook.measured and rows[REUSE].predecessor_passed == [False]
+    assert [p.stage for p in cal.limits] == [s.id for s in FIXTURE_RUBRIC.stages]
+    assert all(p.proposed is not None and p.limit_s is not None and not p.note for p in cal.limits)
+    md = (tmp_path / "calibration.md").read_text()
+    assert f"verdicts: {sum(r.verdict == 'OK' for r in cal.rows)} OK of {len(cal.rows)}" in md
+    assert "## Stage time limits" in md
+
+
+def test_a_reference_stopped_before_its_reps_is_told_in_the_stage_limits():
+    g = fixture("reference")
+    bench = g.outcomes["naive"].bench
+    assert bench is not None and bench.student_ms
+    st = FIXTURE_RUBRIC.stage("naive")
+    bench.student_ms = bench.student_ms[: max(1, st.bench.reps - 1)] if st.bench.reps > 1 else []
+    p = next(p for p in limit_proposals(FIXTURE_RUBRIC, [g]) if p.stage == "naive")
+    if st.bench.reps > 1:
+        assert p.note.startswith(f"the reference stopped after {len(bench.student_ms)} of {st.bench.reps} reps")
+    g.outcomes["naive"].bench = None  # no benchmark record: not counted as stopped early
+    assert not next(p for p in limit_proposals(FIXTURE_RUBRIC, [g]) if p.stage == "naive").note.startswith("the ref")
+
+
+def test_calibrate_from_gradings_on_the_command_line(tmp_path):
+    proc = grader("calibrate", "--from-gradings", str(FIXTURES), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "calibration.json").read_text())
+    ok = sum(r["verdict"] == "OK" for r in data["rows"])
+    said = " ".join((proc.stdout + proc.stderr).split())  # the console wraps long lines
+    assert f"calibration: {ok} of {len(data['rows'])} threshold and technique items OK" in said
+    assert "calibration entry for this GPU:" in said and (tmp_path / "calibration" / "nvidia-h200.yaml").is_file()
+    assert data["stage_limits"] and all(p["proposed"] for p in data["stage_limits"])
+
+
+def test_calibrate_from_gradings_says_what_is_missing(tmp_path):
+    proc = grader("calibrate", "--from-gradings", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "holds no reference gradings" in proc.stderr
+    assert "holds no reference gradings" in (tmp_path / "out" / "results.json").read_text()
+
+
+def test_calibrate_from_gradings_under_an_edited_rubric_rescores_them(tmp_path):
+    """Under a rubric other than the one they kept, the gradings are re-scored: a moved threshold is read at its
+    new level, and an edit of what is measured leaves the items it reaches not measured, said in a note."""
+    def edit(raw):
+        stage_item(raw, "tiled", "ncu_reuse")["value"] = 1e6  # no reference reaches it
+        next(s for s in raw["stages"] if s["id"] == "naive")["bench"] = {"reps": 6, "min_reps": 3}  # what is measured
+    path = edited(tmp_path / "edited.yaml", edit)
+    cal = analyse(load_rubric(path), load_populations(FIXTURES), tmp_path / "out")
+    rows = {(r.stage, r.item): r for r in cal.rows}
+    assert rows[REUSE].threshold == 1e6 and rows[REUSE].verdict == "FAIL"
+    assert any("need a real re-grade" in n for n in cal.meta["notes"])
 
 
 def test_cli_flag():
@@ -213,3 +315,24 @@ def test_cli_rejects_zero_repeats(tmp_path):
 
     assert main(["--calibrate", "0", "--out", str(tmp_path), "--quiet"]) == EXIT_USAGE
     assert "at least 1" in (tmp_path / "results.json").read_text()
+
+
+def test_the_calibrate_command_runs_its_gpu_path_on_the_cpu_with_the_fake_device(tmp_path, monkeypatch):
+    """`python -m grader calibrate` as an instructor runs it, with the real pipeline: the probe child finds the
+    stand-in GPU (tests/fake_cupy), so every step of a GPU calibration runs (the grading, its files, the analysis,
+    the stage limits over the typed records); the stage children, sandboxed away from the checkout, find no
+    CuPy, so nothing is measured and the report and the command say so."""
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
+    out = tmp_path / "out"
+    proc = grader("calibrate", "--repeats", "1", "--no-textbook", "--out", str(out), timeout=600)
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 0, said
+    for population in ("reference_0", "shifted_0"):
+        g = load_grading(out / population / "grading.json")
+        assert g.env.has_gpu and g.env.device is not None and g.env.device["name"] == "NVIDIA H200"
+    data = json.loads((out / "calibration.json").read_text())
+    assert data["meta"]["device"] == "NVIDIA H200" and data["meta"]["repeats"] == 1
+    assert data["stage_limits"] and all(p["proposed"] is None for p in data["stage_limits"])
+    assert "naive: not measured (the stage did not run its benchmark" in said
+    assert "no calibration entry: the reference measured nothing on a GPU" in said
+    assert not (out / "calibration").exists()

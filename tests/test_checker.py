@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from grader.children import check as check_child
-from grader.children.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed
+from grader.children.inputs import fresh_input_seed, fresh_vector_seed, integrity_vector, make_inputs_xp
 from grader.children.protocol import CheckSpec, Expect
 from grader.records import RecordError, from_jsonable, to_jsonable
 
 ROOT = Path(__file__).resolve().parent.parent
-N, ISEED = 128, 77
+N = 128
 
 
 def _check(spec: dict, **kw) -> dict:
@@ -23,12 +23,13 @@ def _check(spec: dict, **kw) -> dict:
 
 def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5, stages: int = 1):
     """Write what the runner writes after timing; replay_from: launch after which the kernel replays.
-    Each timed launch's fingerprint has its own vector, drawn after it from a fresh seed."""
+    Each timed launch has its own inputs and its fingerprint its own vector, each from a fresh seed."""
     cases = []
     for s in range(stages):
         prints, kept, seeds = [], None, [fresh_vector_seed() for _ in range(launches)]
+        inputs = [fresh_input_seed() for _ in range(launches)]
         for r in range(launches):
-            a, b = make_inputs_xp(np, N, rep_seed(ISEED, r), "fp32")
+            a, b = make_inputs_xp(np, N, inputs[r], "fp32")
             c = (a @ b).astype(np.float32)
             if replay_from is not None and r >= replay_from:
                 c = kept  # a kernel that stopped computing and returns an earlier result
@@ -38,8 +39,8 @@ def _timed_run(tmp_path: Path, replay_from: int | None = None, launches: int = 5
         out.mkdir(exist_ok=True)
         np.save(out / "fingerprints.npy", np.stack(prints))
         np.save(out / "c_bench.npy", c)
-        case = {"n": N, "seed": rep_seed(ISEED, launches - 1), "file": "c_bench.npy", "kind": "bench",
-                "fingerprints": {"file": "fingerprints.npy", "count": launches, "integrity_seed": ISEED,
+        case = {"n": N, "seed": inputs[-1], "file": "c_bench.npy", "kind": "bench",
+                "fingerprints": {"file": "fingerprints.npy", "count": launches, "input_seeds": inputs,
                                  "vector_seeds": seeds}}
         cases.append({"id": "tiled" if s == 0 else f"tiled{s}", "inputs": "fp32", "rtol": 1e-3, "out_dir": str(out),
                       "cases": [case]})
@@ -90,25 +91,27 @@ def test_checker_process_writes_verdicts(tmp_path):
 def test_precomputed_references_give_the_same_verdicts_and_are_reused(tmp_path):
     """Products.precompute (the checker's work while the stages still run) changes no verdict: an honest
     run and a replaying one judge the same with and without it, the foreseen references are not
-    computed again, and an unforeseen one (a benchmark cut short: another last seed) still is."""
+    computed again, and an unforeseen one (a benchmark's last launch: its seed is drawn then) still is."""
     from grader.children.check import Products
 
     for replay in (None, 2):
         spec = _timed_run(tmp_path, replay_from=replay)
         plain = _check(spec)
         products = Products(np)
-        products.precompute(Expect(references=[(N, rep_seed(ISEED, 4), "fp32")]))
+        products.precompute(Expect(references=[(N, 1, "fp32")]))  # a correctness size's
         foreseen = dict(products.refs)
         assert _check(spec, products=products) == plain
         assert all(products.refs[k] is v for k, v in foreseen.items())
-    short = _timed_run(tmp_path, launches=3)  # its last seed was not foreseen
+    short = _timed_run(tmp_path, launches=3)
     assert all(c["passed"] for c in _check(short, products=products)["tiled"]["cases"])
-    assert (N, rep_seed(ISEED, 2), "fp32") in products.refs and (N, rep_seed(ISEED, 4), "fp32") in products.refs
+    last = short["stages"][0]["cases"][0]["seed"]
+    assert (N, 1, "fp32") in products.refs and (N, last, "fp32") in products.refs
 
 
-def test_fingerprints_need_each_launchs_own_vector_and_one_drawing_of_inputs_serves_every_stage(tmp_path, monkeypatch):
-    """Each fingerprint is checked against its own vector's seed: a wrong or missing seed fails the
-    timed launches; three stages' fingerprints of one launch come from one drawing of its inputs."""
+def test_fingerprints_need_each_launchs_own_inputs_and_vector_and_each_launch_is_drawn_once(tmp_path, monkeypatch):
+    """Each fingerprint is checked against its own launch's inputs' seed and its own vector's seed, both
+    reported by the stage child after the launch: a wrong or missing seed fails the timed launches; the
+    checker draws each launch's inputs once (and the last launch's again for its full reference)."""
     from grader.children import check as check_module
     spec = _timed_run(tmp_path, stages=3)
     drawn: list[int] = []
@@ -116,7 +119,18 @@ def test_fingerprints_need_each_launchs_own_vector_and_one_drawing_of_inputs_ser
     monkeypatch.setattr(check_module, "make_inputs_xp", lambda xp, n, seed, kind: (drawn.append(seed), made(xp, n, seed, kind))[1])
     verdicts = _check(spec)
     assert all(c["passed"] for v in verdicts.values() for c in v["cases"])
-    assert sorted(drawn) == sorted([rep_seed(ISEED, r) for r in range(5)] + [rep_seed(ISEED, 4)])  # + the reference
+    launches = [s for st in spec["stages"] for s in st["cases"][0]["fingerprints"]["input_seeds"]]
+    assert sorted(drawn) == sorted(launches + [st["cases"][0]["seed"] for st in spec["stages"]])
+    fp = spec["stages"][0]["cases"][0]["fingerprints"]
+    kept = list(fp["input_seeds"])
+    fp["input_seeds"] = kept[:3] + [kept[4], kept[3]]  # launches 4 and 5 credited with each other's inputs
+    timed = _check(spec)["tiled"]["cases"][1]
+    assert not timed["passed"] and "timed launch 4, 5 of 5 was wrong" in timed["problem"]
+    for bad in (kept[:4], [2**31] * 5, [-1] * 5):
+        fp["input_seeds"] = bad
+        timed = _check(spec)["tiled"]["cases"][1]
+        assert not timed["passed"] and "timed launches' inputs are missing or malformed" in timed["problem"], bad
+    fp["input_seeds"] = kept
     fp = spec["stages"][1]["cases"][0]["fingerprints"]
     fp["vector_seeds"] = fp["vector_seeds"][:1] + spec["stages"][2]["cases"][0]["fingerprints"]["vector_seeds"][1:]
     timed = _check(spec)["tiled1"]["cases"][1]

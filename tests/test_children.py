@@ -183,7 +183,8 @@ def test_a_wrapping_tool_runs_the_child(tmp_path):
 BENCH_N, TIMED = 32, 4
 
 
-def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict) -> tuple[dict, dict, list[set[str]]]:
+def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict,
+               profile_n: int | None = None) -> tuple[dict, dict, list[set[str]]]:
     """Run ``grader.children stage`` on the stand-in GPU (its kernel computes A @ B, or replays): the
     child's spec, its report, and what device memory held during each of its kernel's launches."""
     work, log = tmp_path / name, tmp_path / f"{name}-device.log"
@@ -192,8 +193,8 @@ def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict) -> tuple[dict
     cubin.write_bytes(b"\x7fELF fake cubin: mmTiled")
     spec = {"id": "tiled", "inputs": "fp32", "baseline": "cublas_sgemm", "out_dir": str(work), "l2_bytes": 0,
             "correctness": [{"n": 16, "seed": 3}],
-            "bench": {"n": BENCH_N, "seed": 5, "integrity_seed": 6, "warmup": 1, "reps": TIMED, "min_reps": TIMED,
-                      "max_seconds": 600, "flush_l2": True},
+            "bench": {"n": BENCH_N, "seed": 5, "warmup": 1, "reps": TIMED, "min_reps": TIMED,
+                      "max_seconds": 600, "flush_l2": True, "profile_n": profile_n},
             "kernel": {"cubin": str(cubin), "kernel": "mmTiled", "inputs": "fp32",
                        "launch": {"block": [16, 16], "tile": [16, 16], "smem": 0}}}
     monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
@@ -201,7 +202,8 @@ def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict) -> tuple[dict
     got, res = launch_json("stage", spec, work, 120, 20_000, cache_dir=tmp_path / f"{name}-cache")
     assert got.proc.ok and res["error"] is None, (got.proc.stderr, res)
     held = [set(json.loads(line)) for line in log.read_text().splitlines()]
-    assert len(held) == 1 + 1 + TIMED  # the correctness launch, the warm-up, the timed launches
+    # the correctness launch, the warm-up, the timed launches, those at the profile size
+    assert len(held) == 1 + 1 + TIMED + (3 if profile_n else 0)
     return spec, res, held
 
 
@@ -225,12 +227,12 @@ def _digest(v: np.ndarray) -> str:
 def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_every_launch(tmp_path, monkeypatch):
     """Each timed launch's fingerprint vector is drawn after that launch ended, from a seed the spec does
     not hold (two runs of one spec draw different ones): it is in no device memory while the kernel
-    runs, nor is the vector the spec's integrity seed gives. The checker verifies every fingerprint and
-    the last launch's whole output, and still catches a kernel that replays an earlier result."""
+    runs, nor is a vector the spec's seeds give. The checker verifies every fingerprint and the last
+    launch's whole output, and still catches a kernel that replays an earlier result."""
     from grader.children.inputs import integrity_vector
     spec, report, held = _stage_run(tmp_path, monkeypatch, "honest", {})
-    from_spec = _digest(integrity_vector(BENCH_N, spec["bench"]["integrity_seed"]))
-    assert all(from_spec not in during for during in held), "a vector the kernel could derive was in device memory"
+    from_spec = {_digest(integrity_vector(BENCH_N, s)) for s in (spec["bench"]["seed"], spec["bench"]["seed"] + 1)}
+    assert all(not from_spec & during for during in held), "a vector the kernel could derive was in device memory"
     seeds = report["bench"]["vector_seeds"]
     assert report["bench"]["timed_launches"] == TIMED and len(set(seeds)) == TIMED
     for r, seed in enumerate(seeds):
@@ -248,3 +250,53 @@ def test_no_timed_launch_sees_its_fingerprint_vector_and_the_checker_verifies_ev
     cases = _checked(spec, replayed)
     assert [(c["kind"], c["passed"]) for c in cases] == [("check", True), ("bench", False), ("timed", False)]
     assert "timed launch 2, 3, 4 of 4 was wrong" in cases[2]["problem"]
+
+
+def test_every_benchmark_launch_gets_inputs_no_earlier_launch_could_see(tmp_path, monkeypatch):
+    """Each warm-up and timed launch's inputs come from a seed drawn after the launch before it ended:
+    no device memory of an earlier launch holds them, the seeds are not the spec's and differ from run
+    to run, the report gives each one (the checker reads them) and each warm-up launch's time; the
+    launches at the profile size are timed after the timed ones, on fresh inputs too."""
+    from grader.children.inputs import make_inputs
+
+    spec, report, held = _stage_run(tmp_path, monkeypatch, "seeds", {}, profile_n=16)
+    bench = report["bench"]
+    seeds = bench["warmup_seeds"] + bench["input_seeds"]
+    assert len(bench["warmup_seeds"]) == len(bench["warmup_ms"]) == 1 and len(bench["input_seeds"]) == TIMED
+    assert len(set(seeds)) == len(seeds) and spec["bench"]["seed"] not in seeds and bench["last_seed"] == seeds[-1]
+    for k, seed in enumerate(seeds):  # held[0]: the correctness launch; held[1 + k]: benchmark launch k
+        a = _digest(make_inputs(BENCH_N, seed, "fp32")[0])
+        assert a in held[1 + k], f"launch {k} did not run on its reported inputs"
+        assert all(a not in during for during in held[:1 + k]), f"launch {k}'s inputs were there before it"
+    assert bench["profile_n"] == 16 and len(bench["profile_ms"]) == 3
+    assert [(c["kind"], c["passed"]) for c in _checked(spec, report)] == [("check", True), ("bench", True),
+                                                                            ("timed", True)]
+    _, again, _ = _stage_run(tmp_path, monkeypatch, "seeds-again", {})
+    assert not set(again["bench"]["input_seeds"]) & set(bench["input_seeds"])
+
+
+def test_the_baseline_is_timed_on_its_own_pristine_inputs_whatever_the_kernel_wrote():
+    """Before each baseline launch its inputs are copied from its own originals into the buffers the
+    student's kernel just had; when the originals no longer match their sums (a kernel wrote over them),
+    they are drawn again from the benchmark's seed, and the run counts it."""
+    from grader.children.inputs import make_inputs_xp
+    from grader.children.protocol import BenchRun, BenchSpec, StageSpec
+    from grader.children.stage import Runner
+
+    n, seed = 64, 9
+    runner = object.__new__(Runner)
+    runner.cp = np
+    runner.spec = StageSpec(id="tiled", inputs="fp32", baseline="cublas_sgemm", correctness=[], out_dir="",
+                            bench=BenchSpec(n=n, seed=seed, warmup=0, reps=1, min_reps=1, max_seconds=1, flush_l2=False))
+    a, b = make_inputs_xp(np, n, seed, "fp32")
+    a0, b0 = a.copy(), b.copy()
+    t = {"n": n, "a": a, "b": b, "pristine": (a0, b0, runner._digest(a0), runner._digest(b0))}
+    want = make_inputs_xp(np, n, seed, "fp32")
+    run = BenchRun(n=n, seed=seed)
+    a[...], b[...] = make_inputs_xp(np, n, 1234, "fp32")  # the student's launch's inputs
+    runner._pristine_baseline_inputs(t, run)
+    assert np.array_equal(a, want[0]) and np.array_equal(b, want[1]) and run.baseline_inputs_redrawn == 0
+    a0[5, :] = 0.0  # a kernel wrote over the originals, and over the buffers
+    a[...] = 0.0
+    runner._pristine_baseline_inputs(t, run)
+    assert np.array_equal(a, want[0]) and np.array_equal(a0, want[0]) and run.baseline_inputs_redrawn == 1

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -173,21 +171,14 @@ def test_the_starter_report_scores_zero_with_and_without_metrics():
 # --------------------------------------------------------------------------------------------
 # The CLI on the starter and the solutions, statically (1, 2, 5)
 # --------------------------------------------------------------------------------------------
-def _grade(sub: Path, out: Path, gpu: bool = False) -> tuple[dict, str]:
-    flags = [] if gpu else ["--no-gpu"]  # with gpu, the GPU is used when there is one
-    proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(sub), *flags, "--quiet", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads((out / "results.json").read_text()), (out / "summary.md").read_text()
-
-
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, tuple[dict, str, Path]]:
+def graded(static_graded) -> dict[str, tuple[dict, str, Path]]:
+    """The session's static gradings of the starter and the solutions (tests/conftest.py: static_graded,
+    ``python -m grader grade --no-gpu --quiet``)."""
     out = {}
     for which in ("starter", "solutions"):
-        folder = tmp_path_factory.mktemp(which) / "results"
-        res, summary = _grade(ROOT / which, folder)
-        out[which] = (res, summary, folder)
+        folder = static_graded(which)
+        out[which] = (json.loads((folder / "results.json").read_text()), (folder / "summary.md").read_text(), folder)
     return out
 
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +30,9 @@ HOG = """
 
 
 def test_memory_hog_is_stopped(scratch: Path):
-    t0 = time.monotonic()
     rec = run(py(HOG), timeout_s=30, fence=Fence(scratch=scratch, memory_bytes=256 * MIB))
     assert rec.limit is Limit.MEMORY and rec.returncode == -signal.SIGKILL, rec
     assert not rec.ok and rec.brief() == "stopped: over its memory limit"
-    assert time.monotonic() - t0 < 10
 
 
 def test_one_huge_allocation_fails_inside(scratch: Path):
@@ -73,11 +70,9 @@ def test_fork_bomb_is_stopped(scratch: Path, monkeypatch, tree_reader):
                 pass
         # {word}
     """
-    t0 = time.monotonic()
     rec = run(py(code), timeout_s=20, fence=Fence(scratch=scratch, processes=64))
     assert rec.limit is Limit.PROCESSES, rec
     assert rec.brief() == "stopped: over its process-count limit"
-    assert time.monotonic() - t0 < 15
     assert wait_none_with(word) == [], "forked processes outlived the step"
 
 
@@ -112,11 +107,9 @@ def test_scratch_over_its_cap_stops_the_step(scratch: Path):
             time.sleep(0.005)
         time.sleep(30)
     """
-    t0 = time.monotonic()
     rec = run(py(code), timeout_s=30, fence=Fence(scratch=scratch, scratch_bytes=32 * MIB))
     assert rec.limit is Limit.SCRATCH and rec.returncode == -signal.SIGKILL
     assert rec.brief() == "stopped: over its disk-space (work folder) limit"
-    assert time.monotonic() - t0 < 10
     # The cap, and what the writes between two looks of the watchdog add.
     assert limits.folder_bytes(scratch, 1 << 40) < 32 * MIB + 128 * MIB
 
@@ -144,19 +137,15 @@ def test_output_flood_is_stopped(scratch: Path):
         while True:
             sys.stdout.write("x" * 65536)
     """
-    t0 = time.monotonic()
     rec = run(py(code), timeout_s=30, output_limit=10_000, fence=Fence(scratch=scratch, output_bytes=4 * MIB))
     assert rec.limit is Limit.OUTPUT and rec.stdout_bytes > 4 * MIB
     assert len(rec.stdout) < 10_100
-    assert time.monotonic() - t0 < 10
 
 
 def test_time_limit_still_works(scratch: Path):
-    t0 = time.monotonic()
     rec = run(py("print('spinning', flush=True)\nwhile True: pass"), timeout_s=1.0, fence=Fence(scratch=scratch))
     assert rec.timed_out and rec.limit is Limit.TIME and rec.stdout == "spinning\n"
     assert rec.brief() == "timed out after 1 s"
-    assert 1.0 <= time.monotonic() - t0 < 3.0
 
 
 def test_cgroup_limits_where_available(scratch: Path):
@@ -179,3 +168,28 @@ def test_a_niced_fence_runs_its_step_at_lower_priority(scratch: Path):
     assert int(run(py("import os; print(os.nice(0))"), timeout_s=30, fence=Fence(scratch=scratch)).stdout) == os.nice(0)
     with pytest.raises(ValueError):
         Fence(scratch=scratch, nice=20)
+
+
+def test_fork_bomb_as_root_without_a_student_user_ends_at_its_limit(scratch: Path, monkeypatch, tree_reader):
+    """As root with no GRADER_STUDENT_USER a student's program runs as `nobody` (host_code_user):
+    RLIMIT_NPROC never binds uid 0, so a bomb as root was stopped only by the watchdog racing it."""
+    if os.geteuid() != 0:
+        pytest.skip("the root case needs root")
+    monkeypatch.delenv(sandbox.STUDENT_USER_VAR, raising=False)
+    user = sandbox.host_code_user()
+    if user is None:
+        pytest.skip(f"no {sandbox.FALLBACK_HOST_USER} account here")
+    assert user == sandbox.FALLBACK_HOST_USER
+    word = marker()
+    code = f"""
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        # {word}
+    """
+    rec = run(py(code), timeout_s=20, fence=Fence(scratch=scratch, processes=64), user=user)
+    assert rec.limit is Limit.PROCESSES, rec
+    assert wait_none_with(word) == [], "forked processes outlived the step"

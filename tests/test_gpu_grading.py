@@ -58,7 +58,8 @@ def test_hanging_kernel_times_out_without_hurting_other_stages(hostile_graded):
     assert g.rc == 0, g.stderr
     sid = composite_id("hang", "naive")
     limit = g.detail["stages"][sid]["run_limit"]
-    assert limit["source"] == "derived" and limit["seconds"] <= 16, limit  # about 15 s at the default sizes
+    derived_limit_s = limit["seconds"]  # the rubric's derived limit, not a measured time
+    assert limit["source"] == "derived" and derived_limit_s <= 16, limit  # about 15 s at the default sizes
     tests = case_tests(g, "hang")
     assert f"timed out after {limit['seconds']:g} s (this stage's time limit: " in tests["1.correct"]["output"]
     assert g.detail["stages"][sid]["verdict"] == "timed_out"

@@ -28,7 +28,7 @@ def test_reference_kernels_meet_every_proposed_criterion(solutions_graded):
     grading = load_grading(solutions_graded.out / "grading.json")
     run = grading.profile
     assert run is not None and run.reason == "", run
-    assert run.wall_s is not None and run.wall_s < 60
+    assert run.wall_s is not None and run.wall_s > 0  # its time: docs/measurements/, not a threshold here
     for sid, o in grading.outcomes.items():
         assert o.ncu is not None, o.ncu_reason
         n = o.profile_n

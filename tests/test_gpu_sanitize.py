@@ -74,7 +74,7 @@ def test_racecheck_through_the_launcher_child_finds_the_race_and_passes_the_solu
     for run in (found, passed):
         text = (run.proc.stdout + run.proc.stderr)[-3000:]
         assert run.reason == "", run.reason + "\n" + text
-        assert run.proc.wall_s < RUN_LIMIT_S, f"racecheck took {run.proc.wall_s:.2f} s (limit {RUN_LIMIT_S} s)"
+        assert not run.proc.timed_out, f"racecheck ran past its {RUN_LIMIT_S} s limit"
     assert found.findings and found.findings[0].summary.split()[0] in ("Error:", "Warning:", "Race"), found.findings
     assert any(fl.endswith("tiled.cu") for f in found.findings for _fn, fl, _ln in f.locations), found.findings
     assert passed.findings == [], [f.summary for f in passed.findings]

@@ -1,5 +1,5 @@
 """The handout's rubric tables are generated from rubric.yaml and must be current, so the handout
-and the grader can never disagree (python -m grader.instructor.handout --write regenerates them)."""
+and the grader can never disagree (python -m grader handout --write regenerates them)."""
 import copy
 import re
 import subprocess
@@ -18,7 +18,7 @@ TEXT = HANDOUT.read_text(encoding="utf-8")
 def test_the_committed_handout_equals_the_generated_blocks():
     new, changed, missing = apply(TEXT, render_blocks(RUBRIC))
     assert missing == [], f"assignment/README.md lacks the blocks {missing}"
-    assert changed == [], f"stale blocks {changed}: run python -m grader.instructor.handout --write"
+    assert changed == [], f"stale blocks {changed}: run python -m grader handout --write"
     assert new == TEXT
 
 
@@ -95,7 +95,7 @@ def test_an_invalid_rubric_exits_2_with_its_error_not_a_traceback(tmp_path, entr
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "error: rubric.yaml line 116: stage naive, item compiles: points: is 'ten' (str) (expected an integer or a number)" \
+    assert "error: rubric.yaml line 118: stage naive, item compiles: points: is 'ten' (str) (expected an integer or a number)" \
            in proc.stderr
     missing = subprocess.run([sys.executable, *entry, "--check", "--handout", str(tmp_path / "nope.md")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
@@ -109,7 +109,7 @@ def test_the_stale_hint_keeps_the_files_it_was_given(tmp_path, capsys):
     rubric_path.write_text(yaml.safe_dump(raw, sort_keys=False))
     assert main(["--check", "--rubric", str(rubric_path)]) == 1
     err = capsys.readouterr().err
-    assert f"run python -m grader.instructor.handout --write --rubric '{rubric_path}'" in err
+    assert f"run python -m grader handout --write --rubric '{rubric_path}'" in err
     handout = tmp_path / "README.md"
     handout.write_text(TEXT)
     assert main(["--check", "--rubric", str(rubric_path), "--handout", str(handout)]) == 1

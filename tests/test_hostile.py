@@ -56,7 +56,8 @@ def test_the_suite_has_at_least_twenty_cases():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("case", [c for c, e in EXPECTED.items() if e.get("static")])
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.slow] if e.get("slow") else [])
+                                  for c, e in EXPECTED.items() if e.get("static")])
 def test_static_verdicts(tmp_path, case):
     e = EXPECTED[case]
     if any(k.endswith((".fp32_only", ".wgmma_tma")) for k in e["static"]) and toolchain.find_cuobjdump().path is None:

@@ -126,7 +126,30 @@ def test_check_passes_on_the_solutions(unpacked):
     proc = check(unpacked, "reference")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FIX" not in proc.stdout and "all well-formed" in proc.stdout
-    assert "line 65: `launch__registers_per_thread = 128`: ok" in proc.stdout  # ncu reports it of every launch
+    # a clean submission: one line a row; what was read back only on request
+    cited = "line 65: `launch__registers_per_thread = 128`: ok"  # ncu reports it of every launch
+    assert cited not in proc.stdout and "--details shows them" in proc.stdout
+    assert all(not ln.startswith(" ") for ln in proc.stdout.splitlines())
+    detailed = check(unpacked, "reference", "--details", "--no-compile")
+    assert detailed.returncode == 0 and cited in detailed.stdout and "--details shows them" not in detailed.stdout
+
+
+def test_a_missing_bonus_kernel_is_information_not_a_fix(unpacked, tmp_path):
+    sub = _solutions_copy(tmp_path / "no-hopper")
+    (sub / "gemm" / "hopper.cu").unlink()
+    proc = check(unpacked, str(sub), "--no-compile")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "info  gemm/hopper.cu" in proc.stdout and "optional, for bonus points" in proc.stdout
+    assert "FIX" not in proc.stdout
+
+
+def test_rows_to_fix_are_named_again_under_the_table(unpacked, tmp_path):
+    sub = _solutions_copy(tmp_path / "no-report")
+    (sub / "report.md").unlink()
+    proc = check(unpacked, str(sub), "--no-compile")
+    assert proc.returncode == 1
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("1 to fix (rows marked FIX: report.md)") or "rows marked FIX: report.md" in last, last
 
 
 def test_check_flags_what_needs_fixing(unpacked):
@@ -254,6 +277,8 @@ def test_check_applies_what_grading_applies_without_a_gpu(unpacked, tmp_path):
     out = proc.stdout
     assert "FIX   occupancy answers" in out and "79 of 79 answers read; 1 implausible" in out
     assert f"line 23: {hint}" in out
+    assert "ex1.fix.shared_mem_kib: 7168 KiB" not in out  # the read-back, under an ok row: on request
+    out = check(unpacked, str(sub), "--no-compile", "--details").stdout
     assert "ex1.fix.shared_mem_kib: 7168 KiB" in out and "ex1.occupancy_pct: 29.69%" in out
     assert "ex6.cap_32.time_ms: 2.5 ms" in out
     assert "FIX   report table cuda_cores" in out and "R.11: CUDA-core ladder table" in out and wrong in out

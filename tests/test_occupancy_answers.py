@@ -173,3 +173,11 @@ def test_many_unknown_keys_give_a_bounded_list_of_notes():
     text = "ex1:\n" + "".join(f"  key{i}: 1\n" for i in range(500))
     parsed = parse_answers(text, SCHEMA)
     assert len(parsed.notes) == 21 and parsed.notes[-1] == "... and 480 more unknown fields"
+
+
+def test_a_misspelt_key_gets_the_closest_known_one():
+    parsed = parse_answers("ex1:\n  max_blcoks: 19\n  fix:\n    shared_mem_kb: 7\nzzz: 1\n", SCHEMA)
+    notes = {n.split(":")[0]: n for n in parsed.notes}
+    assert "did you mean `ex1.max_blocks`?" in notes["`ex1.max_blcoks`"]
+    assert "did you mean `ex1.fix.shared_mem_kib`?" in notes["`ex1.fix.shared_mem_kb`"]
+    assert "check its spelling and indentation" in notes["`zzz`"]

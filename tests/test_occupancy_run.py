@@ -202,7 +202,7 @@ def test_occupancy_files_refuse_links_out_and_empty_files(tmp_path):
 
 def test_missing_answers_file_fails_its_items_with_a_clear_message_and_nothing_else(tmp_path):
     sub = _submission(tmp_path, answers=False)
-    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(nvcc=SimpleNamespace(path=None)),
+    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(nvcc=SimpleNamespace(path=None, reason="")),
                                                       tmp_path / "work"))
     msg = "occupancy/answers.yaml is not in the submission (start from starter/occupancy/answers.yaml)"
     for item in ANSWER_ITEMS - PTXAS_ITEMS:
@@ -216,7 +216,7 @@ def test_missing_answers_file_fails_its_items_with_a_clear_message_and_nothing_e
 def test_bad_yaml_answers_name_the_line(tmp_path):
     sub = _submission(tmp_path, answers=False)
     (sub / "occupancy/answers.yaml").write_text("ex1:\n  max_blocks: 19\n bottleneck: x\n")
-    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(nvcc=SimpleNamespace(path=None)),
+    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(nvcc=SimpleNamespace(path=None, reason="")),
                                                       tmp_path / "work"))
     assert res["ex1.max_blocks"].message.startswith("occupancy/answers.yaml line 3: not valid YAML")
 
@@ -333,7 +333,7 @@ def test_no_section_or_a_grader_bug_crashes_nothing(tmp_path, monkeypatch):
         raise ZeroDivisionError("bug")
     monkeypatch.setattr(occ_run, "grade_occupancy", boom)
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(),
-                                                      _env(nvcc=SimpleNamespace(path=None)), tmp_path / "w"))
+                                                      _env(nvcc=SimpleNamespace(path=None, reason="")), tmp_path / "w"))
     assert all(r.status == (Status.MANUAL if r.item in MANUAL_ITEMS else Status.NOT_EVALUATED) and r.score == 0
                for r in res.values())
     assert "ZeroDivisionError" in res["ex1.occupancy"].values["traceback"]
@@ -554,7 +554,7 @@ def test_gpu_solution_gets_full_marks_on_every_automated_item(solutions_graded):
             assert r.status == Status.MANUAL, (item, r.message)
         else:
             assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
-    assert seconds is not None and seconds < 90, seconds
+    assert seconds is not None and seconds > 0, seconds  # how long: docs/measurements/, not a threshold here
 
 
 @pytest.mark.gpu

@@ -32,6 +32,7 @@ from grader.records import from_jsonable, to_jsonable
 from grader.rubric.load import load_default_occupancy
 from grader.rubric.occupancy import load_occupancy_config
 from grader.sandbox.turns import Schedule, State
+from tests.hang_guard import no_hang
 from tests.test_turns import child_party, overlaps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,9 +139,8 @@ def test_close_stops_the_waiting_child_and_the_running_program(tmp_path, monkeyp
     early.start_program()
     assert early.program is not None and early.program.state is State.WORKING
     time.sleep(0.3)
-    t0 = time.monotonic()
-    sched.close()
-    assert time.monotonic() - t0 < 5
+    with no_hang("closing the schedule under a working program"):
+        sched.close()
     report, proc = early.measure.result()
     assert proc.ok and report is not None and report.phase == "stopped" and report.sweep_times is None
     assert early.program.result().proc.limit is Limit.CANCELLED

@@ -213,12 +213,11 @@ def test_a_rubric_without_the_section_is_one_hidden_item(tmp_path):
 
 
 def test_huge_reports_are_graded_quickly_with_short_messages(tmp_path):
-    import time
+    from tests.hang_guard import no_hang
 
     many_citations = "## naive -> coalesced\n" + "`sectors_per_request = 9.5` w " * 20_000
     for text in ["# naive -> coalesced\n" * 100_000, many_citations]:
-        t0 = time.monotonic()
-        items = _grade(tmp_path, text)
-        assert time.monotonic() - t0 < 10
+        with no_hang("grading a huge report"):  # a quadratic scan of it would outlast the net by far
+            items = _grade(tmp_path, text)
         assert max(len(i.message) for i in items.values()) < 5000
         assert items["naive_to_coalesced.values"].status == Status.FAILED

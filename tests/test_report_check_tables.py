@@ -82,3 +82,26 @@ def test_one_merged_table_serves_only_the_first_spec():
     text = SOLUTION.replace(heading + header, "")
     _, second = _check(text)
     assert second.table is None
+
+
+def test_tflops_written_where_gflops_is_asked_gets_a_unit_hint_not_the_fp32_one():
+    text = SOLUTION.replace("| 0.4170 | 329,590 | 33.33 |", "| 0.4170 | 329.59 | 33.33 |").replace(
+        "| 0.1921 | 715,351 | 72.33 |", "| 0.1921 | 715.351 | 72.33 |")
+    _, second = _check(text)
+    msg = describe(second)
+    assert "about the FP32 CUDA-core peak" not in msg
+    assert "below even the FP32 CUDA-core peak (66,9" in msg and "are the GFLOP/s cells in TFLOP/s?" in msg
+    assert "row wmma: GFLOP/s is 329.6, but 2 N^3 / time with N = 4096 and 0.417 ms gives 329,590" in msg
+    assert "a factor of 1000 apart" in msg and "TFLOP/s where it is GFLOP/s (then write 329,590)" in msg
+
+
+def test_ms_written_as_seconds_gets_a_unit_hint():
+    first, _ = _check(SOLUTION.replace("| 4096 | tiled | 15.349 | 8,954 |", "| 4096 | tiled | 0.015349 | 8,954 |"))
+    msg = describe(first)
+    assert msg.startswith("row tiled: GFLOP/s is 8,954, but 2 N^3 / time with N = 4096 and 0.015349 ms gives")
+    assert "a time in seconds where the column is ms (then write 15.349)" in msg
+
+
+def test_arithmetic_that_is_off_by_another_factor_gets_no_unit_hint():
+    first, _ = _check(SOLUTION.replace("| 4096 | tiled | 15.349 | 8,954 |", "| 4096 | tiled | 15.349 | 9,954 |"))
+    assert "factor of 1000" not in describe(first)

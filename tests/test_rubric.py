@@ -304,3 +304,15 @@ def test_a_benchmark_may_have_no_warm_up_but_not_fewer(raw):
     assert err.where == "rubric.yaml.stages[1].bench.warmup" and "an integer >= 0" in str(err)
     err = _error(raw, lambda r: r["stages"][1].update(bench={"reps": 0}))
     assert err.where == "rubric.yaml.stages[1].bench.reps" and "a positive number" in str(err)
+
+
+def test_an_unclosed_flow_mapping_is_told_by_the_line_it_starts_on():
+    from grader.rubric.load import rubric_from_text
+
+    lines = (ROOT / "rubric.yaml").read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if "{id: speed, kind: fraction_of_baseline" in ln and ln.endswith("}"))
+    lines[at] = lines[at][:-1]  # the closing brace forgotten
+    with pytest.raises(RubricError) as info:
+        rubric_from_text("\n".join(lines) + "\n", "rubric.yaml")
+    assert str(info.value).startswith(f"rubric.yaml line {at + 1}: is not valid YAML: the flow mapping that starts "
+                                      "here: did not find expected ',' or '}'"), str(info.value)

@@ -13,6 +13,7 @@ import pytest
 
 from grader.sandbox import guard as sandbox
 from grader.sandbox.guard import run
+from tests.hang_guard import no_hang
 
 PY = sys.executable
 
@@ -53,7 +54,7 @@ def test_normal_exit_with_output():
     assert rec.stderr == "warn\n"
     assert rec.stdout_bytes == 6 and rec.stderr_bytes == 5
     assert rec.timeout_s == 10.0
-    assert 0 < rec.wall_s < 10
+    assert rec.wall_s > 0
     assert rec.command[0] == PY
     assert rec.brief() == "exit code 0"
 
@@ -72,14 +73,13 @@ def test_killed_by_signal_is_negative_returncode():
 
 
 def test_infinite_loop_times_out():
-    t0 = time.monotonic()
-    rec = run(py("print('spinning', flush=True)\nwhile True: pass"), timeout_s=1.0)
-    elapsed = time.monotonic() - t0
+    with no_hang("a 1 s limit"):
+        rec = run(py("print('spinning', flush=True)\nwhile True: pass"), timeout_s=1.0)
     assert rec.timed_out and not rec.ok
     assert rec.returncode == -signal.SIGKILL
     assert rec.timeout_s == 1.0
     assert rec.stdout == "spinning\n"  # output before the kill is kept
-    assert 1.0 <= elapsed < 2.0
+    assert rec.wall_s >= rec.timeout_s  # killed at its limit, not before
     assert rec.brief() == "timed out after 1 s"
 
 
@@ -97,9 +97,7 @@ def test_output_flood_is_trimmed_counted_and_bounded():
     total = 5 + 50 * (1 << 20) + 3
     tracemalloc.start()
     try:
-        t0 = time.monotonic()
-        rec = run(py(code), timeout_s=20, output_limit=64_000)
-        elapsed = time.monotonic() - t0
+        rec = run(py(code), timeout_s=20, output_limit=64_000)  # drained within its limit: not timed out
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -111,7 +109,6 @@ def test_output_flood_is_trimmed_counted_and_bounded():
     assert f"\n… [{trimmed:,} bytes trimmed] …\n" in rec.stdout
     assert len(rec.stdout.encode()) < 64_000 + 100
     assert peak < 4_000_000, f"Python allocations peaked at {peak:,} bytes"
-    assert elapsed < 8
 
 
 def test_exact_limit_is_not_trimmed():
@@ -125,22 +122,19 @@ def test_exact_limit_is_not_trimmed():
 def test_grandchild_holding_pipe_does_not_block():
     code = """
         import subprocess
-        p = subprocess.Popen(['sleep', '60'])  # inherits stdout/stderr
+        p = subprocess.Popen(['sleep', '600'])  # inherits stdout/stderr
         print(p.pid, flush=True)
     """
-    t0 = time.monotonic()
-    rec = run(py(code), timeout_s=10)
-    elapsed = time.monotonic() - t0
+    with no_hang("run, with a grandchild holding the pipe"):  # waiting for it would outlast the net
+        rec = run(py(code), timeout_s=10)
     assert rec.returncode == 0 and not rec.timed_out
-    assert elapsed < 3, f"run waited {elapsed:.1f} s for a grandchild holding the pipe"
     grandchild = int(rec.stdout.split()[0])
     assert wait_gone(grandchild), "leftover grandchild was not killed"
 
 
 def test_daemonized_shell_background_job():
-    t0 = time.monotonic()
-    rec = run(["sh", "-c", "sleep 1000 & echo $!"], timeout_s=10)
-    assert time.monotonic() - t0 < 3
+    with no_hang("run, with a shell's background job"):  # waiting for `sleep 1000` would outlast the net
+        rec = run(["sh", "-c", "sleep 1000 & echo $!"], timeout_s=10)
     assert rec.returncode == 0 and not rec.timed_out
     assert wait_gone(int(rec.stdout.strip()))
 
@@ -149,16 +143,14 @@ def test_escaped_session_holding_pipe_still_returns():
     # A grandchild that setsid()s escapes the group kill; run must still return.
     code = """
         import subprocess
-        p = subprocess.Popen(['sleep', '60'], start_new_session=True)
+        p = subprocess.Popen(['sleep', '600'], start_new_session=True)
         print(p.pid, flush=True)
     """
-    t0 = time.monotonic()
-    rec = run(py(code), timeout_s=10)
-    elapsed = time.monotonic() - t0
+    with no_hang("run, with an escaped session holding the pipe"):  # its sleep outlasts the net
+        rec = run(py(code), timeout_s=10)
     escaped = int(rec.stdout.split()[0])
     try:
         assert rec.returncode == 0 and not rec.timed_out
-        assert elapsed < sandbox.DRAIN_GRACE_S + 2
     finally:
         try:
             os.kill(escaped, signal.SIGKILL)
@@ -170,13 +162,11 @@ def test_child_closes_pipes_and_keeps_running():
     code = """
         import os, time
         os.close(1); os.close(2)
-        time.sleep(60)
+        time.sleep(600)
     """
-    t0 = time.monotonic()
-    rec = run(py(code), timeout_s=1.0)
-    elapsed = time.monotonic() - t0
+    with no_hang("a 1 s limit on a child without pipes"):  # its sleep outlasts the net
+        rec = run(py(code), timeout_s=1.0)
     assert rec.timed_out and rec.returncode == -signal.SIGKILL
-    assert elapsed < 2.5
 
 
 def test_fork_and_spin_kills_whole_group():
@@ -190,11 +180,9 @@ def test_fork_and_spin_kills_whole_group():
         while True:
             pass
     """
-    t0 = time.monotonic()
-    rec = run(py(code), timeout_s=1.0)
-    elapsed = time.monotonic() - t0
+    with no_hang("a 1 s limit on a forked spinner"):
+        rec = run(py(code), timeout_s=1.0)
     assert rec.timed_out and rec.returncode == -signal.SIGKILL
-    assert elapsed < 2.5
     grandchild = int(rec.stdout.split()[0])
     assert wait_gone(grandchild), "forked grandchild survived the timeout"
 
@@ -295,9 +283,9 @@ def test_without_pidfd_falls_back_to_polling(monkeypatch):
     monkeypatch.delattr(os, "pidfd_open", raising=False)
     rec = run(py("print('fine')"), timeout_s=5)
     assert rec.returncode == 0 and rec.stdout == "fine\n"
-    t0 = time.monotonic()
-    rec = run(py("while True: pass"), timeout_s=0.5)
-    assert rec.timed_out and time.monotonic() - t0 < 1.5
+    with no_hang("a 0.5 s limit, polled"):
+        rec = run(py("while True: pass"), timeout_s=0.5)
+    assert rec.timed_out
 
 
 def test_a_step_may_run_at_a_lower_cpu_priority():

@@ -30,6 +30,7 @@ from grader.compile import toolchain
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.policy import PENDING_PREFIX
 from grader.serve.auth import SECRETS_DIR
+from grader.serve.worker import SERVICE_WITHOUT_GPU
 from tests.serve_gpu_measurements import measured_service
 from tests.serve_helpers import ServiceProcess, free_port, make_secret, wait_job
 from tests.test_gradescope_package import PACKAGE_VARS, check_results
@@ -225,14 +226,15 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
     measured, _ = service
     data = tmp_path / "data"
     shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)  # the package's assignment secret
-    with ServiceProcess(data, stages=STAGES) as bare:  # `serve --no-gpu`, and no GPU measurements either
+    # `serve --no-gpu`, and no GPU measurements either; the stand-in grader says so as the grader does
+    with ServiceProcess(data, stages=STAGES, standin="") as bare:
         bare.wait_workers(1)
         log, res = run_autograder(autograder, _submission(tmp_path, report="# graded without a GPU\n"),
                                   tmp_path / "results", GRADER_SERVICE_URL=bare.url)
         gs = res["extra_data"]["gpu_service"]
         with bare.client() as http:
             view = http.get(f"/api/v1/jobs/{gs['job']}").json()
-    assert view["state"] == "done" and view["without_gpu"] == "GPU use switched off (--no-gpu)"
+    assert view["state"] == "done" and view["without_gpu"] == SERVICE_WITHOUT_GPU
     pending = _assert_pending(res)
     assert gs["state"] == "without_gpu" and gs["reason"] == view["without_gpu"], log
     assert gs["merged_items"] == 0 and gs["still_pending"] == len(pending) == res["extra_data"]["pending_gpu_items"]
@@ -241,7 +243,7 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
     assert res["output"].startswith(f"> **The GPU service graded without a GPU** (job `{gs['job']}`")
     assert f"{len(pending)} items are still pending GPU grading" in res["output"]
     assert "GPU results merged" not in res["output"]
-    assert f"gpu service: without_gpu (GPU use switched off (--no-gpu)); {len(pending)} items still pending" in log
+    assert f"gpu service: without_gpu ({SERVICE_WITHOUT_GPU}); {len(pending)} items still pending" in log
 
 
 def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grades_again(service, autograder, tmp_path):
@@ -253,7 +255,7 @@ def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grad
     data = tmp_path / "data"
     shutil.copytree(measured.data / SECRETS_DIR, data / SECRETS_DIR)
     sub = _submission(tmp_path, report="# a GPU worker without its GPU\n")
-    with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True) as broken:
+    with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True, standin="") as broken:
         broken.wait_workers(1, timeout_s=90)
         log, res = run_autograder(autograder, sub, tmp_path / "results", GRADER_SERVICE_URL=broken.url)
         gs = res["extra_data"]["gpu_service"]

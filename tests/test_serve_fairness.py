@@ -1,6 +1,7 @@
 """Fair share on the Gradescope path: the bridge names the submitter (a keyed hash of Gradescope's user
 ids, signed with the request); the service queues a submitter's Gradescope jobs beyond
-``gradescope_fair_share`` in the last hour behind other students' (never refusing one)."""
+``gradescope_fair_share`` in the last hour behind other students' (never refusing one), and a
+submitter's newest job supersedes its older queued ones."""
 from __future__ import annotations
 
 import json
@@ -51,7 +52,7 @@ def test_a_demoted_gradescope_job_waits_with_the_self_checks(tmp_path, demoted):
     assert [j.id for j in store.jobs_in(State.QUEUED)] == (["self", "gs"] if demoted else ["gs", "self"])
 
 
-def test_one_submitter_over_the_fair_share_queues_behind_another(tmp_path):
+def test_one_submitter_over_the_fair_share_queues_behind_another_and_the_newest_supersedes(tmp_path):
     data = tmp_path / "data"
     secret = make_secret(data, "hw1")
     first, other = submitter_id(secret, ["1001"]), submitter_id(secret, ["2002"])
@@ -59,23 +60,25 @@ def test_one_submitter_over_the_fair_share_queues_behind_another(tmp_path):
         mine = [gradescope.submit(tiny_zip(f"first {i}"), submitter=first) for i in range(4)]
         theirs = gradescope.submit(tiny_zip("other"), submitter=other)
         assert all(j.state == "queued" for j in [*mine, theirs])  # never refused
-        assert [j.position for j in mine] == [1, 2, 3, 4] and theirs.position == 4  # ahead of the 4th
+        assert [j.position for j in mine] == [1, 1, 1, 1] and theirs.position == 1  # ahead of the demoted 4th
         with s.client() as c:
-            assert c.get(f"{JOBS}/{mine[3].id}").json()["position"] == 5
+            for old in mine[:3]:  # each newer one superseded the one before, still queued
+                view = c.get(f"{JOBS}/{old.id}").json()
+                assert view["state"] == "failed" and view["error"].startswith("superseded"), view
+            assert c.get(f"{JOBS}/{mine[3].id}").json()["position"] == 2
             body = tiny_zip("forged")
             forged = {**signed(secret, "hw1", body), SUBMITTER_HEADER: other}  # signed without the header
             r = c.post(JOBS, content=body, headers=forged)
             assert r.status_code == 401 and "signature does not match" in r.json()["error"], r.text
         with pytest.raises(ServiceError, match="32 hex digits"):
             gradescope.submit(tiny_zip("bad"), submitter="s@x.edu")
-    assert f"job {mine[3].id[:8]} queued: gradescope, position 4" in s.log_text()
-    assert "over the fair share" in s.log_text()
+    assert "over the fair share" in s.log_text() and "supersedes 1 queued job(s)" in s.log_text()
     with ServiceProcess(data, "--workers", "1") as s2, s2.client() as c:
-        for job in [*mine, theirs]:
+        for job in (mine[3], theirs):
             assert wait_job(c, job.id, service=s2)["state"] == "done"
     store = SqliteStore(data / "jobs.sqlite")
-    jobs = {j.id: store.get(j.id) for j in [*mine, theirs]}
+    jobs = {j.id: store.get(j.id) for j in (mine[3], theirs)}
     started = {i: float(j.started or 0) if j else 0.0 for i, j in jobs.items()}
-    assert max(started[j.id] for j in mine[:3]) < started[theirs.id] < started[mine[3].id]
+    assert started[theirs.id] < started[mine[3].id]
     fourth = jobs[mine[3].id]
     assert fourth is not None and fourth.demoted and fourth.submitter == first

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from grader.serve.client import Client, ServiceError, make_archive
+from grader.serve.worker import SERVICE_WITHOUT_GPU
 from tests.serve_gpu_measurements import measured_service
 from tests.serve_helpers import ServiceProcess, issue_tokens, zip_folder
 
@@ -98,7 +99,7 @@ def test_job_page_follows_the_job_and_shows_results(service, browser, tmp_path):
     sizes = page.eval_on_selector_all("#plots img", "imgs => imgs.map(i => [i.getAttribute('src'), i.naturalWidth])")
     assert [src.rsplit("/", 1)[1] for src, _ in sizes] == ["ladder.png", "roofline.png"]
     assert all(width > 0 for _, width in sizes), sizes
-    assert page.get_attribute("#summary-link a", "href").endswith("/files/summary.md")
+    assert page.get_attribute("#summary-link a", "href") == f"/jobs/{job.id}/summary"
 
     # the student's text is text: quoted whole, nothing of it ran or became an element
     assert PAYLOAD in page.text_content("#items")
@@ -118,6 +119,20 @@ def test_job_page_follows_the_job_and_shows_results(service, browser, tmp_path):
     assert row[0][head.index(f"{title} % of cuBLAS")] == f"{round(100 * timing['fraction_of_baseline'], 1):.1f}"
     assert page.eval_on_selector_all("#workers tbody tr", "rows => rows.length") == 1
     page.close()
+
+    # the page is HTML from the server, whole without JavaScript; summary.md has a rendered page of its own
+    plain = browser.new_page(java_script_enabled=False)
+    plain.goto(f"{svc.url}/jobs/{job.id}")
+    assert plain.text_content("#state") == "done" and plain.is_visible("#results")
+    assert plain.text_content("#score") == f"{final.score:g} / {final.max_score:g} points"
+    assert plain.eval_on_selector_all("#stages tbody tr", "rows => rows.map(r => r.cells[0].textContent)") == \
+        ["1 naive", "2 coalesced", "4b blocktiling_2d"]
+    assert PAYLOAD in plain.text_content("#items")
+    assert plain.eval_on_selector_all("img[src='x'], #items script", "nodes => nodes.length") == 0
+    plain.click("#summary-link a")
+    assert plain.url.endswith(f"/jobs/{job.id}/summary")
+    assert plain.eval_on_selector_all("#summary th", "cells => cells.length") > 0 and "| stage |" not in plain.content()
+    plain.close()
 
 
 def test_queue_page_lists_a_queued_job(browser, tmp_path):
@@ -170,7 +185,7 @@ def test_a_job_graded_without_a_gpu_shows_its_banner_hand_graded_items_apart_and
 
     # the banner: this score is no GPU grading
     assert page.is_visible("#no-gpu")
-    assert page.text_content("#no-gpu").startswith("Graded without a GPU (GPU use switched off (--no-gpu))")
+    assert page.text_content("#no-gpu").startswith(f"Graded without a GPU ({SERVICE_WITHOUT_GPU})")
 
     # hand-graded and not-evaluated items are apart from the items not passed, each exactly once
     def numbers(where: str) -> list[str]:

@@ -89,7 +89,7 @@ def test_a_sharing_workers_gradings_take_the_gpus_lock_and_static_ones_do_not(tm
 
 def test_a_static_service_ignores_gradings_per_gpu_and_grades_as_before(tmp_path):
     data = tmp_path / "data"
-    service = ServiceProcess(data, "--workers", "2", "--gradings-per-gpu", "3")
+    service = ServiceProcess(data, "--workers", "2", "--gradings-per-gpu", "3", standin="")
     token = issue_tokens(data, ["a@x.edu"])["a@x.edu"]
     with service:
         service.wait_workers(2)
@@ -108,9 +108,10 @@ def test_a_static_service_ignores_gradings_per_gpu_and_grades_as_before(tmp_path
 def test_a_gpu_service_starts_two_workers_on_its_gpu_each_with_the_lock_and_its_own_folder(tmp_path):
     """``--gpus 0`` on a host without a GPU: the workers start as on a GPU host (their kept context and
     probe fail, said in the log, and the gradings grade without a GPU), so the supervisor's real
-    processes and the worker names seen by /api/v1/queue are checked here."""
+    processes and the worker names seen by /api/v1/queue are checked here. The job is graded by the
+    stand-in grade command, given the GPU's lock (tests/standin_grader.py)."""
     data = tmp_path / "data"
-    service = ServiceProcess(data, "--gpus", "0", "--gradings-per-gpu", "2", gpu=True)
+    service = ServiceProcess(data, "--gpus", "0", "--gradings-per-gpu", "2", gpu=True, standin="gpu=0.2")
     token = issue_tokens(data, ["a@x.edu"])["a@x.edu"]
     lock = str(data.resolve() / "locks" / "gpu0.lock")
     with service:
@@ -125,6 +126,8 @@ def test_a_gpu_service_starts_two_workers_on_its_gpu_each_with_the_lock_and_its_
         assert r.status_code in (200, 201, 202), r.text
         job = wait_job(c, r.json()["id"], timeout_s=180)
         assert job["state"] == "done", job
+        ran = json.loads(c.get(f"/api/v1/jobs/{job['id']}/files/standin.json").content)
+        assert ran["argv"][ran["argv"].index("--gpu-lock") + 1] == "gpu0.lock" and ran["gpu_held"], ran
         assert (data / "work" / f"{HOST}-gpu0").is_dir() and (data / "work" / f"{HOST}-gpu0.2").is_dir()
 
 

@@ -1,7 +1,11 @@
 """The grading service end to end, as real processes: ``python -m grader serve --no-gpu`` (uvicorn, the
 SQLite job store and queue, its worker processes) on a free port, spoken to over HTTP.
 
-Gradings are static and of one stage (``--stages naive``) to keep the file short.
+Gradings are static and of one stage (``--stages naive``) to keep the file short. The service treats a
+grading as a black box, so its queue, lease, kill and refusal tests grade with the stand-in grade command
+(tests/standin_grader.py: a real child that writes a real results.json after a controlled delay, or hangs,
+or leaves children); the self-check end to end, and the weak sandbox's stopped and killed gradings (nvcc's
+tree with no namespace to end it), grade with the real grader.
 """
 from __future__ import annotations
 
@@ -42,27 +46,41 @@ from tests.serve_helpers import (
 JOBS = "/api/v1/jobs"
 
 
+SERVICE_FLAGS = ("--workers", "1", "--per-hour", "3", "--concurrent", "1", "--archive-mib", "1")
+
+
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory):
+    """A service grading with the stand-in (its default: done after 0.3 s)."""
     data = tmp_path_factory.mktemp("serve") / "data"
-    service = ServiceProcess(data, "--workers", "1", "--per-hour", "3", "--concurrent", "1", "--archive-mib", "1")
-    service.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu", "c@x.edu", "k@x.edu", "r@x.edu", "gone@x.edu"])
+    service = ServiceProcess(data, *SERVICE_FLAGS, standin="")
+    service.tokens = issue_tokens(data, ["c@x.edu", "k@x.edu", "r@x.edu", "gone@x.edu"])
     service.secret = make_secret(data, "hw1")
     with service:
         service.wait_workers(1)
         yield service
 
 
-def starter(tag: str) -> bytes:
-    """The starter with one file that makes its archive unique (no dedup between tests)."""
-    return zip_folder(ROOT / "starter", {"NOTES.txt": tag})
+def starter(tag: str, standin: str = "") -> bytes:
+    """The starter with one file that makes its archive unique (no dedup between tests), and the stand-in's
+    words for this job when given (tests/standin_grader.py)."""
+    return zip_folder(ROOT / "starter", {"NOTES.txt": tag, **({"STANDIN.txt": standin} if standin else {})})
 
 
 def store_of(svc: ServiceProcess) -> SqliteStore:
     return SqliteStore(svc.data / "jobs.sqlite")
 
 
-def test_a_selfcheck_is_graded_like_the_grader_then_deduplicated_or_forced(svc, tmp_path):
+def test_a_selfcheck_is_graded_like_the_grader_then_deduplicated_or_forced(tmp_path):
+    """End to end with the real grader: the service's results are the grader's own."""
+    data = tmp_path / "data"
+    with ServiceProcess(data, *SERVICE_FLAGS) as svc:
+        svc.tokens = issue_tokens(data, ["a@x.edu", "b@x.edu"])
+        svc.wait_workers(1)
+        selfcheck_end_to_end(svc, tmp_path)
+
+
+def selfcheck_end_to_end(svc: ServiceProcess, tmp_path) -> None:
     body = zip_folder(ROOT / "solutions")
     direct = subprocess.Popen([sys.executable, "-m", "grader", "grade", "--no-gpu", "--stages", STAGES, "--quiet",
                                "--out", str(tmp_path / "direct"), "--", str(ROOT / "solutions")], cwd=ROOT)
@@ -166,7 +184,8 @@ def test_refusals_say_why(svc, tmp_path):
 def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the_job_finishes_once(svc):
     token = svc.tokens["k@x.edu"]
     with svc.client() as c:
-        sub = c.post(JOBS, content=starter("killed"), headers=bearer(token))
+        # long enough to be seen grading and killed; the second attempt takes as long
+        sub = c.post(JOBS, content=starter("killed", "delay=6"), headers=bearer(token))
         assert sub.status_code == 202, sub.text
         second = c.post(JOBS, content=starter("second"), headers=bearer(token))
         assert second.status_code == 429 and "at most 1 at a time" in second.json()["error"], second.text
@@ -176,7 +195,7 @@ def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the
         deadline = time.monotonic() + 60
         grading: list[int] = []
         while not grading and time.monotonic() < deadline:  # one reading: a second may fall in its exec
-            grading = pids_matching(attempt1, "grader grade")
+            grading = pids_matching(attempt1, "standin_grader")
             time.sleep(0 if grading else 0.05)
         [worker] = pids_matching("grader serve worker", str(svc.data))
         assert grading, "the grading never started"
@@ -199,7 +218,8 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
     data = tmp_path / "data"
     token = issue_tokens(data, ["p@x.edu"])["p@x.edu"]
     secret = make_secret(data, "hw1")
-    with ServiceProcess(data, "--no-workers", "--per-hour", "1", "--concurrent", "3") as s1, s1.client() as c:
+    with ServiceProcess(data, "--no-workers", "--per-hour", "1", "--concurrent", "3", standin="") as s1, \
+            s1.client() as c:
         a = c.post(JOBS, content=starter("a"), headers=bearer(token)).json()
         assert a["position"] == 1 and a["state"] == "queued"
         again = c.post(JOBS, content=starter("b"), headers=bearer(token))
@@ -213,7 +233,7 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
         assert [q["kind"] for q in queue["queued"]] == ["gradescope", "selfcheck"]
         assert "id" not in json.dumps(queue["queued"]) and queue["workers"] == []
     g = g.json()
-    with ServiceProcess(data, "--workers", "1") as s2, s2.client() as c:
+    with ServiceProcess(data, "--workers", "1", standin="") as s2, s2.client() as c:
         for job in (a, g):
             assert wait_job(c, job["id"], service=s2)["state"] == "done"
     store = SqliteStore(data / "jobs.sqlite")
@@ -222,12 +242,12 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
     assert ga.submission_id == "777" and ga.kind.value == "gradescope"
     # Restarted once more, with a 1 s limit per grading: the old results are still served, and a new
     # job that outlives the limit fails with a sentence, its grading stopped.
-    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "1") as s3, s3.client() as c:
+    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "1", standin="") as s3, s3.client() as c:
         assert c.get(f"{JOBS}/{g['id']}").json()["state"] == "done"
         assert c.get(f"{JOBS}/{g['id']}/files/results.json").json()["score"] == ga.score
         assert c.get("/api/v1/queue").json()["mean_grade_s"] == round(
             sum(j.grade_s for j in (ga, aa)) / 2, 1)  # estimates come from the recent gradings
-        body = endless_compile(ROOT / "starter", "slow")  # never done in 1 s, however fast the machine
+        body = starter("slow", "outcome=hang")  # never done in 1 s, however fast the machine
         slow = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
         failed = wait_job(c, slow["id"], service=s3)
         assert failed["state"] == "failed" and failed["error"] == "the grading took longer than 1 s and was stopped"
@@ -244,22 +264,33 @@ def compiling(svc: ServiceProcess, service_before: set[int], marks: tuple[str, .
     return seen
 
 
-@pytest.mark.parametrize("sandbox", ["weak", "default"])
-def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
-    """A grading stopped by its time limit while nvcc and its children run in sessions of their own
-    (the grader starts every tool so): once the job reads failed, nothing it started is alive, in the
-    weak sandbox (no namespace to end them) as in the default one: every process seen in the service's
-    tree during the grading, and anything else naming the job or its work folders."""
+# The grading's tree: the stand-in's children, each in a session of its own (as the grader starts its tools and
+# students' steps), or the real grader's nvcc in the weak sandbox (no namespace to end what it started; the
+# default sandbox's bwrap --die-with-parent ends its processes besides, so the weak one is the harder case).
+TREES = {"standin": ({"GRADER_STANDIN": "outcome=hang children=2 delay=0"}, ("standin-child",)),
+         "weak": ({"GRADER_SANDBOX": "weak"}, ("cudafe", "cc1plus", "nvcc"))}
+
+
+def tree_service(data, timeout_s: str, tree: str) -> ServiceProcess:
+    env, _ = TREES[tree]
+    args = ("--workers", "1", "--grade-timeout-s", timeout_s)
+    return ServiceProcess(data, *args, env=env, standin=env.get("GRADER_STANDIN"))
+
+
+@pytest.mark.parametrize("tree", ["standin", "weak"])
+def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, tree):
+    """A grading stopped by its time limit while its children run in sessions of their own (the grader
+    starts every tool so): once the job reads failed, nothing it started is alive: every process seen in
+    the service's tree during the grading, and anything else naming the job or its work folders."""
     data = tmp_path / "data"
     secret = make_secret(data, "hw1")
-    env = {"GRADER_SANDBOX": "weak"} if sandbox == "weak" else {}
     before = set(cmdlines())
-    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "3", env=env) as svc, svc.client() as c:
+    with tree_service(data, "3", tree) as svc, svc.client() as c:
         svc.wait_workers(1)
         service_before = tree_of(svc.proc.pid)
-        body = endless_compile(ROOT / "starter", f"leak-{sandbox}")
+        body = endless_compile(ROOT / "starter", f"leak-{tree}")
         job = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
-        seen = compiling(svc, service_before, ("cudafe", "cc1plus", "nvcc"))  # early: the limit is 3 s
+        seen = compiling(svc, service_before, TREES[tree][1])  # early: the limit is 3 s
         failed = wait_job(c, job["id"], service=svc)
         assert failed["state"] == "failed" and "was stopped" in failed["error"], failed
         alive = {pid: cmd for pid, cmd in cmdlines().items() if pid in seen}
@@ -271,23 +302,23 @@ def test_a_stopped_grading_leaves_no_process_of_its_tree(tmp_path, sandbox):
         assert strays == {}, strays
 
 
-@pytest.mark.parametrize("sandbox", ["weak", "default"])
-def test_a_killed_worker_leaves_no_process_of_its_gradings_tree(tmp_path, sandbox):
+@pytest.mark.parametrize("tree", ["standin", "weak"])
+def test_a_killed_worker_leaves_no_process_of_its_gradings_tree(tmp_path, tree):
     """The worker SIGKILLed while its grading's nvcc runs. The grading dies with the worker
     (PR_SET_PDEATHSIG), but what the grading started is then an orphan: without a namespace to end it
     (the weak sandbox) nvcc would compile on with no time limit, owned by the service, which adopts it
     (a subreaper). The service kills what it adopted: soon after the kill nothing of the grading's
-    tree is alive, in either sandbox. (Unswept, the weak sandbox's nvcc lived about 10 s before it
-    ended by itself, and not in every run; so the supervisor's log line is not asked for.)"""
+    tree is alive, the stand-in's children as the weak sandbox's nvcc. (Unswept, the weak sandbox's nvcc
+    lived about 10 s before it ended by itself, and not in every run; so the supervisor's log line is not
+    asked for.)"""
     data = tmp_path / "data"
     secret = make_secret(data, "hw1")
-    env = {"GRADER_SANDBOX": "weak"} if sandbox == "weak" else {}
-    with ServiceProcess(data, "--workers", "1", "--grade-timeout-s", "120", env=env) as svc, svc.client() as c:
+    with tree_service(data, "120", tree) as svc, svc.client() as c:
         svc.wait_workers(1)
         service_before = tree_of(svc.proc.pid)
-        body = endless_compile(ROOT / "starter", f"killed-{sandbox}")
+        body = endless_compile(ROOT / "starter", f"killed-{tree}")
         job = c.post(JOBS, content=body, headers=signed(secret, "hw1", body)).json()
-        seen = compiling(svc, service_before)
+        seen = compiling(svc, service_before, ("standin-child",) if tree == "standin" else ("cc1plus",))
         [worker] = pids_matching("grader serve worker", str(data))
         os.kill(worker, signal.SIGKILL)
         attempt1 = f"{job['id']}-1"

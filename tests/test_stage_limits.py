@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import CaseRun, StageResult
+from grader.children.protocol import BenchRun, CaseRun, StageResult
 from grader.clock import Phase
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
@@ -139,12 +139,10 @@ def test_a_flood_is_stopped_the_moment_it_passes_the_cap():
         sys.stdout.write("x" * 30000); sys.stdout.flush()
         time.sleep(60)
     """
-    t0 = time.monotonic()
     rec = run_process(_py(code), timeout_s=60, cwd=None, env={}, output_limit=4000, output_cap=20_000,
                       watch=lambda _pid: None, watch_every_s=30.0)
-    took = time.monotonic() - t0
+    # stopped by its output cap, not at its 60 s limit nor at the 30 s watch
     assert rec.limit is Limit.OUTPUT and not rec.timed_out and rec.stdout_bytes >= 30000
-    assert took < 5, f"stopped after {took:.1f} s"
     assert len(rec.stdout) < 4200 and "bytes trimmed" in rec.stdout
 
 
@@ -241,7 +239,9 @@ def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
 # ---- calibrate's proposal ---------------------------------------------------------------------------
 def test_calibrate_proposes_the_measured_reference_times():
     def graded(bench: dict[str, float], reps_done: int | None = None):
-        outcomes = {sid: SimpleNamespace(bench={"student_ms": [1.0] * reps_done}) for sid in bench} if reps_done else {}
+        # The typed record the stage child returns (a dict here is what once hid a crash: #44).
+        outcomes = {sid: SimpleNamespace(bench=BenchRun(n=4096, seed=0, student_ms=[1.0] * reps_done))
+                    for sid in bench} if reps_done else {}
         return SimpleNamespace(phases=[Phase("run.bench", s, sid, True) for sid, s in bench.items()],
                                outcomes=outcomes)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.children.inputs import integrity_vector, make_inputs_xp, product_operands, rep_seed
+from grader.children.inputs import integrity_vector, make_inputs_xp, product_operands
 from grader.children.numerics import compare
 from grader.children.protocol import (
     CaseVerdict,
@@ -61,15 +61,16 @@ class Products:
     (A @ B for a size, a seed and an input kind) and the timed launches' fingerprints (A_r (B_r v_r)).
     :meth:`precompute` makes the references a grading is expected to need while the stages still run
     (the spec's ``expect``); what was not foreseen (a benchmark stopped early by its time cap: another
-    last seed) is computed when asked for. The fingerprints' vectors are drawn by the stage children
-    after each launch, so those products can only be made afterwards: :meth:`fingerprints` makes every
-    stage's for one launch number from one drawing of that launch's inputs."""
+    last seed) is computed when asked for. The timed launches' inputs and the fingerprints' vectors are
+    drawn by the stage children from the OS, each after the launch before, so their products (a
+    benchmark's last output's reference among them) can only be made afterwards: :meth:`fingerprints`
+    makes those of one launch from one drawing of its inputs."""
 
     def __init__(self, xp):
         self.xp = xp
         self.refs: dict[tuple[int, int, str], object] = {}
         self.kept: set[tuple[int, int, str]] = set()  # precomputed references, never evicted
-        self.prints: dict[tuple[int, str, int, int, int], np.ndarray] = {}
+        self.prints: dict[tuple[int, str, int, int], np.ndarray] = {}
 
     def reference(self, n: int, seed: int, inputs: str):
         key = (n, seed, inputs)
@@ -81,26 +82,27 @@ class Products:
             self.refs[key] = a64 @ b64
         return self.refs[key]
 
-    def fingerprints(self, n: int, inputs: str, integrity_seed: int, rep: int, vector_seeds: list[int]) -> None:
-        """A_r (B_r v_r) of timed launch ``rep`` (0-based) for each of ``vector_seeds`` (one per stage that
-        made the launch; v_r as grader/children/stage.py draws it), from one drawing of the launch's
+    def fingerprints(self, n: int, inputs: str, input_seed: int, vector_seeds: list[int]) -> None:
+        """A_r (B_r v_r) of one timed launch, its inputs drawn from ``input_seed``, for each of
+        ``vector_seeds`` (v_r as grader/children/stage.py draws it), from one drawing of the launch's
         inputs; kept on the host for :meth:`fingerprint`."""
-        wanted = [s for s in dict.fromkeys(vector_seeds) if (n, inputs, integrity_seed, rep, s) not in self.prints]
+        wanted = [s for s in dict.fromkeys(vector_seeds) if (n, inputs, input_seed, s) not in self.prints]
         if not wanted:
             return
         xp = self.xp
-        a, b = make_inputs_xp(xp, n, rep_seed(integrity_seed, rep), inputs)
+        a, b = make_inputs_xp(xp, n, input_seed, inputs)
         a64, b64 = product_operands(xp, a, b, inputs)
         vectors = xp.asarray(np.stack([integrity_vector(n, s) for s in wanted], axis=1).astype(np.float64))
         expected = a64 @ (b64 @ vectors)
         expected = expected if xp is np else xp.asnumpy(expected)
         for k, s in enumerate(wanted):
-            self.prints[(n, inputs, integrity_seed, rep, s)] = np.ascontiguousarray(expected[:, k])
+            self.prints[(n, inputs, input_seed, s)] = np.ascontiguousarray(expected[:, k])
 
-    def fingerprint(self, n: int, inputs: str, integrity_seed: int, rep: int, vector_seed: int) -> np.ndarray:
-        """A_r (B_r v_r) of timed launch ``rep`` (0-based), its vector drawn from ``vector_seed``, on the host."""
-        self.fingerprints(n, inputs, integrity_seed, rep, [vector_seed])
-        return self.prints[(n, inputs, integrity_seed, rep, vector_seed)]
+    def fingerprint(self, n: int, inputs: str, input_seed: int, vector_seed: int) -> np.ndarray:
+        """A_r (B_r v_r) of one timed launch, its inputs drawn from ``input_seed`` and its vector from
+        ``vector_seed``, on the host."""
+        self.fingerprints(n, inputs, input_seed, [vector_seed])
+        return self.prints[(n, inputs, input_seed, vector_seed)]
 
     def precompute(self, expect: Expect) -> None:
         """``expect``: the references [n, seed, inputs] (grader/gpu/session.py: checker_expectations)."""
@@ -109,29 +111,37 @@ class Products:
             self.reference(int(n), int(seed), str(inputs))
 
 
+def _seeds(values: list[int], count: int, bits: int) -> list[int] | None:
+    ok = len(values) == count and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**bits
+                                      for s in values)
+    return values if ok else None
+
+
 def vector_seeds(fp: Fingerprints) -> list[int] | None:
     """The seeds of a benchmark's fingerprint vectors, one per timed launch; None when missing or not
     ``count`` integers of 63 bits (grader/children/inputs.py: fresh_vector_seed)."""
-    seeds, count = fp.vector_seeds, fp.count
-    if len(seeds) != count:
-        return None
-    ok = all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds)
-    return seeds if ok else None
+    return _seeds(fp.vector_seeds, fp.count, 63)
+
+
+def input_seeds(fp: Fingerprints) -> list[int] | None:
+    """The seeds of a benchmark's timed launches' inputs, one per launch; None when missing or not
+    ``count`` integers of 31 bits (grader/children/inputs.py: fresh_input_seed)."""
+    return _seeds(fp.input_seeds, fp.count, 31)
 
 
 def _all_fingerprints(spec: CheckSpec, products: Products) -> None:
-    """Every stage's fingerprint products, launch number by launch number: one drawing of launch r's
-    inputs serves every stage that made it (each has its own vector)."""
-    wanted: dict[tuple[int, str, int, int], list[int]] = {}
+    """Every stage's fingerprint products, launch by launch: one drawing of a launch's inputs serves
+    every vector asked of it."""
+    wanted: dict[tuple[int, str, int], list[int]] = {}
     for stage in spec.stages:
         for case in stage.cases:
             fp = case.fingerprints
             if fp is None:
                 continue
-            for rep, seed in enumerate(vector_seeds(fp) or []):
-                wanted.setdefault((case.n, stage.inputs, fp.integrity_seed, rep), []).append(seed)
-    for (n, inputs, iseed, rep), seeds in sorted(wanted.items()):
-        products.fingerprints(n, inputs, iseed, rep, seeds)
+            for seed, vseed in zip(input_seeds(fp) or [], vector_seeds(fp) or []):
+                wanted.setdefault((case.n, stage.inputs, seed), []).append(vseed)
+    for (n, inputs, seed), vseeds in sorted(wanted.items()):
+        products.fingerprints(n, inputs, seed, vseeds)
 
 
 def check_fingerprints(out_dir: Path, case: CheckCase, fp: Fingerprints, rtol: float, inputs: str,
@@ -142,10 +152,10 @@ def check_fingerprints(out_dir: Path, case: CheckCase, fp: Fingerprints, rtol: f
     def failed(problem: str, worst: float = 0.0) -> CaseVerdict:
         return CaseVerdict(n=n, kind="timed", passed=False, problem=problem, max_scaled_err=worst)
 
-    seeds = vector_seeds(fp)
-    if seeds is None:
-        return failed("the seeds of the timed launches' fingerprint vectors are "
-                      f"missing or malformed (expected {count} integers)")
+    seeds, launch_seeds = vector_seeds(fp), input_seeds(fp)
+    if seeds is None or launch_seeds is None:
+        which = "fingerprint vectors" if seeds is None else "inputs"
+        return failed(f"the seeds of the timed launches' {which} are missing or malformed (expected {count} integers)")
     try:
         got = np.load(out_dir / fp.file, allow_pickle=False).astype(np.float64)
     except Exception as exc:
@@ -154,7 +164,7 @@ def check_fingerprints(out_dir: Path, case: CheckCase, fp: Fingerprints, rtol: f
         return failed(f"fingerprints have shape {got.shape}, expected ({count}, {n})")
     bad, worst = [], 0.0
     for r in range(count):
-        expected = products.fingerprint(n, inputs, fp.integrity_seed, r, seeds[r])
+        expected = products.fingerprint(n, inputs, launch_seeds[r], seeds[r])
         scale = np.abs(expected) + np.sqrt(np.mean(expected * expected))
         err = np.abs(got[r] - expected) / scale
         finite = bool(np.isfinite(err).all())

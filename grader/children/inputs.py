@@ -1,4 +1,5 @@
-"""Deterministic test inputs, drawn from a seed the grading process chooses.
+"""Deterministic test inputs, drawn from a seed: the grading process chooses those of the correctness
+sizes, the stage child draws each benchmark launch's from the OS (:func:`fresh_input_seed`).
 
 The student's runner and the trusted checker both build inputs from the same seed,
 so the reference never travels through a process that runs student code. Values are
@@ -71,9 +72,13 @@ def make_inputs(n: int, seed: int, inputs: str) -> tuple[np.ndarray, np.ndarray]
     return make_inputs_xp(np, n, seed, inputs)
 
 
-def rep_seed(integrity_seed: int, rep: int) -> int:
-    """Seed of the inputs of timed launch ``rep`` (0-based; warm-up launches use negative reps)."""
-    return (integrity_seed * 1009 + rep * 7919 + 104729) & 0x7FFFFFFF
+def fresh_input_seed() -> int:
+    """The seed of one warm-up or timed launch's inputs, drawn from the OS by the stage child once the
+    launch before it has ended. :func:`hashed_uniform` is invertible, so a kernel can read the seed of
+    the inputs it is given; nothing it sees tells it the next one. 31 bits: :func:`make_inputs_xp` uses
+    ``seed * 2 + 1`` and ``seed * 2 + 2`` modulo 2^32, so larger seeds would alias. The child reports
+    every seed with its launch's record (grader/children/protocol.py: BenchRun.input_seeds)."""
+    return int.from_bytes(os.urandom(4), "little") >> 1
 
 
 def integrity_vector(n: int, vector_seed: int) -> np.ndarray:

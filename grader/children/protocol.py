@@ -103,7 +103,10 @@ class BenchSpec:
     min_reps: int
     max_seconds: float
     flush_l2: bool
-    integrity_seed: int | None = None  # default: seed + 1
+    # After the timed launches, this many launches at profile_n (the Nsight Compute size), timed the same
+    # way, so the grader can tell whether the profiled code is the timed code (grader/profile/agreement.py).
+    profile_n: int | None = None
+    profile_launches: int = 3
 
 
 @dataclass
@@ -135,7 +138,9 @@ class CaseRun:
 @dataclass
 class BenchRun:
     """The benchmark: per-repetition times of the kernel and its baseline, and what the checker needs of
-    the timed launches (the last output, its seed, the fingerprints and their vectors' seeds)."""
+    the timed launches (the last output, its seed, the fingerprints, each launch's inputs' seed and each
+    fingerprint vector's seed, all drawn from the OS after the launch before). ``warmup_ms``: each warm-up
+    launch's time (its inputs' seeds in ``warmup_seeds``); ``profile_ms``: the launches at ``profile_n``."""
 
     n: int
     seed: int
@@ -146,6 +151,12 @@ class BenchRun:
     timed_launches: int = 0
     fingerprints: str | None = None
     vector_seeds: list[int] = field(default_factory=list)
+    input_seeds: list[int] = field(default_factory=list)
+    warmup_ms: list[float] = field(default_factory=list)
+    warmup_seeds: list[int] = field(default_factory=list)
+    profile_n: int | None = None
+    profile_ms: list[float] = field(default_factory=list)
+    baseline_inputs_redrawn: int = 0  # times the baseline's pristine inputs had changed and were drawn again
 
 
 @dataclass
@@ -164,11 +175,12 @@ class StageResult:
 # ---- check ------------------------------------------------------------------------------------------
 @dataclass
 class Fingerprints:
-    """A benchmark's fingerprints file, the timed launches' count, their inputs' seed and vectors' seeds."""
+    """A benchmark's fingerprints file, the timed launches' count, each launch's inputs' seed and its
+    fingerprint vector's seed."""
 
     file: str
     count: int
-    integrity_seed: int
+    input_seeds: list[int]
     vector_seeds: list[int]
 
 

@@ -5,9 +5,11 @@ spec, loads the student's cubin, and:
 
 1. for each correctness size: poisons C with NaN, launches once, saves C;
 2. at the benchmark size: times the student's kernel interleaved with the cuBLAS
-   baseline on the same inputs (CUDA events, warm-up, L2 flushed before every
-   timed launch, C re-poisoned before every student launch), then saves the C
-   of the last timed launch so the checker can verify what was timed.
+   baseline (CUDA events, warm-up, L2 flushed before every timed launch, C re-poisoned
+   and fresh inputs from a seed the OS gives before every student launch, the baseline's
+   inputs regenerated before each of its launches), then saves the C of the last timed
+   launch so the checker can verify what was timed; then times a few launches at the
+   profile size (grader/profile/agreement.py compares them with Nsight Compute's).
 
 With ``"gate": true`` in the spec it waits at the gate ``correctness`` before step 1 (no other
 stage's kernel runs meanwhile) and at ``bench`` before step 2 (nothing else runs on the GPU),
@@ -37,7 +39,12 @@ os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
 
 import numpy as np  # noqa: E402
 
-from grader.children.inputs import fresh_vector_seed, integrity_vector, make_inputs_xp, rep_seed  # noqa: E402
+from grader.children.inputs import (  # noqa: E402
+    fresh_input_seed,
+    fresh_vector_seed,
+    integrity_vector,
+    make_inputs_xp,
+)
 from grader.children.protocol import (  # noqa: E402
     BenchRun,
     BenchSpec,
@@ -187,18 +194,49 @@ class Runner:
         # C_r @ v_r of every timed output goes to the checker (see _measure); each v_r is drawn after its
         # launch, so only the matrix-vector kernel is loaded now, on a vector that is no secret.
         cp.asnumpy(c_ref @ cp.ones(n, dtype=cp.float32))
-        return {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush,
-                "iseed": _integrity_seed(bs)}
+        # The baseline's pristine inputs: copied into a and b before each of its launches, each copy checked
+        # against the originals' sums (the student's kernel may write anywhere in device memory).
+        a0, b0 = a.copy(), b.copy()
+        t = {"n": n, "a": a, "b": b, "c": c, "c_ref": c_ref, "base": base, "flush": flush,
+             "pristine": (a0, b0, self._digest(a0), self._digest(b0))}
+        pn = self._profile_n()
+        if pn:
+            pa, pb = self.device_inputs(pn, bs.seed)
+            t["profile"] = (pn, pa, pb, cp.full((pn, pn), cp.nan, dtype=cp.float32))
+        return t
+
+    def _digest(self, x) -> int:
+        """The sum of ``x``'s 16-bit words: a changed element changes it (bar a change made to keep it)."""
+        return int(x.view(self.cp.uint16).sum(dtype=self.cp.uint64))
+
+    def _pristine_baseline_inputs(self, t: dict, run: BenchRun) -> None:
+        """Put the baseline's own inputs in a and b; when their copies no longer match their sums (a kernel
+        wrote there), draw them again from the benchmark's seed, and count it in ``run``."""
+        a, b, (a0, b0, da, db) = t["a"], t["b"], t["pristine"]
+        a[...], b[...] = a0, b0
+        if self._digest(a) != da or self._digest(b) != db:
+            a0[...], b0[...] = make_inputs_xp(self.cp, t["n"], self.bench_spec().seed, self.spec.inputs)
+            a[...], b[...] = a0, b0
+            run.baseline_inputs_redrawn += 1
+
+    def _profile_n(self) -> int | None:
+        """The profile size when the benchmark is to time launches there (the kernel's tile divides it)."""
+        bs = self.bench_spec()
+        pn = bs.profile_n
+        tile = self.spec.kernel.launch.tile if self.spec.kernel is not None else None
+        if not pn or bs.profile_launches < 1 or (tile is not None and (pn % tile[0] or pn % tile[1])):
+            return None
+        return pn
 
     def bench(self) -> None:
         """Time the kernel against the baseline (:meth:`_measure`), release the GPU, save the files."""
-        n, iseed = self.bench_spec().n, _integrity_seed(self.bench_spec())
-        prints, vector_seeds, last, launches = self._measure()
+        n = self.bench_spec().n
+        prints, vector_seeds, last = self._measure()
         self.release()  # _measure's arrays are gone with its frame: their memory can be freed
         run = self.report.bench
         assert run is not None  # _measure made it
         run.file = f"c_bench_{n}.npy"
-        run.last_seed = rep_seed(iseed, launches - 1)
+        run.last_seed = run.input_seeds[-1]
         run.timed_launches = len(prints)
         run.fingerprints = "fingerprints.npy"
         run.vector_seeds = vector_seeds  # v_r of each fingerprint, for the checker
@@ -206,36 +244,41 @@ class Runner:
         np.save(self.out / run.file, last)
         self.save()
 
-    def _measure(self) -> tuple[list, list[int], np.ndarray, int]:
+    def _measure(self) -> tuple[list, list[int], np.ndarray]:
         """The timed launches: (each timed output's fingerprint, the seed of each fingerprint's vector,
-        the last output, launches made)."""
+        the last output); the times and every launch's inputs' seed go to ``self.report.bench``."""
         cp = self.cp
         bs = self.bench_spec()
         t, self.timing = self.timing, None
         assert t is not None  # prepare() made it
-        n, seed, iseed = t["n"], bs.seed, t["iseed"]
+        n, seed = t["n"], bs.seed
         a, b, c, c_ref, flush, base = t["a"], t["b"], t["c"], t["c_ref"], t["flush"], t["base"]
         student = lambda: self.launch(a, b, c, n)  # noqa: E731
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
-        # Timing integrity: every timed student launch gets fresh inputs (drawn on the GPU
-        # from a seed the kernel cannot know, outside the timed region), and a fingerprint
-        # C_r @ v_r of each timed output is kept. v_r is drawn only once launch r has ended (its
-        # end event synchronised), from a seed the OS gives then: no kernel ever sees it, so none
-        # can shape an output to fit it. The trusted checker verifies every fingerprint against
-        # A_r (B_r v_r) in float64, so a kernel that replays an earlier result or skips work on
-        # later launches is caught, whatever it caches; the last output is checked in full.
-        counter = {"launch": -bs.warmup}
+        # Timing integrity: every warm-up and timed student launch gets fresh inputs, drawn on the GPU
+        # outside the timed region from a seed the OS gives once the launch before has ended (its end
+        # event synchronised): a kernel can read its own inputs' seed from them, but no launch can know
+        # or compute a later one's, so none can compute a later product ahead. A fingerprint C_r @ v_r
+        # of each timed output is kept, v_r drawn the same way once launch r has ended. The trusted
+        # checker, given every seed afterwards, verifies each fingerprint against A_r (B_r v_r) in float64,
+        # so a kernel that replays an earlier result or skips work on later launches is caught, whatever
+        # it caches; the last output is checked in full. The baseline gets its own pristine inputs before
+        # each of its launches (:meth:`_pristine_baseline_inputs`), never the buffers the kernel just had.
+        run = BenchRun(n=n, seed=seed)
         prints: list[np.ndarray] = []
         vector_seeds: list[int] = []
 
-        def fresh_inputs() -> None:
-            a[...], b[...] = make_inputs_xp(cp, n, rep_seed(iseed, counter["launch"]), self.spec.inputs)
-            counter["launch"] += 1
+        def fresh_inputs() -> int:
+            drawn = fresh_input_seed()
+            a[...], b[...] = make_inputs_xp(cp, n, drawn, self.spec.inputs)
+            return drawn
 
-        def timed(fn, is_student: bool) -> float:
+        def timed(fn, is_student: bool, seeds: list[int]) -> float:
             if is_student:
-                fresh_inputs()
+                seeds.append(fresh_inputs())
                 c.fill(cp.nan)  # the kernel must write every element again
+            else:
+                self._pristine_baseline_inputs(t, run)
             if bs.flush_l2:
                 flush.fill(1)
             e0.record()
@@ -253,24 +296,46 @@ class Runner:
             return ms
 
         for _ in range(bs.warmup):
-            timed(student, True)
-            timed(base, False)
+            run.warmup_ms.append(timed(student, True, run.warmup_seeds))
+            timed(base, False, [])
         del prints[:], vector_seeds[:]  # only timed launches are checked (launch numbers 0, 1, ...)
-        student_ms: list[float] = []
-        base_ms: list[float] = []
-        self.report.bench = BenchRun(n=n, seed=seed, student_ms=student_ms, baseline_ms=base_ms)
+        student_ms, base_ms = run.student_ms, run.baseline_ms
+        self.report.bench = run
         start = time.perf_counter()
         for rep in range(bs.reps):
             # Alternate the order so neither kernel always runs on a warmer GPU.
             if rep % 2 == 0:
-                student_ms.append(timed(student, True))
-                base_ms.append(timed(base, False))
+                student_ms.append(timed(student, True, run.input_seeds))
+                base_ms.append(timed(base, False, []))
             else:
-                base_ms.append(timed(base, False))
-                student_ms.append(timed(student, True))
+                base_ms.append(timed(base, False, []))
+                student_ms.append(timed(student, True, run.input_seeds))
             if time.perf_counter() - start > bs.max_seconds and rep + 1 >= bs.min_reps:
                 break
-        return prints, vector_seeds, cp.asnumpy(c), counter["launch"]
+        last = cp.asnumpy(c)
+        if "profile" in t and self._profile_n():
+            run.profile_n, run.profile_ms = t["profile"][0], self._at_profile_size(t["profile"], flush, e0, e1)
+        return prints, vector_seeds, last
+
+    def _at_profile_size(self, buffers: tuple, flush, e0, e1) -> list[float]:
+        """Launches at the profile size, each on fresh inputs and timed as the benchmark's are, after the
+        timed ones: a kernel that takes another path for the profiler's size, its launch count or the
+        profiler itself shows it in these times (grader/profile/agreement.py). Their outputs are not
+        judged: only their durations are compared."""
+        cp = self.cp
+        pn, pa, pb, pc = buffers
+        times = []
+        for _ in range(self.bench_spec().profile_launches):
+            pa[...], pb[...] = make_inputs_xp(cp, pn, fresh_input_seed(), self.spec.inputs)
+            pc.fill(cp.nan)
+            if self.bench_spec().flush_l2:
+                flush.fill(1)
+            e0.record()
+            self.launch(pa, pb, pc, pn)
+            e1.record()
+            e1.synchronize()
+            times.append(float(cp.cuda.get_elapsed_time(e0, e1)))
+        return times
 
     def release(self) -> None:
         """The last kernel has run: free the device memory and let the next turn start while this
@@ -279,11 +344,6 @@ class Runner:
         self.cp.get_default_memory_pool().free_all_blocks()
         if self.spec.gate:
             release_turn(self.result, "bench")
-
-
-def _integrity_seed(bench: BenchSpec) -> int:
-    """The seed of the timed launches' fresh inputs (the fingerprints' vectors have seeds of their own)."""
-    return bench.seed + 1 if bench.integrity_seed is None else bench.integrity_seed
 
 
 def _turn(runner: Runner, gate: str) -> KernelGo | None:

@@ -64,10 +64,9 @@ class _GraderKernelRunner(Runner):
 def _check_entry(run_id: str, spec: StageSpec, report: StageResult, rtol: float) -> CheckRequest:
     """What the grading process would ask the checker about this run (grader/gpu/stages.py: _check_request)."""
     cases = [CheckCase(n=c.n, seed=c.seed, file=c.file, kind="check") for c in report.correctness]
-    bench, bs = report.bench, spec.bench
-    assert bench is not None and bs is not None and bench.file and bench.fingerprints and bench.last_seed is not None
-    prints = Fingerprints(file=bench.fingerprints, count=bench.timed_launches,
-                          integrity_seed=bs.seed + 1 if bs.integrity_seed is None else bs.integrity_seed,
+    bench = report.bench
+    assert bench is not None and bench.file and bench.fingerprints and bench.last_seed is not None
+    prints = Fingerprints(file=bench.fingerprints, count=bench.timed_launches, input_seeds=bench.input_seeds,
                           vector_seeds=bench.vector_seeds)
     cases.append(CheckCase(n=bench.n, seed=bench.last_seed, file=bench.file, kind="bench", fingerprints=prints))
     return CheckRequest(id=run_id, inputs=spec.inputs, rtol=rtol, out_dir=spec.out_dir, cases=cases)

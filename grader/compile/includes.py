@@ -51,33 +51,24 @@ def _join_splices(text: str) -> str:
     return "".join(out)[:-1]
 
 
+# A string or character literal (to its closing quote, or to the end of its line), a // comment, or a
+# /* comment (to its end, or to the end of the text); everything between them is copied as it is.
+_LEXEME = re.compile(r"""(?P<str>(?P<q>["'])(?:\\.|(?!(?P=q))[^\\\n])*(?:(?P=q)|\n)?)|(?P<line>//[^\n]*)|(?P<block>/\*.*?(?:\*/|\Z))""",
+                     re.S)
+
+
 def _without_comments(text: str) -> str:
     """The text as the preprocessor's early phases see it: line splices joined, comments
-    replaced by a space (string and character literals kept), line numbers unchanged."""
-    text = _join_splices(text)
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            out.append(" ")
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            comment = text[i:n if j < 0 else j + 2]
-            out.append(" " + "\n" * comment.count("\n"))  # keeps line numbers of what follows
-            i = n if j < 0 else j + 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    replaced by a space (string and character literals kept), line numbers unchanged.
+    One regular-expression pass: linear, and fast on a 1 MiB file."""
+    def replace(m: re.Match[str]) -> str:
+        if m.group("str") is not None:
+            return m.group(0)
+        if m.group("line") is not None:
+            return " "
+        return " " + "\n" * m.group(0).count("\n")  # keeps line numbers of what follows
+
+    return _LEXEME.sub(replace, _join_splices(text))
 
 
 def literal_problem(source: bytes, name: str) -> str:
@@ -87,19 +78,31 @@ def literal_problem(source: bytes, name: str) -> str:
     '..' could read the grader's or the solutions' files (and echo them in an error message), and
     a computed include (``#include MACRO``) hides where it points.
     """
+    return scan_includes(source, name)[0]
+
+
+def scan_includes(source: bytes, name: str) -> tuple[str, list[str]]:
+    """(:func:`literal_problem`'s answer, the names the file includes, in order). The names are
+    what a build may read next to it: a file nothing reaches this way is read by no build."""
     text = _without_comments(source.decode("utf-8", "replace"))
+    targets: list[str] = []
+    # Line numbers counted from the previous directive on, so the scan stays linear in the text
+    # however many directives it holds (1 MiB of `#import<>` lines is ~100,000 of them).
+    line, counted = 1, 0
     for m in _DIRECTIVE.finditer(text):
-        line = text.count("\n", 0, m.start()) + 1
+        line += text.count("\n", counted, m.start())
+        counted = m.start()
         directive, target = m.group(1), m.group(2).strip()
         inner = _LITERAL.match(target)
         if not inner:
             return (f"{name}:{line}: {quote_code(f'#{directive} {target}')} is not allowed: include a `<header>` or a "
-                    '"file" next to it by its literal name')
+                    '"file" next to it by its literal name'), targets
         path = inner.group(1)[1:-1]
-        if path.startswith("/") or ".." in Path(path).parts or "\\" in path:
+        if path.startswith("/") or ".." in path.split("/") or "\\" in path:
             return (f"{name}:{line}: {quote_code(f'#{directive} {inner.group(1)}')} is not allowed: only system headers "
-                    "and files in your submission's own folder may be included")
-    return ""
+                    "and files in your submission's own folder may be included"), targets
+        targets.append(path)
+    return "", targets
 
 
 def parse_make_deps(text: str) -> list[str]:

@@ -11,6 +11,8 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from grader.untrusted.quote import quote_code
+
 # "ptxas info    : ", "ptxas . ", "ptxas         : " -- the prefix varies by tool.
 _PREFIX = r"^\s*ptxas\s*(?:info|\.)?\s*:?\s*"
 _ENTRY = re.compile(_PREFIX + r"Compiling entry function '([^']+)' for '([^']+)'", re.M)
@@ -37,6 +39,9 @@ class KernelResources:
     shared_bytes: int = 0  # static shared memory only; dynamic is chosen at launch
     const_bytes: int = 0  # sum of cmem banks, where the compiler prints them
     barriers: int | None = None
+    # The spill bytes are known: read from the SASS's local-memory instructions, or 0 because the
+    # kernel has no stack frame (grader/compile/resources.py). False: not read yet.
+    spills_read: bool = True
 
     @property
     def spills(self) -> bool:
@@ -86,10 +91,10 @@ def name_hint(expected: str, found: list[str]) -> str:
     for ``mmTiled``) needs renaming, and says which to which."""
     for name in found:
         if name.startswith("_Z") and f"{len(expected)}{expected}" in name:
-            return f' (`{name}` is `{expected}` with a C++-mangled name: declare it extern "C" __global__)'
+            return f' ({quote_code(name)} is `{expected}` with a C++-mangled name: declare it extern "C" __global__)'
     near = [n for n in found if not n.startswith("_Z") and (expected.lower() in n.lower() or n.lower() in
                                                             expected.lower())]
     near = near or difflib.get_close_matches(expected, [n for n in found if not n.startswith("_Z")], n=1, cutoff=0.7)
     if near:
-        return f" (rename `{near[0]}` to `{expected}`: the grader loads the kernel by that exact name)"
+        return f" (rename {quote_code(near[0])} to `{expected}`: the grader loads the kernel by that exact name)"
     return ""

@@ -22,27 +22,87 @@ _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 _INSTR = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
 
 
-def parse_sass(text: str) -> dict[str, Counter]:
-    """``{function name: Counter(base opcode -> count)}``; ``HMMA.16816.F32`` counts as ``HMMA``."""
-    functions: dict[str, Counter] = {}
-    current: Counter | None = None
-    for line in text.splitlines():
+# A local-memory access and its width: "STL.64 [R1+0x8], R2 ;" stores 8 bytes. ptxas -v's "bytes spill
+# stores/loads" are these widths summed over the kernel's STL/LDL (1,140 B = 283 x 4 + 8 for occ.cu's
+# heavy at -maxrregcount=32, nvcc 13.0); a kernel's local arrays use the same instructions.
+_LOCAL = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+(?:@!?U?P[T0-9]+\s+)?(STL|LDL)((?:\.[A-Z0-9]+)*)\s")
+_WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
+# A listing larger than this is not judged at all (its counts would be incomplete): a GEMM kernel's
+# listing is a few hundred KB (the hopper solution's, the largest, 1.1 MB with nvcc 13.0).
+MAX_LISTING_BYTES = 256 * 1024 * 1024
+MAX_FUNCTIONS = 10_000
+_MAX_LINE = 64 * 1024  # a longer line is no instruction; it is skipped, never held whole
+
+
+class SassCounter:
+    """Opcode counts per function over a whole ``cuobjdump -sass`` listing, fed in chunks as it is
+    written: memory stays bounded (one partial line, the counts) whatever the listing's size, and
+    nothing of it is dropped. Past :data:`MAX_LISTING_BYTES` or :data:`MAX_FUNCTIONS` it stops
+    counting and says so (:attr:`too_large`): an incomplete count is never a verdict."""
+
+    def __init__(self, max_bytes: int | None = None, max_functions: int | None = None):
+        self.max_bytes = MAX_LISTING_BYTES if max_bytes is None else max_bytes
+        self.max_functions = MAX_FUNCTIONS if max_functions is None else max_functions
+        self.functions: dict[str, Counter] = {}
+        self.local_bytes: dict[str, list[int]] = {}  # function -> [STL bytes, LDL bytes]
+        self.total = 0
+        self.too_large = ""
+        self._partial = b""
+        self._current: Counter | None = None
+        self._local: list[int] | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        if self.too_large:
+            return
+        if self.total > self.max_bytes:
+            self.too_large = f"the SASS listing is over {self.max_bytes:,} bytes"
+            return
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > _MAX_LINE:
+            self._partial = b""
+        for line in lines:
+            self._line(line.decode("utf-8", "replace"))
+
+    def close(self) -> dict[str, Counter]:
+        if self._partial and not self.too_large:
+            self._line(self._partial.decode("utf-8", "replace"))
+        self._partial = b""
+        return self.functions
+
+    def _line(self, line: str) -> None:
         m = _FUNCTION.match(line)
         if m:
-            current = functions.setdefault(m.group(1), Counter())
-            continue
-        if current is None:
-            continue
+            if m.group(1) not in self.functions and len(self.functions) >= self.max_functions:
+                self.too_large = f"the SASS listing has over {self.max_functions:,} functions"
+                return
+            self._current = self.functions.setdefault(m.group(1), Counter())
+            self._local = self.local_bytes.setdefault(m.group(1), [0, 0])
+            return
+        if self._current is None:
+            return
         m = _INSTR.match(line)
         if m:
-            current[m.group(1)] += 1
-    return functions
+            self._current[m.group(1)] += 1
+            if m.group(1) in ("STL", "LDL") and self._local is not None and (local := _LOCAL.match(line)):
+                width = next((_WIDTH[mod] for mod in local.group(2).split(".") if mod in _WIDTH), 4)
+                self._local[0 if local.group(1) == "STL" else 1] += width
+
+
+def parse_sass(text: str) -> dict[str, Counter]:
+    """``{function name: Counter(base opcode -> count)}``; ``HMMA.16816.F32`` counts as ``HMMA``."""
+    counter = SassCounter(max_bytes=len(text.encode()) + 1)
+    counter.feed(text.encode())
+    return counter.close()
 
 
 @dataclass
 class SassResult:
     opcodes: dict[str, Counter] = field(default_factory=dict)
-    reason: str = ""  # why there are no opcodes (tool missing, tool failed)
+    reason: str = ""  # why there are no opcodes (tool missing, tool failed, listing too large)
+    # function -> (bytes of local-memory stores, loads): STL/LDL widths summed, what ptxas -v calls spills
+    local_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def available(self) -> bool:
@@ -59,10 +119,17 @@ SASS_NICE = 19
 def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0) -> SassResult:
     if cuobjdump is None or getattr(cuobjdump, "path", None) is None:
         return SassResult(reason="cuobjdump not found")
-    proc = sandbox.run([cuobjdump.path, "-sass", cubin], timeout_s=timeout_s, output_limit=8_000_000, nice=SASS_NICE)
+    counter = SassCounter()
+    # The listing is counted as it streams (stdout_sink); what the record keeps of it is a short
+    # head and tail for a message, never what is judged.
+    proc = sandbox.run([cuobjdump.path, "-sass", cubin], timeout_s=timeout_s, output_limit=64_000, nice=SASS_NICE,
+                       stdout_sink=counter.feed)
     if not proc.ok:
         return SassResult(reason=f"cuobjdump failed ({proc.brief()}): {quote_code(proc.stderr.strip(), 300)}")
-    return SassResult(opcodes=parse_sass(proc.stdout))
+    opcodes = counter.close()
+    if counter.too_large:
+        return SassResult(reason=f"listing too large: {counter.too_large}, so its instructions were not counted")
+    return SassResult(opcodes=opcodes, local_bytes={f: (s, ld) for f, (s, ld) in counter.local_bytes.items()})
 
 
 class SassDumps:

@@ -7,15 +7,25 @@ the ``#include`` checks, nvcc as the student user).
 """
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.children.tma import Boxes, check_boxes
-from grader.compile.cubin import CubinFormatError, kernel_param_sizes, read_int_array
+from grader.compile.cubin import CubinFormatError, kernel_param_sizes, read_int_array, static_global_bytes
 from grader.compile.locate import Problem, locate
-from grader.compile.ptxas import KernelResources, entry_names, name_hint, parse_ptxas
-from grader.compile.student import CompileRecord, CompileStatus, Fence, Scratch, compile_student, prepare_scratch
+from grader.compile.ptxas import KernelResources, name_hint
+from grader.compile.resources import cubin_kernels
+from grader.compile.student import (
+    CompileRecord,
+    CompileStatus,
+    Deadline,
+    Fence,
+    Scratch,
+    compile_student,
+    prepare_scratch,
+)
 from grader.compile.tool_search import Tool
 from grader.model import Cause, ProcRecord
 from grader.rubric.load import Launch, Rubric, Stage
@@ -79,7 +89,7 @@ def check_launch(values: list[int] | None, stage: Stage, sizes: list[int]) -> tu
 
 def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None, arch_flags: list[str],
                   rubric: Rubric, sizes: list[int], user: str | None = None,
-                  fence: Fence | None = None) -> CompileResult:
+                  fence: Fence | None = None, deadline: Deadline | None = None) -> CompileResult:
     """Compile one stage. ``user``: as root, run nvcc as this unprivileged account (it then
     cannot read the grader, the rubric or the solutions, whatever the source includes)."""
     result = CompileResult(stage=stage.id, ok=False)
@@ -100,35 +110,44 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
         return result
     flags = ["-cubin", *arch_flags, "-O3", "-Xptxas", "-v", "-lineinfo"]
     built = compile_student(nvcc, scratch, f"{stage.id}.cubin", flags, timeout_s=rubric.timeouts.compile_s,
-                            output_limit=rubric.output_limit_bytes, fence=fence)
+                            output_limit=rubric.output_limit_bytes, fence=fence, deadline=deadline)
     result.proc = built.proc
     result.seconds.update(built.seconds)
     t0 = time.monotonic()
     try:
-        return _read_build(result, built, stage, sizes, scratch)
+        return _read_build(result, built, stage, sizes, scratch, rubric.max_static_device_bytes)
     finally:
         result.seconds["cubin"] = round(time.monotonic() - t0, 3)
 
 
 def _read_build(result: CompileResult, built: CompileRecord, stage: Stage, sizes: list[int],
-                scratch: Scratch) -> CompileResult:
-    """The compiled cubin and ptxas' report: kernel, resources, signature, launch shape, TMA boxes."""
-    result.notes += [f"not copied for compiling: {s}" for s in scratch.skipped]
+                scratch: Scratch, max_static_device_bytes: int) -> CompileResult:
+    """The compiled cubin: kernel, resources, signature, launch shape, TMA boxes. Everything is read
+    from the cubin (grader/compile/resources.py), nothing from what the compiler printed."""
+    result.notes += [f"not copied for compiling: {s}" for s in scratch.skipped] + scratch.unread
     if built.status is not CompileStatus.OK or built.output is None:
         result.problem = built.problem
         return result
     cubin = built.output
-    report = built.report
-    kernels = parse_ptxas(report)
-    result.found_kernels = entry_names(report)
+    data = cubin.read_bytes()
+    try:
+        kernels = cubin_kernels(data)
+        gmem = static_global_bytes(data)
+    except (CubinFormatError, IndexError, struct.error) as exc:
+        result.problem = f"the compiled cubin of {stage.file} could not be read ({exc})"
+        return result
+    result.found_kernels = list(kernels)
     result.cubin = str(cubin)
     if stage.kernel not in kernels:
         names = ", ".join(quote_code(n) for n in result.found_kernels[:10]) or "no kernels"
         hint = name_hint(stage.kernel, result.found_kernels)
         result.problem = f"expected `{stage.kernel}` in {stage.file}; found: {names}{hint}"
         return result
+    if gmem > max_static_device_bytes:
+        result.problem = (f"{stage.file} declares {gmem:,} bytes of static __device__ memory (read from the cubin); "
+                          f"a GEMM kernel needs none, and the limit is {max_static_device_bytes:,} bytes")
+        return result
     result.kernel = kernels[stage.kernel]
-    data = cubin.read_bytes()
     try:
         sizes_found = kernel_param_sizes(data, stage.kernel)
     except CubinFormatError as exc:

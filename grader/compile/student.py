@@ -4,8 +4,9 @@ Every build goes through :func:`prepare_scratch` once per source and :func:`comp
 once per output:
 
 1. the plain files of the source's folder (no links, no subfolders, ordinary names, each at most
-   :data:`~grader.compile.locate.MAX_SOURCE_BYTES`) are copied into a fresh build folder, and each
-   is read by the first-pass ``#include`` check (:func:`grader.compile.includes.literal_problem`);
+   :data:`~grader.compile.locate.MAX_SOURCE_BYTES`) are copied into a fresh build folder; the source
+   and the files its ``#include`` lines reach are read by the first-pass check
+   (:func:`grader.compile.includes.scan_includes`), and a file no build reads is left out (a note);
 2. as root, the folder is handed to the unprivileged student user (``GRADER_STUDENT_USER``), and
    nvcc runs as that user, so it cannot read the grader, the rubric or the solutions whatever the
    source includes;
@@ -31,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -39,9 +41,9 @@ from pathlib import Path
 from grader.compile.includes import (
     diagnostic_paths,
     header_dirs,
-    literal_problem,
     outside_dependencies,
     parse_make_deps,
+    scan_includes,
 )
 from grader.compile.locate import MAX_SOURCE_BYTES
 from grader.compile.tool_search import Tool
@@ -50,10 +52,10 @@ from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence
 from grader.sandbox.guard import STUDENT_USER_VAR, run_guarded, student_user
 from grader.sandbox.process import usable_cpus
-from grader.untrusted.quote import fence_block, quote_code
+from grader.untrusted.quote import fence_block, quote_code, show_name
 from grader.untrusted.safe_copy import remove_tree
 
-__all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Fence", "Scratch", "compile_student",
+__all__ = ["STUDENT_USER_VAR", "CompileRecord", "CompileStatus", "Deadline", "Fence", "Scratch", "compile_student",
            "compile_workers", "hand_over", "prepare_scratch", "student_user"]
 
 DEPENDENCY_TIMEOUT_S = 60.0  # preprocessing only; a source that takes longer is reading something it should not
@@ -75,6 +77,28 @@ def compile_workers() -> int:
     return usable_cpus()
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """When every compile of one submission must have ended (``settings.timeouts.static_total_s``,
+    counted from the grading's start). Each compile's own limit is cut to what is left, and a compile
+    that would start after it does not run, so a source that makes every compile slow (a header that
+    includes itself 40 deep) costs this once, not once per build."""
+
+    at: float  # time.monotonic() of the deadline
+    total_s: float
+
+    @classmethod
+    def after(cls, start: float, total_s: float) -> Deadline:
+        return cls(start + total_s, total_s)
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+    def message(self) -> str:
+        return (f"the submission's compiles together reached their limit of {self.total_s:g} s "
+                "(settings.timeouts.static_total_s)")
+
+
 class CompileStatus(str, Enum):
     OK = "ok"
     REFUSED = "refused"  # an #include reaches outside the submission; nothing of it is shown
@@ -90,6 +114,7 @@ class Scratch:
     display: str  # how feedback names it, e.g. "gemm/naive.cu"
     user: str | None = None  # who nvcc runs as (None: the grader's own user)
     skipped: list[str] = field(default_factory=list)  # files of the folder not copied, and why
+    unread: list[str] = field(default_factory=list)  # files no build reads whose #include the first pass refuses
 
 
 @dataclass
@@ -156,11 +181,27 @@ def prepare_scratch(source: Path, folder: Path, display: str, user: str | None =
             scratch.skipped.append(f"{prefix}{entry.name}: {exc.strerror or exc}")
     if not (folder / source.name).is_file():
         return None, f"{display} could not be copied for compiling ({'; '.join(scratch.skipped) or 'unreadable'})"
+    # The first pass reads the files a build can read: the source, and what its #include lines reach
+    # in the folder, transitively (every include it allows is a literal name, so nothing else can be
+    # reached). Another file in the folder (a scratch test, an old version) is judged by no build: a
+    # problem in it is a note, and it is left out of the copy.
     main = folder / source.name
-    for copied in [main, *sorted(p for p in folder.iterdir() if p != main and p.suffix.lower() in _SOURCE_SUFFIXES)]:
-        problem = literal_problem(copied.read_bytes(), prefix + copied.name)
+    reached, queue = {main.name}, [main.name]
+    while queue:
+        current = folder / queue.pop(0)
+        problem, targets = scan_includes(current.read_bytes(), prefix + current.name)
         if problem:
             return None, problem
+        for target in targets:
+            if "/" not in target and target not in reached and (folder / target).is_file():
+                reached.add(target)
+                queue.append(target)
+    for other in sorted(p for p in folder.iterdir() if p.name not in reached and p.suffix.lower() in _SOURCE_SUFFIXES):
+        problem, _targets = scan_includes(other.read_bytes(), prefix + other.name)
+        if problem:
+            scratch.unread.append(f"{show_name(prefix + other.name)} is read by no build of {display}, so it was "
+                                  f"left out of it; on its own it would be refused: {problem}")
+            other.unlink()
     scratch.user = hand_over(folder, user)
     return scratch, ""
 
@@ -199,12 +240,24 @@ def _refused_by_diagnostics(proc: ProcRecord, scratch: Scratch, allowed: Sequenc
 
 
 def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], *, timeout_s: float,
-                    output_limit: int, fence: Fence | None = None) -> CompileRecord:
+                    output_limit: int, fence: Fence | None = None, deadline: Deadline | None = None) -> CompileRecord:
     """Compile ``scratch.source`` to ``scratch.folder / output`` with ``flags`` (arch, -cubin, caps...).
 
     Never raises for the student's mistakes: a refused include or a failed compile is the record's
-    status. The record's process output is safe to show the student.
+    status. The record's process output is safe to show the student. ``deadline``: the submission's
+    compiles share it; past it this compile fails saying so.
     """
+    if deadline is not None and deadline.left() <= 0:
+        return CompileRecord(CompileStatus.FAILED, f"not compiled: {deadline.message()}")
+    record = _compile_student(nvcc, scratch, output, flags, timeout_s=timeout_s, output_limit=output_limit,
+                              fence=fence, deadline=deadline)
+    if deadline is not None and record.status is CompileStatus.FAILED and deadline.left() <= 0:
+        record.problem = f"stopped: {deadline.message()}; {record.problem}"
+    return record
+
+
+def _compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], *, timeout_s: float,
+                     output_limit: int, fence: Fence | None, deadline: Deadline | None) -> CompileRecord:
     assert nvcc.path is not None
     folder, allowed = scratch.folder, header_dirs(nvcc)
     env = {**os.environ, **nvcc.env}
@@ -212,6 +265,8 @@ def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[s
     label = Path(output).name
 
     def run(cmd: list[str], limit_s: float) -> ProcRecord:
+        if deadline is not None:
+            limit_s = max(0.1, min(limit_s, deadline.left()))
         proc = run_guarded(cmd, cwd=folder, timeout_s=limit_s, output_limit=output_limit, user=scratch.user,
                            env=env, fence=fence)
         proc.command = [Path(cmd[0]).name, *cmd[1:]]

@@ -16,11 +16,13 @@ from grader.children.protocol import CheckRequest
 from grader.clock import Clock
 from grader.compile.intake import Intake
 from grader.compile.sass import SassDumps
+from grader.compile.student import Deadline
 from grader.gpu.ncu_run import EarlyProfile
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
 from grader.occupancy.build import Prebuilt
 from grader.occupancy.early import EarlyOccupancy
+from grader.occupancy.variants import Variant
 from grader.rubric.types import Rubric
 from grader.sandbox.turns import Party, PartyTimeline, Schedule
 
@@ -39,7 +41,7 @@ class Job:
     progress: Progress
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, StageOutcome] = field(default_factory=dict)
-    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench", "integrity"
+    seeds: dict[int | str, int] = field(default_factory=dict)  # correctness sizes, "bench"
     checks: list[CheckRequest] = field(default_factory=list)  # finished runs, for the reference checker
     items: list[ItemResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -60,6 +62,7 @@ class Job:
     sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background (compile/sass.py)
     timeline: list[PartyTimeline] = field(default_factory=list)  # the schedule's, once it has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
+    variant: Variant | None = None  # the student's occupancy variant (rubric occupancy.variants); rubric has its numbers
     # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
     # occupancy runs have ended; None when the occupancy step grades them itself.
     occupancy_ahead: Future[list[ItemResult]] | None = None
@@ -70,6 +73,11 @@ class Job:
     @property
     def shares_gpu(self) -> bool:
         return self.gpu_lock is not None
+
+    @property
+    def compile_deadline(self) -> Deadline:
+        """The submission's compiles (its stages', occ.cu's) all end by this (settings.timeouts.static_total_s)."""
+        return Deadline.after(self.started, self.rubric.timeouts.static_total_s)
 
     def wants(self, part: str) -> bool:
         return self.parts is None or part in self.parts

@@ -21,6 +21,7 @@ from grader.children.protocol import Kernel, LaunchResult, StagesGo
 from grader.compile import toolchain
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
+from grader.profile import agreement
 from grader.profile.ncu import NcuRun, collect, metrics_needed
 from grader.records import to_jsonable
 from grader.rubric.metric_names import chip_for_cc, missing_on
@@ -127,7 +128,33 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
         run.notes.insert(0, f"ncu on {chip} has no metric " + ", ".join(absent) + "; not collected")
     for o in todo:
         o.ncu, o.ncu_gap = run.for_stage(o.stage.id)
+        _compare_with_timing(o, rubric)
     return run
+
+
+def _compare_with_timing(o: StageOutcome, rubric: Rubric) -> None:
+    """The code profiled must be the code timed (grader/profile/agreement.py): when ncu's launch and the
+    stage child's launches disagree, the stage's ncu items fail (its technique evidence is not the timed
+    kernel's); when a timed stage lacks what the comparison needs, they are not evaluated."""
+    if o.ncu is None or o.timing is None or o.bench is None:
+        return
+    prof, bench = rubric.profile, o.bench
+    ncu_ns = o.ncu.get(agreement.DURATION_METRIC)
+    found = None
+    if isinstance(ncu_ns, (int, float)) and bench.profile_n == o.profile_n:
+        # With clock_control "base" ncu runs the kernel at base clocks, the stage child at whatever the
+        # GPU runs: their durations differ by the clock ratio, so only the rates are compared then.
+        duration = prof.duration_agreement if prof.clock_control == "none" else None
+        found = agreement.judge(o.profile_n, float(ncu_ns), bench.profile_ms, bench.n, bench.student_ms,
+                                duration, prof.rate_agreement)
+    o.agreement = found
+    if found is None:
+        o.ncu = None
+        o.ncu_gap = Gap(Cause.GRADER, f"not evaluated: the kernel's launches at the profile size N={o.profile_n} "
+                        "were not timed (or ncu gave no duration), so whether Nsight Compute measured the code "
+                        "that was timed is not known")
+    elif found.problem:
+        o.ncu, o.ncu_gap = None, Gap(Cause.STUDENT, found.problem)
 
 
 def _stop(early: EarlyProfile | None, schedule: Schedule | None) -> None:

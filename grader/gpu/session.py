@@ -26,7 +26,6 @@ import secrets
 from pathlib import Path
 
 from grader import pyplot
-from grader.children.inputs import rep_seed
 from grader.children.protocol import (
     CHECK,
     PROFILE,
@@ -88,7 +87,6 @@ def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
     rubric = job.rubric
     job.seeds = {n: secrets.randbelow(2**31) for n in rubric.correctness_sizes}
     job.seeds["bench"] = secrets.randbelow(2**31)
-    job.seeds["integrity"] = secrets.randbelow(2**31)
     _prepare_cupy_cache(job)
     pyplot.preload()  # matplotlib, imported while this process waits for its children
     sched = job.schedule = Schedule(parallel_children(job.env.device))
@@ -255,9 +253,10 @@ def stage_party_spec(job: Job, st: Stage) -> StageSpec:
     return StageSpec(
         id=st.id, inputs=st.inputs, baseline=st.baseline,
         correctness=[Case(n=n, seed=seeds[n]) for n in job.rubric.correctness_sizes],
-        bench=BenchSpec(n=st.bench.n, seed=seeds["bench"], integrity_seed=seeds["integrity"],
+        bench=BenchSpec(n=st.bench.n, seed=seeds["bench"],
                         warmup=st.bench.warmup, reps=st.bench.reps, min_reps=st.bench.min_reps,
-                        max_seconds=st.bench.max_seconds, flush_l2=st.bench.flush_l2),
+                        max_seconds=st.bench.max_seconds, flush_l2=st.bench.flush_l2,
+                        profile_n=job.rubric.profile.n if job.rubric.profile.enabled else None),
         out_dir=str(job.work / st.id), l2_bytes=int((job.env.device or {}).get("l2_bytes") or 0), gate=True)
 
 
@@ -280,16 +279,14 @@ def _stage_party(st: Stage, job: Job) -> Party:
 
 
 def checker_expectations(job: Job, stages: list[Stage]) -> Expect:
-    """The float64 products the checker will be asked for if every run goes to the end: each
-    correctness size's reference and each benchmark's last launch's reference, per input kind
-    (grader/children/check.py: Products.precompute). The timed launches' fingerprints are not
-    foreseeable: their vectors are drawn after each launch."""
+    """The float64 products the checker will be asked for: each correctness size's reference, per
+    input kind (grader/children/check.py: Products.precompute). A benchmark's products (its last
+    output's reference, the timed launches' fingerprints) are not foreseeable: each launch's inputs
+    and each fingerprint's vector are drawn from the OS after the launch before."""
     refs: dict[tuple[int, int, str], None] = {}
-    iseed = job.seeds["integrity"]
     for st in stages:
         for n in job.rubric.correctness_sizes:
             refs[(n, job.seeds[n], st.inputs)] = None
-        refs[(st.bench.n, rep_seed(iseed, st.bench.reps - 1), st.inputs)] = None
     return Expect(references=list(refs))
 
 

@@ -90,7 +90,7 @@ def _check_request(o: StageOutcome, report: StageResult, work: Path, job: Job) -
     bench = o.bench
     if bench is not None and bench.file:
         prints = (Fingerprints(file=bench.fingerprints, count=bench.timed_launches,
-                               integrity_seed=job.seeds["integrity"], vector_seeds=bench.vector_seeds)
+                               input_seeds=bench.input_seeds, vector_seeds=bench.vector_seeds)
                   if bench.fingerprints else None)
         cases.append(CheckCase(n=bench.n, seed=bench.seed if bench.last_seed is None else bench.last_seed,
                                file=bench.file, kind="bench", fingerprints=prints))
@@ -251,7 +251,7 @@ def check_results(job: Job) -> Job:
         bench = o.bench
         if o.verdict is Verdict.CORRECT and bench is not None and bench.student_ms:
             o.timing = summarize(bench.n, bench.student_ms, bench.baseline_ms,
-                                 job.env.peaks.get(o.stage.peak))
+                                 job.env.peaks.get(o.stage.peak), bench.warmup_ms)
     return job
 
 

@@ -182,7 +182,7 @@ def _spec(runs: list[WarmStage], draws: list[Draw], device: dict, folder: Path) 
     for i, run in enumerate(copy.deepcopy(runs)):
         run.correctness = [Case(n=c.n, seed=11 + j) for j, c in enumerate(run.correctness)]
         if run.bench is not None:
-            run.bench.seed, run.bench.integrity_seed = 5, 6
+            run.bench.seed = 5
         run.out_dir, run.l2_bytes = str(folder / f"run{i}"), int(device.get("l2_bytes") or 0)
         seeded.append(run)
     return WarmSpec(runs=seeded, draws=list(draws))

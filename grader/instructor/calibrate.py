@@ -28,27 +28,31 @@ smallest, reference value), ``(threshold - reference) / |threshold|`` for ``<=``
 (the largest). It also prints, and writes into both files, the measured reference time of each
 stage's benchmark, from which the stage's time limit derives (grader/instructor/stage_limits.py).
 
-The report logic (:func:`calibration_rows`, :func:`render_markdown`) is pure and works on
-any objects shaped like grader.pipeline.Grading (``.items``, ``.seconds``, ``.env``).
+Two halves: :func:`run_calibration` grades on the GPU, writing each grading's folder
+(``<population>_<repeat>/grading.json``) into the output folder, then calls :func:`analyse`, the pure
+half, which reads only stored gradings (:func:`load_populations`): ``python -m grader calibrate
+--from-gradings DIR`` runs it alone on a calibration's folder or on any folder of gradings named by
+population (tests/fixtures/gradings/), without a GPU. The analysis also writes the GPU's calibration
+entry (grader/rubric/calibration.py), which an instructor commits beside rubric.yaml.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from grader.grading import Environment, Grading, GradingFormatError, load_grading
 from grader.instructor.stage_limits import LimitProposal, limit_proposals
 from grader.instructor.stage_limits import render_lines as limit_lines
+from grader.instructor.stored import GRADING_FILE
 from grader.rubric.items import Item, is_technique
 from grader.rubric.kinds import REGISTRY, Reading, Registry
-
-if TYPE_CHECKING:  # annotations only: the report logic takes any Grading-shaped object and imports no pipeline
-    from grader.grading import Environment, Grading
-    from grader.rubric.types import Rubric
+from grader.rubric.types import Rubric
 
 MIN_MARGIN = 0.10
 # The textbook population a calibration grades by default (beside the solutions in a checkout).
@@ -172,9 +176,9 @@ def _find(items, stage: str, item: str):
     return next((r for r in items if r.stage == stage and r.item == item), None)
 
 
-def calibration_rows(rubric, references: list, predecessors: list,
-                     predecessor_notes: dict[str, str] | None = None, textbook: list | None = None,
-                     textbook_predecessors: list | None = None, registry: Registry = REGISTRY) -> list[Row]:
+def calibration_rows(rubric: Rubric, references: list[Grading], predecessors: list[Grading],
+                     predecessor_notes: dict[str, str] | None = None, textbook: list[Grading] | None = None,
+                     textbook_predecessors: list[Grading] | None = None, registry: Registry = REGISTRY) -> list[Row]:
     """One row per threshold or technique item. ``references``, ``predecessors``, ``textbook`` and
     ``textbook_predecessors``: Gradings, one per repeat (the last two may be empty).
 
@@ -194,7 +198,7 @@ def calibration_rows(rubric, references: list, predecessors: list,
             first = kind.reading(it, _find(references[0].items, st.id, it.id) if references else None)
             op, thr = first.op, first.threshold
             role = _role(it, op, registry)
-            row = Row(st.id, st.number, it.id, it.title, it.kind, op, thr, role=role, integrity=role == "integrity",
+            row = Row(st.id, st.number, it.id, it.title, it.kind or "", op, thr, role=role, integrity=role == "integrity",
                       predecessor_source=(notes.get(st.id) or f"stage {rubric.stages[k - 1].number}")
                       if has_pred else "none (first stage)" if k == 0 else notes.get(st.id, ""))
             for g in references:
@@ -294,63 +298,158 @@ def write_report(rows: list[Row], meta: dict, out_dir: Path,
     return md, js
 
 
-def _seconds(gradings: list) -> str:
+def _seconds(gradings: list[Grading]) -> str:
     s = [g.seconds for g in gradings]
     return f"{statistics.median(s):.1f} (max {max(s):.1f})" if s else "-"
 
 
+# The populations, in the order one repeat grades them, and the folder each grading of them is written to.
+POPULATIONS = ("reference", "shifted", "textbook", "textbook_shifted")
+FOLDER_RE = re.compile(r"^(?P<population>" + "|".join(POPULATIONS) + r")(?:_(?P<repeat>\d+))?$")
+
+
+@dataclass
+class Populations:
+    """The gradings of each population, one per repeat (a population not graded is empty)."""
+
+    reference: list[Grading] = field(default_factory=list)
+    shifted: list[Grading] = field(default_factory=list)
+    textbook: list[Grading] = field(default_factory=list)
+    textbook_shifted: list[Grading] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # folders that hold no readable grading
+
+    def of(self, population: str) -> list[Grading]:
+        return {"reference": self.reference, "shifted": self.shifted, "textbook": self.textbook,
+                "textbook_shifted": self.textbook_shifted}[population]
+
+
+def load_populations(folder: Path) -> Populations:
+    """The gradings under ``folder``: its subfolders named ``<population>`` or ``<population>_<repeat>``
+    (POPULATIONS) that hold a grading.json, each population in repeat order; other folders are left aside."""
+    found: dict[str, list[tuple[int, Path]]] = {p: [] for p in POPULATIONS}
+    for d in sorted(Path(folder).iterdir()):
+        m = FOLDER_RE.match(d.name)
+        if m and d.is_dir() and (d / GRADING_FILE).is_file():
+            found[m["population"]].append((int(m["repeat"] or 0), d))
+    pops = Populations()
+    for population, folders in found.items():
+        for _, d in sorted(folders):
+            try:
+                pops.of(population).append(load_grading(d / GRADING_FILE))
+            except GradingFormatError as exc:
+                pops.problems.append(f"{d.name}: {exc}")
+    return pops
+
+
+@dataclass
+class Calibration:
+    """What the analysis found: the verdict rows, the stage limits' proposals, the report's facts, and the
+    files written."""
+
+    rows: list[Row]
+    limits: list[LimitProposal]
+    meta: dict
+    files: list[Path] = field(default_factory=list)
+
+
+def _rescored(rubric: Rubric, gradings: list[Grading], notes: list[str]) -> list[Grading]:
+    """The gradings under ``rubric``: a grading graded under another rubric is re-scored (grader/instructor/
+    rescore.py); the items that would need a real re-grade stay not evaluated, and ``notes`` says how many."""
+    from grader.instructor.rescore import measured_under, rescore_grading
+
+    out = []
+    for g in gradings:
+        if g.rubric_sha256 == rubric.sha256 or not rubric.sha256:
+            out.append(g)
+            continue
+        again, refused = rescore_grading(g, rubric, measured_under(g, []))
+        if refused:
+            notes.append(f"{Path(g.submission).name}: graded under another rubric; {len(refused)} item(s) need a "
+                         "real re-grade and count as not measured")
+        out.append(again)
+    return out
+
+
+def analyse(rubric: Rubric, pops: Populations, out_dir: Path, notes: dict[str, str] | None = None,
+            extra_meta: dict | None = None) -> Calibration:
+    """The calibration's analysis of stored gradings (no GPU): the verdict rows, the stage limits, the report
+    (calibration.md, calibration.json) and the GPU's calibration entry, written into ``out_dir``.
+    ``notes``: what each stage of the shifted submissions holds (default: :func:`grader.instructor.shifted.shift_notes`)."""
+    from grader.instructor.entry import write_entry
+    from grader.instructor.shifted import shift_notes
+
+    said: list[str] = list(pops.problems)
+    refs, preds = _rescored(rubric, pops.reference, said), _rescored(rubric, pops.shifted, said)
+    books, book_preds = _rescored(rubric, pops.textbook, said), _rescored(rubric, pops.textbook_shifted, said)
+    rows = calibration_rows(rubric, refs, preds, notes if notes is not None else shift_notes(rubric),
+                            books, book_preds)
+    limits = limit_proposals(rubric, refs)
+    meta = _meta(rubric, refs, preds, refs[0].env if refs else None)
+    meta.update(seconds_textbook=_seconds(books), textbook="graded" if books else "none")
+    meta.update(extra_meta or {})
+    if said:
+        meta["notes"] = said
+    out_dir = Path(out_dir)
+    md, js = write_report(rows, meta, out_dir, limits)
+    cal = Calibration(rows, limits, meta, [md, js])
+    env = refs[0].env if refs else None
+    if env is not None and env.has_gpu and env.device is not None and env.device.get("name"):
+        entry = write_entry(rubric, str(env.device["name"]), rows, limits, meta, out_dir)
+        cal.files += [entry] if entry is not None else []
+    return cal
+
+
 def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats: int = 3,
                     grade_fn: Callable[..., Grading] | None = None,
-                    progress: Callable[[str], None] = print, textbook_dir: Path | None = None) -> list[Row]:
+                    progress: Callable[[str], None] = print, textbook_dir: Path | None = None) -> Calibration:
     """Grade the reference, the textbook population (when ``textbook_dir`` is given) and the shifted
-    submission of each ``repeats`` times, interleaved; write the report."""
+    submission of each ``repeats`` times, interleaved, each grading's files into ``out_dir/<population>_<k>/``;
+    then :func:`analyse` them."""
     from grader.instructor.shifted import write_shifted
+    from grader.outputs.write import write_outputs
 
-    write = None
     if grade_fn is None:
-        from grader.outputs.write import write_outputs
         from grader.pipeline import grade
-        grade_fn, write = grade, write_outputs
+        grade_fn = grade
+    # Graded with the rubric's own levels and limits, not a calibration entry of this GPU: those are what is measured.
+    rubric = dataclasses.replace(rubric, calibrations=())
     out_dir, solutions_dir = Path(out_dir).resolve(), Path(solutions_dir).resolve()
     shifted_dir = out_dir / "shifted_submission"
     notes = write_shifted(solutions_dir, rubric, shifted_dir)
-    refs: list[Grading] = []
-    preds: list[Grading] = []
-    books: list[Grading] = []
-    book_preds: list[Grading] = []
-    plan: list[tuple[str, Path, list]] = [("reference", solutions_dir, refs), ("shifted", shifted_dir, preds)]
+    pops = Populations()
+    plan: list[tuple[str, Path]] = [("reference", solutions_dir), ("shifted", shifted_dir)]
     if textbook_dir is not None:
         textbook_dir = Path(textbook_dir).resolve()
         book_shifted = out_dir / "textbook_shifted_submission"
         write_shifted(textbook_dir, rubric, book_shifted)
-        plan += [("textbook", textbook_dir, books), ("textbook_shifted", book_shifted, book_preds)]
+        plan += [("textbook", textbook_dir), ("textbook_shifted", book_shifted)]
     env: Environment | None = None
     for k in range(repeats):
-        for label, sub, bucket in plan:
+        for label, sub in plan:
             progress(f"calibration {k + 1}/{repeats}: grading the {label} submission")
             # GEMM stages only: the occupancy exercises have no thresholds to calibrate here.
             g = grade_fn(sub, rubric, out_dir / f"{label}_{k}", stages=[s.id for s in rubric.stages],
                          progress=lambda _m: None, env=env)
-            if write is not None:  # each grading's results.json and grading.json, for rescore and what-if
-                write(g, out_dir / f"{label}_{k}")
-            env = env or getattr(g, "env", None)
-            bucket.append(g)
-    rows = calibration_rows(rubric, refs, preds, notes, books, book_preds)
-    limits = limit_proposals(rubric, refs)
-    meta = _meta(rubric, refs, preds, env)
-    meta.update(seconds_textbook=_seconds(books), textbook=str(textbook_dir) if textbook_dir else "none")
-    write_report(rows, meta, out_dir, limits)
-    for line in limit_lines(limits):
-        progress(line)
-    return rows
-
-
-def _meta(rubric, refs: list, preds: list, env) -> dict:
+            write_outputs(g, out_dir / f"{label}_{k}")  # its grading.json: what the analysis reads back
+            env = env or g.env
+            pops.of(label).append(g)
     from grader.compile import toolchain
-    device = getattr(env, "device", None) or {}
+
     ncu = toolchain.find_ncu()
-    return {"device": device.get("name") or getattr(env, "device_reason", "") or "no device",
+    cal = analyse(rubric, pops, out_dir, notes, {
+        "textbook": str(textbook_dir) if textbook_dir else "none",
+        "ncu": f"{ncu.path} {ncu.version or ''}".strip() if ncu.path else ncu.reason})
+    for line in limit_lines(cal.limits):
+        progress(line)
+    return cal
+
+
+def _meta(rubric: Rubric, refs: list[Grading], preds: list[Grading], env: Environment | None) -> dict:
+    device = (env.device if env is not None else None) or {}
+    profiled = next((g.profile.command[0] for g in refs if g.profile is not None and g.profile.command), None)
+    return {"device": device.get("name") or (env.device_reason if env is not None else "") or "no device",
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "repeats": len(refs), "profile_n": rubric.profile.n, "clock_control": rubric.profile.clock_control,
-            "ncu": f"{ncu.path} {ncu.version or ''}".strip() if ncu.path else ncu.reason,
-            "seconds_reference": _seconds(refs), "seconds_shifted": _seconds(preds)}
+            "ncu": profiled or "not run",
+            "seconds_reference": _seconds(refs), "seconds_shifted": _seconds(preds),
+            "rubric_sha256": rubric.sha256}

@@ -1,6 +1,6 @@
 """The handout's rubric tables, generated from rubric.yaml so the handout and the grader agree.
 
-``python -m grader.instructor.handout --write`` rewrites every generated block of assignment/README.md;
+``python -m grader handout --write`` rewrites every generated block of assignment/README.md;
 ``python -m grader.instructor.handout --check`` exits 1 (naming the stale blocks) when the handout differs
 from what the rubric gives, and 2 (with the rubric's error) when the rubric is invalid. A block is the
 text between
@@ -71,14 +71,23 @@ def block_stages(rubric: Rubric) -> str:
                      f"{st.rtol:g} |")
     lines += ["", f"Correctness sizes: N = {sizes_words(rubric)}, then the benchmark size again after timing. "
               f"Benchmark size: N = {rubric.stages[0].bench.n}. Nsight Compute profile size: N = {rubric.profile.n}."]
-    san = getattr(rubric, "sanitizer", None)
-    if san is not None and getattr(san, "racecheck", False):
+    san = rubric.sanitizer
+    if san.racecheck:
         lines.append(f"Stages that use shared memory also run once under `compute-sanitizer --tool racecheck` at "
                      f"N = {san.n}: a reported hazard fails the stage's correctness item.")
-    plausible = getattr(rubric.stages[0], "plausible_max", None)
+    plausible = rubric.stages[0].plausible_max
     if plausible:
         lines.append(f"A kernel timed faster than {plausible:g} x its cuBLAS baseline is not scored automatically: "
                      "its speed items go to a person for review.")
+    st0, prof = rubric.stages[0], rubric.profile
+    ncu_time = (f"with Nsight Compute's (more than {prof.duration_agreement:g} x either way) or "
+                if prof.clock_control == "none" else "")
+    lines.append(f"Every warm-up and timed launch gets fresh inputs; a warm-up launch more than "
+                 f"{st0.bench.warmup_review_multiple:g} x the timed launches' median sends the speed items to a "
+                 f"person too. The kernel profiled must be the kernel timed: after timing, it is launched again at "
+                 f"N = {prof.n}, and when those launches' times disagree {ncu_time}with the rate at "
+                 f"N = {st0.bench.n} (more than {prof.rate_agreement:g} x either way), the stage's Nsight Compute "
+                 "items fail.")
     return "\n".join(lines)
 
 
@@ -237,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.handout or HANDOUT)
     rubric_path = args.rubric or str(RUBRIC)
     # The command that rewrites the blocks, with the files this one was given, so the hint can be pasted.
-    write = " ".join(["python -m grader.instructor.handout --write"]
+    write = " ".join(["python -m grader handout --write"]
                      + [f"--{k} {shlex.quote(v)}" for k, v in (("rubric", args.rubric), ("handout", args.handout)) if v])
     try:  # an invalid rubric or an unreadable handout is the caller's input: exit 2, as the grader's CLI does
         rubric = load_rubric(rubric_path)

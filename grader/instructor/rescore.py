@@ -41,6 +41,7 @@ from typing import Any
 from grader.grading import Grading, GradingFormatError, StageOutcome, load_grading
 from grader.instructor.stored import GRADING_FILE, SUBMISSIONS, Collection, Layout, find_gradings, read_json
 from grader.model import Bonus, ItemResult, Status
+from grader.rubric.calibration import reapply
 from grader.rubric.errors import ConfigError
 from grader.rubric.expr import METRIC_RE
 from grader.rubric.items import Item
@@ -254,6 +255,8 @@ def rescore_grading(g: Grading, new: Rubric, old: Rubric | None) -> tuple[Gradin
     """``g`` re-scored under ``new``; ``old`` is the rubric it was measured under (None: not known)."""
     from grader.score.stages import score
 
+    if g.calibration:  # graded with its GPU's calibration entry: the new rubric is read with it too
+        new = reapply(new, g.calibration)
     why_all = ""
     if old is None:
         why_all = (f"the rubric that graded it (sha256 {g.rubric_sha256[:12] or 'not recorded'}) is not known; "

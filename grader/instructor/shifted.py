@@ -108,6 +108,26 @@ def shifted_source(prev_source: str, prev_stage, stage, mismatched: str = "port"
     return header + rename_kernel(prev_source, prev_stage.kernel, stage.kernel)
 
 
+def shift_notes(rubric, mismatched: str = "port") -> dict[str, str]:
+    """{stage id: what its file holds in the shifted submission}, from the rubric alone (what
+    :func:`write_shifted` returns): the calibration's analysis of stored gradings reads which stages have
+    a predecessor from it."""
+    what: dict[str, str] = {}
+    stages = list(rubric.stages)
+    for k, stage in enumerate(stages):
+        prev = stages[k - 1] if k else None
+        if prev is None:
+            what[stage.id] = f"its own reference kernel {stage.kernel} (no predecessor)"
+        elif prev.inputs == stage.inputs:
+            what[stage.id] = f"stage {prev.number}'s kernel {prev.kernel}, renamed {stage.kernel}"
+        elif mismatched == "port" and (prev.inputs, stage.inputs) in (("fp32", "fp16"), ("fp16", "bf16")):
+            engine = "WMMA (HMMA), no WGMMA or TMA" if stage.inputs == "bf16" else "FP32 CUDA cores"
+            what[stage.id] = f"stage {prev.number}'s algorithm ported to {stage.inputs} inputs, on {engine}"
+        else:
+            what[stage.id] = f"its own reference kernel {stage.kernel} (the predecessor has other input types)"
+    return what
+
+
 def write_shifted(solutions_dir: Path, rubric, dest_dir: Path, mismatched: str = "port") -> dict[str, str]:
     """Copy ``solutions_dir`` to ``dest_dir`` and shift every stage's kernel by one.
 
@@ -117,23 +137,13 @@ def write_shifted(solutions_dir: Path, rubric, dest_dir: Path, mismatched: str =
     if dest_dir.exists():
         shutil.rmtree(dest_dir)
     shutil.copytree(solutions_dir, dest_dir, symlinks=False)
-    what: dict[str, str] = {}
+    what = shift_notes(rubric, mismatched)
     stages = list(rubric.stages)
-    for k, stage in enumerate(stages):
-        if k == 0:
-            what[stage.id] = f"its own reference kernel {stage.kernel} (no predecessor)"
-            continue
+    for k, stage in enumerate(stages[1:], start=1):
         prev = stages[k - 1]
         text = shifted_source((solutions_dir / prev.file).read_text(encoding="utf-8"), prev, stage, mismatched)
-        if text is None:
-            what[stage.id] = f"its own reference kernel {stage.kernel} (the predecessor has other input types)"
-            continue
-        (dest_dir / stage.file).write_text(text, encoding="utf-8")
-        if prev.inputs != stage.inputs:
-            engine = "WMMA (HMMA), no WGMMA or TMA" if stage.inputs == "bf16" else "FP32 CUDA cores"
-            what[stage.id] = f"stage {prev.number}'s algorithm ported to {stage.inputs} inputs, on {engine}"
-        else:
-            what[stage.id] = f"stage {prev.number}'s kernel {prev.kernel}, renamed {stage.kernel}"
+        if text is not None:
+            (dest_dir / stage.file).write_text(text, encoding="utf-8")
     lines = ["# Shifted submission", "", "Written by grader/instructor/shifted.py from "
              f"`{solutions_dir}`. Each stage's file holds:", ""]
     lines += [f"- `{s.file}` ({s.id}): {what[s.id]}" for s in stages]

@@ -17,6 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from grader.grading import Grading
 from grader.rubric.limits import stage_limit
 from grader.rubric.types import Rubric, Stage
 
@@ -34,17 +35,19 @@ class LimitProposal:
     note: str = ""
 
 
-def _bench_seconds(grading, stage_id: str) -> float | None:
-    for p in getattr(grading, "phases", None) or []:
+def _bench_seconds(grading: Grading, stage_id: str) -> float | None:
+    for p in grading.phases:
         if p.name == PHASE and p.stage == stage_id:
             return float(p.seconds)
     return None
 
 
-def _reps_done(grading, stage_id: str) -> int | None:
-    o = (getattr(grading, "outcomes", None) or {}).get(stage_id)
-    ms = (getattr(o, "bench", None) or {}).get("student_ms") if o is not None else None
-    return len(ms) if isinstance(ms, list) else None
+def _reps_done(grading: Grading, stage_id: str) -> int | None:
+    """How many timed repetitions the stage's benchmark ran; None when it did not run one."""
+    o = grading.outcomes.get(stage_id)
+    if o is None or o.bench is None:
+        return None
+    return len(o.bench.student_ms)
 
 
 def _derived(stage: Stage, rubric: Rubric, reference_s: float | None) -> float:
@@ -54,7 +57,7 @@ def _derived(stage: Stage, rubric: Rubric, reference_s: float | None) -> float:
     return stage_limit(st, rb).seconds
 
 
-def limit_proposals(rubric: Rubric, references: list) -> list[LimitProposal]:
+def limit_proposals(rubric: Rubric, references: list[Grading]) -> list[LimitProposal]:
     """One proposal per stage from the reference gradings (one per repeat)."""
     out = []
     for st in rubric.stages:

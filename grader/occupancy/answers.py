@@ -214,11 +214,22 @@ def parse_answers(text: str, schema: dict[str, Field], filename: str = "answers.
     prefixes = {".".join(p.split(".")[:i]) for p in schema for i in range(1, p.count(".") + 1)}
     unknown: list[str] = []
     _note_unknown(data, "", schema, prefixes, unknown)
-    out.notes = [f"{quote_code(p)}: not a known field; ignored (check its spelling and indentation)"
+    out.notes = [f"{quote_code(p)}: not a known field; ignored ({_did_you_mean(p, schema, prefixes)})"
                  for p in unknown[:MAX_NOTES]]
     if len(unknown) > MAX_NOTES:
         out.notes.append(f"... and {len(unknown) - MAX_NOTES} more unknown fields")
     return out
+
+
+def _did_you_mean(path: str, schema: dict[str, Field], prefixes: set[str]) -> str:
+    """The closest known field beside an unknown one (a typo), or the general hint."""
+    import difflib
+
+    parent, _, key = path.rpartition(".")
+    head = parent + "." if parent else ""
+    siblings = sorted({k[len(head):].split(".")[0] for k in (*schema, *prefixes) if k.startswith(head) and k != parent})
+    close = difflib.get_close_matches(key, siblings, n=1, cutoff=0.6)
+    return f"did you mean {quote_code(head + close[0])}?" if close else "check its spelling and indentation"
 
 
 def _note_unknown(node: Any, prefix: str, schema: dict[str, Field], prefixes: set[str], found: list[str]) -> None:

@@ -8,17 +8,22 @@ starts them beside the stages' compiles). Nothing here raises for the student's 
 """
 from __future__ import annotations
 
+import struct
 import time
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.compile.ptxas import KernelResources, entry_names, name_hint, parse_ptxas
-from grader.compile.student import CompileStatus, Fence, compile_student, prepare_scratch
+from grader.compile.cubin import CubinFormatError
+from grader.compile.ptxas import KernelResources, name_hint
+from grader.compile.resources import add_spills, cubin_kernels
+from grader.compile.sass import dump_sass
+from grader.compile.student import CompileStatus, Deadline, Fence, compile_student, prepare_scratch
 from grader.compile.tool_search import Tool
 from grader.model import ProcRecord
+from grader.occupancy.variants import program_defines
 from grader.rubric.occupancy import OccupancyConfig
-from grader.untrusted.quote import fence_block
+from grader.untrusted.quote import fence_block, quote_code
 
 BUILD_OUTPUT_LIMIT = 64_000  # bytes of compiler output kept per stream
 
@@ -48,9 +53,10 @@ def trim(text: str, limit: int = 1500) -> str:
 
 
 def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: float, file: str,
-             need: tuple[str, ...], fence: Fence | None) -> Build:
+             need: tuple[str, ...], fence: Fence | None, cuobjdump: Tool | None = None,
+             deadline: Deadline | None = None) -> Build:
     record = compile_student(nvcc, scratch, build.output.name, flags, timeout_s=timeout_s,
-                             output_limit=BUILD_OUTPUT_LIMIT, fence=fence)
+                             output_limit=BUILD_OUTPUT_LIMIT, fence=fence, deadline=deadline)
     build.proc = record.proc
     what = f"{file} (-maxrregcount={build.cap})" if build.cap is not None else file
     if record.status is CompileStatus.REFUSED:
@@ -62,15 +68,33 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
         brief = proc.brief() if proc is not None else "did not run"
         build.problem = f"{what} did not compile: nvcc {brief}:{detail}"
         return build
-    report = record.report
-    build.kernels = parse_ptxas(report)
+    if not need:  # the host program: nothing read from it here
+        build.ok = True
+        return build
+    # The resources come from the cubin (and the spills from its SASS), never from what the compiler
+    # printed: a #pragma message can print lines identical to ptxas -v's (grader/compile/resources.py).
+    try:
+        build.kernels = cubin_kernels(build.output.read_bytes())
+    except (OSError, CubinFormatError, IndexError, struct.error) as exc:
+        build.problem = f"{what}: the compiled cubin could not be read ({exc})"
+        return build
     missing = [k for k in need if k not in build.kernels]
     if missing:
-        found = entry_names(report)
+        found = list(build.kernels)
         hint = "".join(name_hint(m, found) for m in missing)
         build.problem = (f"{file} has no kernel named " + ", ".join(f"`{m}`" for m in missing)
-                         + f"; found: {', '.join(found) or 'no kernels'}{hint}")
+                         + f"; found: {', '.join(quote_code(n) for n in found[:10]) or 'no kernels'}{hint}")
         return build
+    if any(not build.kernels[k].spills_read for k in need):
+        sass = dump_sass(str(build.output), cuobjdump)
+        if not sass.available:
+            build.problem = f"{what}: its spills could not be read from the SASS ({sass.reason})"
+            return build
+        for k in need:
+            add_spills(build.kernels[k], sass.local_bytes)
+        if unread := [k for k in need if not build.kernels[k].spills_read]:
+            build.problem = f"{what}: the SASS has no function {', '.join(quote_code(k) for k in unread)}"
+            return build
     build.ok = True
     return build
 
@@ -87,13 +111,14 @@ def _plan(cfg: OccupancyConfig, arch_flags: list[str], build_dir: Path,
         b = Build("default", None, build_dir / "occ_default.cubin")
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True), (prog.work_kernel,))
         b = Build("exe", None, build_dir / "occ")
-        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False), ())
+        jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False) + program_defines(cfg), ())
     return jobs
 
 
 def start_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
               timeout_s: float, with_gpu: bool, pool: Executor, user: str | None = None,
-              fence: Fence | None = None) -> dict[str, Future[Build]]:
+              fence: Fence | None = None, cuobjdump: Tool | None = None,
+              deadline: Deadline | None = None) -> dict[str, Future[Build]]:
     """Copy the program's folder for building (now), then submit every build to ``pool`` and return
     at once: the pipeline starts them beside the stages' compiles (grader/pipeline.py:
     compile_stages), on one pool bounded by the CPU count. A refused copy (an ``#include`` that
@@ -109,17 +134,18 @@ def start_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str]
             futures[label] = Future()
             futures[label].set_result(b)
         else:
-            futures[label] = pool.submit(_compile, b, nvcc, scratch, flags, timeout_s, cfg.program_file, need, fence)
+            futures[label] = pool.submit(_compile, b, nvcc, scratch, flags, timeout_s, cfg.program_file, need, fence,
+                                         cuobjdump, deadline)
     return {label: futures[label] for label in jobs}
 
 
 def build_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str], work: Path,
               timeout_s: float, with_gpu: bool, user: str | None = None,
-              fence: Fence | None = None) -> dict[str, Build]:
+              fence: Fence | None = None, cuobjdump: Tool | None = None) -> dict[str, Build]:
     """Compile the program: a cubin per register cap (always), plus the default cubin and the host
     program when there is a GPU to run them on. In parallel, on a pool of its own; never raises."""
     with ThreadPoolExecutor(max_workers=len(cfg.ex6.register_caps) + 2) as pool:
-        futures = start_all(src, cfg, nvcc, arch_flags, work, timeout_s, with_gpu, pool, user, fence)
+        futures = start_all(src, cfg, nvcc, arch_flags, work, timeout_s, with_gpu, pool, user, fence, cuobjdump)
         return {label: f.result() for label, f in futures.items()}
 
 

@@ -188,8 +188,8 @@ def grade_ex6(ctx: Ctx) -> list[ItemResult]:
         checks = [
             (top is not None and (top.registers or 0) >= need and not top.spills,
              f"at -maxrregcount={max(caps)} heavy should use at least {need} registers with no "
-             f"spills; ptxas: {getattr(top, 'registers', None)} registers, "
-             f"{getattr(top, 'spill_stores', None)} B spill stores"),
+             f"spills; ptxas: {top.registers if top else None} registers, "
+             f"{top.spill_stores if top else None} B spill stores"),
             (low is not None and low.spills,
              f"at -maxrregcount={min(caps)} heavy should spill; ptxas reports no spills"),
         ]

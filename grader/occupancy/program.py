@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grader.model import ProcRecord
 from grader.sandbox.fence import Fence
-from grader.sandbox.guard import run_guarded, student_user
+from grader.sandbox.guard import host_code_user, run_guarded
 from grader.sandbox.process import Control
 from grader.untrusted.quote import fence_block, quote_code
 
@@ -59,7 +59,7 @@ def run_program(exe: Path, work: Path, timeout_s: float | None = None, *, fence:
     """Run the student's program (all sections) as the student user; (document, problem, process record).
     ``control``: the GPU schedule's cancel (grader/occupancy/early.py runs it on the schedule)."""
     timeout_s = timeout_s or PROGRAM_TIMEOUT_S
-    user = student_user()
+    user = host_code_user()  # never root: a fork bomb must meet RLIMIT_NPROC
     if user:
         for path, mode in ((work, 0o755), (exe.parent, 0o755), (exe, 0o755)):
             try:

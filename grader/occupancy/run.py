@@ -42,7 +42,8 @@ from typing import Any
 
 from grader.clock import Clock
 from grader.compile.locate import MAX_SOURCE_BYTES, Problem, locate
-from grader.compile.student import Fence, student_user
+from grader.compile.student import Deadline, Fence, student_user
+from grader.grading import Environment
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
@@ -102,9 +103,9 @@ def load_answers(root: Path, cfg: OccupancyConfig) -> tuple[Answers, Path | None
 # ---------------------------------------------------------------------------------------
 # The whole flow
 # ---------------------------------------------------------------------------------------
-def _no_device(env) -> Gap:
+def _no_device(env: Environment) -> Gap:
     """Why nothing runs when the run has no usable GPU (Cause.NO_GPU, whatever the reason's words)."""
-    reason = (getattr(env, "device_reason", "") or "").strip()
+    reason = env.device_reason.strip()
     if not reason:
         return Gap(Cause.NO_GPU, NO_DEVICE)
     # Wording only: a reason already worded "not evaluated: ..." is not said twice.
@@ -137,34 +138,35 @@ def _program_source(root: Path, cfg: OccupancyConfig) -> tuple[Path | None, str 
     return (found.path, text, "") if text is not None else (None, None, problem)
 
 
-def _compile_timeout(rubric) -> float:
-    return min(COMPILE_TIMEOUT_S, float(getattr(getattr(rubric, "timeouts", None), "compile_s", COMPILE_TIMEOUT_S)))
+def _compile_timeout(rubric: Rubric) -> float:
+    return min(COMPILE_TIMEOUT_S, float(rubric.timeouts.compile_s))
 
 
-def start_builds(root: Path, rubric: Rubric, env, work: Path, pool: Executor, *,
-                 fence: Fence | None = None) -> PendingBuilds | None:
+def start_builds(root: Path, rubric: Rubric, env: Environment, work: Path, pool: Executor, *,
+                 fence: Fence | None = None, deadline: Deadline | None = None) -> PendingBuilds | None:
     """Start the program's builds on ``pool`` (grader/pipeline.py: compile_stages, so they run beside
     the stages' compiles instead of after the GPU steps): the same builds, flags, limits and fence as
     :func:`grade_occupancy_submission` would make. None when it would build nothing (no section, no
     usable program file, no nvcc); it then says why itself, as before."""
     cfg = rubric.occupancy
-    nvcc = getattr(env, "nvcc", None)
-    if cfg is None or nvcc is None or getattr(nvcc, "path", None) is None:
+    nvcc = env.nvcc
+    if cfg is None or nvcc is None or nvcc.path is None:
         return None
     try:
         src, _text, _problem = _program_source(Path(root), cfg)
         if src is None:
             return None
         Path(work).mkdir(parents=True, exist_ok=True)
-        futures = start_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), Path(work),
-                            _compile_timeout(rubric), bool(getattr(env, "has_gpu", False)), pool,
-                            user=student_user(), fence=fence)
+        futures = start_all(src, cfg, nvcc, list(env.arch_flags), Path(work),
+                            _compile_timeout(rubric), env.has_gpu, pool,
+                            user=student_user(), fence=fence, cuobjdump=env.cuobjdump,
+                            deadline=deadline)
     except Exception:  # the grader's own bug: the occupancy step builds, and says so, as before
         return None
     return PendingBuilds(src, futures)
 
 
-def grade_occupancy_submission(root: Path, rubric: Rubric, env, work: Path,
+def grade_occupancy_submission(root: Path, rubric: Rubric, env: Environment, work: Path,
                                progress: Progress = lambda _msg: None, *,
                                fence: Fence | None = None, clock: Clock | None = None,
                                plots_dir: Path | None = None, prebuilt: Prebuilt | None = None,
@@ -185,7 +187,7 @@ def grade_occupancy_submission(root: Path, rubric: Rubric, env, work: Path,
         return _internal_error(cfg, traceback.format_exc())
 
 
-def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: Progress, fence: Fence | None,
+def _grade(cfg: OccupancyConfig, root: Path, rubric: Rubric, env: Environment, work: Path, progress: Progress, fence: Fence | None,
            clock: Clock, plots_dir: Path, prebuilt: Prebuilt | None = None,
            early: EarlyOccupancy | CollectedOccupancy | None = None) -> list[ItemResult]:
     t0 = time.monotonic()
@@ -195,21 +197,21 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
     log["answers_file"] = str(answers_path) if answers_path else None
     log["answers_notes"] = answers.notes
 
-    has_gpu = bool(getattr(env, "has_gpu", False))
+    has_gpu = env.has_gpu
     meas = Measurements(device_available=has_gpu,
                         no_device=Gap(Cause.NO_GPU, NO_DEVICE) if has_gpu else _no_device(env))
     src, meas.program_source, src_problem = _program_source(root, cfg)
     log["program_file"] = str(src) if src else None
 
-    nvcc = getattr(env, "nvcc", None)
-    has_nvcc = nvcc is not None and getattr(nvcc, "path", None) is not None
+    nvcc = env.nvcc
+    has_nvcc = nvcc is not None and nvcc.path is not None
     builds: dict[str, Build] = {}
     if src is None:
         meas.ptxas_problem = meas.program_problem = src_problem
         for part in ("api", "sweeps", "heavy"):
             meas.gpu_problems[part] = Gap(Cause.STUDENT, src_problem)
     elif not has_nvcc:
-        reason = getattr(nvcc, "reason", "") or "nvcc not found"
+        reason = (nvcc.reason if nvcc is not None else "") or "nvcc not found"
         meas.no_compiler_reason = f"not evaluated: no CUDA compiler ({reason})"
         if has_gpu:  # nothing can be built, so nothing can run: the grader's doing, not the GPU's absence
             meas.device_available = False
@@ -221,8 +223,9 @@ def _grade(cfg: OccupancyConfig, root: Path, rubric, env, work: Path, progress: 
         else:
             progress("occupancy: compiling occ.cu")
             tb = time.monotonic()
-            builds = build_all(src, cfg, nvcc, list(getattr(env, "arch_flags", []) or []), work,
-                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence)
+            builds = build_all(src, cfg, nvcc, list(env.arch_flags), work,
+                               _compile_timeout(rubric), with_gpu=has_gpu, user=student_user(), fence=fence,
+                               cuobjdump=env.cuobjdump)
             build_s = time.monotonic() - tb
             clock.add("build", build_s, "occupancy")
         log["steps"]["compile_s"] = round(build_s, 2)

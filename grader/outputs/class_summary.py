@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from grader.outputs.grades_csv import META_COLUMNS, NOT_EVALUATED_CELL, RowStatus
+from grader.outputs.grades_csv import LOST_PREFIX, META_COLUMNS, NOT_EVALUATED_CELL, RowStatus
 
 SUMMARY_FILE = "class-summary.md"
 SCORES_PNG = "scores.png"
@@ -41,6 +41,20 @@ def _item_rates(columns: list[str], graded: list[dict]) -> list[str]:
     return lines
 
 
+def _first_lost(row: dict) -> str:
+    """The row's first lost item with its whole reason (the note's last part, whose message may hold "; "),
+    or, for a row that was not graded, its note: such a row earned nothing, and never reads as perfect."""
+    note = str(row.get("note") or "")
+    if row.get("status") != RowStatus.GRADED:
+        return note or f"not graded ({row.get('status')})"
+    at = note.find(LOST_PREFIX)
+    if at >= 0:
+        return note[at + len(LOST_PREFIX):]
+    clean = "every item earned points" if not row.get("not_evaluated") else \
+        f"every item judged earned points; {row['not_evaluated']:g} points not evaluated"
+    return clean + (f" ({note})" if note else "")
+
+
 def write_class_summary(out: Path, columns: list[str], rows: list[dict], max_total: float | None) -> Path:
     """Write class-summary.md (and scores.png when there are graded rows) into ``out``; return the page."""
     from grader.outputs.plots import score_histogram_png
@@ -62,10 +76,8 @@ def write_class_summary(out: Path, columns: list[str], rows: list[dict], max_tot
     lines += ["## Each submission's first lost item", "", "| submission | status | total | first lost item, or note |",
               "|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: str(r.get("folder"))):
-        note = str(r.get("note") or "")
-        why = next((part for part in note.split("; ") if part.startswith("first item lost: ")), note)
         lines.append(f"| {_cell(r.get('folder'))} | {_cell(r.get('status'))} | {_cell(r.get('total', ''))} | "
-                     f"{_cell(why.removeprefix('first item lost: ')) or 'every item earned points'} |")
+                     f"{_cell(_first_lost(r))} |")
     page = out / SUMMARY_FILE
     page.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return page

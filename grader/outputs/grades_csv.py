@@ -143,6 +143,7 @@ def _intake_note(folder_dir: Path) -> tuple[bool, list[str]]:
     return False, [f"left out {s.get('path')}: {s.get('detail')}" for s in skipped]
 
 
+LOST_PREFIX = "first item lost: "  # the note's last part, read back by class-summary.md
 # How much of a failed item's message a row's note keeps (its first line).
 _REASON_CHARS = 200
 
@@ -153,15 +154,45 @@ def first_failure(tests: list[dict]) -> str:
     for t in tests:
         status = (t.get("extra_data") or {}).get("status", t.get("status"))
         if status == "failed" and not t.get("score") and t.get("max_score"):
-            line = (str(t.get("output") or "").strip().splitlines() or [""])[0]
+            lines = [ln.strip() for ln in str(t.get("output") or "").strip().splitlines()
+                     if ln.strip() and not ln.strip().startswith(("```", "~~~"))] or [""]
+            # "nvcc failed (exit code 1):" says what follows: its first line is the reason
+            line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
             line = line if len(line) <= _REASON_CHARS else line[:_REASON_CHARS - 3] + "..."
-            return f"first item lost: {t.get('number') or t.get('name')}: {line}"
+            return f"{LOST_PREFIX}{t.get('number') or t.get('name')}: {line}"
     return ""
 
 
-def _note(parts: list[str]) -> str:
+def _note(parts: list[str], last: str = "") -> str:
+    """``parts`` joined, the first few of them; ``last`` (the first lost item) always shown, at the end."""
     shown = parts[:_NOTE_ITEMS] + ([f"... {len(parts) - _NOTE_ITEMS} more"] if len(parts) > _NOTE_ITEMS else [])
-    return "; ".join(shown)
+    return "; ".join(shown + ([last] if last else []))
+
+
+# What a row of each status that was not graded means, first in its note (docs/deployment.md's statuses).
+STATUS_NOTES = {
+    RowStatus.TIMED_OUT: "not graded: the grading ran past the batch's --timeout and was stopped",
+    RowStatus.GRADER_ERROR: "not graded: the grader failed on it (its log.txt says why); grade it again "
+                            "with --retry-failed",
+    RowStatus.USAGE_ERROR: "not graded: the grader refused its input (its results.json says why)",
+    RowStatus.REFUSED: "not graded: the intake refused the submission",
+    RowStatus.MISSING_FOLDER: "not graded: in the export's metadata, but the export has no folder for it",
+    RowStatus.BAD_ENTRY: "not graded: the export's entry for it is not a submission folder",
+    RowStatus.NOT_GRADED: "not graded yet: the batch stopped before it (run the batch again to grade it)",
+}
+
+
+def _error_line(results: dict) -> str:
+    """What an error results.json (a timeout, a grader failure, bad usage) says happened, in one line:
+    its staff-only test's message (the last line of a traceback), or ""."""
+    errors = [t for t in results.get("tests") or []
+              if isinstance(t, dict) and "autograder_error" in (t.get("tags") or [])]
+    text = str(errors[-1].get("output") or "") if errors else ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith(("```", "~~~"))]
+    if not lines:
+        return ""
+    line = (lines[-1] if lines[0].startswith("Traceback") else lines[0]).removeprefix("error: ")
+    return line if len(line) <= _REASON_CHARS else line[:_REASON_CHARS - 3] + "..."
 
 
 def csv_rows(subs: Iterable[Submission], subs_dir: Path,
@@ -183,13 +214,13 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
         rows.append(row)
         if sub.path is None:
             row["status"] = RowStatus.BAD_ENTRY if sub.problems else RowStatus.MISSING_FOLDER
-            row["note"] = _note(sub.problems)
+            row["note"] = _note([STATUS_NOTES[row["status"]], *sub.problems])
             continue
         folder_dir = subs_dir / sub.folder
         results = read_json(folder_dir / "results.json")
         if not isinstance(results, dict):
             row["status"] = RowStatus.NOT_GRADED
-            row["note"] = _note(sub.problems)
+            row["note"] = _note([STATUS_NOTES[RowStatus.NOT_GRADED], *sub.problems])
             continue
         status = (read_json(folder_dir / STATUS_FILE) or {}).get("status") or RowStatus.GRADED
         refused, left_out = _intake_note(folder_dir)
@@ -198,7 +229,9 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
         if max_total is None:
             row["max_total"] = round(sum(float(t.get("max_score") or 0) for t in tests), 4)
         if row["status"] != RowStatus.GRADED:  # not evaluated: no total, no item cells (never a 0)
-            row["note"] = _note(sub.problems + left_out)
+            why = STATUS_NOTES.get(row["status"], f"not graded ({row['status']})")
+            detail = _error_line(results) if row["status"] != RowStatus.REFUSED else ""
+            row["note"] = _note([why + (f": {detail}" if detail else ""), *sub.problems, *left_out])
             continue
         row["total"] = results.get("score")
         cells = {_item_key(t): (_item_cell(t), t) for t in tests if "autograder_error" not in (t.get("tags") or [])}
@@ -206,8 +239,8 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
                                          if c == NOT_EVALUATED_CELL), 4)
         review = [key for key, (c, _) in cells.items() if c == REVIEW_CELL]
         lost = first_failure(tests)
-        row["note"] = _note(sub.problems + left_out + ([f"held for review: {', '.join(review)}"] if review else [])
-                            + ([lost] if lost else []))
+        row["note"] = _note(sub.problems + left_out + ([f"held for review: {', '.join(review)}"] if review else []),
+                            lost)
         for key, (cell, _) in cells.items():
             if key not in item_cols:
                 item_cols.append(key)

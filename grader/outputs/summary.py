@@ -172,9 +172,12 @@ def render_terminal(grading: Grading, console) -> None:
     table = Table(title=f"{grading.submission}: {grading.score:g} / {automatic_max(grading.items):g} automatic points"
                   + (f" (+ {hand:g} graded by hand)" if hand else ""))
     rows = ladder_rows(grading)
-    for col in COLUMNS:  # the stage names are never cut, whatever the terminal's width
-        table.add_column(col, justify="left" if col == "stage" else "right", no_wrap=col == "stage",
-                         min_width=max((len(r[0]) for r in rows), default=len(col)) if col == "stage" else None)
+    # The stage names and the points are never cut, whatever the terminal's width: the other columns give way.
+    whole = {"stage": 0, "points": COLUMNS.index("points")} if "points" in COLUMNS else {"stage": 0}
+    for col in COLUMNS:
+        at = whole.get(col)
+        table.add_column(col, justify="left" if col == "stage" else "right", no_wrap=at is not None,
+                         min_width=max((len(str(r[at])) for r in rows), default=len(col)) if at is not None else None)
     for row in rows:
         style = {"NO": "red", "no build": "red", "yes": ""}.get(row[1], "yellow")
         table.add_row(*row, style=style or None)

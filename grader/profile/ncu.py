@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.children.protocol import PROFILE, Kernel, LaunchResult, ProfileSpec
 from grader.model import Cause, Gap, ProcRecord
@@ -28,6 +29,9 @@ from grader.rubric.metric_names import NOT_PROFILED_PREFIX
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.untrusted.quote import quote_code
+
+if TYPE_CHECKING:
+    from grader.compile.toolchain import Tool
 
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _HEADER_RE = re.compile(r'^"?ID"?,')
@@ -217,7 +221,7 @@ def command(ncu_path: str, kernels: list[str], metrics: list[str], clock_control
             "--metrics", ",".join(metrics), "-k", regex, "--launch-count", str(len(kernels))]
 
 
-def collect(stages: list[Kernel], n: int, seed: int, metrics: list[str], ncu_tool, clock_control: str,
+def collect(stages: list[Kernel], n: int, seed: int, metrics: list[str], ncu_tool: Tool | None, clock_control: str,
             timeout_s: float, work_dir: Path, *, fence: Fence | None = None,
             first: Callable[[], ChildResult[LaunchResult]] | None = None) -> NcuRun:
     """Profile every stage kernel once in one ncu process. Never raises.
@@ -230,7 +234,7 @@ def collect(stages: list[Kernel], n: int, seed: int, metrics: list[str], ncu_too
     run = NcuRun(kernels={s.id: s.kernel for s in stages})
     if not stages:
         return run
-    if ncu_tool is None or getattr(ncu_tool, "path", None) is None:
+    if ncu_tool is None or ncu_tool.path is None:
         run.reason = NCU_MISSING
         return run
     work_dir = Path(work_dir).resolve()  # ncu runs in it, so every path handed over is absolute

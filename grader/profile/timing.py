@@ -23,6 +23,7 @@ class TimingSummary:
     ratio_iqr: float  # inter-quartile range of the per-pair ratios
     fraction_of_peak: float | None = None  # against the stage's own ceiling
     peak_tflops: float | None = None
+    warmup_ms: list[float] | None = None  # each warm-up launch's time (fresh inputs, as the timed ones)
 
 
 def gemm_tflops(n: int, ms: float) -> float:
@@ -30,7 +31,7 @@ def gemm_tflops(n: int, ms: float) -> float:
 
 
 def summarize(n: int, student_ms: list[float], baseline_ms: list[float],
-              peak_tflops: float | None) -> TimingSummary | None:
+              peak_tflops: float | None, warmup_ms: list[float] | None = None) -> TimingSummary | None:
     pairs = [(s, b) for s, b in zip(student_ms, baseline_ms) if s > 0 and b > 0]
     if not pairs:
         return None
@@ -47,4 +48,5 @@ def summarize(n: int, student_ms: list[float], baseline_ms: list[float],
         n=n, reps=len(pairs), median_ms=med, min_ms=min(s for s, _ in pairs),
         baseline_median_ms=base, tflops=tf, baseline_tflops=gemm_tflops(n, base),
         fraction_of_baseline=base / med, ratio_iqr=iqr,
-        fraction_of_peak=(tf / peak_tflops) if peak_tflops else None, peak_tflops=peak_tflops)
+        fraction_of_peak=(tf / peak_tflops) if peak_tflops else None, peak_tflops=peak_tflops,
+        warmup_ms=list(warmup_ms) if warmup_ms else None)

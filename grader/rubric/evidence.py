@@ -17,7 +17,7 @@ from grader.rubric.types import Launch, Stage
 
 
 class KernelView(Protocol):
-    """ptxas -v's record of the kernel (grader/compile/ptxas.py: KernelResources)."""
+    """The kernel's resources as its cubin and SASS record them (grader/compile/resources.py)."""
 
     @property
     def registers(self) -> int | None: ...
@@ -31,6 +31,8 @@ class KernelView(Protocol):
     def stack_frame(self) -> int: ...
     @property
     def spills(self) -> bool: ...
+    @property
+    def spills_read(self) -> bool: ...
 
 
 class CompiledView(Protocol):
@@ -48,6 +50,8 @@ class CompiledView(Protocol):
     def launch(self) -> Launch | None: ...
     @property
     def launch_source(self) -> str: ...
+    @property
+    def notes(self) -> list[str]: ...
 
 
 class SassView(Protocol):
@@ -76,6 +80,8 @@ class TimingView(Protocol):
     def tflops(self) -> float: ...
     @property
     def fraction_of_baseline(self) -> float: ...
+    @property
+    def warmup_ms(self) -> list[float] | None: ...
 
 
 class StageView(Protocol):

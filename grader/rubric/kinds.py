@@ -45,7 +45,7 @@ from typing import Any
 from grader.model import Cause, Gap, ItemResult, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
-from grader.rubric.evidence import StageView
+from grader.rubric.evidence import StageView, TimingView
 from grader.rubric.expr import (
     COMPARE,
     METRIC_RE,
@@ -300,7 +300,23 @@ def _untimed(item: Item, o: StageView) -> ItemResult | None:
                       f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                       f"{st.plausible_max:g}x; course staff will look at this kernel",
                       fraction_of_baseline=t.fraction_of_baseline)
+    warm = long_warmup(t, st.bench.warmup_review_multiple)
+    if warm:
+        return result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {warm}; course staff will "
+                      "look at this kernel", fraction_of_baseline=t.fraction_of_baseline)
     return None
+
+
+def long_warmup(t: TimingView, multiple: float) -> str:
+    """Why the warm-up looks like preparation for the timed launches ("" when it does not): a warm-up
+    launch more than ``multiple`` times the timed launches' median. Not a failure: a person looks."""
+    slow = [(k, ms) for k, ms in enumerate(t.warmup_ms or [], 1) if ms > multiple * t.median_ms]
+    if not slow:
+        return ""
+    k, ms = max(slow, key=lambda p: p[1])
+    return (f"warm-up launch {k} took {ms:.3f} ms, {ms / t.median_ms:.1f}x the timed launches' median of "
+            f"{t.median_ms:.3f} ms (more than {multiple:g}x, settings.bench.warmup_review_multiple): warm-up "
+            "launches get fresh inputs as the timed ones do, so they should take about as long")
 
 
 def sizes_words(rubric: Rubric) -> str:
@@ -324,6 +340,8 @@ def _judge_compiles(item: Item, o: StageView, context: JudgeContext) -> ItemResu
         msg = (f"compiled; {k.registers} registers, {k.shared_bytes} B static shared memory, "
                f"launch {launch.block[0]}x{launch.block[1]} threads, tile {launch.tile[0]}x"
                f"{launch.tile[1]} ({c.launch_source})")
+        if c.notes:  # e.g. a file of the folder that no build reads, whose #include would be refused
+            msg += ". Note: " + "; ".join(c.notes)
         tried, why = attempt(o)
         if tried is None:
             return result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
@@ -367,13 +385,16 @@ def _judge_no_spills(item: Item, o: StageView, context: JudgeContext) -> ItemRes
     k = c.kernel if c is not None else None
     assert k is not None  # needs_compile: score/stages.py judged an uncompiled stage's item already
     msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
-           f"loads, {k.stack_frame} B stack frame (ptxas -v)")
+           f"loads, {k.stack_frame} B stack frame (read from the cubin and its SASS)")
     # Static, like the compile item: an empty or stub kernel spills nothing, so its register use
     # counts only once the SASS shows the stage's own work. Correctness is never read here, so a
     # GPU run cannot take these points back.
     tried, why = attempt(o, arithmetic=True)
     if tried is None:
         return result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
+    if not k.spills_read:
+        return result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: {st.kernel} has a {k.stack_frame} B "
+                      "stack frame and its SASS was not read, so its spills are unknown")
     if not tried:
         return result(st, item, Status.FAILED, 0, f"{msg}. No credit yet: {why}, and a kernel that does "
                       "not do the work spills nothing", registers=k.registers)

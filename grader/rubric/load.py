@@ -47,7 +47,7 @@ def _bench(r: Reader, base: Bench) -> Bench:
         elif f.name == "warmup":  # none at all is allowed: a slow kernel's first launch is as warm as its next
             kw[f.name] = r.integer(f.name, base.warmup, lo=0)
         else:
-            typ = (int, float) if f.name == "max_seconds" else int
+            typ = (int, float) if f.name in ("max_seconds", "warmup_review_multiple") else int
             kw[f.name] = r.positive(f.name, typ, getattr(base, f.name))
     r.done()
     if kw["min_reps"] > kw["reps"]:
@@ -109,6 +109,14 @@ def _optional_positive(r: Reader, key: str) -> float | None:
     return None if value is None else float(value)
 
 
+def _factor(r: Reader, key: str, default: float) -> float:
+    """A factor at ``key`` that bounds a ratio either way: a number above 1."""
+    value = float(r.positive(key, default=default))
+    if value <= 1:
+        raise RubricError(r.path(key), f"is {value!r}", "a factor above 1 (a ratio within it either way passes)")
+    return value
+
+
 def _settings(s: Reader) -> dict[str, Any]:
     """The ``settings:`` mapping, as keyword arguments of Rubric (and the stages' defaults)."""
     arch = s.get("arch_without_device", str, "sm_90a")
@@ -128,12 +136,15 @@ def _settings(s: Reader) -> dict[str, Any]:
                                 for f in dataclasses.fields(RunLimits)})
     lr.done()
     out_limit = s.positive("output_limit_bytes", int, 20000)
+    max_device = s.positive("max_static_device_bytes", int, Rubric.max_static_device_bytes)
     bench = _bench(s.sub("bench", {}), Bench())
     plausible = float(s.positive("plausible_max_fraction_of_baseline", default=1.2))
     pr = s.sub("profile", {})
     profile = Profile(enabled=pr.get("enabled", bool, True), n=pr.positive("n", int, 2048),
                       clock_control=pr.choice("clock_control", ("none", "base"), "none"),
-                      timeout_s=float(pr.positive("timeout_s", default=Profile.timeout_s)))
+                      timeout_s=float(pr.positive("timeout_s", default=Profile.timeout_s)),
+                      duration_agreement=_factor(pr, "duration_agreement", Profile.duration_agreement),
+                      rate_agreement=_factor(pr, "rate_agreement", Profile.rate_agreement))
     pr.done()
     sr = s.sub("sanitizer", {})
     sanitizer = Sanitizer(racecheck=sr.get("racecheck", bool, True),
@@ -145,7 +156,7 @@ def _settings(s: Reader) -> dict[str, Any]:
     s.done()
     return dict(arch_without_device=arch, correctness_sizes=sizes, timeouts=timeouts, output_limit_bytes=out_limit,
                 profile=profile, sanitizer=sanitizer, stage_limits=stage_limits, bench=bench, plausible=plausible,
-                bonus=bonus)
+                bonus=bonus, max_static_device_bytes=max_device)
 
 
 def _peaks(p: Reader) -> tuple[tuple[PeakOverride, ...], dict[str, dict[str, float]]]:
@@ -226,7 +237,10 @@ def load_rubric(path: str | Path) -> Rubric:
         raise RubricError(str(path), f"cannot be read ({exc.strerror or exc})", "a readable YAML file") from None
     except UnicodeDecodeError:
         raise RubricError(str(path), "is not UTF-8 text", "a UTF-8 YAML file") from None
-    return rubric_from_text(text, path.name)
+    from grader.rubric.calibration import FOLDER, load_entries
+
+    rubric = rubric_from_text(text, path.name)
+    return dataclasses.replace(rubric, calibrations=load_entries(path.parent / FOLDER, rubric))
 
 
 def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
@@ -235,8 +249,16 @@ def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
         raw = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        # The parser notices an unclosed {...} or [...] lines after it (the next key, the next item): the
+        # line an editor needs is where the construct began, its context_mark.
+        context, began = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and began is not None and mark is not None and began.line < mark.line:
+            what = context.removeprefix("while parsing ").removeprefix("a ").removeprefix("an ")
+            raise RubricError(f"{source} line {began.line + 1}",
+                              f"is not valid YAML: the {what} that starts here: {problem} (noticed at line "
+                              f"{mark.line + 1})", "valid YAML") from None
+        line = f" line {mark.line + 1}" if mark is not None else ""
         raise RubricError(f"{source}{line}", f"is not valid YAML: {problem}", "valid YAML") from None
     try:
         rubric = parse_rubric(raw, source)

@@ -128,6 +128,10 @@ class OccupancyConfig:
     ex5: Ex5
     ex6: Ex6
     items: dict[str, Item]
+    # Per-student variants (grader/occupancy/variants.py): Ex 1-3's numbers drawn from a seed derived from
+    # the student's identity. Off by default: everyone gets the numbers above.
+    variants: bool = False
+    variant_salt: str = ""  # mixed into every seed: a new term, new variants for the same students
 
     @property
     def max_points(self) -> float:
@@ -223,6 +227,8 @@ def load_occupancy_config(raw: Any, where: str = "rubric.yaml.occupancy") -> Occ
     e6.done()
 
     items = _items(top.sub("items"))
+    variants = top.get("variants", bool, False, "true or false")
+    salt = top.get("variant_salt", str, "", "a text mixed into every student's seed")
     top.done()
     return OccupancyConfig(program_file, answers_file, reference, program, tolerance,
-                           ex1, ex2, ex3, ex4, ex5, ex6, items)
+                           ex1, ex2, ex3, ex4, ex5, ex6, items, variants, salt)

@@ -7,12 +7,16 @@ sections, when the rubric has them, are parsed once, at load, into their own typ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grader.model import Bonus
 from grader.rubric.items import Item
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.peaks import PeakOverride
 from grader.rubric.report import ReportConfig
+
+if TYPE_CHECKING:
+    from grader.rubric.calibration import Entry
 
 INPUTS = ("fp32", "fp16", "bf16")  # a stage's input precision (bf16: both operands K-major, grader/children/inputs.py)
 # How the kernel gets its operands: plain pointers (A, B, C, N), or the Hopper contract: two TMA
@@ -53,6 +57,11 @@ class Bench:
     min_reps: int = 5
     max_seconds: float = 20.0
     flush_l2: bool = True
+    # A warm-up launch this many times longer than the timed launches' median holds the stage's speed
+    # items for review (a kernel may spend its warm-up preparing for the timed launches); every launch
+    # gets fresh inputs, so an honest warm-up does what a timed launch does: the reference kernels'
+    # warm-ups took 0.99-1.00x their timed median on an H100 (docs/measurements/2026-12-06-integrity-round3.md).
+    warmup_review_multiple: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,12 @@ class Profile:
     n: int = 2048
     clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
     timeout_s: float = 60.0  # the whole ncu run (the reference kernels: 7.9 s on an H200)
+    # The code profiled must be the code timed (grader/profile/agreement.py): ncu's duration of its launch
+    # against the stage child's own launches at the profile size, and the rate there against the rate at
+    # the benchmark size, each within this factor either way; else the stage's ncu items fail. The reference
+    # kernels: duration ratios 0.94-1.01, rate ratios 0.75-1.02 on an H100 (2026-12-06-integrity-round3.md).
+    duration_agreement: float = 1.5
+    rate_agreement: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,9 @@ class Timeouts:
     stage_run_s: float | None = None
     checker_s: float = 300.0
     submission_s: float = 300.0  # the stages' runs together; stages still waiting past it are not run
+    # Every compile of a submission together (the stages', occ.cu's), from the first one's start: a
+    # compile that would start past it is not run, and one running is cut to what is left.
+    static_total_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -163,6 +181,9 @@ class Rubric:
     profile: Profile = Profile()
     sanitizer: Sanitizer = Sanitizer()
     stage_limits: RunLimits = RunLimits()
+    # A stage's cubin may declare at most this many bytes of static __device__ memory (read from the
+    # cubin): a GEMM kernel needs none, and a large buffer is where precomputed results would hide.
+    max_static_device_bytes: int = 16 * 1024 * 1024
     occupancy: OccupancyConfig | None = None  # the occupancy exercises, when the rubric has them
     report: ReportConfig | None = None  # the written report, when the rubric has one
     # sha256 of the rubric file's bytes ("" when built from a dict): recorded in every grading, so a
@@ -171,6 +192,9 @@ class Rubric:
     # The rubric file's text, as graded (""  when built from a dict): kept in every grading, so a stored
     # grading can be re-scored under an edited rubric knowing what its measurements were taken under.
     text: str = ""
+    # The per-GPU calibration entries beside the rubric file (calibration/*.yaml, grader/rubric/calibration.py);
+    # a grading on one of those GPUs grades with its entry's levels and stage limits.
+    calibrations: tuple[Entry, ...] = ()
 
     def stage(self, stage_id: str) -> Stage:
         for s in self.stages:

@@ -20,16 +20,20 @@ _CHUNK = 64 * 1024
 
 
 class Capture:
-    """Keep the first and last ``half`` bytes of a stream and count all of it."""
+    """Keep the first and last ``half`` bytes of a stream and count all of it; a ``sink`` also gets
+    every chunk, in order (a caller that must read all of a long output, streaming)."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, sink: Callable[[bytes], None] | None = None):
         self.half = max(0, int(limit)) // 2
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.sink = sink
 
     def feed(self, data: bytes) -> None:
         self.total += len(data)
+        if self.sink is not None:
+            self.sink(data)
         room = self.half - len(self.head)
         if room > 0:
             self.head += data[:room]

@@ -26,7 +26,7 @@ import pwd
 import shutil
 import signal
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
@@ -88,6 +88,25 @@ def student_user() -> str | None:
     """``$GRADER_STUDENT_USER``, with "" and "none" meaning no user switch."""
     name = os.environ.get(STUDENT_USER_VAR, "").strip()
     return None if name in ("", NO_USER) else name
+
+
+# Who a student's own program runs as, as root with no student user configured: RLIMIT_NPROC never
+# binds root (the kernel exempts uid 0), so a fork bomb as root was stopped only by the watchdog racing
+# it (49 s against an 8 s limit on the GPU host, issue #43); as any other uid the kernel stops the forks.
+FALLBACK_HOST_USER = "nobody"
+
+
+def host_code_user() -> str | None:
+    """The user a student's host program runs as: ``$GRADER_STUDENT_USER``; as root without one,
+    :data:`FALLBACK_HOST_USER` where the system has it; else None (no switch: not root)."""
+    user = student_user()
+    if user or os.geteuid() != 0:
+        return user
+    try:
+        pwd.getpwnam(FALLBACK_HOST_USER)
+    except KeyError:
+        return None
+    return FALLBACK_HOST_USER
 
 
 def mode() -> Mode:
@@ -168,6 +187,7 @@ def run(
     fence: Fence | None = None,
     control: Control | None = None,
     nice: int = 0,
+    stdout_sink: Callable[[bytes], None] | None = None,
 ) -> ProcRecord:
     """Run ``cmd`` with a wall-clock limit (and a fence, if given); return what happened as a record.
 
@@ -181,6 +201,8 @@ def run(
     ``$GRADER_STUDENT_USER``. ``fence``: see the module docstring; ``cwd`` defaults to its scratch.
     ``control``: hold the time limit's clock, or cancel the run (grader.sandbox.process.Control).
     ``nice``: lower the child's CPU priority by this much (a fence has its own: ``Fence.nice``).
+    ``stdout_sink``: gets all of stdout, chunk by chunk, as it is read (no fence: a grader tool's
+    output read whole, e.g. a SASS listing).
 
     Raises only for the caller's mistakes (``timeout_s`` not a positive number, an unknown
     ``user``, a fence whose scratch or read-only paths do not exist, a ``cwd`` the fence hides).
@@ -191,6 +213,8 @@ def run(
     command = [os.fspath(c) for c in cmd]
     user = _step_user(user, fence)
     if fence is not None:
+        if stdout_sink is not None:
+            raise ValueError("stdout_sink is for unfenced runs")
         return _run_fenced(command, fence, timeout_s=float(timeout_s), cwd=cwd, env=env, output_limit=output_limit,
                            stdin_data=stdin_data, user=user, confinement=None, bwrap=None, control=control)
     child_env = dict(os.environ) if env is None else dict(env)
@@ -201,7 +225,7 @@ def run(
         if env is None:
             child_env.update(HOME=home, USER=user, LOGNAME=user)
     return run_process(command, timeout_s=float(timeout_s), cwd=cwd, env=child_env, output_limit=output_limit,
-                       stdin_data=stdin_data, popen_extra=popen, control=control)
+                       stdin_data=stdin_data, popen_extra=popen, control=control, stdout_sink=stdout_sink)
 
 
 def run_guarded(cmd: Sequence[str], *, cwd: Path, timeout_s: float, output_limit: int,

@@ -510,6 +510,7 @@ def run_process(
     output_cap: int | None = None,
     kill_extra: Callable[[], None] | None = None,
     control: Control | None = None,
+    stdout_sink: Callable[[bytes], None] | None = None,
 ) -> ProcRecord:
     """Run ``command`` until it exits or a limit ends it; the record says which (``limit``).
 
@@ -520,6 +521,7 @@ def run_process(
     start. ``kill_extra``: called with the session kill
     (a cgroup's kill), so that processes outside the session die as promptly. ``control``: a
     :class:`Control` whose held time extends the time limit and whose cancel stops the child.
+    ``stdout_sink``: gets every chunk of stdout as it is read (the record still keeps head and tail).
     """
     start = time.monotonic()
     if control is not None:
@@ -547,7 +549,7 @@ def run_process(
         _LIVE.add(proc.pid)
 
     stop = threading.Event()
-    out_cap, err_cap = Capture(output_limit), Capture(output_limit)
+    out_cap, err_cap = Capture(output_limit, stdout_sink), Capture(output_limit)
     total_cap = OutputCap(output_cap, (out_cap, err_cap))
     assert proc.stdout is not None and proc.stderr is not None
     threads = [threading.Thread(target=read_stream, args=(pipe.fileno(), cap, stop, total_cap.check), daemon=True)

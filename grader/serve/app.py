@@ -7,8 +7,10 @@
     GET  /api/v1/jobs/{id}/summary         {"html"}: summary.md rendered (raw HTML escaped, no images)
     GET  /api/v1/queue                     workers, queued kinds and times, running, done_last_hour, mean_grade_s
     GET  /api/v1/leaderboard               the best graded self-check per token, under its pseudonym
-    GET  /healthz                          {"ok", "queue", "workers"}; 503 {"ok": false} when the store is unavailable
-    GET  /, /jobs/{id}                     static/index.html, static/job.html (their JS calls the API)
+    GET  /healthz                          {"ok", "queue", "store", "disk", "workers"}; 503 {"ok": false} when the
+                                           store is unavailable or the disk has under min_free_mib free
+    GET  /                                 static/index.html (its JS calls the API)
+    GET  /jobs/{id}, /jobs/{id}/summary    the job's page and its summary.md, rendered here (job_page.py)
 
 Every error answers ``{"error": "<sentence>"}``; one no handler expected is a 500 that says only that
 the log has the details (:class:`JsonErrors`). A job's id is its read capability (unguessable);
@@ -19,9 +21,11 @@ into a store that would lose it.
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 import secrets
+import shutil
 import threading
 import time
 import zipfile
@@ -31,20 +35,22 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from grader.serve import job_page as pages
 from grader.serve import limits, results, retention, signing, views
 from grader.serve.auth import Secrets, Tokens
+from grader.serve.connections import AUTHENTICATED, Gate
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
-from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable
+from grader.serve.store import Job, JobStore, Kind, State, StoreUnavailable, UnreadableRecord
 from grader.serve.stores import open_store
 from grader.serve.supervisor import Supervisor
-from grader.serve.upload import Receiver, Sender, Upload
+from grader.serve.upload import MAX_ZIP_ENTRIES, Receiver, Sender, Upload, zip_entries
 from grader.serve.worker import reap, stale_without_gpu
 
 log = logging.getLogger("grader.serve")
@@ -115,6 +121,8 @@ class Service:
         sender's stored job already (its answer, and the body is never read); a token over a limit
         gets its 429. None: read the body."""
         self.store.check()
+        if self.disk_problem() is not None:
+            raise limits.Refusal(503, limits.DISK_FULL, retry_after=60)
         if not force and who.declared_sha:
             same = self.store.find_same(who.owner, who.declared_sha, self.key)
             if same is not None and not stale_without_gpu(same, self.settings):  # the sender's own job: a wrong declared sha256 can only name another of its own
@@ -122,6 +130,31 @@ class Service:
         if who.kind is Kind.SELFCHECK:
             self._check_token(who.owner, time.time())
         return None
+
+    def disk_problem(self) -> str | None:
+        """Why the data folder's disk cannot take more (for the log and /healthz), or None."""
+        try:
+            free = shutil.disk_usage(self.settings.data).free
+        except OSError as exc:
+            return f"the data folder {self.settings.data} cannot be read ({exc.strerror})"
+        if free < self.settings.min_free_mib * 1024 * 1024:
+            return (f"the disk of the data folder has {free / 1024 / 1024:.0f} MiB free, under min_free_mib "
+                    f"({self.settings.min_free_mib:g})")
+        return None
+
+    def charge(self, who: Sender, why: str) -> None:
+        """A token's refused upload whose body the service read counts against its submissions per hour:
+        a failed job without an archive (limits.py). Gradescope's are not limited."""
+        if who.kind is not Kind.SELFCHECK:
+            return
+        now = time.time()
+        job = Job(id=secrets.token_urlsafe(16), kind=who.kind, owner=who.owner, label=who.label, archive_sha="",
+                  key=self.key, created=now, state=State.FAILED, finished=now, error=f"the upload was refused: {why}")
+        try:
+            self.store.add(job, b"")
+        except StoreUnavailable as exc:  # the refusal is answered all the same
+            log.warning("a refused upload of %s was not counted: %s", who.owner, exc)
+        log.info("job %s refused and counted: %s", job.id[:8], why)
 
     def _check_token(self, owner: str, now: float) -> None:
         snap = views.snapshot(self.store, self.settings, now)
@@ -133,15 +166,23 @@ class Service:
         only here, after the credentials passed, and only when a job is stored."""
         kind, owner, label = up.kind, up.owner, up.label
         if not up.size:
-            raise limits.Refusal(400, "the request has no body: send the submission as a zip archive")
+            raise limits.Refusal(400, "the request has no body: send the submission as a zip archive", charged=True)
+        # The cheap check first: the entry count the end record declares, before the central directory is parsed.
+        entries = zip_entries(up.path)
+        if entries is not None and entries > MAX_ZIP_ENTRIES:
+            raise limits.Refusal(400, f"the zip archive has {entries} entries, and at most {MAX_ZIP_ENTRIES} are "
+                                      "accepted; leave out build outputs and data folders", charged=True)
         try:
+            if entries is None:
+                raise zipfile.BadZipFile("it has no zip end record")
             with zipfile.ZipFile(up.path) as zf:
                 if not zf.namelist():
-                    raise limits.Refusal(400, "the zip archive is empty")
+                    raise limits.Refusal(400, "the zip archive is empty", charged=True)
         # NotImplementedError: a zip whose version (or multi-disk layout) Python cannot read, still not a 500
         except (zipfile.BadZipFile, ValueError, OSError, NotImplementedError) as exc:
             raise limits.Refusal(400, f"the body is not a zip archive ({exc}); "
-                                      "send the submission folder zipped (python -m grader submit does)") from None
+                                      "send the submission folder zipped (python -m grader submit does)",
+                                 charged=True) from None
         sha, now = up.sha, time.time()
         with self.lock:
             self.store.check()
@@ -166,15 +207,27 @@ class Service:
                 log.info("job %s done: %s, results of %s copied", job.id[:8], kind.value, source.id[:8])
                 return self._answer(job, 200, deduplicated=True)
             self.store.add(job, body)
+            superseded = self._supersede(job)
         try:
             self.queue.dispatch(job)
         except Exception as exc:  # the queue's server is away: the store holds the job; a reaper dispatches it
             log.warning("job %s: dispatch failed (%s); it will be dispatched again", job.id[:8], exc)
         snap = views.snapshot(self.store, self.settings)
-        log.info("job %s queued: %s, position %s, %d bytes%s%s", job.id[:8], kind.value, snap.position(job), len(body),
-                 " (forced)" if force else "", " (its submitter is over the fair share: behind others)"
-                 if job.demoted else "")
+        log.info("job %s queued: %s, position %s, %d bytes%s%s%s", job.id[:8], kind.value, snap.position(job),
+                 len(body), " (forced)" if force else "", " (its submitter is over the fair share: behind others)"
+                 if job.demoted else "", f"; it supersedes {len(superseded)} queued job(s) of the same submitter"
+                 if superseded else "")
         return self._answer(job, 202, deduplicated=False, snap=snap)
+
+    def _supersede(self, job: Job) -> list[Job]:
+        """A Gradescope submitter has at most one queued job: the newest. Its older queued ones fail with a
+        sentence naming the newer (Gradescope grades a student's active, latest submission), so one student's
+        burst leaves one job ahead of anyone else's. Running ones finish."""
+        if job.kind is not Kind.GRADESCOPE or not job.submitter:
+            return []
+        old = [j for j in self.store.owner_jobs(job.owner, job.created)
+               if j.state is State.QUEUED and j.submitter == job.submitter and j.id != job.id]
+        return [done for j in old if (done := self.store.supersede(j.id, job.id)) is not None]
 
     def _over_fair_share(self, up: Upload, now: float) -> bool:
         """A Gradescope job whose submitter already had ``gradescope_fair_share`` jobs graded or queued
@@ -251,6 +304,7 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
                   openapi_url=None)
     app.state.service = svc
     app.add_middleware(JsonErrors)
+    app.add_middleware(Gate, settings=settings)  # outermost: per-address caps and bodiless methods, before routing
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
@@ -270,6 +324,12 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
             "transfer-encoding" in request.headers
         return error(exc.status, exc.message, exc.retry_after, exc.close or announced)
 
+    @app.exception_handler(UnreadableRecord)
+    async def unreadable(request: Request, exc: UnreadableRecord):
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return error(500, "this job's record was written by another version of the service and cannot be read "
+                          "here; tell the course staff")
+
     @app.exception_handler(StoreUnavailable)
     async def store_down(request: Request, exc: StoreUnavailable):
         log.error("%s %s: the job store is unavailable: %s", request.method, request.url.path, exc)
@@ -279,13 +339,19 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
     async def post_job(request: Request):
         # Everything the headers decide, before a byte of the body (grader/serve/upload.py).
         who = await run_in_threadpool(svc.receiver.sender, request)
+        request.scope.get(AUTHENTICATED, lambda: None)()  # no longer capped as an anonymous request
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
         early = await run_in_threadpool(svc.admit, who, force)
         if early is not None:
             return early
-        async with svc.receiver.receive(request, who) as up:
-            sub_id = request.headers.get(signing.SUBMISSION_ID_HEADER, "") if up.kind is Kind.GRADESCOPE else ""
-            return await run_in_threadpool(svc.submit, up, force, sub_id)
+        try:
+            async with svc.receiver.receive(request, who) as up:
+                sub_id = request.headers.get(signing.SUBMISSION_ID_HEADER, "") if up.kind is Kind.GRADESCOPE else ""
+                return await run_in_threadpool(svc.submit, up, force, sub_id)
+        except limits.Refusal as exc:
+            if exc.charged:
+                await run_in_threadpool(svc.charge, who, exc.message)
+            raise
 
     @app.get("/api/v1/jobs/{job_id}")
     def get_job(job_id: str):
@@ -328,14 +394,21 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
 
     @app.get("/healthz")
     def healthz():
+        """ok only when a submission could be taken now: the store answers and the disk has room."""
         try:
             svc.store.check()
             snap = views.snapshot(svc.store, svc.settings)
         except Exception as exc:  # the details go to the log only: /healthz answers anyone
             log.error("healthz: the job store is unavailable: %s: %s", type(exc).__name__, exc)
-            return JSONResponse({"ok": False, "queue": svc.queue.kind, "error": "the job store is unavailable"},
+            return JSONResponse({"ok": False, "queue": svc.queue.kind, "store": "unavailable", "disk": "unknown",
+                                 "error": "the job store is unavailable"}, status_code=503)
+        disk = svc.disk_problem()
+        if disk is not None:
+            log.error("healthz: %s", disk)
+            return JSONResponse({"ok": False, "queue": svc.queue.kind, "store": "ok", "disk": "full",
+                                 "workers": snap.live_workers, "error": "the service's disk is full"},
                                 status_code=503)
-        return {"ok": True, "queue": svc.queue.kind, "workers": snap.live_workers}
+        return {"ok": True, "queue": svc.queue.kind, "store": "ok", "disk": "ok", "workers": snap.live_workers}
 
     def page(name: str):
         path = STATIC / name
@@ -349,7 +422,33 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
 
     @app.api_route("/jobs/{job_id}", methods=["GET", "HEAD"])
     def job_page(job_id: str):
-        return page("job.html")
+        """The job's page, rendered here (grader/serve/job_page.py); static/job.js only refreshes it."""
+        job = svc.job(job_id)
+        if job is None:
+            return HTMLResponse(pages.render({"id": job_id, "state": "unknown", "error_page":
+                                               "no job with this id (ids are case-sensitive; check the link)"},
+                                              None, None, time.time()), status_code=404)
+        view = views.job_view(job, views.snapshot(svc.store, svc.settings))
+        grading = summary = None
+        if job.state.value in ("done", "failed"):
+            raw = svc.file(job, "grading.json") if "grading.json" in job.files else None
+            try:
+                grading = json.loads(raw) if raw is not None else None
+            except ValueError:
+                grading = None
+            md = svc.file(job, "summary.md") if "summary.md" in job.files else None
+            summary = views.summary_html(md.decode("utf-8", errors="replace")) if md is not None else None
+        return HTMLResponse(pages.render(view, grading if isinstance(grading, dict) else None, summary, time.time()))
+
+    @app.api_route("/jobs/{job_id}/summary", methods=["GET", "HEAD"])
+    def summary_page(job_id: str):
+        """summary.md rendered as a page (the job page's "full summary" link)."""
+        job = svc.job(job_id)
+        md = svc.file(job, "summary.md") if job is not None and "summary.md" in job.files else None
+        if job is None or md is None:
+            return error(404, "no summary.md for this job (yet)" if job is not None else "no job with this id")
+        return HTMLResponse(pages.render_summary_page(job.id, views.summary_html(md.decode("utf-8", errors="replace"))),
+                            headers={"Content-Security-Policy": "default-src 'none'; style-src 'self'"})
 
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")
     return app

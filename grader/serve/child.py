@@ -80,9 +80,41 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def zombie_children(parent: int) -> list[int]:
+    """The children of ``parent`` that have exited and wait to be reaped (state Z in /proc), which
+    :func:`children_of` leaves out: a subreaper inherits them from every grading (a sandboxed step's
+    exited processes, reparented when the grading ends) and they stay until it waits for them."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[0] == b"Z" and fields[1] == str(parent).encode():
+            found.append(int(entry))
+    return found
+
+
+def reap_zombies(keep: Collection[int]) -> int:
+    """Reap this process's exited children not in ``keep`` (whose Popen waits for them itself)."""
+    reaped = 0
+    for pid in zombie_children(os.getpid()):
+        if pid in keep:
+            continue
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                reaped += 1
+        except ChildProcessError:
+            pass
+    return reaped
+
+
 def kill_strays(keep: Collection[int]) -> list[int]:
     """Kill (tree and all) and reap every child of this process not in ``keep``: the orphans a
-    grading left to this subreaper when it died abruptly. Returns their pids."""
+    grading left to this subreaper when it died abruptly, and the exited ones it left (zombies).
+    Returns the pids of the live ones killed."""
     strays = [pid for pid in children_of(os.getpid()) if pid not in keep]
     for pid in strays:
         kill_tree(pid)
@@ -90,6 +122,7 @@ def kill_strays(keep: Collection[int]) -> list[int]:
             os.waitpid(pid, 0)
         except ChildProcessError:
             pass
+    reap_zombies(keep)
     return strays
 
 

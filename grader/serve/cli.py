@@ -69,8 +69,8 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from grader.serve.app import Service, create_app
+    from grader.serve.connections import server_config
     from grader.serve.supervisor import Supervisor
-    from grader.serve.upload import server_config
 
     log = logging.getLogger("grader.serve")
     supervisor = Supervisor(s, gpus)
@@ -87,7 +87,7 @@ def worker_command(args: argparse.Namespace) -> int:
     s = _settings(args)
     if s is None:
         return EXIT_USAGE
-    from grader.serve.worker import Worker, default_name
+    from grader.serve.worker import NameTaken, Worker, default_name
 
     gpu = None if s.no_gpu else str(getattr(args, "gpu", None) or "0")
     if gpu is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:  # a worker started by hand on a host
@@ -99,8 +99,12 @@ def worker_command(args: argparse.Namespace) -> int:
         print(f"error: cannot open the job store or queue {s.queue!r}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     lock = getattr(args, "gpu_lock", None)
-    Worker(s, store, queue, getattr(args, "name", None) or default_name(gpu), gpu,
-           Path(lock).resolve() if lock and gpu is not None else None).run()
+    try:
+        Worker(s, store, queue, getattr(args, "name", None) or default_name(gpu), gpu,
+               Path(lock).resolve() if lock and gpu is not None else None).run()
+    except NameTaken as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 

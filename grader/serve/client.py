@@ -60,10 +60,14 @@ class Problem(str, Enum):
 
 
 class ServiceError(Exception):
+    """``passing``: a busy or briefly unavailable service (503, 502, 504, no answer in time, the
+    connection dropped mid-request), worth another try; never a refusal, nor a server that is not there."""
+
     def __init__(self, problem: Problem, message: str, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, passing: bool = False) -> None:
         super().__init__(message)
         self.problem, self.message, self.status, self.retry_after = problem, message, status, retry_after
+        self.passing = passing
 
 
 @dataclass
@@ -241,7 +245,9 @@ class Client:
             resp = self.http.request(method, target(path, query), content=body or None, headers=all_headers,
                                      timeout=timeout)
         except httpx.TimeoutException as exc:
-            raise ServiceError(Problem.UNREACHABLE, f"no answer in time ({type(exc).__name__})") from None
+            raise ServiceError(Problem.UNREACHABLE, f"no answer in time ({type(exc).__name__})", passing=True) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:  # dropped mid-request
+            raise ServiceError(Problem.UNREACHABLE, str(exc) or type(exc).__name__, passing=True) from None
         except httpx.HTTPError as exc:
             raise ServiceError(Problem.UNREACHABLE, str(exc) or type(exc).__name__) from None
         if resp.status_code >= 400:
@@ -352,4 +358,4 @@ def _refusal(resp: httpx.Response) -> ServiceError:
                413: Problem.TOO_LARGE, 429: Problem.RATE_LIMITED}.get(code)
     if problem is None:
         problem = Problem.SERVER if code >= 500 else Problem.BAD_REQUEST
-    return ServiceError(problem, sentence, code, retry)
+    return ServiceError(problem, sentence, code, retry, passing=code in (502, 503, 504))

@@ -1,5 +1,11 @@
 """Limits on what one student token may ask of the GPUs: archive size, submissions per hour, jobs at once.
 
+A refusal that comes after the service spent work on the request (its body read, in part or whole:
+too slow, too large, cut off, not a zip, a wrong signed sha256) is *charged*: it counts against the
+token's submissions per hour as a failed job (grader/serve/app.py), so a student cannot make the
+service read and parse bodies for ever at no cost. A refusal decided from the headers alone (a
+limit, a full service) is not.
+
 Each refusal is a :class:`Refusal`: the HTTP status, a sentence that says what the limit is and when
 to try again, and for 429 the ``Retry-After`` seconds. The archive's size is checked against
 Content-Length before any byte is read (:func:`check_length`), and the read itself stops at the
@@ -19,9 +25,20 @@ class Refusal(Exception):
     """``close``: the body was not read to its end, so the connection is closed after the answer
     (else a slow client would hold it while it sends what nobody reads)."""
 
-    def __init__(self, status: int, message: str, retry_after: int | None = None, close: bool = False):
+    def __init__(self, status: int, message: str, retry_after: int | None = None, close: bool = False,
+                 charged: bool = False):
         super().__init__(message)
         self.status, self.message, self.retry_after, self.close = status, message, retry_after, close
+        self.charged = charged  # the body was read (the service spent work on it): it counts against the token
+
+
+def charged(refusal: Refusal) -> Refusal:
+    refusal.charged = True
+    return refusal
+
+
+DISK_FULL = ("the service has no room left to store uploads, so nothing was stored; try again later, and tell "
+             "the course staff if it lasts")
 
 
 def _mib(n: float) -> str:

@@ -13,6 +13,11 @@ Every key is optional; the defaults are in :class:`Settings`::
     no_gpu: false              # grade statically, without a GPU (--no-gpu)
     rubric: /path/rubric.yaml  # default: the package's rubric.yaml (--rubric)
     stages: [naive, tiled]     # grade only these stages (--stages a,b); default: all
+    grade_command: [python3, /path/grade.py]   # what grades a job in place of ``python -m grader grade``
+                               # (--grade-command "python3 /path/grade.py"); it is given the same
+                               # arguments (--out OUT --quiet --rubric R ... -- ARCHIVE) and must write
+                               # results.json into OUT; default: the grader itself. The test suite's
+                               # stand-in (tests/standin_grader.py) is one.
     grade_timeout_s: 1800      # wall-clock limit of one grading; the job fails with a sentence past it
     lease_s: 60                # a worker renews its lease every lease_s/4; a job whose lease ran out is re-queued
     max_attempts: 3            # a job interrupted this many times (lost workers) fails instead
@@ -27,6 +32,13 @@ Every key is optional; the defaults are in :class:`Settings`::
     uploads_at_once: 16        # bodies being received at once, in all (503 with Retry-After above it)
     uploads_per_token: 2       # of them, one student token's (429 above it)
     max_connections: 200       # open connections; above it each request is answered 503 at once
+    min_body_rate_kib_s: 16    # a request's body, after header_timeout_s, must average at least this (else 408, closed)
+    connections_per_ip: 16     # open connections from one address (0: no cap); a trusted proxy's are not capped
+    anonymous_per_ip: 8        # requests without credentials in progress at once from one address (429 above it)
+    anonymous_per_ip_per_minute: 600  # and begun per minute (the pages poll every few seconds)
+    trusted_proxies: [127.0.0.1]      # proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips)
+    gradescope_upload_slots: 4 # of uploads_at_once, kept for signed (Gradescope) uploads
+    min_free_mib: 1024         # free space under --data below which /healthz says 503 and uploads are refused
     limits:                    # per student token; Gradescope (signed) jobs are not limited but by size
       submissions_per_hour: 6  # (--per-hour)
       concurrent_jobs: 1       # queued or running at once (--concurrent)
@@ -40,6 +52,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field, fields, replace
@@ -82,6 +95,7 @@ class Settings:
     run_workers: bool = True
     rubric: Path = DEFAULT_RUBRIC
     stages: tuple[str, ...] = ()
+    grade_command: tuple[str, ...] = ()  # (): ``python -m grader grade``
     grade_timeout_s: float = 1800.0
     lease_s: float = 60.0
     max_attempts: int = 3
@@ -94,6 +108,13 @@ class Settings:
     uploads_at_once: int = 16
     uploads_per_token: int = 2
     max_connections: int = 200
+    min_body_rate_kib_s: float = 16.0
+    connections_per_ip: int = 16
+    anonymous_per_ip: int = 8
+    anonymous_per_ip_per_minute: int = 600
+    trusted_proxies: tuple[str, ...] = ("127.0.0.1",)
+    gradescope_upload_slots: int = 4
+    min_free_mib: float = 1024.0
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -105,10 +126,13 @@ class Settings:
         return self.queue if self.queue.startswith(("redis://", "rediss://", "unix://")) else None
 
     def grading_key(self) -> str:
-        """sha256 over the rubric's bytes, the mode and the stages (see the module docstring)."""
+        """sha256 over the rubric's bytes, the mode, the stages and a grade command other than the
+        grader's (see the module docstring)."""
         h = hashlib.sha256(Path(self.rubric).read_bytes())
         h.update(b"|static|" if self.no_gpu else b"|gpu|")
         h.update(",".join(self.stages).encode())
+        if self.grade_command:  # another program's gradings are never another's results
+            h.update(b"|command|" + "\0".join(self.grade_command).encode())
         return h.hexdigest()
 
     def worker_slots(self) -> list[str | None]:
@@ -158,6 +182,22 @@ def _as(key: str, value: Any, kind: type, what: str) -> Any:
     raise SettingsError(f"{key}: {value!r} is not {what}")
 
 
+def _command(key: str, value: Any) -> tuple[str, ...]:
+    """A command as its arguments: a list of strings, or one string split as a shell would."""
+    if isinstance(value, str):
+        try:
+            words = tuple(shlex.split(value))
+        except ValueError as exc:
+            raise SettingsError(f"{key}: {value!r} is not a command line: {exc}") from exc
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        words = tuple(value)
+    else:
+        raise SettingsError(f"{key}: {value!r} is not a command (a string, or a list of strings)")
+    if not words or not words[0]:
+        raise SettingsError(f"{key}: {value!r} is not a command: it names no program")
+    return words
+
+
 def _list(key: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, (str, int)) and not isinstance(value, bool):
         return tuple(s.strip() for s in str(value).split(",") if s.strip())
@@ -176,7 +216,10 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "gradescope_fair_share": (int, "a number of jobs per hour (0: no limit)"),
     "header_timeout_s": (float, "seconds"), "upload_timeout_s": (float, "seconds"),
     "uploads_at_once": (int, "a count"), "uploads_per_token": (int, "a count"),
-    "max_connections": (int, "a count"),
+    "max_connections": (int, "a count"), "min_body_rate_kib_s": (float, "KiB per second"),
+    "connections_per_ip": (int, "a count (0: no cap)"), "anonymous_per_ip": (int, "a count (0: no cap)"),
+    "anonymous_per_ip_per_minute": (int, "a count (0: no cap)"), "gradescope_upload_slots": (int, "a count"),
+    "min_free_mib": (float, "MiB"),
 }
 GRADINGS_PER_GPU = range(1, 5)  # more than 4 would wait on the lock more than they compile
 
@@ -205,8 +248,10 @@ def from_mapping(base: Settings, raw: Any, where: str) -> Settings:
                 raise SettingsError(f"{name}: {value!r} is not an integer from {GRADINGS_PER_GPU.start} to "
                                     f"{GRADINGS_PER_GPU.stop - 1}")
             changes[key] = value
-        elif key in ("gpus", "stages"):
+        elif key in ("gpus", "stages", "trusted_proxies"):
             changes[key] = _list(name, value)
+        elif key == "grade_command":
+            changes[key] = _command(name, value)
         elif key == "limits":
             if not isinstance(value, dict):
                 raise SettingsError(f"{name}: expected a mapping ({', '.join(_LIMITS)})")
@@ -234,7 +279,7 @@ def load(args: argparse.Namespace) -> Settings:
         s = from_mapping(s, raw, str(config))
     flags: dict[str, Any] = {}
     for key in ("host", "port", "public_url", "queue", "workers", "gradings_per_gpu", "rubric", "grade_timeout_s",
-                "lease_s", "max_attempts"):
+                "lease_s", "max_attempts", "grade_command"):
         value = getattr(args, key, None)
         if value is not None:
             flags[key] = value
@@ -259,6 +304,9 @@ def load(args: argparse.Namespace) -> Settings:
                                                                                  s.upload_timeout_s) <= 0:
         raise SettingsError("uploads_at_once, uploads_per_token and max_connections must be at least 1, and "
                             "header_timeout_s and upload_timeout_s more than 0 seconds")
+    if s.gradescope_upload_slots >= s.uploads_at_once:
+        raise SettingsError(f"gradescope_upload_slots ({s.gradescope_upload_slots}) must be less than uploads_at_once "
+                            f"({s.uploads_at_once}): the rest are the students' self-checks'")
     return s
 
 
@@ -276,6 +324,8 @@ def add_flags(p: argparse.ArgumentParser, *, service: bool) -> None:
     p.add_argument("--grade-timeout-s", type=float, help="wall-clock limit of one grading (default 1800)")
     p.add_argument("--lease-s", type=float, help="a worker's lease on its job (default 60)")
     p.add_argument("--max-attempts", type=int, help="interruptions before a job fails (default 3)")
+    p.add_argument("--grade-command", help="what grades a job, given grade's arguments, instead of "
+                                           "'python -m grader grade' (a test's stand-in)")
     if not service:
         return
     p.add_argument("--host", help="listen address (default 127.0.0.1)")

@@ -20,10 +20,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+
+log = logging.getLogger("grader.serve")
 
 
 class State(str, Enum):
@@ -109,16 +112,54 @@ class WorkerInfo:
     job_started: float | None = None
     pid: int = 0
     host: str = ""
+    boot: str = ""  # the host's boot id (/proc/sys/kernel/random/boot_id): cloned hosts share a name, never this
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> WorkerInfo:
-        return cls(**json.loads(text))
+        d = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 Change = Callable[[Job], "Job | None"]
+
+
+class UnreadableRecord(ValueError):
+    """A job record this version cannot read (an unknown kind or state: a newer service queued it into a
+    shared Redis, say). Lists skip it and log it once (:func:`readable`); only that job is affected."""
+
+
+_reported: set[str] = set()
+
+
+def parse_job(raw: str | bytes, job_id: str = "?") -> Job:
+    """:meth:`Job.from_json`, or :class:`UnreadableRecord` naming the job and what is wrong."""
+    try:
+        return Job.from_json(raw)
+    except json.JSONDecodeError:
+        raise  # not a record at all: a corrupted store is a fault to see whole, not a version's record
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnreadableRecord(f"job {job_id}: its record cannot be read by this version of the service "
+                               f"({type(exc).__name__}: {exc}); it is left alone (a service of the version that "
+                               "queued it can grade it)") from None
+
+
+def readable(raws: list[tuple[str, str | bytes]]) -> list[Job]:
+    """The jobs of ``(id, record)`` pairs that this version can read; each unreadable one is logged
+    once per process, and only it is left out."""
+    jobs = []
+    for job_id, raw in raws:
+        try:
+            jobs.append(parse_job(raw, job_id))
+        except ValueError as exc:  # UnreadableRecord, or not JSON at all: only this job is left out
+            if job_id not in _reported:
+                _reported.add(job_id)
+                log.error("%s", exc if isinstance(exc, UnreadableRecord) else f"job {job_id}: its record is not "
+                          f"JSON ({exc}); it is left out of every list")
+    return jobs
 
 
 class StoreUnavailable(Exception):
@@ -208,6 +249,11 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def workers(self) -> list[WorkerInfo]: ...
 
+    @abc.abstractmethod
+    def claim_name(self, info: WorkerInfo, replaceable: Callable[[WorkerInfo], bool]) -> WorkerInfo | None:
+        """Atomically: register ``info`` unless a worker of that name is registered whose record
+        ``replaceable`` refuses (a live one); then return that holder and write nothing."""
+
     def close(self) -> None:  # noqa: B027 - optional for backends
         pass
 
@@ -253,6 +299,19 @@ class JobStore(abc.ABC):
             job.copied_from, job.lease_until, job.without_gpu = copied_from, 0.0, without_gpu
             return job
         return self._update(job_id, change, results=results)
+
+    def supersede(self, job_id: str, newer: str, now: float | None = None) -> Job | None:
+        """Fail a still-queued job because ``newer`` (the same submitter's later submission) replaces it."""
+        t = time.time() if now is None else now
+
+        def change(job: Job) -> Job | None:
+            if job.state is not State.QUEUED:
+                return None
+            job.state, job.finished, job.lease_until = State.FAILED, t, 0.0
+            job.error = (f"superseded: a newer submission from the same student (job {newer}) arrived while this "
+                         "one waited, and only the newest is graded; its results are on the newer submission")
+            return job
+        return self._update(job_id, change)
 
     def requeue(self, job_id: str, worker: str, *, pid: int | None = None, lease_before: float | None = None,
                 count_attempt: bool = True, max_attempts: int = 3, why: str = "") -> Job | None:

@@ -15,7 +15,7 @@ from typing import TypeVar
 import redis
 from redis.client import Pipeline
 
-from grader.serve.store import Change, Job, JobStore, Kind, State, StoreUnavailable, WorkerInfo
+from grader.serve.store import Change, Job, JobStore, Kind, State, StoreUnavailable, WorkerInfo, parse_job, readable
 
 PREFIX = "grader:"
 R = TypeVar("R")
@@ -62,7 +62,7 @@ class RedisStore(JobStore):
 
     def get(self, job_id: str) -> Job | None:
         raw = self.r.get(self._k("job", job_id))
-        return Job.from_json(raw) if raw else None
+        return parse_job(raw, job_id) if raw else None
 
     def _transact(self, job_id: str, plan: Plan[R]) -> R | None:
         """Read the job's record under WATCH; ``plan(raw)`` returns None to leave it as it is, or the
@@ -87,8 +87,8 @@ class RedisStore(JobStore):
 
     def _update(self, job_id: str, change: Change, results: bytes | None = None) -> Job | None:
         def plan(raw: bytes | str) -> Callable[[Pipeline], Job] | None:
-            old = Job.from_json(raw)
-            new = change(Job.from_json(raw))  # a fresh copy: change may alter its argument
+            old = parse_job(raw, job_id)
+            new = change(parse_job(raw, job_id))  # a fresh copy: change may alter its argument
             if new is None:
                 return None
 
@@ -117,7 +117,7 @@ class RedisStore(JobStore):
         if not ids:
             return []
         raws = self.r.mget([self._k("job", i) for i in ids])
-        return [Job.from_json(raw) for raw in raws if raw]
+        return readable([(i, raw) for i, raw in zip(ids, raws) if raw])
 
     def _content(self, archive_sha: str, key: str) -> list[Job]:
         return self._load(self.r.zrevrange(self._k("content", archive_sha, key), 0, -1))
@@ -155,7 +155,7 @@ class RedisStore(JobStore):
 
     def forget(self, job_id: str, whole: bool) -> bool:
         def plan(raw: bytes | str) -> Callable[[Pipeline], bool] | None:
-            job = Job.from_json(raw)
+            job = parse_job(raw, job_id)
             if job.state not in (State.DONE, State.FAILED):
                 return None
 
@@ -193,3 +193,21 @@ class RedisStore(JobStore):
     def workers(self) -> list[WorkerInfo]:
         raw = self.r.hgetall(self._k("workers"))
         return sorted((WorkerInfo.from_json(v) for v in raw.values()), key=lambda w: w.name)
+
+    def claim_name(self, info: WorkerInfo, replaceable) -> WorkerInfo | None:
+        key = self._k("workers")
+        with self.r.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    raw = pipe.hget(key, info.name)
+                    holder = WorkerInfo.from_json(raw) if raw else None
+                    if holder is not None and not replaceable(holder):
+                        pipe.reset()
+                        return holder
+                    pipe.multi()
+                    pipe.hset(key, info.name, info.to_json())
+                    pipe.execute()
+                    return None
+                except redis.WatchError:
+                    continue

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from grader.serve.store import Change, Job, JobStore, Kind, State, StoreUnavailable, WorkerInfo
+from grader.serve.store import Change, Job, JobStore, Kind, State, StoreUnavailable, WorkerInfo, parse_job, readable
 
 SCHEMA = """
 create table if not exists jobs (
@@ -133,12 +133,12 @@ class SqliteStore(JobStore):
 
     def get(self, job_id: str) -> Job | None:
         row = self._conn().execute("select record from jobs where id = ?", (job_id,)).fetchone()
-        return Job.from_json(row[0]) if row else None
+        return parse_job(row[0], job_id) if row else None
 
     def _update(self, job_id: str, change: Change, results: bytes | None = None) -> Job | None:
         with self._write() as c:
             row = c.execute("select record from jobs where id = ?", (job_id,)).fetchone()
-            new = change(Job.from_json(row[0])) if row else None
+            new = change(parse_job(row[0], job_id)) if row else None
             if new is not None:
                 c.execute("update jobs set owner=?, kind=?, state=?, archive_sha=?, key=?, ord=?, created=?, "
                           "finished=?, ranked=?, record=? where id=?", self._row(new))
@@ -157,9 +157,9 @@ class SqliteStore(JobStore):
         return self._blob("results", job_id)
 
     def _jobs(self, where: str, args: tuple, order: str = "created desc", limit: int = 100_000) -> list[Job]:
-        rows = self._conn().execute(f"select record from jobs where {where} order by {order} limit ?",
+        rows = self._conn().execute(f"select id, record from jobs where {where} order by {order} limit ?",
                                     (*args, limit)).fetchall()
-        return [Job.from_json(r[0]) for r in rows]
+        return readable([(r[0], r[1]) for r in rows])
 
     def find_same(self, owner: str, archive_sha: str, key: str) -> Job | None:
         found = self._jobs("owner = ? and archive_sha = ? and key = ? and state != ?",
@@ -222,3 +222,12 @@ class SqliteStore(JobStore):
     def workers(self) -> list[WorkerInfo]:
         rows = self._conn().execute("select record from workers order by name").fetchall()
         return [WorkerInfo.from_json(r[0]) for r in rows]
+
+    def claim_name(self, info: WorkerInfo, replaceable) -> WorkerInfo | None:
+        with self._write() as c:
+            row = c.execute("select record from workers where name = ?", (info.name,)).fetchone()
+            holder = WorkerInfo.from_json(row[0]) if row else None
+            if holder is not None and not replaceable(holder):
+                return holder
+            c.execute("insert or replace into workers (name, record) values (?, ?)", (info.name, info.to_json()))
+        return None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -49,6 +50,7 @@ def worker_command(settings: Settings, name: str, gpu: str | None, gpu_lock: Pat
     cmd += ["--no-gpu"] if gpu is None else ["--gpu", gpu]
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu is not None and gpu_lock is not None else []
     cmd += ["--stages", ",".join(s.stages)] if s.stages else []
+    cmd += ["--grade-command", shlex.join(s.grade_command)] if s.grade_command else []
     return cmd
 
 

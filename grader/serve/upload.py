@@ -10,8 +10,12 @@ own checks that need no body: its store is whole, the declared content is not al
 job, a token is within its limits. Only then is the body read, holding one of ``uploads_at_once``
 slots (``uploads_per_token`` per token), within ``upload_timeout_s``, and held to the signed sha256.
 
-The connection itself is bounded by :func:`server_config`: a request head must arrive within
-``header_timeout_s`` and at most ``max_connections`` are served at once.
+The connection itself (its head and body deadlines, the minimum rate, the caps per address) is
+bounded before any of this, in grader/serve/connections.py.
+
+Upload slots are shared: ``gradescope_upload_slots`` of ``uploads_at_once`` are kept for signed
+(Gradescope) uploads, so students' self-checks can never take them all; a token holds at most
+``uploads_per_token`` of the rest, and a second one only while fewer than half of them are busy.
 """
 from __future__ import annotations
 
@@ -28,18 +32,18 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import h11
-import uvicorn
 from starlette.requests import ClientDisconnect, Request
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from grader.serve import limits, signing
 from grader.serve.auth import AuthError, Secrets, Tokens
 from grader.serve.settings import Settings
 from grader.serve.store import JobStore, Kind
+from grader.untrusted.safe_copy import MAX_ENTRIES
 
 log = logging.getLogger("grader.serve")
 UPLOADS = "uploads"
+EOCD_SEARCH = 22 + 65535  # a zip's end record and its longest comment
+MAX_ZIP_ENTRIES = 5 * MAX_ENTRIES  # a submission's entries; the grader itself copies at most MAX_ENTRIES
 # The HMAC key of an assignment the service does not have: the same work, and the same refusal, as a wrong secret.
 _NO_SUCH_SECRET = secrets.token_bytes(32)
 
@@ -66,11 +70,36 @@ class Sender:
     submitter: str = ""
 
 
+def zip_entries(path: Path) -> int | None:
+    """The entry count a zip's end record declares, read from its last 64 KiB alone (the central
+    directory is not parsed: that is what costs a second for 200,000 entries); None when there is no
+    end record (not a zip). A Zip64 archive's count comes from its Zip64 end record."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(size - EOCD_SEARCH, 0))
+        tail = f.read()
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or len(tail) - at < 22:
+            return None
+        count = int.from_bytes(tail[at + 10:at + 12], "little")
+        if count != 0xFFFF:
+            return count
+        loc = tail.rfind(b"PK\x06\x07", 0, at)  # the Zip64 locator, just before the end record
+        if loc < 0 or len(tail) - loc < 20:
+            return None
+        f.seek(int.from_bytes(tail[loc + 8:loc + 16], "little"))
+        record = f.read(56)
+        if record[:4] != b"PK\x06\x06" or len(record) < 40:
+            return None
+        return int.from_bytes(record[32:40], "little")
+
+
 class Receiver:
     def __init__(self, settings: Settings, tokens: Tokens, secrets: Secrets, store: JobStore):
         self.settings, self.tokens, self.secrets, self.store = settings, tokens, secrets, store
         self.dir = settings.data / UPLOADS
         self._receiving: Counter[str] = Counter()  # bodies being read, per owner (the event loop's only)
+        self._signed: set[str] = set()  # owners that are Gradescope assignments (their uploads use the kept slots)
 
     def clear(self) -> None:
         """Remove what a service killed mid-upload left (only this service writes here)."""
@@ -116,15 +145,25 @@ class Receiver:
 
     @asynccontextmanager
     async def _slot(self, who: Sender) -> AsyncIterator[None]:
-        """One of the bodies the service reads at once (Refusal when none is free)."""
+        """One of the bodies the service reads at once (Refusal when none is free for ``who``)."""
         s = self.settings
-        if sum(self._receiving.values()) >= s.uploads_at_once:
+        total = sum(self._receiving.values())
+        if who.kind is Kind.SELFCHECK:
+            shared = s.uploads_at_once - s.gradescope_upload_slots
+            busy = total - sum(n for owner, n in self._receiving.items() if owner in self._signed)
+            if busy >= shared:
+                raise limits.Refusal(503, f"the service is receiving {busy} uploads already, as many as it takes "
+                                          "at once from students; try again in a few seconds", retry_after=5)
+            mine = self._receiving[who.owner]
+            if mine >= s.uploads_per_token or (mine and busy >= shared // 2):
+                allowed = s.uploads_per_token if busy < shared // 2 else 1
+                raise limits.Refusal(429, f"this token is sending {mine} upload(s) already, and at most {allowed} "
+                                          "at a time are allowed now; wait for it to finish", retry_after=5)
+        elif total >= s.uploads_at_once:
             raise limits.Refusal(503, f"the service is receiving {s.uploads_at_once} uploads already; "
                                       "try again in a few seconds", retry_after=5)
-        if who.kind is Kind.SELFCHECK and self._receiving[who.owner] >= s.uploads_per_token:
-            raise limits.Refusal(429, f"this token is sending {s.uploads_per_token} upload(s) already, and at most "
-                                      f"{s.uploads_per_token} at a time are allowed; wait for it to finish",
-                                 retry_after=5)
+        else:
+            self._signed.add(who.owner)
         self._receiving[who.owner] += 1
         try:
             yield
@@ -150,73 +189,41 @@ class Receiver:
                         break
                     size += len(chunk)
                     if size > cap:
-                        raise limits.too_large(cap)
+                        raise limits.charged(limits.too_large(cap))
                     digest.update(chunk)
-                    f.write(chunk)
+                    try:
+                        f.write(chunk)
+                    except OSError as exc:  # a full disk: the student is told, the staff's log says what
+                        log.error("an upload could not be written under %s: %s", self.dir, exc)
+                        raise limits.Refusal(503, limits.DISK_FULL, retry_after=60, close=True) from None
             except ClientDisconnect:
                 # Nobody is left to answer: one line in the log, no traceback, the file goes.
                 log.info("an upload was cut off by its client after %d bytes", size)
-                raise limits.Refusal(400, "the upload ended before its body was complete") from None
+                raise limits.Refusal(400, "the upload ended before its body was complete", charged=True) from None
             except asyncio.TimeoutError:
                 log.info("an upload was stopped after %g s and %d bytes: too slow", budget, size)
                 raise limits.Refusal(408, f"the upload took longer than {budget:g} s and was stopped; "
-                                          "send it again over a faster connection", close=True) from None
+                                          "send it again over a faster connection", close=True, charged=True) from None
         return digest.hexdigest(), size
 
     @asynccontextmanager
     async def receive(self, request: Request, who: Sender) -> AsyncIterator[Upload]:
         """The body of ``who``'s request, its file deleted when the block ends."""
         async with self._slot(who):
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix="upload-", suffix=".zip", dir=self.dir)  # mode 0600
-            os.close(fd)
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                fd, name = tempfile.mkstemp(prefix="upload-", suffix=".zip", dir=self.dir)  # mode 0600
+                os.close(fd)
+            except OSError as exc:
+                log.error("no upload file could be made under %s: %s", self.dir, exc)
+                raise limits.Refusal(503, limits.DISK_FULL, retry_after=60, close=True) from None
             path = Path(name)
             try:
                 sha, size = await self._stream(request, path)
                 if who.signed:
                     why = signing.body_mismatch(who.declared_sha, sha)
                     if why is not None:
-                        raise limits.Refusal(401, f"signature refused: {why}")
+                        raise limits.Refusal(401, f"signature refused: {why}", charged=True)
                 yield Upload(who.kind, who.owner, who.label, path, sha, size, who.submitter)
             finally:
                 path.unlink(missing_ok=True)
-
-
-class _HeadTimeout(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline on each request head: a connection that has not sent a
-    whole head within ``header_timeout_s`` of opening (or of its last answer) is closed. uvicorn's
-    own keep-alive timer is cancelled by any byte, so alone it lets a head trickle in for ever."""
-
-    head_timeout_s = 10.0
-
-    def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        self._arm_head_timer()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._arm_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
-        super().connection_lost(exc)
-
-    def _arm_head_timer(self) -> None:
-        timer = getattr(self, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
-        if not self.transport.is_closing():
-            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_late)
-
-    def _head_late(self) -> None:
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():  # no whole head since armed
-            self.transport.close()
-
-
-def server_config(app, settings: Settings) -> uvicorn.Config:
-    """uvicorn's configuration for the service: the head deadline, the connection cap."""
-    protocol = type("HeadTimeout", (_HeadTimeout,), {"head_timeout_s": settings.header_timeout_s})
-    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                          http=protocol, limit_concurrency=settings.max_connections)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -36,6 +37,7 @@ from grader.gpu.device import describe_into
 from grader.grading import Grading, GradingFormatError
 from grader.sandbox.lock import held_in_turn
 from grader.serve import child, results
+from grader.serve.child import reap_zombies
 from grader.serve.queue import JobQueue
 from grader.serve.settings import Settings
 from grader.serve.store import Job, JobStore, Kind, State, WorkerInfo
@@ -43,6 +45,7 @@ from grader.untrusted.safe_copy import remove_tree
 
 log = logging.getLogger("grader.serve")
 PROBE_TIMEOUT_S = 60.0  # the worker's probe of its GPU at start (a batch waits the rubric's probe_s)
+GRADE_COMMAND_ENV = "GRADER_SERVE_GRADE_COMMAND"
 REDISPATCH_GRACE_S = 5.0  # a queued job younger than this may still be on its way into the queue
 
 
@@ -95,18 +98,38 @@ def stale_without_gpu(job: Job, settings: Settings) -> bool:
     return bool(job.without_gpu) and not settings.no_gpu
 
 
+def boot_id() -> str:
+    """This host's identity for as long as it runs: its name and its kernel's boot id (random at each
+    boot, so two hosts cloned from one image, which share a host name, never share it)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"
+
+
 def default_name(gpu: str | None, index: int = 0) -> str:
     return f"{socket.gethostname()}-{'gpu' + gpu if gpu is not None else f'cpu{index}'}"
+
+
+# Why a job of a service started with --no-gpu has no GPU item evaluated: the service's choice, not the student's.
+SERVICE_WITHOUT_GPU = "the grading service runs without a GPU (its operator started it with --no-gpu)"
 
 
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
                   gpu_lock: Path | None = None, citations_from: Path | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
     worker's description of its GPU when it has one, the GPU's lock when other workers share it, and a
-    stored self-check of the same files (``citations_from``), for a report measured on another GPU."""
-    cmd = [sys.executable, "-m", "grader", "grade", "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
+    stored self-check of the same files (``citations_from``), for a report measured on another GPU.
+    ``settings.grade_command`` runs in place of the grader when set (the service's tests and its soak run
+    use a stand-in that writes a results.json, since the service treats a grading as a black box)."""
+    standin = os.environ.get(GRADE_COMMAND_ENV, "").strip()
+    if standin and not settings.grade_command:
+        return [*shlex.split(standin), "--out", str(out), "--", str(archive)]
+    program = list(settings.grade_command) or [sys.executable, "-m", "grader", "grade"]
+    cmd = [*program, "--out", str(out), "--quiet", "--rubric", str(settings.rubric)]
     cmd += ["--citations-from", str(citations_from)] if citations_from is not None else []
-    cmd += ["--no-gpu"] if settings.no_gpu else []
+    cmd += ["--no-gpu", "--no-gpu-because", SERVICE_WITHOUT_GPU] if settings.no_gpu else []
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []
     cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []
@@ -135,6 +158,10 @@ def stored_self_check(store: JobStore, job: Job, folder: Path) -> Path | None:
     return path
 
 
+class NameTaken(Exception):
+    """Another live worker holds this worker's name (the message says which and what to do)."""
+
+
 class Worker:
     def __init__(self, settings: Settings, store: JobStore, queue: JobQueue, name: str, gpu: str | None,
                  gpu_lock: Path | None = None):
@@ -147,9 +174,34 @@ class Worker:
         self._job_started: float | None = None
         self.device_file: Path | None = None  # the GPU's description, probed once (describe_gpu)
 
+    def info(self, state: str) -> WorkerInfo:
+        return WorkerInfo(self.name, self.gpu, state, time.time(), self._job_started, self.pid, socket.gethostname(),
+                          boot_id())
+
     def register(self, state: str) -> None:
-        self.store.put_worker(WorkerInfo(self.name, self.gpu, state, time.time(), self._job_started, self.pid,
-                                         socket.gethostname()))
+        self.store.put_worker(self.info(state))
+
+    def claim_name(self) -> str | None:
+        """Take this worker's name in the store, atomically; a sentence saying why not when another live
+        worker holds it. Two workers of one name would each take the other's running job for a dead
+        predecessor's (:func:`reap`) and grade jobs twice. The name is free when its holder ran on this
+        boot of this host and its process is gone (this worker's predecessor), or stopped renewing its
+        record for a lease."""
+        me, now = self.info("idle"), time.time()
+
+        def replaceable(holder: WorkerInfo) -> bool:
+            if holder.boot == me.boot and holder.pid == self.pid:
+                return True
+            if holder.boot == me.boot and holder.boot and not pid_alive(holder.pid):
+                return True
+            return now - holder.last_seen > self.settings.lease_s
+
+        holder = self.store.claim_name(me, replaceable)
+        if holder is None:
+            return None
+        return (f"the worker name {self.name!r} is taken by a live worker (process {holder.pid} on {holder.host or '?'}, "
+                f"seen {max(now - holder.last_seen, 0.0):.0f} s ago): two workers of one name would take each other's "
+                "jobs; start this one with another --name (or give the hosts different host names)")
 
     def run(self) -> None:
         """Take jobs until SIGTERM or SIGINT."""
@@ -158,12 +210,19 @@ class Worker:
         log.info("worker %s started (%s)", self.name, f"GPU {self.gpu}" if self.gpu is not None else "static")
         self.work.mkdir(parents=True, exist_ok=True)  # its own: its GPU's description, its gradings
         next_reap = 0.0
+        claimed = False
         try:
             if self.gpu is not None and not self.settings.no_gpu:
                 with holding(self.gpu_lock):  # another worker on this GPU may be timing a kernel meanwhile
                     self.device_file = self.describe_gpu()
+            taken = self.claim_name()  # after the probe: nothing is registered while the GPU's lock is awaited
+            if taken is not None:
+                log.error("worker %s refuses to start: %s", self.name, taken)
+                raise NameTaken(taken)
+            claimed = True
             while not self.stopping.is_set():
                 if time.monotonic() >= next_reap:
+                    reap_zombies(())  # what a grading's children left exited here, should any outlive kill_strays
                     self._safely(lambda: reap(self.store, self.queue, self.settings, self.name))
                     self._safely(lambda: self.register("idle"))
                     next_reap = time.monotonic() + self.settings.lease_s / 4
@@ -176,7 +235,8 @@ class Worker:
                 if not took and not self.queue.blocking:
                     self.stopping.wait(0.5)
         finally:
-            self._safely(lambda: self.store.drop_worker(self.name))
+            if claimed:  # never another worker's record
+                self._safely(lambda: self.store.drop_worker(self.name))
             log.info("worker %s stopped", self.name)
 
     def describe_gpu(self) -> Path | None:

@@ -206,8 +206,11 @@ def load_export(export: Path, work: Path | None = None) -> tuple[Path, list[Subm
     for name in sorted(set(folders) | set(metadata) | set(charged)):
         path, meta = folders.get(name), metadata.get(name)
         subs.append(Submission(name, path, meta, charged.get(name, [])))
-        if meta is None and metadata:
-            notes.append(f"{name}: not in {METADATA_NAME}; graded without names")
-        if path is None and not charged.get(name):
-            notes.append(f"{name}: in {METADATA_NAME} but the export has no folder for it")
+        if path is None and charged.get(name):
+            notes.append(f"{name}: not graded (bad_entry): {'; '.join(charged[name])}")
+        elif path is None:
+            notes.append(f"{name}: in {METADATA_NAME} but the export has no folder for it: not graded "
+                         "(missing_folder)")
+        elif meta is None and metadata:
+            notes.append(f"{name}: not in {METADATA_NAME}: graded, with no names, emails or SIDs in its row")
     return root, subs, notes

@@ -181,10 +181,25 @@ def check_table(spec: TableSpec, table: Table | None, names: dict[str, tuple[str
             expected = 2 * n**3 / (ms * 1e6)
             if not _near(row.cells["gflops"], expected, rel):
                 row.problems.append(f"GFLOP/s is {_fmt(row.cells['gflops'].value)}, but 2 N^3 / time with N = {n:g} "
-                                    f"and {ms:g} ms gives {_fmt(expected)}")
+                                    f"and {ms:g} ms gives {_fmt(expected)}"
+                                    + _thousand_hint(row.cells["gflops"].value, expected, ms, rel))
     _check_pct(chk, rel)
     _check_last(chk, rel, fp32_peak_gflops)
     return chk
+
+
+def _off_by_1000(small: float, large: float, rel: float) -> bool:
+    """Whether ``large`` is 1000 times ``small``, within ``rel`` (a unit's prefix, not arithmetic)."""
+    return small > 0 and abs(large / (1000 * small) - 1) <= max(rel, 0.02)
+
+
+def _thousand_hint(gflops: float, expected: float, ms: float, rel: float) -> str:
+    """A unit hint when the GFLOP/s and the time disagree by a factor of 1000: either the time was written
+    in seconds, or the rate in TFLOP/s (both give the same ratio: the hint names both, with what to write)."""
+    if not _off_by_1000(gflops, expected, rel):
+        return ""
+    return (f"; a factor of 1000 apart, which is a unit: a time in seconds where the column is ms (then write "
+            f"{ms * 1000:g}), or TFLOP/s where it is GFLOP/s (then write {_fmt(gflops * 1000)})")
 
 
 def _check_pct(chk: TableCheck, rel: float) -> None:
@@ -209,10 +224,16 @@ def _check_last(chk: TableCheck, rel: float, fp32_peak_gflops: float | None) -> 
     else:
         bases = [fp32_peak_gflops] if fp32_peak_gflops else []
         what = f"GFLOP/s divided by the FP32 peak of the CUDA-core table ({_fmt(fp32_peak_gflops or 0)} GFLOP/s)"
-        if fp32_peak_gflops and chk.peak_gflops and chk.peak_gflops < 1.5 * fp32_peak_gflops:
+        if fp32_peak_gflops and chk.peak_gflops and fp32_peak_gflops / 1.5 <= chk.peak_gflops < 1.5 * fp32_peak_gflops:
             chk.problems.append(f"the % column implies a peak of {_fmt(chk.peak_gflops)} GFLOP/s, about the FP32 "
                                 "CUDA-core peak: Tensor Core kernels are measured against the Tensor Core peak "
                                 "(the handout gives both)")
+        elif fp32_peak_gflops and chk.peak_gflops and chk.peak_gflops < fp32_peak_gflops / 1.5:
+            # A tenth of the FP32 peak is no GPU's Tensor Core peak: the rates were written in another unit.
+            unit = " (are the GFLOP/s cells in TFLOP/s?)" if chk.peak_gflops * 10 < fp32_peak_gflops else ""
+            chk.problems.append(f"the % column implies a peak of {_fmt(chk.peak_gflops)} GFLOP/s, below even the "
+                                f"FP32 CUDA-core peak ({_fmt(fp32_peak_gflops)} GFLOP/s){unit}: the Tensor Core "
+                                "peak is far above both (the handout gives it)")
     if not bases:
         return
     for r in chk.rows.values():

@@ -28,32 +28,26 @@ EXPORT is Gradescope's "Download Submissions" export (the zip or its unpacked fo
   each GPU's busy share, what was re-graded and why).
 - :mod:`.cli`: the command line, whose arguments ``python -m grader`` attaches too.
 """
-from grader.deploy.batch.plan import (
-    known_times,
-    longest_first,
-    parse_shard,
-    plan_workers,
-    require_sandbox,
-    select_shard,
-    visible_gpus,
-)
-from grader.deploy.batch.pool import Options, child_command, grade_one
-from grader.deploy.batch.run import BatchSummary, grade_export
-from grader.deploy.batch.stale import GradedBy, Why, why_grade
-from grader.outputs.grades_csv import (
-    FAILED_STATUSES,
-    META_COLUMNS,
-    RowStatus,
-    automatic_points,
-    csv_rows,
-    merge,
-    write_csv,
-)
-from grader.untrusted.cells import safe_cell
-from grader.untrusted.export import BatchError, Submission, find_export_root, load_export, read_metadata
+# Its names are imported when first used (PEP 562), so that ``python -m grader.deploy.batch`` imports nothing
+# before its set-up check (grader/setup_check.py).
+_WHERE = {
+    **dict.fromkeys(("known_times", "longest_first", "parse_shard", "plan_workers", "require_sandbox",
+                     "select_shard", "visible_gpus"), "grader.deploy.batch.plan"),
+    **dict.fromkeys(("Options", "child_command", "grade_one"), "grader.deploy.batch.pool"),
+    **dict.fromkeys(("BatchSummary", "grade_export"), "grader.deploy.batch.run"),
+    **dict.fromkeys(("GradedBy", "Why", "why_grade"), "grader.deploy.batch.stale"),
+    **dict.fromkeys(("FAILED_STATUSES", "META_COLUMNS", "RowStatus", "automatic_points", "csv_rows", "merge",
+                     "write_csv"), "grader.outputs.grades_csv"),
+    "safe_cell": "grader.untrusted.cells",
+    **dict.fromkeys(("BatchError", "Submission", "find_export_root", "load_export", "read_metadata"),
+                    "grader.untrusted.export"),
+}
+__all__ = sorted(_WHERE)
 
-__all__ = ["BatchError", "BatchSummary", "FAILED_STATUSES", "META_COLUMNS", "GradedBy", "Options", "RowStatus",
-           "Submission", "Why", "automatic_points", "child_command", "csv_rows", "find_export_root", "grade_export",
-           "grade_one", "known_times", "load_export", "longest_first", "merge", "parse_shard", "plan_workers",
-           "read_metadata", "require_sandbox", "safe_cell", "select_shard", "visible_gpus", "why_grade",
-           "write_csv"]
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(_WHERE[name]), name)

@@ -2,7 +2,14 @@
 its process tree as ``python -m grader`` does (grader/sandbox/process.py: run_holding_tree)."""
 import sys
 
-from grader.deploy.batch.cli import main
-from grader.sandbox.process import run_holding_tree
+from grader.setup_check import run_set_up
 
-sys.exit(run_holding_tree(main))
+
+def _main() -> int:
+    from grader.deploy.batch.cli import main  # after the set-up check (grader/setup_check.py)
+    from grader.sandbox.process import run_holding_tree
+
+    return run_holding_tree(main)
+
+
+sys.exit(run_set_up(_main))

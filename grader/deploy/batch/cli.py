@@ -41,6 +41,10 @@ def add_grade_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-outputs", action="store_true", help="keep the kernels' output matrices")
     p.add_argument("--trusted-submissions", action="store_true",
                    help="grade even where the sandbox cannot fence students' code (only for code you trust)")
+    p.add_argument("--similarity", action="store_true",
+                   help="at the end, the class's similarity report into OUT/similarity (python -m grader similarity)")
+    p.add_argument("--similarity-against", action="append", default=[], metavar="DIR",
+                   help="with --similarity: a reference folder (as similarity's --against); repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_grade)
 
@@ -98,6 +102,13 @@ def run_grade(args: argparse.Namespace) -> int:
                      retry_failed=args.retry_failed, opts=opts, shard=shard, quiet=args.quiet,
                      notes=[trust_note] if trust_note else None, per_gpu=args.per_gpu,
                      times_from=[Path(d) for d in args.times_from])
+        if getattr(args, "similarity", False):
+            from grader.similarity.cli import run as similarity_report
+
+            # The batch's own output names the export it graded (batch.json), zip or folder alike.
+            return similarity_report(Path(args.out), [Path(d) for d in args.similarity_against],
+                                     Path(args.out) / "similarity", rubric_path=args.rubric, stages=args.stages,
+                                     quiet=args.quiet)
         return EXIT_OK
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

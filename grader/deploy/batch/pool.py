@@ -27,6 +27,7 @@ from pathlib import Path
 
 from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
 from grader.deploy.batch.stale import GradedBy
+from grader.occupancy.variants import student_of
 from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json
 from grader.outputs.results import error_results, write_results
 from grader.sandbox import guard as sandbox
@@ -66,6 +67,9 @@ def child_command(sub: Submission, out: Path, opts: Options) -> list[str]:
         cmd += ["--gpu-lock", str(opts.gpu_lock)]
     if opts.device_file is not None:
         cmd += ["--device", str(opts.device_file)]
+    student = student_of(sub.submitters())
+    if student:  # the occupancy variants' seed (used only when the rubric turns them on)
+        cmd += ["--student", student]
     return cmd + ["--", str(sub.path)]  # after '--': a folder name is never read as an option
 
 

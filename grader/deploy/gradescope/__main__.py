@@ -3,7 +3,14 @@ holds its process tree as ``python -m grader`` does (grader/sandbox/process.py: 
 ``run`` sets its own SIGTERM handler while its grading runs."""
 import sys
 
-from grader.deploy.gradescope.build import main
-from grader.sandbox.process import run_holding_tree
+from grader.setup_check import run_set_up
 
-sys.exit(run_holding_tree(main))
+
+def _main() -> int:
+    from grader.deploy.gradescope.build import main  # after the set-up check (grader/setup_check.py)
+    from grader.sandbox.process import run_holding_tree
+
+    return run_holding_tree(main)
+
+
+sys.exit(run_set_up(_main))

@@ -20,6 +20,11 @@ pending. A job the service graded without a GPU (``serve --no-gpu``, or a worker
 reach its GPU: the job's ``without_gpu``) is not merged at all: the state is ``without_gpu``, every GPU
 item stays pending and the sentence on top says so, never "GPU results merged".
 
+A busy service (503, 502, 504, no answer in time, a dropped connection) is posted to again, with a
+backoff (:data:`FIRST_RETRY_S` doubled up to :data:`MAX_RETRY_S`, or the service's Retry-After), for
+at most :data:`RETRY_S` and within the run's budget; each try is signed afresh (a nonce is good
+once), and a post whose answer was lost finds its stored job on the next try (same bytes, same job).
+
 If the service cannot be reached, refuses, fails or is slow, the static results stay exactly as
 they are (pending policy) with one sentence on top saying so; a slow job stays queued there and a
 later Regrade posts the same archive, gets the stored job back and merges without grading again.
@@ -46,6 +51,8 @@ DEADLINE_KEY = "GRADER_RUN_DEADLINE"  # unix seconds at which run_autograder sto
 MARGIN_S = 45.0  # left under the deadline for the downloads, the merge, the write and the kill-after
 STOP_S = 10.0  # no request lasts past the deadline less this (a slow service: the merge and write still fit)
 DEFAULT_WAIT_S = 240.0  # without a deadline (the run command called by hand)
+RETRY_S = 180.0  # the longest the post is tried again while the service is busy (within the run's budget too)
+FIRST_RETRY_S, MAX_RETRY_S = 2.0, 30.0  # the backoff between tries: doubled each time up to this
 SERVICE_FOLDER = "gpu-service"  # the service's own files, kept beside results.json for staff
 
 
@@ -289,7 +296,9 @@ def not_merged_note(outcome: Outcome) -> str:
     if outcome.state == "refused":
         return f"> **GPU grading could not start**: the course's GPU service refused it: {outcome.reason}\n\n"
     return (f"> **GPU grading could not start**: the course's GPU grading service could not be reached "
-            f"({outcome.reason}). The GPU items stay pending; a Regrade later sends this submission again.\n\n")
+            f"({outcome.reason}). The GPU items stay pending, outside this score, and nothing is lost: ask course "
+            "staff to Regrade this submission once the service answers again (a Regrade sends it to the service "
+            "again), or submit again later.\n\n")
 
 
 def _leaderboard(grading_bytes: bytes | None, service: Mapping[str, Any]) -> list[dict] | None:
@@ -308,6 +317,29 @@ def _leaderboard(grading_bytes: bytes | None, service: Mapping[str, Any]) -> lis
     return None
 
 
+def _submit(client, archive: bytes, sub_id: str | None, who: str | None, give_up_at: float):
+    """``client.submit``, tried again while the service is busy (see the module docstring) until
+    ``give_up_at``; the last ServiceError, its sentence saying how often and how long, otherwise."""
+    from grader.serve.client import ServiceError
+
+    delay, tries, began = FIRST_RETRY_S, 0, time.time()
+    while True:
+        tries += 1
+        try:
+            return client.submit(archive, submission_id=sub_id, submitter=who)
+        except ServiceError as exc:
+            if not exc.passing:
+                raise
+            wait = min(max(delay, exc.retry_after or 0.0), MAX_RETRY_S)
+            if time.time() + wait >= give_up_at:
+                exc.message = (f"{exc.message} (tried {tries} time{'s' if tries != 1 else ''} over "
+                               f"{time.time() - began:.0f} s while the service was busy)")
+                raise
+            print(f"gpu service: busy ({exc.message}); trying again in {wait:.0f} s", flush=True)
+            time.sleep(wait)
+            delay = min(delay * 2, MAX_RETRY_S)
+
+
 def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Mapping[str, str],
               results: Results) -> tuple[Results, Outcome]:
     """Post, wait, fetch and merge: the merged results, or ``results`` as they were and an Outcome saying why."""
@@ -323,8 +355,8 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
     try:
         with Client(config.url, assignment=config.assignment, secret=config.secret, timeout_s=30.0,
                     deadline=None if deadline is None else deadline - STOP_S) as client:
-            sub = client.submit(archive.data, submission_id=submission_id(autograder),
-                                submitter=submitter(autograder, config.secret))
+            sub = _submit(client, archive.data, submission_id(autograder), submitter(autograder, config.secret),
+                          time.time() + min(RETRY_S, wait_budget(config, env)))
             outcome = Outcome(sub.state, job=sub.id, url=sub.url, deduplicated=sub.deduplicated)
             budget = wait_budget(config, env)  # after the upload, which took some of the time
             print(f"gpu service: job {sub.id} ({'stored' if sub.deduplicated else 'new'}, {sub.state}); "

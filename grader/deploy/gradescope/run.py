@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -158,12 +159,26 @@ def _adopt(child_out: Path, results_dir: Path) -> list[str]:
     return moved
 
 
+def gradescope_submitters(autograder: Path | None = None) -> dict | None:
+    """The submitters of this submission from Gradescope's submission_metadata.json, in the export's form
+    ({":submitters": [{":name", ":sid", ":email"}]}): who the occupancy variants are drawn for."""
+    folder = autograder or Path(os.environ.get("GRADER_AUTOGRADER_DIR") or "/autograder")
+    try:
+        data = json.loads((folder / "submission_metadata.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    users = data.get("users") if isinstance(data, dict) else None
+    people = [{":name": u.get("name"), ":sid": u.get("sid"), ":email": u.get("email")}
+              for u in (users if isinstance(users, list) else []) if isinstance(u, dict)]
+    return {":submitters": people} if people else None
+
+
 def grade_in_child(submission: Path, results_dir: Path, s: Settings, control: Control) -> ChildRun:
     """Run ``python -m grader grade`` on ``submission`` and read back what it wrote (never raises for the
     child's failure)."""
     child_out = Path(tempfile.mkdtemp(prefix=CHILD_FOLDER_PREFIX, dir=results_dir))
     try:
-        cmd = child_command(Submission(submission.name, submission, None), child_out,
+        cmd = child_command(Submission(submission.name, submission, gradescope_submitters()), child_out,
                             Options(rubric=s.rubric, use_gpu=s.use_gpu, stages=s.stages))
         print(f"grading (limit {s.limit_s:.0f} s): {' '.join(cmd)}", flush=True)
         proc = sandbox.run(cmd, timeout_s=s.limit_s, env=child_env(None), output_limit=LOG_LIMIT, control=control)

@@ -98,19 +98,26 @@ def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: d
         nvcc = toolchain.find_nvcc() if compile_kernels else None
         why_not = ("not compiled (--no-compile)" if not compile_kernels else
                    "" if nvcc is not None and nvcc.path else
-                   f"not compiled: no CUDA compiler found ({getattr(nvcc, 'reason', '') or 'nvcc'})")
+                   f"not compiled: no CUDA compiler found ({(nvcc.reason if nvcc is not None else '') or 'nvcc'})")
         rows += kernels(taken, rubric, work / "build", nvcc, arch_flags(rubric, device), why_not)
         rows += answers(taken, rubric)
         rows += report(taken, rubric)
     return rows
 
 
-def print_table(rows: list[Row], out: TextIO) -> None:
+def print_table(rows: list[Row], out: TextIO, details: bool = False) -> int:
+    """The table; a row's lines (each value read back, each citation) under a FIX row always, under the
+    other rows only with ``details``, so that a row to fix is not buried. Returns the lines left out."""
     width = min(40, max((len(r.what) for r in rows), default=10))
+    hidden = 0
     for r in rows:
         print(f"{r.mark.value:<5} {r.what:<{width}}  {r.detail}", file=out)
+        if r.mark is not Mark.FIX and not details:
+            hidden += len(r.lines)
+            continue
         for line in r.lines:
             print(f"{'':<5} {'':<{width}}    {line}", file=out)
+    return hidden
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -139,9 +146,13 @@ def check_command(args: argparse.Namespace) -> int:
     try:
         if line := gpu_line(rubric, device):
             print(line + "\n", file=sys.stdout)
-        print_table(rows, sys.stdout)
+        hidden = print_table(rows, sys.stdout, details=args.details)
+        if hidden:
+            print(f"\n({hidden} more lines, each value as read and each citation of the rows above: "
+                  "--details shows them)")
         if fix:
-            print(f"\n{fix} to fix (rows marked FIX); checked in {took:.1f} s. No scores here: "
+            names = ", ".join(r.what for r in rows if r.mark is Mark.FIX)
+            print(f"\n{fix} to fix (rows marked FIX: {names}); checked in {took:.1f} s. No scores here: "
                   "grade on a GPU for those.")
         else:
             info = sum(r.mark is Mark.INFO for r in rows)
@@ -159,4 +170,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the current folder)")
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: %(default)s)")
     p.add_argument("--no-compile", action="store_true", help="do not compile the kernels (faster, checks less)")
+    p.add_argument("--details", action="store_true", help="under every row, each value as read and each "
+                   "citation (by default only under the rows marked FIX)")
     p.set_defaults(func=check_command)

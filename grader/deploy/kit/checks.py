@@ -69,17 +69,26 @@ def expected_files(rubric: Rubric) -> list[tuple[str, bool]]:
     return files
 
 
+def _bonus_files(rubric: Rubric) -> set[str]:
+    """The files of bonus stages: optional, as a bonus report section is."""
+    return {st.file for st in rubric.stages if st.bonus is not Bonus.NONE}
+
+
 def layout(taken: Intake, rubric: Rubric) -> list[Row]:
     rows = []
+    bonus = _bonus_files(rubric)
     for rel, nearby in expected_files(rubric):
         found = locate(taken.root, rel, nearby=nearby)
         if found.path is not None:
             where = found.path.relative_to(taken.root).as_posix()
             rows.append(Row(Mark.OK, rel, "found" + (f" as {where}" if where != rel else "")))
-        else:
-            left_out = taken.why_missing(rel)  # a link or an oversized file the intake did not copy
-            hint = f" (starter/{rel} is where to start)" if found.problem is Problem.MISSING and not left_out else ""
-            rows.append(Row(Mark.FIX, rel, (left_out or found.message) + hint))
+            continue
+        left_out = taken.why_missing(rel)  # a link or an oversized file the intake did not copy
+        if rel in bonus and found.problem is Problem.MISSING and not left_out:
+            rows.append(Row(Mark.INFO, rel, f"not there (optional, for bonus points): starter/{rel} is where to start"))
+            continue
+        hint = f" (starter/{rel} is where to start)" if found.problem is Problem.MISSING and not left_out else ""
+        rows.append(Row(Mark.FIX, rel, (left_out or found.message) + hint))
     return rows
 
 
@@ -124,7 +133,8 @@ def kernels(taken: Intake, rubric: Rubric, work: Path, nvcc: Tool | None, arch_f
     for st in rubric.stages:
         found = locate(taken.root, st.file)
         if found.path is None:
-            rows[st.id] = Row(Mark.SKIP, f"kernel {st.number} {st.id}", f"not compiled: {st.file} is not there")
+            optional = " (a bonus stage: optional)" if st.bonus is not Bonus.NONE else ""
+            rows[st.id] = Row(Mark.SKIP, f"kernel {st.number} {st.id}", f"not compiled: {st.file} is not there{optional}")
         elif why_not:
             row = _named_in_source(st, found.path)
             rows[st.id] = row if row.mark is Mark.FIX else Row(row.mark, row.what, f"{why_not}; {row.detail}")

@@ -1,6 +1,6 @@
-// Shared by index.html and job.html. Every value that came from the service (and so possibly from a
-// student: names, messages, file names) enters the page as textContent, never as HTML; the one exception
-// is the job page's summary, which the service renders with raw HTML escaped (grader/serve/views.py).
+// Used by index.html (the job page is rendered on the server: grader/serve/job_page.py). Every value that
+// came from the service (and so possibly from a student: names, file names) enters the page as textContent,
+// never as HTML.
 "use strict";
 
 const API = "/api/v1";

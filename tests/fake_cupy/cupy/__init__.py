@@ -16,7 +16,7 @@ from the JSON in ``$FAKE_CUPY`` (all keys optional):
   ``{"replay_from": k}`` its launches from the k-th (0-based) on write launch k-1's result again;
 - ``device_log``: every device array is kept (device memory keeps what was written to it until it
   is written again) and each such launch appends one JSON line to that file: the sha256 of the
-  bytes of every device array of ``n`` elements, as they are while the kernel runs.
+  bytes of every device array of ``n`` or ``n * n`` elements, as they are while the kernel runs.
 
 Device arrays are NumPy arrays of a subclass (:class:`ndarray`); ``asnumpy`` gives a plain copy.
 A kernel exists when its name is in the cubin's bytes. Occupancy comes from the
@@ -31,7 +31,7 @@ from . import cuda  # noqa: F401
 
 __version__ = "0.0-fake"
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
-uint8, uint16, uint32 = _np.uint8, _np.uint16, _np.uint32
+uint8, uint16, uint32, uint64 = _np.uint8, _np.uint16, _np.uint32, _np.uint64
 nan = _np.nan
 _KEPT: list = []  # every device array, with device_log (see the module docstring)
 _KEEP = bool(cuda.config().get("device_log"))

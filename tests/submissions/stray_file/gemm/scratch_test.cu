@@ -1,0 +1,3 @@
+// A student's scratch test, never compiled by the grader.
+#include "../x"
+int main() { return 0; }

@@ -1,0 +1,37 @@
+"""The job page's server renderer (grader/serve/job_page.py), on a stored grading: whole without
+JavaScript, every student value escaped, an item's code spans rendered as code."""
+import json
+import re
+from pathlib import Path
+
+from grader.serve.job_page import item_list, render, stage_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+GRADING = json.loads((ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json").read_text())
+VIEW = {"id": "abc123", "state": "done", "kind": "student", "score": 0.0, "max_score": 179.0,
+        "files": ["grading.json", "summary.md", "results.json"], "created": None}
+
+
+def test_a_done_job_is_rendered_whole():
+    page = render(VIEW, GRADING, "<p>the summary</p>", 0.0)
+    assert '<span id="state" class="state done">done</span>' in page
+    assert "<strong>0 / 179 points</strong>" in page and "<p>the summary</p>" in page
+    assert '<div id="results">' in page and "<table>" in page
+    assert [r[0] for r in stage_rows(GRADING)][:2] == ["1 naive", "2 coalesced"]
+    assert 'href="/jobs/abc123/summary">the full summary (summary.md)' in page
+
+
+def test_code_spans_are_code_and_markup_is_text():
+    hostile = {"items": [{"status": "failed", "number": "1.1", "title": "t <b>",
+                          "message": "rename `mmTile` to `mmTiled` <img src=x onerror=alert(1)>\nline 2 <script>"}]}
+    out = item_list(hostile, "notPassed")
+    assert "<code>mmTile</code>" in out and "<code>mmTiled</code>" in out and "`" not in out
+    assert "<img" not in out and "<script" not in out and "&lt;img src=x" in out and "&lt;script&gt;" in out
+    assert "t &lt;b&gt;" in out
+
+
+def test_a_queued_job_has_no_results_yet_and_says_its_place():
+    view = {"id": "q1", "state": "queued", "position": 2, "estimate_s": 30.0, "files": []}
+    page = render(view, None, None, 0.0)
+    assert "position 2 · ~30 s to go" in page and '<div id="results" hidden>' in page
+    assert re.search(r'<body data-state="queued">', page)

@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device")
     p.add_argument("--gpu-lock")
     p.add_argument("--stages", default="")
+    p.add_argument("--citations-from", action="append", default=[])  # a stored self-check (worker.py)
     p.add_argument("submission", nargs=1)
     args = p.parse_args(argv)
     archive = Path(args.submission[0])

@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--rubric")
     p.add_argument("--no-gpu", action="store_true")
+    p.add_argument("--no-gpu-because", default="")  # a GPU-less service's words (worker.py: grade_command)
     p.add_argument("--device")
     p.add_argument("--gpu-lock")
     p.add_argument("--stages", default="")

@@ -21,6 +21,7 @@ Exit codes:
   0  graded (whatever the score); results.json written
   2  bad usage or an invalid rubric; results.json written with the message
   3  the grader itself failed; results.json written with an "autograder error" item
+  78 the grader's packages are not set up for this Python: one line names the set-up (grader/setup_check.py)
 """
 from __future__ import annotations
 
@@ -349,6 +350,11 @@ def variant_command(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     cfg = rubric.occupancy
     student = (args.student or "").strip()
+    if getattr(args, "token", None) and not student:
+        from grader.serve.auth import TokenRecord, token_hash
+
+        # The grading service draws a token's jobs for its owner (grader/serve/worker.py): the same identity.
+        student = TokenRecord(token_hash(args.token.strip()), "", "", 0.0, None).owner
     if cfg is None:
         print(f"{args.rubric} has no occupancy exercises")
         return EXIT_OK
@@ -356,8 +362,8 @@ def variant_command(args: argparse.Namespace) -> int:
         print("this course gives everyone the handout's numbers (rubric occupancy.variants is off)")
         return EXIT_OK
     if not student:
-        print("error: --student: give your student ID as Gradescope has it (your email if the course has no IDs)",
-              file=sys.stderr)
+        print("error: --student: give your student ID as Gradescope has it (your email if the course has no IDs), "
+              "or --token: your grading service token", file=sys.stderr)
         return EXIT_USAGE
     variant = variant_for(cfg, student)
     print(f"occupancy variant {variant.name} for {variant.student}:")
@@ -404,7 +410,8 @@ def rescore_command(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         rubric = load_rubric(args.rubric)
         known = _known_rubrics(args.was)
-        run = rescore(Path(args.source), rubric, out, known)
+        base = load_rubric(DEFAULT_RUBRIC)  # what the edit is an edit of
+        run = rescore(Path(args.source), rubric, out, known, base)
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
     except Exception:  # the grader's own bug
@@ -417,8 +424,12 @@ def rescore_command(args: argparse.Namespace) -> int:
         if g is None:
             console.print(f"{r.name}: not re-scored: {r.problem}", highlight=False)
             continue
-        console.print(f"{r.name}: {r.before:g} -> {g.score:g} of {g.max_score:g}"
-                      + (f"; {len(r.refused)} item(s) {REGRADE}" if r.refused else ""), highlight=False)
+        c = r.compared or (r.before or 0.0, g.score, g.score)
+        console.print(f"{r.name}: as graded {c[0]:g}, under {DEFAULT_RUBRIC.name} {c[1]:g} (differs from the rubric "
+                      f"it was graded with: {round(c[1] - c[0], 4):+g}), under {Path(args.rubric).name} {c[2]:g} (changed by "
+                      f"your edit: {round(c[2] - c[1], 4):+g}), of {r.automatic:g} automatic points"
+                      + (f"; {len(r.left_out)} item(s) {REGRADE}, left out of these scores" if r.left_out else ""),
+                      highlight=False)
         for f in r.refused:
             console.print(f"  {f.number}: {REGRADE}: {f.why}", highlight=False)
     for note in run.notes:
@@ -442,7 +453,8 @@ def whatif_command(args: argparse.Namespace) -> int:
             return fail(out, f"{args.source} does not exist (expected a batch's output folder, a folder of grading "
                         "folders or a grading's folder)", EXIT_USAGE, started)
         proposed = load_rubric(args.rubric) if args.rubric else None
-        report = what_if(Path(args.source), proposed, out, _known_rubrics(args.was))
+        base = load_rubric(args.base or DEFAULT_RUBRIC)
+        report = what_if(Path(args.source), proposed, out, _known_rubrics(args.was), base)
     except ConfigError as exc:
         return fail(out, str(exc), EXIT_USAGE, started)
     except Exception:  # the grader's own bug
@@ -518,6 +530,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     v = sub.add_parser("variant", help="students: your own numbers for the occupancy exercises (when the course "
                                        "draws per-student variants)")
     v.add_argument("--student", help="your student ID as Gradescope has it (your email if the course has no IDs)")
+    v.add_argument("--token", help="or: your token for the course's grading service (`python -m grader submit`)")
     v.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     v.set_defaults(func=variant_command)
 
@@ -539,6 +552,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     wi.add_argument("--out", required=True, help="where report.md and its PNGs go")
     wi.add_argument("--was", action="append", default=[], metavar="OLD.yaml",
                     help="as for rescore: a rubric the gradings may have been measured under; repeatable")
+    wi.add_argument("--base", metavar="BASE.yaml", help="the rubric the proposal edits (default: the repo's "
+                    "rubric.yaml): scores changed by your edit are kept apart from those that differ from the rubric "
+                    "each grading used")
     wi.add_argument("--quiet", action="store_true", help="no summary line")
     wi.set_defaults(func=whatif_command)
 

@@ -22,6 +22,9 @@ SETUP_COMMAND = "bash grader/bootstrap.sh setup"
 # The modules of pyproject.toml's [project] dependencies, as imported (httpx only for `submit`, which
 # says so itself: `check` and grading work without it).
 REQUIRED = ("numpy", "yaml", "rich", "matplotlib", "dacite", "markdown_it")
+# Optional packages and the pyproject.toml extra that installs each (a command that needs one says so).
+EXTRAS = {"copydetect": "similarity", "fastapi": "serve", "uvicorn": "serve", "huey": "serve", "redis": "serve",
+          "httpx": "base"}
 _REPO = Path(__file__).resolve().parent.parent
 
 
@@ -57,10 +60,11 @@ def setup_message(missing: list[str], executable: str | None = None) -> str:
             f"{', '.join(missing)}): {then}")
 
 
-def run_set_up(main: Callable[[], int], needed: tuple[str, ...] = REQUIRED) -> int:
+def run_set_up(main: Callable[[], int], needed: tuple[str, ...] = REQUIRED, check_first: bool = True) -> int:
     """``main()``'s exit code, or :data:`EXIT_SETUP` after one line on stderr when a package of
-    ``needed`` is missing (before ``main`` starts, or as a ModuleNotFoundError out of it)."""
-    missing = missing_modules(needed)
+    ``needed`` is missing (before ``main`` starts unless ``check_first`` is off, for a command that needs
+    none of them, or as a ModuleNotFoundError out of it)."""
+    missing = missing_modules(needed) if check_first else []
     if missing:
         print(setup_message(missing), file=sys.stderr)
         return EXIT_SETUP
@@ -68,7 +72,21 @@ def run_set_up(main: Callable[[], int], needed: tuple[str, ...] = REQUIRED) -> i
         return main()
     except ModuleNotFoundError as exc:
         top = (exc.name or "").split(".")[0]
-        if top not in needed:
+        if top in needed:
+            print(setup_message([top]), file=sys.stderr)
+        elif EXTRAS.get(top, "base") != "base":
+            print(extra_message(top, EXTRAS[top]), file=sys.stderr)
+        else:
             raise
-        print(setup_message([top]), file=sys.stderr)
         return EXIT_SETUP
+
+
+def extra_message(module: str, extra: str) -> str:
+    """The one line for a command that needs an optional package: the pip command that installs its extra."""
+    python = Path(sys.executable)
+    try:
+        shown = str(python.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(python)
+    return (f"error: this command needs the {extra!r} extra ({module} cannot be imported): "
+            f"`{shown} -m pip install -e '{_REPO}[{extra}]'`")

@@ -92,7 +92,7 @@ FAST_FILES = frozenset({
     "test_occupancy_exercises.py", "test_profile_report.py", "test_profiling.py", "test_protocol.py",
     "test_report_check_config.py", "test_report_check_parse.py", "test_report_check_tables.py",
     "test_run_verdicts.py", "test_sanitize.py", "test_sass.py", "test_timing_peaks.py", "test_serve_store.py",
-    "test_serve_bridge_merge.py", "test_no_wall_clock_asserts.py", "test_watch_interval.py",
+    "test_serve_bridge_merge.py", "test_no_wall_clock_asserts.py", "test_watch_interval.py", "test_job_page.py",
 })
 
 @pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers

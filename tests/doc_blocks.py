@@ -71,9 +71,15 @@ def shell_blocks(path: Path, doc: str | None = None) -> list[Block]:
 
 
 def fresh_copy(dest: Path) -> Path:
-    """The repository's files as a fresh clone has them (tracked, and new files not ignored), at ``dest``."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    """The repository's files as a fresh clone has them (tracked, and new files not ignored), at ``dest``;
+    without git (an unpacked archive of the repository), every file but the set-up's and the outputs'."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                                capture_output=True, check=True).stdout.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", "__pycache__", "grading-out", ".pytest_cache", "batch-out"}
+        listed = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
+                  if p.is_file() and not skip.intersection(p.relative_to(ROOT).parts)]
     for rel in filter(None, listed):
         src = ROOT / rel
         if src.is_file() and not src.is_symlink():
@@ -107,7 +113,6 @@ def shell_env(home: Path) -> dict[str, str]:
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
                                   if not p.startswith(str(Path(sys.prefix))))
     env["HOME"] = str(home)
-    env["GRADER_CUPY"] = "none"  # never a pip install of CuPy from a doc's block
     return env
 
 

@@ -91,7 +91,7 @@ def hold_gpu(lock: Path, seconds: float) -> tuple[float, float]:
 def device_reason(args: argparse.Namespace) -> str:
     """Why it grades without a GPU, in the grader's words: it never has one."""
     if args.no_gpu:
-        return "GPU use switched off (--no-gpu)"
+        return args.no_gpu_because or "GPU use switched off (--no-gpu)"
     try:
         described = json.loads(Path(args.device).read_text(encoding="utf-8")) if args.device else {}
     except (OSError, ValueError):
@@ -124,11 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--rubric")
     p.add_argument("--no-gpu", action="store_true")
-    p.add_argument("--no-gpu-because", default="")  # a GPU-less service's words (worker.py: grade_command)
+    p.add_argument("--no-gpu-because")  # the grader's: why there is no GPU (a service's words)
     p.add_argument("--device")
     p.add_argument("--gpu-lock")
     p.add_argument("--stages", default="")
-    p.add_argument("--citations-from", action="append", default=[])  # a stored self-check (worker.py)
+    p.add_argument("--citations-from", action="append", default=[])
+    p.add_argument("--student")
     p.add_argument("submission", nargs=1)
     args = p.parse_args(argv)
     archive = Path(args.submission[0])

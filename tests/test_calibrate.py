@@ -3,6 +3,8 @@ tests/fixtures/gradings/ (no GPU): the analysis alone, the GPU run's path with s
 and `calibrate --from-gradings`."""
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -336,3 +338,14 @@ def test_the_calibrate_command_runs_its_gpu_path_on_the_cpu_with_the_fake_device
     assert "naive: not measured (the stage did not run its benchmark" in said
     assert "no calibration entry: the reference measured nothing on a GPU" in said
     assert not (out / "calibration").exists()
+
+
+def test_calibrate_runs_without_the_optional_similarity_extra(tmp_path):
+    """`python -m grader calibrate` builds the whole command line, the similarity command's included; a machine
+    without copydetect (the optional 'similarity' extra, e.g. a GPU box set up for grading) still calibrates."""
+    code = ("import sys; sys.modules['copydetect'] = sys.modules['copydetect.utils'] = None\n"
+            "from grader.cli import main\n"
+            f"sys.exit(main(['calibrate', '--from-gradings', {str(FIXTURES)!r}, '--out', {str(tmp_path)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "calibration.md").is_file()

@@ -7,7 +7,6 @@ The starter and the broken kernel are graded by the real grader (``python -m gra
 --timeout, which is long enough for the real ones on a loaded machine; the three run side by side."""
 import csv
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -48,9 +47,7 @@ def batch_out(tmp_path_factory) -> Path:
         return child_command(sub, out, opts)
 
     opts = Options(rubric=ROOT / "rubric.yaml", use_gpu=False, stages="naive", timeout_s=HANG_S)
-    started = time.monotonic()
     grade_export(exp, tmp / "out", workers=3, opts=opts, quiet=True, make_cmd=command, gpus=[])
-    assert time.monotonic() - started < 600  # a safety net: the stand-in was stopped at its timeout
     return tmp / "out"
 
 

@@ -141,3 +141,13 @@ def test_a_forged_report_changes_nothing_read_from_the_cubin(tmp_path):
     assert entry_names(text).count("mmTiled") == 2  # the forged report and the real one look alike
     real = kernel_resources(out.read_bytes())["mmTiled"]
     assert real.registers < 128 and real.shared_bytes == 0
+
+
+def test_a_line_too_long_to_hold_ends_the_count():
+    """A function name longer than any instruction line could hide which function the instructions
+    after it belong to: the listing is then not judged."""
+    counter = SassCounter()
+    counter.feed(b"\t\tFunction : " + b"x" * 70_000)
+    counter.feed(b"\n        /*0000*/                   FFMA R1, R2, R3, R4 ;\n")
+    counter.close()
+    assert counter.too_large.startswith("a line of the SASS listing")

@@ -95,8 +95,9 @@ def test_an_invalid_rubric_exits_2_with_its_error_not_a_traceback(tmp_path, entr
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "error: rubric.yaml line 118: stage naive, item compiles: points: is 'ten' (str) (expected an integer or a number)" \
-           in proc.stderr
+    line = next(i + 1 for i, text in enumerate(bad.read_text().splitlines()) if text.strip() == "points: ten")
+    assert f"error: rubric.yaml line {line}: stage naive, item compiles: points: is 'ten' (str) (expected an integer " \
+           "or a number)" in proc.stderr
     missing = subprocess.run([sys.executable, *entry, "--check", "--handout", str(tmp_path / "nope.md")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "nope.md: cannot be read" in missing.stderr and "Traceback" not in missing.stderr

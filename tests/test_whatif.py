@@ -47,12 +47,16 @@ def test_whatif_counts_each_threshold_item_and_draws_it(tmp_path):
     stored = next(r for r in fixture("reference").items if r.number == "2.ncu_coalesced")
     assert ref["current"]["value"] == stored.values["value"] and ref["current"]["status"] == stored.status.value
     assert "coalesced.speed" in items and "wmma.beats_fp32" in items and "naive.compiles" not in items
-    # Scores: the stored ones and the re-scored ones under the proposal.
+    # Scores: the stored ones and the re-scored ones under the proposal, over the items neither it nor rubric.yaml
+    # (the base) needs a real re-grade for.
     new = load_rubric(proposed)
     scores = {s["grading"]: (s["current"], s["proposed"]) for s in data["scores"]}
     for name in NAMES:
         g = fixture(name)
-        assert scores[name] == (g.score, rescore_grading(g, new, rubric_from_text(g.rubric_text))[0].score)
+        left = set(next(s["left_out"] for s in data["scores"] if s["grading"] == name))
+        again = rescore_grading(g, new, rubric_from_text(g.rubric_text))[0]
+        assert scores[name] == tuple(round(sum(i.counted_score for i in x.items if i.number not in left), 4)
+                                     for x in (g, again))
     report = (tmp_path / "o" / "report.md").read_text()
     assert "| [4a.speed](#" in report and f"| >= 0.36 | {one_d['passing']['current']} of 5 | >= 0.3 | " \
         f"{one_d['passing']['proposed']} of 5 | 0 |" in report
@@ -70,7 +74,10 @@ def test_whatif_without_a_proposal_shows_the_current_rubric(tmp_path):
     assert speed["current"] == speed["proposed"] == 0.8
     assert speed["passing"]["current"] == sum((f := _fraction(n, "blocktiling_2d")) is not None and f >= 0.8
                                               for n in NAMES)
-    assert all(s["current"] == s["proposed"] for s in data["scores"])
+    # No edit: the proposal's column is the base's (rubric.yaml); what it grades otherwise than each grading's own
+    # rubric is told apart.
+    assert all(s["proposed"] == s["base"] and s["changed_by_the_edit"] == 0 for s in data["scores"])
+    assert all(s["differs_from_its_rubric"] == round(s["base"] - s["current"], 4) for s in data["scores"])
     assert _valid_png(tmp_path / "o" / "scores.png")
     assert "no proposed rubric" in (tmp_path / "o" / "report.md").read_text()
 
@@ -91,3 +98,37 @@ def test_whatif_says_when_the_gradings_were_graded_with_different_thresholds(tmp
     section = report[report.index("### 4a.speed"):report.index("### 4a.ffma_count")]
     assert "graded with different thresholds: >= 0.36, >= 0.5" in section
     assert "different thresholds" not in report[report.index("### 4b.speed"):]
+
+
+def test_whatif_keeps_your_edit_apart_from_what_differs_from_each_gradings_rubric(tmp_path):
+    """The demo class was graded under an older rubric than rubric.yaml. Proposing rubric.yaml unchanged is no edit:
+    "changed by your edit" is 0 for every grading, and what rubric.yaml grades otherwise is "differs from the rubric
+    this grading used"; the items a re-score cannot make are left out of every column, and a line says how many."""
+    from grader import DEFAULT_RUBRIC
+
+    proc = grader("whatif", str(FIXTURES), "--rubric", str(DEFAULT_RUBRIC), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "o" / "whatif.json").read_text())
+    assert all(s["changed_by_the_edit"] == 0 and s["base"] == s["proposed"] for s in data["scores"])
+    left = {s["grading"]: s["left_out"] for s in data["scores"]}
+    assert left["reference"] and "1.correct" in left["reference"] and "1.compiles" not in left["reference"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    count = sum(len(v) for v in left.values())
+    assert f"{count} item(s) in {sum(bool(v) for v in left.values())} grading(s) need a real re-grade" in report
+    assert "| grading | as graded | base | proposed | changed by your edit | differs from the rubric this grading " \
+           "used |" in report
+    # Every column is over the same items: the reference's stored score, less what is left out, is its "as graded".
+    ref = next(s for s in data["scores"] if s["grading"] == "reference")
+    stored = fixture("reference")
+    assert ref["current"] == round(sum(i.counted_score for i in stored.items if i.number not in left["reference"]), 4)
+    # "of" the automatic points, as the batch and the re-score count them (hand-graded items are outside them).
+    from grader.outputs.summary import automatic_max
+
+    assert f"(of {automatic_max(stored.items):g} automatic points)" in report
+
+
+def test_the_score_plots_axis_runs_from_zero_to_the_maximum():
+    from grader.outputs.plots import _bins
+
+    bins = _bins([40.0, 70.0], [], x_range=(0.0, 179.0))
+    assert bins[0] <= 0.0 and bins[-1] >= 179.0

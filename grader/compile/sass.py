@@ -31,7 +31,7 @@ _WIDTH = {"64": 8, "128": 16, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
 # listing is a few hundred KB (the hopper solution's, the largest, 1.1 MB with nvcc 13.0).
 MAX_LISTING_BYTES = 256 * 1024 * 1024
 MAX_FUNCTIONS = 10_000
-_MAX_LINE = 64 * 1024  # a longer line is no instruction; it is skipped, never held whole
+_MAX_LINE = 64 * 1024  # bytes of one line; a longer one ends the count (never held whole)
 
 
 class SassCounter:
@@ -60,8 +60,11 @@ class SassCounter:
             return
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
-        if len(self._partial) > _MAX_LINE:
-            self._partial = b""
+        if len(self._partial) > _MAX_LINE or any(len(line) > _MAX_LINE for line in lines):
+            # no instruction is that long; a function name that long could hide which function the
+            # instructions after it belong to, so the listing is not judged
+            self.too_large = f"a line of the SASS listing is over {_MAX_LINE:,} bytes"
+            return
         for line in lines:
             self._line(line.decode("utf-8", "replace"))
 

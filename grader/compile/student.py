@@ -190,9 +190,9 @@ def prepare_scratch(source: Path, folder: Path, display: str, user: str | None =
     while queue:
         current = folder / queue.pop(0)
         problem, targets = scan_includes(current.read_bytes(), prefix + current.name)
-        if problem:
-            return None, problem
-        for target in targets:
+        if problem and (current == main or current.suffix.lower() in _SOURCE_SUFFIXES):
+            return None, problem  # other files (notes, answers) #included anyway: the dependency check's
+        for target in (os.path.normpath(t) for t in targets):  # "./x.h" is x.h
             if "/" not in target and target not in reached and (folder / target).is_file():
                 reached.add(target)
                 queue.append(target)
@@ -266,7 +266,7 @@ def _compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[
 
     def run(cmd: list[str], limit_s: float) -> ProcRecord:
         if deadline is not None:
-            limit_s = max(0.1, min(limit_s, deadline.left()))
+            limit_s = max(0.1, round(min(limit_s, deadline.left()), 1))
         proc = run_guarded(cmd, cwd=folder, timeout_s=limit_s, output_limit=output_limit, user=scratch.user,
                            env=env, fence=fence)
         proc.command = [Path(cmd[0]).name, *cmd[1:]]

@@ -150,7 +150,10 @@ def block_occupancy_params(rubric: Rubric) -> str:
         f"stall cycles: {stalls} |",
         "| Ex 6 | `heavy` built with -maxrregcount " + ", ".join(str(c) for c in e6.register_caps)
         + f"; block {e6.block_size}; at least {e6.min_registers_uncapped} registers uncapped |",
-    ])
+    ] + ([] if not cfg.variants else [
+        "", "This course gives each student their own Ex 1 kernel and Ex 2 launch (the table shows the defaults): "
+        "`python -m grader variant --student ID` prints yours, with ID your student ID as Gradescope has it "
+        "(your email if the course has none). Your answers and your program are graded with your numbers."]))
 
 
 def block_report(rubric: Rubric) -> str:

@@ -12,10 +12,13 @@ grader/outputs/grades_csv.py.
 An edit that changes what is measured cannot be re-scored: every item it reaches is "not evaluated" with
 "needs a real re-grade: <why>", and the others are re-scored:
 
-- a setting every stage is measured under (correctness sizes, time-outs, output limit, sanitizer, stage limits,
-  the architecture without a device): every item;
-- a stage's measured fields (file, kernel, inputs, baseline, peak, launch, tolerance, bench, limits, operands,
-  required architecture), or a stage that is new: that stage's items, and the speedup items measured against it;
+- a setting every stage is measured under (correctness sizes, time-outs, output limit, sanitizer, the
+  architecture without a device): every item;
+- how the stages are run and timed (a stage's ``bench`` or ``limits``, ``settings.stage_limits``): what those runs
+  feed, i.e. every item of the stage (each stage, for the setting) but those judged from the build alone (compiles,
+  ptxas's spills, the SASS: ``Kind.from_build``), and the speedup items measured against it; not the report;
+- a stage's other measured fields (file, kernel, inputs, baseline, peak, launch, tolerance, operands, required
+  architecture), or a stage that is new: that stage's items, and the speedup items measured against it;
 - ``settings.profile``: every ncu item and the report section; a new or edited ncu item whose metrics the
   stored profile lacks: that item, and the stage's speed items (they may be gated on its technique items);
 - the occupancy and report sections are graded from the submission's files, which grading.json does not keep:
@@ -60,6 +63,10 @@ MEASURED_SETTINGS = {"arch_without_device": "settings.arch_without_device",
                      "correctness_sizes": "settings.correctness_sizes", "timeouts": "settings.timeouts",
                      "output_limit_bytes": "settings.output_limit_bytes", "sanitizer": "settings.sanitizer",
                      "stage_limits": "settings.stage_limits"}
+# What only decides how a stage's kernel is run and timed, not how it is built: its change reaches the items the
+# runs feed, and leaves those judged from the build (Kind.from_build) and the report as graded.
+TIMING_STAGE_KEYS = frozenset({"bench", "limits"})
+TIMING_SETTINGS = frozenset({"stage_limits"})
 # What grader/outputs/write.py writes into a grading's folder; the folder's other files are copied as they are.
 WRITTEN = frozenset({"results.json", "summary.md", GRADING_FILE, "profile.md", "profile.html", "ladder.png",
                      "roofline.png", RESCORE_FILE})
@@ -81,11 +88,21 @@ class Rescored:
     before: float | None = None  # the stored score
     refused: list[Refusal] = field(default_factory=list)
     problem: str = ""
+    # The scores compared, over the items neither re-score refused (``left_out``): as graded, under the base rubric
+    # (the repository's rubric.yaml: what is not your edit), under the new one; and the automatic points.
+    compared: tuple[float, float, float] | None = None
+    left_out: list[str] = field(default_factory=list)
+    automatic: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         g = self.grading
+        c = self.compared
         return {"before": self.before, "score": g.score if g else None, "max_score": g.max_score if g else None,
-                "refused": [dataclasses.asdict(r) for r in self.refused], "problem": self.problem}
+                "automatic_points": self.automatic,
+                "refused": [dataclasses.asdict(r) for r in self.refused], "problem": self.problem,
+                "compared": None if c is None else {
+                    "as_graded": c[0], "base": c[1], "new": c[2], "changed_by_the_edit": round(c[2] - c[1], 4),
+                    "differs_from_its_rubric": round(c[1] - c[0], 4), "left_out": self.left_out}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +155,11 @@ def _ncu_problem(it: Item, kind: Kind, measured: dict[str, Item], o: StageOutcom
     return ""
 
 
-def _stage_items(g: Grading, new: Rubric, profile_changed: bool) -> tuple[dict[str, StageOutcome], dict, set[str]]:
-    """(the outcomes under the new stages, {(stage, item): why refused}, the stages whose measurements changed)."""
+def _stage_items(g: Grading, new: Rubric, profile_changed: bool,
+                 why_runs: str = "") -> tuple[dict[str, StageOutcome], dict, set[str], set[str]]:
+    """(the outcomes under the new stages, {(stage, item): why refused}, the stages whose measurements changed,
+    those of them where only how the kernel is run and timed changed). ``why_runs``: a setting every stage's runs
+    are made under changed (TIMING_SETTINGS), and how it is said."""
     outcomes: dict[str, StageOutcome] = {}
     refused: dict[tuple[str, str], str] = {}
     changed: set[str] = set()
@@ -148,15 +168,19 @@ def _stage_items(g: Grading, new: Rubric, profile_changed: bool) -> tuple[dict[s
         if o is None:
             continue  # a stage this grading did not grade (--stages), or a new one: :func:`rescore_grading` decides
         keys = _stage_changes(o.stage, st)
-        if keys:
+        runs = why_runs or (f"stage {st.id}'s {', '.join(keys)} changed (how its kernel is run and timed)"
+                            if keys and set(keys) <= TIMING_STAGE_KEYS else "")
+        if keys or runs:
             changed.add(st.id)
         measured = {i.id: i for i in o.stage.items}
         for it in st.items:
             # Every registered kind is graded from what grading.json keeps (ptxas, SASS, the verdict, the timing),
             # and a kind with Nsight Compute expressions from the stored profile's metrics.
             kind = REGISTRY.get(it.kind)
-            if keys:
+            if keys and not set(keys) <= TIMING_STAGE_KEYS:
                 refused[st.id, it.id] = f"stage {st.id}'s {', '.join(keys)} changed (what is measured)"
+            elif runs and not (kind is not None and kind.from_build):
+                refused[st.id, it.id] = runs
             elif kind is None:
                 refused[st.id, it.id] = f"rescore does not know what item kind {it.kind!r} measures"
             elif kind.needs_profile and profile_changed:
@@ -177,7 +201,9 @@ def _stage_items(g: Grading, new: Rubric, profile_changed: bool) -> tuple[dict[s
                 refused[st.id, it.id] = f"it is measured against stage {other}, whose measurements changed"
             elif kind.speed and gate and (st.id, it.id) not in refused:
                 refused[st.id, it.id] = f"it is scored with the stage's other items, and {gate} needs one"
-    return outcomes, refused, changed
+    timing_only = {sid for sid in changed if why_runs or set(_stage_changes(g.outcomes[sid].stage,
+                                                                            new.stage(sid))) <= TIMING_STAGE_KEYS}
+    return outcomes, refused, changed, timing_only
 
 
 def _shape(x: Any) -> Any:
@@ -261,12 +287,19 @@ def rescore_grading(g: Grading, new: Rubric, old: Rubric | None) -> tuple[Gradin
     if old is None:
         why_all = (f"the rubric that graded it (sha256 {g.rubric_sha256[:12] or 'not recorded'}) is not known; "
                    "give it with --was")
-    else:
-        keys = [key for attr, key in MEASURED_SETTINGS.items() if getattr(old, attr) != getattr(new, attr)]
+    why_runs = ""
+    if old is not None:
+        keys = [key for attr, key in MEASURED_SETTINGS.items()
+                if attr not in TIMING_SETTINGS and getattr(old, attr) != getattr(new, attr)]
+        runs = [key for attr, key in MEASURED_SETTINGS.items()
+                if attr in TIMING_SETTINGS and getattr(old, attr) != getattr(new, attr)]
         if keys:
-            why_all = f"{', '.join(keys)} changed (what every stage is measured under)"
+            why_all = f"{', '.join(keys + runs)} changed (what every stage is measured under)"
+        elif runs:
+            why_runs = f"{', '.join(runs)} changed (how every stage's kernel is run and timed)"
     profile_changed = old is not None and old.profile != new.profile
-    outcomes, refused, changed = _stage_items(g, new, profile_changed)
+    outcomes, refused, changed, timing_only = _stage_items(g, new, profile_changed, why_runs)
+    measured_changed = changed - timing_only  # the report reads what is measured, not how long the runs were
     env = replace(g.env, peaks=device_peaks(new.peak_overrides, new.peak_per_sm_clock, g.env.device))
     scored = {(r.stage, r.item): r for r in score(outcomes, env.peaks)}
     items: list[ItemResult] = []
@@ -281,7 +314,8 @@ def rescore_grading(g: Grading, new: Rubric, old: Rubric | None) -> tuple[Gradin
                 refusals.append(Refusal(f"{st.number}.{it.id}", why))
     titles = [s.id for s in new.stages if s.id in g.outcomes and g.outcomes[s.id].stage.title != s.title]
     report_why = why_all or ("settings.profile changed (the report's values are compared with it)" if profile_changed
-                             else f"stage {', '.join(sorted(changed))}'s measurements changed" if changed
+                             else f"stage {', '.join(sorted(measured_changed))}'s measurements changed"
+                             if measured_changed
                              else f"stage {', '.join(titles)}'s title changed (a report heading may name a stage "
                              "by its title)" if titles else "")
     for section, why in (("occupancy", why_all), ("report", report_why)):
@@ -310,9 +344,17 @@ def _copy_side_files(src: Path, dst: Path) -> None:
         shutil.copyfile(f, dst / f.name)
 
 
-def rescore_folder(name: str, src: Path, dst: Path, new: Rubric, known: list[Rubric]) -> Rescored:
-    """Re-score the grading in ``src`` into ``dst`` (every output file, as a grading writes them)."""
+def _comparable(g: Grading, left_out: set[str]) -> float:
+    return round(sum(i.counted_score for i in g.items if i.number not in left_out), 4)
+
+
+def rescore_folder(name: str, src: Path, dst: Path, new: Rubric, known: list[Rubric],
+                   base: Rubric | None = None) -> Rescored:
+    """Re-score the grading in ``src`` into ``dst`` (every output file, as a grading writes them). ``base``: the
+    rubric ``new`` is an edit of, re-scored too (not written) to tell the edit from what differs from the grading's
+    own rubric."""
     from grader.outputs.profile_page import plot_inputs
+    from grader.outputs.summary import automatic_max
     from grader.outputs.write import write_outputs
 
     try:
@@ -320,11 +362,17 @@ def rescore_folder(name: str, src: Path, dst: Path, new: Rubric, known: list[Rub
     except GradingFormatError as exc:
         return Rescored(name, problem=str(exc))
     before = g.score
-    rescored, refused = rescore_grading(g, new, measured_under(g, known))
+    old = measured_under(g, known)
+    rescored, refused = rescore_grading(g, new, old)
+    under_base, base_refused = (rescore_grading(g, base, old) if base is not None and base.sha256 != g.rubric_sha256
+                                else (g, []))
+    left = {r.number for r in refused} | {r.number for r in base_refused}
     _copy_side_files(src, dst)
     # The plots show measurements; the grading's own are reused unless the new rubric relabels them.
     write_outputs(rescored, dst, drawn=src if plot_inputs(rescored) == plot_inputs(g) else None)
-    return Rescored(name, rescored, before, refused)
+    return Rescored(name, rescored, before, refused,
+                    compared=(_comparable(g, left), _comparable(under_base, left), _comparable(rescored, left)),
+                    left_out=sorted(left), automatic=automatic_max(rescored.items))
 
 
 def rescore_in_place(folder: Path, new: Rubric) -> list[Refusal] | None:
@@ -395,7 +443,7 @@ def _batch_stages(col: Collection) -> list[str] | None:
     return [str(s) for s in stages] if isinstance(stages, list) else None
 
 
-def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric]) -> RescoreRun:
+def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric], base: Rubric | None = None) -> RescoreRun:
     """Re-score every grading under ``source`` (grader/instructor/stored.py: find_gradings) into ``out``.
     ConfigError when ``source`` holds no grading."""
     from grader.outputs.class_summary import write_class_summary
@@ -407,7 +455,7 @@ def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric]) -> Rescor
     subs_out = out if col.layout == Layout.GRADING else (out / SUBMISSIONS if col.layout == Layout.BATCH else out)
     for name, folder in col.folders.items():
         dst = out if col.layout == Layout.GRADING else subs_out / name
-        run.gradings.append(rescore_folder(name, folder, dst, new, known))
+        run.gradings.append(rescore_folder(name, folder, dst, new, known, base))
     if col.layout != Layout.GRADING:
         for name, folder in col.ungraded.items():  # a failed grading: its row keeps its status
             _copy_side_files(folder, subs_out / name)
@@ -418,7 +466,7 @@ def rescore(source: Path, new: Rubric, out: Path, known: list[Rubric]) -> Rescor
         columns, rows = csv_rows(subs, subs_out, max_total)
         run.csv = out / "grades.csv"
         write_csv(run.csv, columns, rows)
-        write_class_summary(out, columns, rows, max_total)
+        write_class_summary(out, columns, rows, max_total, graded_by=f"{new.source}, re-scored")
     (out / RESCORE_FILE).write_text(json.dumps({
         "source": str(Path(source).resolve()), "rubric": new.source, "rubric_sha256": new.sha256,
         "layout": col.layout, "notes": run.notes, "gradings": {r.name: r.to_json() for r in run.gradings},

@@ -10,10 +10,13 @@ one grading), for every threshold item (the speed kinds and ``ncu``: an item gra
   histogram PNG, with the current and the proposed threshold drawn on it, and how many gradings pass each;
 - a table per item: each grading's value, status and points under both rubrics.
 
-And the total scores under both (a histogram PNG). The proposed rubric's verdicts are the re-score's
-(grader/instructor/rescore.py: rescore_grading), so they are exactly what ``rescore`` would write; an item the
-proposal makes unmeasurable is counted as "needs a real re-grade". ``DIR/report.md`` links every PNG; the numbers
-are also in ``DIR/whatif.json``.
+And the total scores (a histogram PNG, 0 to the automatic points), in three columns kept apart: as each grading was
+graded (under the rubric it kept), under the base rubric (the repository's rubric.yaml, or ``--base``), and under
+the proposal; "changed by your edit" is proposal minus base, "differs from the rubric this grading used" is base
+minus as graded. The re-scored verdicts are the re-score's (grader/instructor/rescore.py: rescore_grading), so they
+are exactly what ``rescore`` would write. An item either re-score cannot make (it needs a real re-grade) is left out
+of every score compared, and a line says how many. ``DIR/report.md`` links every PNG; the numbers are also in
+``DIR/whatif.json``.
 """
 from __future__ import annotations
 
@@ -80,14 +83,37 @@ class ThresholdItem:
 
 
 @dataclass
+class Scores:
+    """One grading's total, over the items every re-score could make (the others are ``left_out``)."""
+
+    name: str
+    graded: float  # as graded, under the rubric it kept
+    base: float  # under the base rubric (rubric.yaml): what is not your edit
+    proposed: float  # under the proposal (the base's when there is none)
+    left_out: list[str] = field(default_factory=list)  # items that need a real re-grade under base or proposal
+
+    @property
+    def edit(self) -> float:
+        """Changed by your edit."""
+        return round(self.proposed - self.base, 4)
+
+    @property
+    def drift(self) -> float:
+        """Differs from the rubric this grading used."""
+        return round(self.base - self.graded, 4)
+
+
+@dataclass
 class WhatIf:
     path: Path
     gradings: int = 0
     items: list[ThresholdItem] = field(default_factory=list)
-    scores: list[tuple[str, float, float]] = field(default_factory=list)  # (grading, current, proposed)
-    max_score: tuple[float, float] = (0.0, 0.0)
+    scores: list[tuple[str, float, float]] = field(default_factory=list)  # (grading, current, proposed), comparable
+    totals: list[Scores] = field(default_factory=list)
+    max_score: tuple[float, float] = (0.0, 0.0)  # automatic points, as graded and under the proposal
     problems: list[str] = field(default_factory=list)
     proposed_source: str = ""
+    base_source: str = ""
 
 
 def _op(item: Item) -> str:
@@ -113,14 +139,32 @@ def _file_name(stage: str, item: str) -> str:
     return "item_" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{stage}.{item}") + ".png"
 
 
-def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric]) -> WhatIf:
-    """Write ``out/report.md`` and its PNGs for the gradings under ``source`` (ConfigError when none)."""
+def _under(g: Grading, rubric: Rubric | None, known: list[Rubric]) -> tuple[Grading, list[str]]:
+    """``g`` re-scored under ``rubric`` (itself when it is the rubric ``g`` was graded with, or None), and the items
+    that need a real re-grade there."""
+    if rubric is None or (rubric.sha256 and rubric.sha256 == g.rubric_sha256):
+        return g, []
+    again, refused = rescore_grading(g, rubric, measured_under(g, known))
+    return again, [r.number for r in refused]
+
+
+def _comparable(g: Grading, left_out: set[str]) -> float:
+    return round(sum(i.counted_score for i in g.items if i.number not in left_out), 4)
+
+
+def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric],
+            base: Rubric | None = None) -> WhatIf:
+    """Write ``out/report.md`` and its PNGs for the gradings under ``source`` (ConfigError when none). ``base``: the
+    rubric the proposal is an edit of (the repository's rubric.yaml); None: the proposal is compared with each
+    grading's own rubric."""
     from grader.outputs.plots import score_histogram_png, threshold_histogram_png
+    from grader.outputs.summary import automatic_max
 
     col = find_gradings(source)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    report = WhatIf(out / REPORT, proposed_source=proposed.source if proposed is not None else "")
+    report = WhatIf(out / REPORT, proposed_source=proposed.source if proposed is not None else "",
+                    base_source=base.source if base is not None else "")
     pairs: list[tuple[str, Grading, Grading]] = []
     for name, folder in col.folders.items():
         try:
@@ -128,8 +172,12 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
         except GradingFormatError as exc:
             report.problems.append(f"{name}: {exc}")
             continue
-        after = rescore_grading(g, proposed, measured_under(g, known))[0] if proposed is not None else g
-        pairs.append((name, g, after))
+        under_base, refused_base = _under(g, base, known)
+        after, refused_after = _under(g, proposed, known) if proposed is not None else (under_base, refused_base)
+        left = set(refused_base) | set(refused_after)
+        report.totals.append(Scores(name, _comparable(g, left), _comparable(under_base, left),
+                                    _comparable(after, left), sorted(left)))
+        pairs.append((name, g, after if proposed is not None else g))  # no proposal: the threshold items as graded
     report.gradings = len(pairs)
     # Every threshold item of either rubric, in the rubric's order (the current first).
     defs: dict[tuple[str, str], list] = {}
@@ -176,9 +224,9 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
                                                         _xlabel(shown, stages))
         ti.png = png if drawn else ""
         report.items.append(ti)
-    report.scores = [(name, g.score, after.score) for name, g, after in pairs]
-    if pairs:
-        report.max_score = (pairs[0][1].max_score, pairs[0][2].max_score)
+    report.scores = [(t.name, t.graded, t.proposed) for t in report.totals]
+    if pairs:  # the automatic points (hand-graded items are outside them, as in grades.csv)
+        report.max_score = (automatic_max(pairs[0][1].items), automatic_max(pairs[0][2].items))
     series = {"current": [s[1] for s in report.scores]}
     if proposed is not None:
         series["proposed"] = [s[2] for s in report.scores]
@@ -186,9 +234,11 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
                                          "Total scores of the class" + (" (current and proposed)" if proposed else ""))
     report.path.write_text(_markdown(report, source, SCORES_PNG if score_png else "", why), encoding="utf-8")
     (out / "whatif.json").write_text(json.dumps({
-        "source": str(Path(source).resolve()), "proposed": report.proposed_source, "gradings": report.gradings,
-        "problems": report.problems, "max_score": list(report.max_score),
-        "scores": [{"grading": n, "current": c, "proposed": p} for n, c, p in report.scores],
+        "source": str(Path(source).resolve()), "proposed": report.proposed_source, "base": report.base_source,
+        "gradings": report.gradings, "problems": report.problems, "max_score": list(report.max_score),
+        "scores": [{"grading": t.name, "current": t.graded, "base": t.base, "proposed": t.proposed,
+                    "changed_by_the_edit": t.edit, "differs_from_its_rubric": t.drift, "left_out": t.left_out}
+                   for t in report.totals],
         "items": [asdict(ti) | {"passing": {"current": ti.passing("current"), "proposed": ti.passing("proposed")},
                                 "measured": {"current": ti.measured("current"), "proposed": ti.measured("proposed")},
                                 "refused": ti.refused()} for ti in report.items],
@@ -221,12 +271,28 @@ def _markdown(r: WhatIf, source: Path, score_png: str, score_problem: str) -> st
              + (f"; proposed: `{r.proposed_source}`." if proposed else "; no proposed rubric (`--rubric`)."), ""]
     lines += [f"- not read: {p}" for p in r.problems] + ([""] if r.problems else [])
     lines += ["## Scores", ""]
+    left = [t for t in r.totals if t.left_out]
+    if left:
+        lines += [f"{sum(len(t.left_out) for t in left)} item(s) in {len(left)} grading(s) need a real re-grade "
+                  "(what they measure changed) and are left out of every score below, in every column: "
+                  + "; ".join(f"{t.name}: {', '.join(t.left_out)}" for t in left) + ".", ""]
     lines += [f"![scores]({score_png})", ""] if score_png else [f"*No score plot: {score_problem}*", ""]
-    lines += [f"- current: {_stats([s[1] for s in r.scores])} (of {r.max_score[0]:g})"]
+    lines += [f"- current: {_stats([s[1] for s in r.scores])} (of {r.max_score[0]:g} automatic points)"]
     if proposed:
-        lines += [f"- proposed: {_stats([s[2] for s in r.scores])} (of {r.max_score[1]:g})"]
-    lines += ["", "| grading | current | proposed | change |", "|---|---|---|---|"]
-    lines += [f"| {n} | {c:g} | {p:g} | {p - c:+g} |" for n, c, p in r.scores]
+        lines += [f"- proposed: {_stats([s[2] for s in r.scores])} (of {r.max_score[1]:g} automatic points)"]
+    base = f"`{r.base_source}`" if r.base_source else "its own rubric"
+    lines += ["", f"As graded: under the rubric each grading kept. Base: {base}, the rubric "
+              + ("your proposal edits" if proposed else "this checkout grades with") + ". "
+              + ("Changed by your edit: proposed minus base. " if proposed else "")
+              + "Differs from the rubric this grading used: base minus as graded (not your edit).", ""]
+    if proposed:
+        lines += ["| grading | as graded | base | proposed | changed by your edit | differs from the rubric this "
+                  "grading used |", "|---|---|---|---|---|---|"]
+        lines += [f"| {t.name} | {t.graded:g} | {t.base:g} | {t.proposed:g} | {t.edit:+g} | {t.drift:+g} |"
+                  for t in r.totals]
+    else:
+        lines += ["| grading | as graded | base | differs from the rubric this grading used |", "|---|---|---|---|"]
+        lines += [f"| {t.name} | {t.graded:g} | {t.base:g} | {t.drift:+g} |" for t in r.totals]
     lines += ["", "## Threshold items", "",
               "| item | title | current | pass | proposed | pass | needs a re-grade |", "|---|---|---|---|---|---|---|"]
     for ti in r.items:

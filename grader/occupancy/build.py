@@ -14,6 +14,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.compile import toolchain
 from grader.compile.cubin import CubinFormatError
 from grader.compile.ptxas import KernelResources, name_hint
 from grader.compile.resources import add_spills, cubin_kernels
@@ -86,7 +87,7 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
                          + f"; found: {', '.join(quote_code(n) for n in found[:10]) or 'no kernels'}{hint}")
         return build
     if any(not build.kernels[k].spills_read for k in need):
-        sass = dump_sass(str(build.output), cuobjdump)
+        sass = dump_sass(str(build.output), cuobjdump or toolchain.find_cuobjdump())
         if not sass.available:
             build.problem = f"{what}: its spills could not be read from the SASS ({sass.reason})"
             return build

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grader.model import ProcRecord
 from grader.sandbox.fence import Fence
-from grader.sandbox.guard import host_code_user, run_guarded
+from grader.sandbox.guard import host_code_user, run_guarded, student_user
 from grader.sandbox.process import Control
 from grader.untrusted.quote import fence_block, quote_code
 
@@ -59,7 +59,9 @@ def run_program(exe: Path, work: Path, timeout_s: float | None = None, *, fence:
     """Run the student's program (all sections) as the student user; (document, problem, process record).
     ``control``: the GPU schedule's cancel (grader/occupancy/early.py runs it on the schedule)."""
     timeout_s = timeout_s or PROGRAM_TIMEOUT_S
-    user = host_code_user()  # never root: a fork bomb must meet RLIMIT_NPROC
+    # Fenced, never as root: RLIMIT_NPROC does not bind root, so a fork bomb must run as another uid
+    # (the fence hands its scratch over to that user; unfenced there is nothing to hand over).
+    user = host_code_user() if fence is not None else student_user()
     if user:
         for path, mode in ((work, 0o755), (exe.parent, 0o755), (exe, 0o755)):
             try:

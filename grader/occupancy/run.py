@@ -8,8 +8,8 @@ message, never an exception):
    relative to the submission; :func:`grader.compile.locate.locate` finds them one
    folder up or down as well).
 2. Static, no GPU: the host-code check of the program's text; ``nvcc -cubin`` of
-   the program at every register cap (``-maxrregcount=N -DREGCAP=N -Xptxas -v``) for
-   ``heavy``'s ptxas report. With a GPU also the default build's cubin (for ``work``)
+   the program at every register cap (``-maxrregcount=N -DREGCAP=N``) for
+   ``heavy``'s resources, read from each cubin and its SASS (grader/compile/resources.py). With a GPU also the default build's cubin (for ``work``)
    and the host program, all compiled in parallel by :mod:`grader.occupancy.build`
    through the one guarded compile (:mod:`grader.compile.student`). In a grading the
    pipeline starts these builds beside the stages' compiles (:func:`start_builds`) and

@@ -55,8 +55,10 @@ def _first_lost(row: dict) -> str:
     return clean + (f" ({note})" if note else "")
 
 
-def write_class_summary(out: Path, columns: list[str], rows: list[dict], max_total: float | None) -> Path:
-    """Write class-summary.md (and scores.png when there are graded rows) into ``out``; return the page."""
+def write_class_summary(out: Path, columns: list[str], rows: list[dict], max_total: float | None,
+                        graded_by: str = "") -> Path:
+    """Write class-summary.md (and scores.png when there are graded rows) into ``out``; return the page.
+    ``graded_by``: the rubric the totals are under, for the plot's legend (a re-score names its rubric)."""
     from grader.outputs.plots import score_histogram_png
 
     out = Path(out)
@@ -67,7 +69,8 @@ def write_class_summary(out: Path, columns: list[str], rows: list[dict], max_tot
              + ", ".join(f"{n} {status}" for status, n in sorted(ended.items())), ""]
     if graded:
         totals = [float(r["total"]) for r in graded]
-        png, problem = score_histogram_png({"current": totals}, float(top or max(totals) or 1), out / SCORES_PNG,
+        png, problem = score_histogram_png({f"under {graded_by or 'the rubric that graded them'}": totals},
+                                           float(top or max(totals) or 1), out / SCORES_PNG,
                                            f"{len(graded)} graded submissions")
         lines += [f"Scores (of {top:g} automatic points): median {statistics.median(totals):g}, "
                   f"min {min(totals):g}, max {max(totals):g}.", ""]

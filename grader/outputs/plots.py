@@ -215,8 +215,9 @@ _PATH_ARG = {"ladder_png": 1, "roofline_png": 3}  # where each plot function tak
 WHATIF_COLORS = {"current": COLORS["fp32"], "proposed": COLORS["fp16_tensor"]}
 
 
-def _bins(values: list[float], lines: list[float], count: int = 20) -> list[float]:
-    known = values + lines
+def _bins(values: list[float], lines: list[float], count: int = 20,
+          x_range: tuple[float, float] | None = None) -> list[float]:
+    known = values + lines + list(x_range or ())
     lo, hi = (min(known), max(known)) if known else (0.0, 1.0)
     if hi <= lo:
         lo, hi = lo - 0.5 * (abs(lo) or 1), hi + 0.5 * (abs(hi) or 1)
@@ -226,10 +227,12 @@ def _bins(values: list[float], lines: list[float], count: int = 20) -> list[floa
 
 
 def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str, float | None], path: str | Path,
-                            title: str, xlabel: str, counted: str = "measured") -> tuple[str | None, str]:
+                            title: str, xlabel: str, counted: str = "measured",
+                            x_range: tuple[float, float] | None = None) -> tuple[str | None, str]:
     """The class's measured values of one item as a histogram, one series per rubric ("current", "proposed":
-    drawn once when equal), with each rubric's threshold as a vertical line labelled with how many pass it
-    (``thresholds``: {legend label: value}; the label's first word names the rubric)."""
+    drawn once when equal; another name is its own legend), with each rubric's threshold as a vertical line
+    labelled with how many pass it (``thresholds``: {legend label: value}; the label's first word names the
+    rubric). ``x_range``: the axis covers at least it (a score's 0 to its maximum)."""
     plt = pyplot()
     if plt is None:
         return _no_matplotlib()
@@ -237,12 +240,13 @@ def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str
         try:
             fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=100)
             values = [v for vs in series.values() for v in vs]
-            bins = _bins(values, [v for v in thresholds.values() if v is not None])
+            bins = _bins(values, [v for v in thresholds.values() if v is not None], x_range=x_range)
             names = list(series)
             # Side by side in each bin, so two rubrics' counts are both readable where they agree.
             ax.hist([series[n] for n in names], bins=bins, color=[WHATIF_COLORS.get(n, "#777777") for n in names],
                     alpha=0.85, edgecolor="black", linewidth=0.5,
-                    label=[f"{n} rubric: {len(series[n])} {counted}" for n in names])
+                    label=[f"{n} rubric: {len(series[n])} {counted}" if n in WHATIF_COLORS
+                           else f"{n}: {len(series[n])} {counted}" for n in names])
             for k, (label, v) in enumerate(thresholds.items()):
                 if v is None:
                     continue
@@ -266,6 +270,7 @@ def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str
 
 def score_histogram_png(series: dict[str, list[float]], max_score: float, path: str | Path,
                         title: str) -> tuple[str | None, str]:
-    """Total scores under each rubric ({"current": [...], "proposed": [...]}), on a 0..max_score axis."""
-    return threshold_histogram_png(series, {}, path, title, f"points (of {max_score:g})", "graded") if series else (
-        None, "no grading to show")
+    """Total scores under each rubric ({"current": [...], "proposed": [...]}, or one series named as its legend
+    says), on an axis from 0 to ``max_score``."""
+    return threshold_histogram_png(series, {}, path, title, f"points (of {max_score:g})", "graded",
+                                   x_range=(0.0, max_score)) if series else (None, "no grading to show")

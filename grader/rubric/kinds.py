@@ -116,6 +116,9 @@ class Kind:
     validate: Validate = _no_check  # the params' own checks, after their types (RubricError names the key)
     speed: bool = False  # scored on the timing; its points wait on the stage's technique items
     needs_compile: bool = True  # judged only once the stage compiled (score/stages.py says so otherwise)
+    # Judged from the build alone (nvcc, ptxas -v, the SASS): no run of the kernel feeds it, so a change of how the
+    # stage is run or timed leaves it as graded (grader/instructor/rescore.py).
+    from_build: bool = False
     measured_key: str | None = None  # the key of ItemResult.values holding the number it is graded on
     level_param: str | None = None  # the param holding the level that number is compared with
     other_stage_param: str | None = None  # the param naming another stage it is measured against
@@ -709,15 +712,15 @@ class Registry:
 
 REGISTRY = Registry({k.name: k for k in (
     Kind(COMPILES, "nvcc compiles the file and the kernel with a valid launch shape", {}, _judge_compiles,
-         _handout_compiles, needs_compile=False, not_calibrated=_STATIC),
+         _handout_compiles, needs_compile=False, not_calibrated=_STATIC, from_build=True),
     Kind(CORRECT, "the checker's verdict on every correctness size", {}, _judge_correct, _handout_correct,
          not_calibrated=_STATIC),
     Kind(NO_SPILLS, "ptxas -v reports no spill stores or loads", {}, _judge_no_spills, _handout_no_spills,
-         not_calibrated=_STATIC),
+         not_calibrated=_STATIC, from_build=True),
     Kind(SASS, "the SASS has the required opcodes and none of the forbidden", {
         "forbid": Param(list, False, "SASS opcodes the kernel must not contain"),
         "require": Param(list, False, "SASS opcodes the kernel must contain"),
-        **_TECHNIQUE}, _judge_sass, _handout_sass, validate=_validate_sass,
+        **_TECHNIQUE}, _judge_sass, _handout_sass, validate=_validate_sass, from_build=True,
          not_calibrated="calibrated only as technique evidence (a pass or fail, no number)"),
     Kind(FRACTION_OF_BASELINE, "the stage's speed as a fraction of its baseline's", {"min": _MIN, **_CURVE},
          _judge_fraction_of_baseline, _handout_fraction_of_baseline, validate=_validate_speed, speed=True,

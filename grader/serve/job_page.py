@@ -4,8 +4,8 @@ apart), summary.md rendered, the plots and the files. It reads whole without Jav
 only refreshes it while the job is queued or running (it fetches this page again and swaps its parts).
 
 Every value that came from a student (messages, file names) is escaped; an item's first line is rendered
-as inline Markdown with raw HTML escaped (its `code spans` become <code>), the rest of a message stays
-preformatted text.
+as inline Markdown with raw HTML escaped (its `code spans` become <code>); the rest of a message is
+preformatted text, or Markdown when it holds a fenced block (a compile error's).
 """
 from __future__ import annotations
 
@@ -91,6 +91,14 @@ def _stage_table(grading: dict) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _rest(text: str) -> str:
+    """A message's lines after its first: Markdown (a compile error's fenced block is a block of code), raw
+    HTML escaped; plain lines stay as they were written (a fenced block of their own when there is no fence)."""
+    if "```" not in text and "~~~" not in text:
+        return f"<pre class=\"message\">{e(text)}</pre>"
+    return _INLINE.render(text).replace("<pre>", "<pre class=\"message\">")
+
+
 PARTS = {"notPassed": lambda s: s not in ("passed", "not_evaluated", "manual"),
          "notEvaluated": lambda s: s == "not_evaluated", "hand": lambda s: s == "manual"}
 
@@ -109,8 +117,7 @@ def item_list(grading: dict, part: str) -> str:
         status = str(i.get("status"))
         out.append(f"<li><span class=\"{'bad' if status == 'failed' else 'muted'}\">{e(MARKS.get(status, status))} "
                    f"</span><span class=\"num\">{e(str(i.get('number') or ''))}</span> {e(str(i.get('title') or ''))}: "
-                   f"{_INLINE.renderInline(first)}"
-                   + (f"<pre class=\"message\">{e(rest)}</pre>" if rest.strip() else "") + "</li>")
+                   f"{_INLINE.renderInline(first)}" + (_rest(rest) if rest.strip() else "") + "</li>")
     return "<ul class=\"items\">" + "".join(out) + "</ul>"
 
 

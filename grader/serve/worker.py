@@ -113,11 +113,12 @@ def default_name(gpu: str | None, index: int = 0) -> str:
 
 
 # Why a job of a service started with --no-gpu has no GPU item evaluated: the service's choice, not the student's.
-SERVICE_WITHOUT_GPU = "the grading service runs without a GPU (its operator started it with --no-gpu)"
+SERVICE_WITHOUT_GPU = "the grading service has no GPU: its operator started it with serve --no-gpu"
 
 
 def grade_command(settings: Settings, archive: Path, out: Path, device_file: Path | None,
-                  gpu_lock: Path | None = None, citations_from: Path | None = None) -> list[str]:
+                  gpu_lock: Path | None = None, citations_from: Path | None = None,
+                  student: str | None = None) -> list[str]:
     """The child that grades one job: ``grade`` with the service's rubric, mode and stages, the
     worker's description of its GPU when it has one, the GPU's lock when other workers share it, and a
     stored self-check of the same files (``citations_from``), for a report measured on another GPU.
@@ -133,6 +134,7 @@ def grade_command(settings: Settings, archive: Path, out: Path, device_file: Pat
     cmd += ["--device", str(device_file)] if device_file is not None and not settings.no_gpu else []
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu_lock is not None and not settings.no_gpu else []
     cmd += ["--stages", ",".join(settings.stages)] if settings.stages else []
+    cmd += ["--student", student] if student else []  # the occupancy variants' seed (rubric occupancy.variants)
     return cmd + ["--", str(archive)]
 
 
@@ -317,8 +319,10 @@ class Worker:
         (folder / "submission.zip").write_bytes(archive)
         out = folder / "out"
         s = self.settings
+        # A student's token job is drawn for ``token:<its hash's prefix>`` (what `grader variant --token` prints).
+        student = job.owner if job.owner.startswith("token:") else None
         cmd = grade_command(s, folder / "submission.zip", out, self.device_file, self.gpu_lock,
-                            stored_self_check(self.store, job, folder))
+                            stored_self_check(self.store, job, folder), student=student)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = str(IMPORT_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
 

@@ -13,4 +13,5 @@ lead for a person to read, never a verdict: the report says so (report.py: MEANI
 | `build.py` | each stage's file compiled (the grader's guarded compile, fenced) and its kernel's SASS dumped |
 | `report.py` | the rows (similarity.json), similarity.md and similarity.html |
 | `cli.py` | the command's arguments and entry point |
+| `defaults.py` | the report's defaults, read by the parser without importing copydetect |
 """

@@ -11,7 +11,9 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL = 0, 2, 3
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from grader.similarity.report import DEFAULT_FLAG_AT, DEFAULT_TOP
+    from grader.similarity.defaults import DEFAULT_FLAG_AT, DEFAULT_TOP  # not report: it imports copydetect
+    top: int | None = DEFAULT_TOP
+    flag_at: float | None = DEFAULT_FLAG_AT
 
     p.add_argument("source", help="the class: a Gradescope export (zip or folder), a batch's output folder, or a "
                                   "folder of submission folders")
@@ -23,8 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starter", help="the starter code excluded from matching (default: the repo's starter/)")
     p.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
     p.add_argument("--no-sass", action="store_true", help="compare sources only (no compile)")
-    p.add_argument("--top", type=int, default=DEFAULT_TOP, help="pairs per stage shown (default: %(default)s)")
-    p.add_argument("--flag-at", type=float, default=DEFAULT_FLAG_AT,
+    p.add_argument("--top", type=int, default=top, help="pairs per stage shown (default: %(default)s)")
+    p.add_argument("--flag-at", type=float, default=flag_at,
                    help="list a reference match at or above this combined score (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=command)

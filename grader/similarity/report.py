@@ -22,6 +22,7 @@ from grader.files import replace_whole
 from grader.rubric.load import Rubric, Stage
 from grader.similarity.build import Sass, compile_all, file_key
 from grader.similarity.collect import Entry, load_class, load_references
+from grader.similarity.defaults import DEFAULT_FLAG_AT, DEFAULT_TOP
 from grader.similarity.fingerprint import (
     PairScore,
     Print,
@@ -33,8 +34,6 @@ from grader.similarity.fingerprint import (
 from grader.untrusted.quote import quote_code
 
 FORMAT = "similarity-v1"
-DEFAULT_TOP = 15  # pairs per stage shown with their fragments in the .md and .html
-DEFAULT_FLAG_AT = 0.5  # a reference match at or above this combined score is listed (--flag-at)
 BINS = 10
 
 MEANING = """\

@@ -10,6 +10,7 @@ followed, sizes capped) into a temporary folder. Prints a short table, then::
     exit 1  something needs fixing (the rows marked FIX say what and where)
     exit 2  bad usage: no such submission, an invalid rubric
     exit 3  the check itself failed (a bug: please report it)
+    exit 78 the grader's packages are not set up for this Python (grader/setup_check.py names the set-up)
 
 Compiling needs nvcc (the stages compile in parallel, as the grader compiles them); without it,
 or with ``--no-compile``, the kernel rows say they were not compiled.

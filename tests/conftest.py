@@ -79,7 +79,7 @@ def pytest_unconfigure(config):
     _Probe.close()
 
 
-# The fast tier (``pytest -m fast``, README "Testing"): the files of the pure parsers (nvcc, ptxas, SASS,
+# The fast tier (``bash grader/bootstrap.sh test -n 0 -m fast``; README, docs/design.md "Testing"): the files of the pure parsers (nvcc, ptxas, SASS,
 # Nsight Compute, the report check), the rubric, the scoring and the records (results.json, grading.json),
 # which start no service, no grading and no GPU; about a minute on 2 busy cores. The full suite
 # (``bash grader/bootstrap.sh test``) stays what CI runs.
@@ -93,7 +93,17 @@ FAST_FILES = frozenset({
     "test_report_check_config.py", "test_report_check_parse.py", "test_report_check_tables.py",
     "test_run_verdicts.py", "test_sanitize.py", "test_sass.py", "test_timing_peaks.py", "test_serve_store.py",
     "test_serve_bridge_merge.py", "test_no_wall_clock_asserts.py", "test_watch_interval.py", "test_job_page.py",
+    "test_fast_tier.py",
 })
+
+def pytest_ignore_collect(collection_path, config):
+    """``-m fast`` collects only the fast tier's files: importing every other test module (the service's,
+    playwright's) would cost the inner loop more than its tests."""
+    if (config.getoption("markexpr", "") == "fast" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_") and collection_path.name not in FAST_FILES):
+        return True
+    return None
+
 
 @pytest.hookimpl(tryfirst=True)  # before the -m selection reads the markers
 def pytest_collection_modifyitems(config, items):

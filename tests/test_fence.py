@@ -303,7 +303,7 @@ def test_cupy_runs_on_the_gpu_inside_the_fence(scratch: Path, gpu_alone):
 
 def test_a_fenced_program_runs_again_and_again(scratch: Path):
     """Each run makes its sandbox afresh in the same scratch folder. What a run costs is a benchmark,
-    not a pass/fail: python tools/timing_claims.py sandbox."""
+    not a pass/fail: python docs/measurements/scripts/timing_claims.py sandbox."""
     true = shutil.which("true")
     for _ in range(6):
         assert run([true], timeout_s=30, fence=Fence(scratch=scratch)).returncode == 0

@@ -252,7 +252,8 @@ def test_gradescope_jumps_the_queue_and_a_restart_keeps_queue_and_results(tmp_pa
         failed = wait_job(c, slow["id"], service=s3)
         assert failed["state"] == "failed" and failed["error"] == "the grading took longer than 1 s and was stopped"
         assert pids_matching(slow["id"]) == []
-        assert httpx.get(s3.url + "/healthz").json() == {"ok": True, "queue": "sqlite", "workers": 1}
+        assert httpx.get(s3.url + "/healthz").json() == {"ok": True, "queue": "sqlite", "store": "ok", "disk": "ok",
+                                                          "workers": 1}
 
 
 def compiling(svc: ServiceProcess, service_before: set[int], marks: tuple[str, ...] = ("cc1plus",)) -> set[int]:

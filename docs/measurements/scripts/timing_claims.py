@@ -1,7 +1,7 @@
 """Print the numbers that tests used to assert as wall-clock thresholds (DEVELOPERS.md: no test asserts a
 wall-clock time; speed is measured and recorded, not passed or failed on a shared machine).
 
-    python tools/timing_claims.py [sandbox] [limits] [--runs N]
+    python docs/measurements/scripts/timing_claims.py [sandbox] [limits] [--runs N]
 
 sandbox: seconds per fenced run of ``true`` (bwrap's cost per step; tests/test_fence.py checks that
   the runs succeed). limits: how long after its time limit a spinning child, a forked spinner and a
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from grader.sandbox.guard import Fence, run  # noqa: E402
 

@@ -30,6 +30,13 @@ SOLUTIONS = (ROOT / "solutions/report.md").read_text()
 H100 = {"ok": True, "name": "NVIDIA H100 80GB HBM3", "cc": [9, 0], "sms": 132}
 
 
+def test_the_stored_grading_is_on_the_gpu_the_solutions_report_names():
+    """What every test here stands on (and the GPU suite's grading of solutions/, tests/gpu_jobs.py: CITED): the
+    report cites an H200's numbers, so the stored grading it is compared with must be an H200's."""
+    gpu = report_gpu(strip_comments(SOLUTIONS))
+    assert gpu is not None and names_device(gpu, STORED.env.device["name"]), (gpu, STORED.env.device)
+
+
 def _values_items(items) -> dict:
     return {i.item: i for i in items if i.item.endswith(".values") or i.item == "table.times"}
 
@@ -101,6 +108,11 @@ def test_on_another_gpu_without_a_grading_on_the_reports_gpu_the_values_are_left
     for k, i in items.items():
         assert i.status is Status.NOT_EVALUATED and not i.needs_gpu, (k, i.message[:300])
         assert "left for a TA" in i.message and "NVIDIA H200" in i.message and "NVIDIA H100 80GB HBM3" in i.message
+    assert not any("name it as the grading does" in i.message for i in items.values())  # no word in common
+    near = grade(REPORT_CFG, SOLUTIONS.replace("GPU: NVIDIA H200", "GPU: H100 SXM5", 1), "", RUBRIC,
+                 _on_another_gpu(), Gradings(H100))
+    assert all("name it as the grading does: `GPU: NVIDIA H100 80GB HBM3`" in i.message
+               for i in _values_items(near).values())
     # ...whereas comparing the H200's numbers with the H100's own would have failed them
     old = _values_items(grade(REPORT_CFG, SOLUTIONS, "", RUBRIC, _on_another_gpu()))
     assert any(i.status is Status.FAILED for i in old.values())

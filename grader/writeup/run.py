@@ -23,7 +23,7 @@ from grader.rubric.items import Item
 from grader.rubric.report import STAGE, ReportConfig, Transition, metric_unit
 from grader.rubric.types import Rubric
 from grader.untrusted.quote import quote_code
-from grader.writeup.gpu import ReportGpu, names_device, report_gpu
+from grader.writeup.gpu import ReportGpu, card_words, names_device, report_gpu
 from grader.writeup.hints import known_metrics, some, spelling, value_hint
 from grader.writeup.parse import (
     Citation,
@@ -97,9 +97,12 @@ def choose_evidence(gpu: ReportGpu | None, outcomes: dict, gradings: Gradings | 
             return Evidence(g.outcomes, source=f"your stored grading on {there}")
     if here is None:
         return Evidence(outcomes)
+    # A name that shares a word with this GPU's ("H100 SXM" for "NVIDIA H100 80GB HBM3") may mean this GPU.
+    hint = (f" (if your numbers come from this GPU, name it as the grading does: `GPU: {here}`)"
+            if gpu.words & card_words(here) else "")
     return Evidence(None, why=(f"your report's numbers come from {quote_code(gpu.name, 60)} (its `GPU:` line, line "
-                               f"{gpu.line}), this grading ran on {here}, and the grader has no grading of your "
-                               f"kernels on {quote_code(gpu.name, 60)}"))
+                               f"{gpu.line}), this grading ran on {here}{hint}, and the grader has no grading of "
+                               f"your kernels on {quote_code(gpu.name, 60)}"))
 
 
 def find_report(root: Path, rel: str) -> tuple[Path | None, str]:

@@ -555,7 +555,9 @@ def test_gpu_solution_gets_full_marks_on_every_automated_item(solutions_graded):
             assert r.status == Status.MANUAL, (item, r.message)
         else:
             assert (r.status, r.score) == (Status.PASSED, r.max_score), (item, r.message)
-    assert seconds is not None and seconds > 0, seconds  # how long: docs/measurements/, not a threshold here
+    # The phase is recorded (it can round to 0.0 s: the measurements ran earlier, on the GPU schedule);
+    # how long it takes is in docs/measurements/, not a threshold here.
+    assert seconds is not None and seconds >= 0, seconds
 
 
 @pytest.mark.gpu

@@ -11,6 +11,7 @@ the GPU alone: in a grading it runs once the timed turns are over (grader/occupa
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -68,6 +69,14 @@ def run_program(exe: Path, work: Path, timeout_s: float | None = None, *, fence:
                 os.chmod(path, mode)
             except OSError:
                 pass
+    if fence is not None and user:
+        # The fence hands its scratch folder to that user. The measurement child writes its results in
+        # ``work`` (as root, without capabilities inside bwrap), and may run while the program does (a
+        # submission with no timed stage): so the program gets a scratch folder of its own, and sees its
+        # build folder read-only.
+        own = work / "program"
+        own.mkdir(exist_ok=True)
+        fence = dataclasses.replace(fence, scratch=own, readonly=(*fence.readonly, exe.parent))
     try:
         proc = run_guarded([str(exe)], cwd=exe.parent, timeout_s=timeout_s, output_limit=PROGRAM_OUTPUT_LIMIT,
                            user=user, fence=fence, control=control)

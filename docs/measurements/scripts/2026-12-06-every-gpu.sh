@@ -4,13 +4,13 @@
 # device machine, with .whl and .deb carried:
 #   bash docs/measurements/scripts/2026-12-06-every-gpu.sh [STEP ...]     (default: every step, in this order)
 # Steps, with their estimated seconds on an H100 or H200 (setup: about 60 s, before any step):
-#   calibrate   (~230 s) `python -m grader calibrate --repeats 3` over solutions/, the textbook kernels of
+#   calibrate   (~210 s) `python -m grader calibrate --repeats 3` over solutions/, the textbook kernels of
 #               tests/submissions/textbook/course and both one-stage-shifted submissions (12 gradings of the GEMM
 #               stages, about 13 s each), then the other textbook kernels (textbook/vectorized, textbook/warptiling)
 #               3 times each on their stages: the verdict table (calibration.md) and this GPU's calibration entry
 #   fixtures    (~80 s)  the demo class of tests/fixtures/gradings/ graded again from this code (five full
 #               gradings): fixtures.tgz, to unpack over tests/fixtures/gradings/ (tar xzf fixtures.tgz -C ...)
-#   gpu-tests   (~180 s) python3 -m pytest -m gpu -q -p no:cacheprovider
+#   gpu-tests   (~105 s) python3 -m pytest -m gpu -q -p no:cacheprovider
 #   solutions   (~15 s)  one full grading of solutions/ and its summary
 # A step whose estimate does not fit in what is left of BUDGET_S (default 590 s from the script's start, the
 # device call's 600 s limit) is skipped and the table says so: run it in another call (e.g. `gpu-tests solutions`).
@@ -133,7 +133,8 @@ solutions() {
   echo "$(score_of "$W/solutions") automatic; $(grep -m1 -o 'thresholds[^|]*' "$W/solutions/summary.md" 2>/dev/null)"
 }
 
-declare -A EST=([calibrate]=230 [fixtures]=80 [gpu-tests]=180 [solutions]=15)
+# Seconds each step took on the H100 (2026-12-06: calibrate 204, gpu-tests 99, solutions 13); fixtures estimated.
+declare -A EST=([calibrate]=210 [fixtures]=80 [gpu-tests]=105 [solutions]=15)
 steps=${*:-calibrate fixtures gpu-tests solutions}
 for step in $steps; do
   if [ -z "${EST[$step]:-}" ]; then row "$step" "unknown step (calibrate, fixtures, gpu-tests, solutions)" 0; continue; fi

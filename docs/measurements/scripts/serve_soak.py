@@ -10,7 +10,7 @@ stand-in of tests/standin_grader.py, a real child that writes a real results.jso
 ``--standin``: by default 0.3 s and 3 exited children left unreaped, as the grader's sandboxed steps
 leave them), since the service treats a grading as a black box.
 
-    python tools/serve_soak.py --n 200 --out soak.json
+    python docs/measurements/scripts/serve_soak.py --n 200 --out soak.json
 
 Prints one line per sample and, at the end, JSON: the gradings done and failed, the last sample, and
 ``flat`` (:func:`flat`, over the samples after --warmup gradings): the last sample, once everything is
@@ -35,7 +35,7 @@ import time
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]  # docs/measurements/scripts/ -> the repository
 sys.path.insert(0, str(ROOT))
 from grader.serve.auth import Secrets  # noqa: E402
 from grader.serve.client import Client, ServiceError  # noqa: E402

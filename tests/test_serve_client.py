@@ -100,6 +100,17 @@ def service(tmp_path_factory):
         yield svc, tokens
 
 
+@pytest.fixture(scope="module")
+def standin_service(tmp_path_factory):
+    """The service grading with tests/standin_grader.py: a job whose submission says ``outcome=hang`` in its
+    STANDIN.txt stays running until it is killed, whatever the machine's load."""
+    data = tmp_path_factory.mktemp("client-standin") / "data"
+    tokens = issue_tokens(data, ["one@example.edu", "two@example.edu"])
+    with ServiceProcess(data, "--archive-mib", "1", "--concurrent", "1", standin="delay=0.3") as svc:
+        svc.wait_workers(1)
+        yield svc, tokens
+
+
 def _submit(sub: Path, server: str, token: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "grader", "submit", str(sub), "--server", server, "--token", token,
                            "--out", str(out), *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -138,8 +149,8 @@ def test_submit_prints_the_table_and_writes_the_results(service, tmp_path):
     assert json.loads((tmp_path / "again" / "service-job.json").read_text())["id"] == job["id"]
 
 
-def test_refusals_have_exit_codes_and_the_services_sentence(service, tmp_path):
-    svc, tokens = service
+def test_refusals_have_exit_codes_and_the_services_sentence(standin_service, tmp_path):
+    svc, tokens = standin_service
     sub = _folder(tmp_path)
     bad = _submit(sub, svc.url, "glt_not-a-token", tmp_path / "o1")
     assert bad.returncode == submit_cmd.EXIT_REFUSED
@@ -154,6 +165,7 @@ def test_refusals_have_exit_codes_and_the_services_sentence(service, tmp_path):
 
     # --timeout 0: the job goes on (exit 6); a second job of the same token meanwhile is one too many (429)
     (sub / "report.md").write_text("# another report\n")
+    (sub / "STANDIN.txt").write_text("outcome=hang\n")  # it is still running when the next one comes
     slow = _submit(sub, svc.url, tokens["two@example.edu"], tmp_path / "o3", "--timeout", "0")
     assert slow.returncode == submit_cmd.EXIT_TIMEOUT, slow.stderr
     assert "it goes on" in slow.stderr and "run the same command again" in slow.stderr

@@ -42,6 +42,9 @@ class KernelResources:
     # The spill bytes are known: read from the SASS's local-memory instructions, or 0 because the
     # kernel has no stack frame (grader/compile/resources.py). False: not read yet.
     spills_read: bool = True
+    # Where these values were read (what the no_spills item's message names): the cubin for every grading
+    # now; "ptxas -v" in gradings stored before the cubin was read, and for parse_ptxas's own records.
+    source: str = "ptxas -v"
 
     @property
     def spills(self) -> bool:

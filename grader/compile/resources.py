@@ -11,6 +11,8 @@ from __future__ import annotations
 from grader.compile.cubin import kernel_resources
 from grader.compile.ptxas import KernelResources
 
+FROM_CUBIN = "read from the cubin and its SASS"  # KernelResources.source
+
 
 def cubin_kernels(data: bytes, arch: str = "") -> dict[str, KernelResources]:
     """``{kernel: KernelResources}`` from a cubin's bytes; spill bytes are read later
@@ -19,7 +21,7 @@ def cubin_kernels(data: bytes, arch: str = "") -> dict[str, KernelResources]:
     for name, r in kernel_resources(data).items():
         out[name] = KernelResources(name=name, arch=arch, registers=r.registers, stack_frame=r.stack_frame,
                                     shared_bytes=r.shared_bytes, barriers=r.barriers,
-                                    spills_read=r.stack_frame == 0)
+                                    spills_read=r.stack_frame == 0, source=FROM_CUBIN)
     return out
 
 

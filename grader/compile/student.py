@@ -215,9 +215,14 @@ def _read_deps(path: Path) -> list[str] | None:
         return None
 
 
+PATH_SHOWN = 400  # characters of a refused include's path shown in its message
+
+
 def _refusal(scratch: Scratch, bad: list[tuple[str, str]]) -> str:
     listed, real = bad[0]
-    shown = quote_code(listed) if os.path.normpath(listed) == real else f"{quote_code(listed)} (that is, {quote_code(real)})"
+    # Whole paths (up to PATH_SHOWN characters): a deep folder must still say which file it is.
+    shown = (quote_code(listed, PATH_SHOWN) if os.path.normpath(listed) == real
+             else f"{quote_code(listed, PATH_SHOWN)} (that is, {quote_code(real, PATH_SHOWN)})")
     more = f" and {len(bad) - 1} more file(s) outside" if len(bad) > 1 else ""
     return (f"{scratch.display}: the compile would read {shown}{more}, which is outside your submission's folder "
             "and the CUDA and system include folders; only system headers and files next to "

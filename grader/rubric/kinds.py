@@ -388,7 +388,7 @@ def _judge_no_spills(item: Item, o: StageView, context: JudgeContext) -> ItemRes
     k = c.kernel if c is not None else None
     assert k is not None  # needs_compile: score/stages.py judged an uncompiled stage's item already
     msg = (f"{k.registers} registers/thread, {k.spill_stores} B spill stores, {k.spill_loads} B spill "
-           f"loads, {k.stack_frame} B stack frame (read from the cubin and its SASS)")
+           f"loads, {k.stack_frame} B stack frame ({k.source})")
     # Static, like the compile item: an empty or stub kernel spills nothing, so its register use
     # counts only once the SASS shows the stage's own work. Correctness is never read here, so a
     # GPU run cannot take these points back.

@@ -143,9 +143,8 @@ def grade_command(args: argparse.Namespace) -> int:
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
                                      device_file=Path(args.device) if getattr(args, "device", None) else None,
-                                     student=getattr(args, "student", None), citations_from=cited,
-                                     **({"no_gpu_reason": args.no_gpu_because} if getattr(args, "no_gpu_because", None)
-                                        else {}))
+                                     student=args.student, citations_from=cited,
+                                     no_gpu_reason=args.no_gpu_because or pipeline.NO_GPU_FLAG)
             bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox

@@ -183,6 +183,12 @@ class Fingerprints:
     input_seeds: list[int]
     vector_seeds: list[int]
 
+    @classmethod
+    def of(cls, bench: BenchRun, file: str) -> Fingerprints:
+        """The fingerprints of ``bench``'s timed launches, kept in ``file`` (its ``fingerprints``)."""
+        return cls(file=file, count=bench.timed_launches, input_seeds=bench.input_seeds,
+                   vector_seeds=bench.vector_seeds)
+
 
 @dataclass
 class CheckCase:

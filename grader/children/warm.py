@@ -66,8 +66,7 @@ def _check_entry(run_id: str, spec: StageSpec, report: StageResult, rtol: float)
     cases = [CheckCase(n=c.n, seed=c.seed, file=c.file, kind="check") for c in report.correctness]
     bench = report.bench
     assert bench is not None and bench.file and bench.fingerprints and bench.last_seed is not None
-    prints = Fingerprints(file=bench.fingerprints, count=bench.timed_launches, input_seeds=bench.input_seeds,
-                          vector_seeds=bench.vector_seeds)
+    prints = Fingerprints.of(bench, bench.fingerprints)
     cases.append(CheckCase(n=bench.n, seed=bench.last_seed, file=bench.file, kind="bench", fingerprints=prints))
     return CheckRequest(id=run_id, inputs=spec.inputs, rtol=rtol, out_dir=spec.out_dir, cases=cases)
 

@@ -89,9 +89,7 @@ def _check_request(o: StageOutcome, report: StageResult, work: Path, job: Job) -
     cases = [CheckCase(n=c.n, seed=c.seed, file=c.file, kind="check") for c in report.correctness]
     bench = o.bench
     if bench is not None and bench.file:
-        prints = (Fingerprints(file=bench.fingerprints, count=bench.timed_launches,
-                               input_seeds=bench.input_seeds, vector_seeds=bench.vector_seeds)
-                  if bench.fingerprints else None)
+        prints = Fingerprints.of(bench, bench.fingerprints) if bench.fingerprints else None
         cases.append(CheckCase(n=bench.n, seed=bench.seed if bench.last_seed is None else bench.last_seed,
                                file=bench.file, kind="bench", fingerprints=prints))
     return CheckRequest(id=o.stage.id, inputs=o.stage.inputs, rtol=o.stage.rtol, out_dir=str(work), cases=cases)

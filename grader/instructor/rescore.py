@@ -344,7 +344,8 @@ def _copy_side_files(src: Path, dst: Path) -> None:
         shutil.copyfile(f, dst / f.name)
 
 
-def _comparable(g: Grading, left_out: set[str]) -> float:
+def comparable_score(g: Grading, left_out: set[str]) -> float:
+    """The score of ``g`` without the items in ``left_out`` (those that need a real re-grade)."""
     return round(sum(i.counted_score for i in g.items if i.number not in left_out), 4)
 
 
@@ -371,7 +372,7 @@ def rescore_folder(name: str, src: Path, dst: Path, new: Rubric, known: list[Rub
     # The plots show measurements; the grading's own are reused unless the new rubric relabels them.
     write_outputs(rescored, dst, drawn=src if plot_inputs(rescored) == plot_inputs(g) else None)
     return Rescored(name, rescored, before, refused,
-                    compared=(_comparable(g, left), _comparable(under_base, left), _comparable(rescored, left)),
+                    compared=(comparable_score(g, left), comparable_score(under_base, left), comparable_score(rescored, left)),
                     left_out=sorted(left), automatic=automatic_max(rescored.items))
 
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.grading import Grading, GradingFormatError
-from grader.instructor.rescore import REGRADE, load_one, measured_under, rescore_grading
+from grader.instructor.rescore import REGRADE, comparable_score, load_one, measured_under, rescore_grading
 from grader.instructor.stored import find_gradings, is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Status
 from grader.rubric.items import Item
@@ -148,10 +148,6 @@ def _under(g: Grading, rubric: Rubric | None, known: list[Rubric]) -> tuple[Grad
     return again, [r.number for r in refused]
 
 
-def _comparable(g: Grading, left_out: set[str]) -> float:
-    return round(sum(i.counted_score for i in g.items if i.number not in left_out), 4)
-
-
 def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric],
             base: Rubric | None = None) -> WhatIf:
     """Write ``out/report.md`` and its PNGs for the gradings under ``source`` (ConfigError when none). ``base``: the
@@ -175,8 +171,8 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
         under_base, refused_base = _under(g, base, known)
         after, refused_after = _under(g, proposed, known) if proposed is not None else (under_base, refused_base)
         left = set(refused_base) | set(refused_after)
-        report.totals.append(Scores(name, _comparable(g, left), _comparable(under_base, left),
-                                    _comparable(after, left), sorted(left)))
+        report.totals.append(Scores(name, comparable_score(g, left), comparable_score(under_base, left),
+                                    comparable_score(after, left), sorted(left)))
         pairs.append((name, g, after if proposed is not None else g))  # no proposal: the threshold items as graded
     report.gradings = len(pairs)
     # Every threshold item of either rubric, in the rubric's order (the current first).

@@ -260,6 +260,11 @@ class Service:
                 self._blobs.popitem(last=False)
         return results.member(blob, name)
 
+    def summary_html(self, job: Job) -> str | None:
+        """The job's summary.md rendered as HTML (views.summary_html); None when it has none (yet)."""
+        md = self.file(job, "summary.md") if "summary.md" in job.files else None
+        return views.summary_html(md.decode("utf-8", errors="replace")) if md is not None else None
+
     def reaper(self, stop: threading.Event) -> None:
         next_prune = time.monotonic()  # retention runs at start, then every hour
         while not stop.wait(self.settings.lease_s / 4):
@@ -366,10 +371,10 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
         job = svc.job(job_id)
         if job is None:
             return error(404, "no job with this id (ids are case-sensitive; check the link)")
-        data = svc.file(job, "summary.md") if "summary.md" in job.files else None
-        if data is None:
+        html = svc.summary_html(job)
+        if html is None:
             return error(404, "this job has no summary.md (yet)")
-        return {"html": views.summary_html(data.decode("utf-8", errors="replace"))}
+        return {"html": html}
 
     @app.get("/api/v1/jobs/{job_id}/files/{name}")
     def get_file(job_id: str, name: str):
@@ -436,18 +441,17 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
                 grading = json.loads(raw) if raw is not None else None
             except ValueError:
                 grading = None
-            md = svc.file(job, "summary.md") if "summary.md" in job.files else None
-            summary = views.summary_html(md.decode("utf-8", errors="replace")) if md is not None else None
+            summary = svc.summary_html(job)
         return HTMLResponse(pages.render(view, grading if isinstance(grading, dict) else None, summary, time.time()))
 
     @app.api_route("/jobs/{job_id}/summary", methods=["GET", "HEAD"])
     def summary_page(job_id: str):
         """summary.md rendered as a page (the job page's "full summary" link)."""
         job = svc.job(job_id)
-        md = svc.file(job, "summary.md") if job is not None and "summary.md" in job.files else None
-        if job is None or md is None:
+        html = svc.summary_html(job) if job is not None else None
+        if job is None or html is None:
             return error(404, "no summary.md for this job (yet)" if job is not None else "no job with this id")
-        return HTMLResponse(pages.render_summary_page(job.id, views.summary_html(md.decode("utf-8", errors="replace"))),
+        return HTMLResponse(pages.render_summary_page(job.id, html),
                             headers={"Content-Security-Policy": "default-src 'none'; style-src 'self'"})
 
     app.mount("/static", StaticFiles(directory=STATIC, check_dir=False), name="static")

@@ -20,9 +20,11 @@ of every score compared, and a line says how many. ``DIR/report.md`` links every
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -139,12 +141,12 @@ def _file_name(stage: str, item: str) -> str:
     return "item_" + re.sub(r"[^A-Za-z0-9_.-]", "_", f"{stage}.{item}") + ".png"
 
 
-def _under(g: Grading, rubric: Rubric | None, known: list[Rubric]) -> tuple[Grading, list[str]]:
+def _under(g: Grading, rubric: Rubric | None, graded_with: Callable[[], Rubric | None]) -> tuple[Grading, list[str]]:
     """``g`` re-scored under ``rubric`` (itself when it is the rubric ``g`` was graded with, or None), and the items
-    that need a real re-grade there."""
+    that need a real re-grade there. ``graded_with``: the rubric that graded ``g`` (parsed once, when first asked)."""
     if rubric is None or (rubric.sha256 and rubric.sha256 == g.rubric_sha256):
         return g, []
-    again, refused = rescore_grading(g, rubric, measured_under(g, known))
+    again, refused = rescore_grading(g, rubric, graded_with())
     return again, [r.number for r in refused]
 
 
@@ -168,8 +170,10 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
         except GradingFormatError as exc:
             report.problems.append(f"{name}: {exc}")
             continue
-        under_base, refused_base = _under(g, base, known)
-        after, refused_after = _under(g, proposed, known) if proposed is not None else (under_base, refused_base)
+        graded_with = functools.cache(functools.partial(measured_under, g, known))
+        under_base, refused_base = _under(g, base, graded_with)
+        after, refused_after = (_under(g, proposed, graded_with) if proposed is not None
+                                else (under_base, refused_base))
         left = set(refused_base) | set(refused_after)
         report.totals.append(Scores(name, comparable_score(g, left), comparable_score(under_base, left),
                                     comparable_score(after, left), sorted(left)))

@@ -1,10 +1,12 @@
-"""Grade one submission: a visible list of steps over one typed state.
+"""Grade one submission: a visible list of steps over one typed record of evidence.
 
-:func:`grade` probes the machine, then runs :data:`STEPS` in order; each step takes the
-:class:`~grader.grading.Job` and returns it, recording what happened as typed fields (the
-stage outcomes' verdicts and gaps, items, notes). A student's failure is data, never an
-exception. The grading process creates no CUDA context; every GPU step is a child process
-(see docs/design.md and grader/gpu/stages.py).
+:func:`grade` probes the machine, copies the submission in, then runs :data:`STEPS` in the order
+listed, which is the order the grading runs; each step takes the :class:`~grader.gpu.job.Job` (the
+evidence) and the grading's :class:`~grader.gpu.session.GpuSession` (the GPU schedule, its children
+and the background work, planned by grader/gpu/plan.py) and returns the Job, recording what happened
+as typed fields (the stage outcomes' verdicts and gaps, items, notes). The session is closed whatever
+happens. A student's failure is data, never an exception. The grading process creates no CUDA
+context; every GPU step is a child process (see docs/design.md and grader/gpu/stages.py).
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from grader.clock import Clock
@@ -26,7 +28,7 @@ from grader.gpu.device import kept_probe, read_device_file
 from grader.gpu.job import Job, Progress
 from grader.gpu.ncu_run import profile_stages
 from grader.gpu.racecheck import tool_fence
-from grader.gpu.session import hand_racecheck_kernel, start_gpu_children
+from grader.gpu.session import GpuSession, start_gpu_children
 from grader.gpu.stages import check_results, drop_outputs, run_stages, sanitize
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult, Verdict
@@ -43,7 +45,8 @@ from grader.sandbox.fence import Fence
 from grader.sandbox.lock import held_in_turn
 from grader.score.stages import score
 
-__all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "gpu_turn", "Environment", "Grading", "detect_environment", "grade"]
+__all__ = ["AFTER_GPU_STEPS", "CPU_STEPS", "GPU_STEPS", "STEPS", "Step", "gpu_turn", "Environment", "Grading",
+           "detect_environment", "grade"]
 
 
 NO_GPU_FLAG = "GPU use switched off (--no-gpu)"
@@ -117,7 +120,7 @@ def _compile_one(job: Job, st: Stage, sizes: list[int]) -> tuple[StageOutcome, l
 COMPILE_POLL_S = 0.02  # how often the compile step looks at the GPU schedule while nvcc runs
 
 
-def compile_stages(job: Job) -> Job:
+def compile_stages(job: Job, gpu: GpuSession) -> Job:
     """Compile every selected stage to a cubin, read ptxas; build the occupancy program.
 
     Every compile runs side by side on one pool of :func:`compile_workers` threads (one per CPU),
@@ -129,8 +132,8 @@ def compile_stages(job: Job) -> Job:
     the progress messages come in the rubric's order."""
     sizes = list(job.rubric.correctness_sizes)
     selected = [st for st in job.rubric.stages if job.wants(st.id)]
-    if job.sass_dumps is None:
-        job.sass_dumps = SassDumps(job.env.cuobjdump, compile_workers())
+    if gpu.sass_dumps is None:
+        gpu.sass_dumps = SassDumps(job.env.cuobjdump, compile_workers())
     with ThreadPoolExecutor(max_workers=compile_workers(), thread_name_prefix="compile") as pool:
         pending = None
         if job.rubric.occupancy is not None and job.wants("occupancy"):
@@ -139,7 +142,7 @@ def compile_stages(job: Job) -> Job:
             pending = start_builds(job.submission, job.rubric, job.env, job.work / "occupancy", pool,
                                    fence=replace(_occupancy_fence(job), nice=_compile_nice(job)),
                                    deadline=job.compile_deadline)
-        _follow_compiles(job, selected, [pool.submit(_compile_one, job, st, sizes) for st in selected])
+        _follow_compiles(job, gpu, selected, [pool.submit(_compile_one, job, st, sizes) for st in selected])
         if pending is not None:
             job.progress("occupancy: compiling occ.cu")
             job.prebuilt_occupancy = pending.wait()
@@ -148,19 +151,19 @@ def compile_stages(job: Job) -> Job:
     return job
 
 
-def _follow_compiles(job: Job, selected: list[Stage], futures: list[Future]) -> None:
+def _follow_compiles(job: Job, gpu: GpuSession, selected: list[Stage], futures: list[Future]) -> None:
     """Wait for the stages' compiles, polling the GPU schedule meanwhile (its children reach their
     gates while nvcc runs). Each compile that ends is handed on at once (racecheck, the SASS); each is
     recorded (outcome, phases, progress) once every stage before it in the rubric has been."""
     left, recorded = set(futures), 0
     while left:
-        done, left = wait(left, timeout=COMPILE_POLL_S if job.schedule is not None else None,
+        done, left = wait(left, timeout=COMPILE_POLL_S if gpu.schedule is not None else None,
                           return_when=FIRST_COMPLETED)
         for future in done:
             o, _times = future.result()
-            hand_racecheck_kernel(job, o)
-            if o.compile is not None and o.compile.ok and o.compile.cubin and job.sass_dumps is not None:
-                job.sass_dumps.start(o.stage.id, o.compile.cubin)
+            gpu.hand_racecheck_kernel(o)
+            if o.compile is not None and o.compile.ok and o.compile.cubin and gpu.sass_dumps is not None:
+                gpu.sass_dumps.start(o.stage.id, o.compile.cubin)
         while recorded < len(futures) and futures[recorded].done() and futures[recorded] not in left:
             st = selected[recorded]
             job.progress(f"compiling {st.id}")
@@ -168,15 +171,14 @@ def _follow_compiles(job: Job, selected: list[Stage], futures: list[Future]) -> 
             for name, seconds in times:
                 job.clock.add(name, seconds, st.id)
             recorded += 1
-        if job.schedule is not None:
-            job.schedule.poll()
+        gpu.poll()
 
 
-def read_sass(job: Job) -> Job:
+def read_sass(job: Job, gpu: GpuSession) -> Job:
     """The SASS of every compiled stage, read in the background since its compile ended
     (grader/compile/sass.py: SassDumps): the scored items need it."""
-    if job.sass_dumps is not None:
-        done = job.sass_dumps.collect()
+    if gpu.sass_dumps is not None:
+        done = gpu.sass_dumps.collect()
         for sid in [s for s in job.outcomes if s in done]:  # the rubric's order
             o = job.outcomes[sid]
             o.sass, seconds = done[sid]
@@ -186,7 +188,7 @@ def read_sass(job: Job) -> Job:
     return job
 
 
-def profile(job: Job) -> Job:
+def profile(job: Job, gpu: GpuSession) -> Job:
     """One Nsight Compute run over every correct kernel; each stage gets its metrics or a typed gap.
     It measures, so it first waits for what still runs on the GPU (the student's occupancy program).
     Meanwhile the grading process, idle, draws the ladder plot for the outputs (grader/outputs/plots.py)."""
@@ -194,13 +196,13 @@ def profile(job: Job) -> Job:
         draw_ahead(ladder_png, *ladder)  # the timings are final: the ladder is drawn while ncu runs
     if any(REGISTRY.of(i).needs_profile for o in job.outcomes.values() for i in o.stage.items):
         job.progress("profiling with Nsight Compute")
-    if job.schedule is not None:  # ncu measures: what still runs (the occupancy program) ends first
-        job.schedule.quiet()
-        _grade_occupancy_ahead(job)
+    if gpu.schedule is not None:  # ncu measures: what still runs (the occupancy program) ends first
+        gpu.schedule.quiet()
+        _grade_occupancy_ahead(job, gpu)
     run = profile_stages(job.outcomes, job.rubric, has_gpu=job.env.has_gpu, gpu_reason=job.env.device_reason,
                          work_dir=job.work / "ncu", seed=job.seeds.get("bench", 0), device=job.env.device,
                          fence=tool_fence(job.work / "ncu", list(job.outcomes.values())),
-                         early=job.early_profile, schedule=job.schedule)
+                         early=gpu.profile, schedule=gpu.schedule)
     if run is not None:
         job.profile = ProfileRun(command=list(run.command), reason=run.reason,
                                  wall_s=run.proc.wall_s if run.proc else None, notes=list(run.notes),
@@ -222,42 +224,42 @@ def _occupancy_items(job: Job, early: EarlyOccupancy | CollectedOccupancy | None
     return items
 
 
-def _grade_occupancy_ahead(job: Job) -> None:
+def _grade_occupancy_ahead(job: Job, gpu: GpuSession) -> None:
     """While ncu profiles, the grading process only waits: when the occupancy runs on the schedule have
     ended (their results read here, on the schedule's thread), the occupancy items (their checks,
     answers and plot: 0.3-0.6 s on an H200) are graded on another thread meanwhile. grade_occupancy
     collects them."""
-    early = job.early_occupancy
+    early = gpu.occupancy
     if job.rubric.occupancy is None or not job.wants("occupancy") or early is None or not early.finished():
         return
     collected = early.collect()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="occupancy")
-    job.occupancy_ahead = pool.submit(_occupancy_items, job, collected)
+    gpu.occupancy_ahead = pool.submit(_occupancy_items, job, collected)
     pool.shutdown(wait=False)  # the thread ends with its one task
 
 
-def score_stages(job: Job) -> Job:
+def score_stages(job: Job, _gpu: GpuSession) -> Job:
     job.items += score(job.outcomes, job.env.peaks)
     return job
 
 
-def grade_occupancy(job: Job) -> Job:
+def grade_occupancy(job: Job, gpu: GpuSession) -> Job:
     """The occupancy items. With a GPU schedule its program and measurements ran on it beside the other
     steps (grader/occupancy/early.py) and are only collected here; without one they run now."""
     if job.rubric.occupancy is not None and job.wants("occupancy"):
         job.progress("grading the occupancy exercises")
-        if job.occupancy_ahead is not None:  # graded while ncu ran (_grade_occupancy_ahead)
-            job.items += job.occupancy_ahead.result()
+        if gpu.occupancy_ahead is not None:  # graded while ncu ran (_grade_occupancy_ahead)
+            job.items += gpu.occupancy_ahead.result()
             return job
         # Its GPU runs are over unless there were no early ones (no stage compiled) or they did not get
         # their turn: then they run now, under the GPU lock again, as every GPU step.
-        early = job.early_occupancy
+        early = gpu.occupancy
         with gpu_turn(job.gpu_lock, job.clock, job.env.has_gpu and (early is None or not early.finished())):
-            job.items += _occupancy_items(job, job.early_occupancy)
+            job.items += _occupancy_items(job, early)
     return job
 
 
-def grade_report(job: Job) -> Job:
+def grade_report(job: Job, _gpu: GpuSession) -> Job:
     if job.rubric.report is not None and job.wants("report"):
         from grader.writeup.run import Gradings, grade_report_submission
 
@@ -267,25 +269,49 @@ def grade_report(job: Job) -> Job:
     return job
 
 
-# The grading, in order. Each step takes the Job and returns it. The CPU steps use no GPU; the GPU
-# steps run under the GPU lock when one is given (see grade()).
-CPU_STEPS: tuple[Callable[[Job], Job], ...] = (
-    compile_stages,  # nvcc -> cubin, ptxas -v, SASS
+def alone_on_gpu(job: Job) -> bool:
+    """Whether this grading's GPU children may start before the compiles: it has a GPU and shares it
+    with no other grading (with a GPU lock nothing may touch the GPU before the lock is held, and
+    run_stages starts them then)."""
+    return job.env.has_gpu and not job.shares_gpu
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the grading: ``run(job, gpu)`` returns the Job; timed as a phase under its name.
+    ``only_if(job)``: whether it runs at all (no phase when it does not); None: always."""
+
+    run: Callable[[Job, GpuSession], Job]
+    only_if: Callable[[Job], bool] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.run.__name__
+
+
+# The grading, in the order it runs. Each step takes the Job and the GPU session and returns the Job.
+# Before the GPU lock: the CPU's work, beside which the GPU children start up when alone on the GPU.
+CPU_STEPS: tuple[Step, ...] = (
+    Step(start_gpu_children, alone_on_gpu),  # the GPU plan's children start up and wait at their first gates
+    Step(compile_stages),  # nvcc -> cubin, ptxas -v; each kernel handed to its racecheck child, its SASS read aside
 )
-GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
-    run_stages,  # each kernel in a child: correctness sizes, then the timed benchmark
-    check_results,  # outputs against float64 references; timings of the correct kernels
-    sanitize,  # racecheck on shared-memory stages, memcheck on failed ones
-    drop_outputs,  # the output matrices, unless --keep-outputs
-    profile,  # one Nsight Compute run over the correct kernels
+# Under the GPU lock when one is given (see grade()).
+GPU_STEPS: tuple[Step, ...] = (
+    Step(run_stages),  # (with a lock, the session starts here) each kernel's correctness, then its timed
+    # benchmark alone; the occupancy measurements after them, the occupancy program once nothing is timed
+    Step(check_results),  # outputs against float64 references; timings of the correct kernels
+    Step(sanitize),  # racecheck on shared-memory stages, memcheck on failed ones
+    Step(drop_outputs),  # the output matrices, unless --keep-outputs
+    Step(profile),  # once the GPU is quiet: one Nsight Compute run over the correct kernels, while the
+    # ladder plot is drawn and the occupancy items are graded aside
 )
 # After the last GPU measurement: the GPU lock is given back first, so the next grading on this GPU
 # starts while these run (grade_occupancy takes it again in the one case it still needs the GPU).
-AFTER_GPU_STEPS: tuple[Callable[[Job], Job], ...] = (
-    read_sass,  # the SASS dumps started as each stage compiled
-    score_stages,  # rubric items from the outcomes
-    grade_occupancy,  # the occupancy exercises section (its GPU runs started in run_stages), when the rubric has one
-    grade_report,  # the written report section, when the rubric has one
+AFTER_GPU_STEPS: tuple[Step, ...] = (
+    Step(read_sass),  # the SASS dumps started as each stage compiled
+    Step(score_stages),  # rubric items from the outcomes
+    Step(grade_occupancy),  # the occupancy exercises section (graded aside while ncu ran, or now), when the rubric has one
+    Step(grade_report),  # the written report section, when the rubric has one
 )
 STEPS = CPU_STEPS + GPU_STEPS + AFTER_GPU_STEPS
 
@@ -375,31 +401,25 @@ def grade(submission: Path, rubric: Rubric, out_dir: Path, *, stages: list[str] 
     job = Job(rubric, taken.root, out_dir / "work", env, stages, keep_outputs, progress, started,
               notes=notes + list(taken.notes), intake=taken, clock=clock, gpu_lock=gpu_lock, variant=variant,
               citations_from=list(citations_from))
-    try:
-        if env.has_gpu and not job.shares_gpu:  # alone on this GPU: its children start while the kernels compile
-            with clock.step("start_gpu_children"):
-                start_gpu_children(job)
-        for step in CPU_STEPS:
-            with clock.step(step.__name__):
-                job = step(job)
+    with GpuSession() as gpu:  # closed whatever happens: every child it started has ended
+        job = _run_steps(CPU_STEPS, job, gpu)
         with gpu_turn(gpu_lock, clock, env.has_gpu and gpu_steps_have_work(job)):
-            for step in GPU_STEPS:
-                with clock.step(step.__name__):
-                    job = step(job)
-        for step in AFTER_GPU_STEPS:
-            with clock.step(step.__name__):
-                job = step(job)
-    finally:
-        if job.schedule is not None:  # every child it started has ended, whatever happened
-            job.schedule.close()
-            job.timeline = job.schedule.timeline()
-        if job.sass_dumps is not None:
-            job.sass_dumps.close()
+            job = _run_steps(GPU_STEPS, job, gpu)
+        job = _run_steps(AFTER_GPU_STEPS, job, gpu)
+    job.timeline = gpu.timeline
     grading = job.grading()
     grading.cpu_s, grading.cpu_self_s = _cpu_seconds()  # a batch's gradings share the host's CPUs: what this one used
     grading.submission = str(submission)  # the path given, not its copy under work/ (removed after)
     grading.calibration = entry.text if entry is not None else ""
     return grading
+
+
+def _run_steps(steps: Sequence[Step], job: Job, gpu: GpuSession) -> Job:
+    for step in steps:
+        if step.only_if is None or step.only_if(job):
+            with job.clock.step(step.name):
+                job = step.run(job, gpu)
+    return job
 
 
 def _cpu_seconds() -> tuple[float, float]:

@@ -267,6 +267,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     from grader.gpu import stages as run_stages
     from grader.gpu.job import Job
     from grader.gpu.sanitize import SanitizerRun
+    from grader.gpu.session import GpuSession
     from grader.grading import Environment, StageOutcome
     from grader.model import ProcRecord, Verdict
     from grader.rubric.load import load_rubric
@@ -314,18 +315,16 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     job.prebuilt_occupancy = _prebuilt(tmp_path, occ_run._program_source(sub, rubric.occupancy)[0])
     from grader import pipeline
 
-    try:
-        run_stages.run_stages(job)
-        early = job.early_occupancy
+    with GpuSession() as gpu:
+        run_stages.run_stages(job, gpu)
+        early = gpu.occupancy
         assert early is not None and early.measure is not None and early.measure.state is State.DONE
         assert early.program is not None  # started once the timed turns were over
-        run_stages.check_results(job)
-        pipeline.profile(job)
+        run_stages.check_results(job, gpu)
+        pipeline.profile(job, gpu)
         assert early.program.state is State.DONE  # ended before ncu's turn
         assert early.finished()  # so grade_occupancy, after the GPU lock is given back, needs no GPU
-        pipeline.grade_occupancy(job)
-    finally:
-        job.schedule.close()
+        pipeline.grade_occupancy(job, gpu)
     assert all(o.verdict is Verdict.CORRECT and o.timing is not None for o in job.outcomes.values())
     launches = _launches(log)
     assert len(benches) == 2 and launches and min(t0 for _, t0, _ in launches) >= max(t1 for _, t1 in benches)
@@ -341,6 +340,7 @@ def test_the_pipeline_grades_the_occupancy_items_while_ncu_runs_once_their_runs_
     occupancy step, as before."""
     from grader import pipeline
     from grader.gpu.job import Job
+    from grader.gpu.session import GpuSession
     from grader.grading import Environment
     from grader.rubric.load import load_rubric
     from grader.rubric.peaks import Peaks
@@ -359,13 +359,14 @@ def test_the_pipeline_grades_the_occupancy_items_while_ncu_runs_once_their_runs_
 
     monkeypatch.setattr(pipeline, "_occupancy_items", items)
     running = SimpleNamespace(finished=lambda: False)
-    job.early_occupancy = running  # type: ignore[assignment]
-    pipeline._grade_occupancy_ahead(job)
-    assert job.occupancy_ahead is None  # its runs go on: the occupancy step grades them itself
+    gpu = GpuSession()
+    gpu.occupancy = running  # type: ignore[assignment]
+    pipeline._grade_occupancy_ahead(job, gpu)
+    assert gpu.occupancy_ahead is None  # its runs go on: the occupancy step grades them itself
     done = SimpleNamespace(finished=lambda: True, collect=lambda: "collected")
-    job.early_occupancy = done  # type: ignore[assignment]
-    pipeline._grade_occupancy_ahead(job)
-    assert job.occupancy_ahead is not None
-    pipeline.grade_occupancy(job)
+    gpu.occupancy = done  # type: ignore[assignment]
+    pipeline._grade_occupancy_ahead(job, gpu)
+    assert gpu.occupancy_ahead is not None
+    pipeline.grade_occupancy(job, gpu)
     assert [(i.item, i.early) for i in job.items] == [("graded", "collected")]
     assert threads and threads[0].startswith("occupancy")  # not the grading's own thread

@@ -17,6 +17,7 @@ import yaml
 
 from grader.compile import toolchain
 from grader.gpu.job import Job
+from grader.gpu.session import GpuSession
 from grader.grading import Grading, load_grading
 from grader.instructor.rescore import REGRADE, rescore_grading
 from grader.model import ItemResult, Status
@@ -39,13 +40,13 @@ def full_grade(g: Grading, rubric: Rubric, submission: Path, work: Path) -> Grad
     env = replace(g.env, peaks=device_peaks(rubric.peak_overrides, rubric.peak_per_sm_clock, g.env.device))
     job = Job(rubric, submission, work, env, None, False, lambda _msg: None)
     job.outcomes = {st.id: replace(g.outcomes[st.id], stage=st) for st in rubric.stages}
-    job = pipeline.score_stages(job)
+    job = pipeline.score_stages(job, GpuSession())
     assert rubric.occupancy is not None
     for r in (r for r in g.items if r.stage == "occupancy"):
         spec = rubric.occupancy.items[r.item]
         fraction = r.score / r.max_score if r.max_score else 0.0
         job.items.append(replace(r, score=round(spec.points * fraction, 4), max_score=spec.points, title=spec.title))
-    job = pipeline.grade_report(job)
+    job = pipeline.grade_report(job, GpuSession())
     return replace(g, env=env, outcomes=job.outcomes, items=job.items, rubric_sha256=rubric.sha256,
                    rubric_text=rubric.text)
 

@@ -16,6 +16,7 @@ from grader.gpu import racecheck
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job
 from grader.gpu.sanitize import Finding, SanitizerRun
+from grader.gpu.session import GpuSession
 from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Status, Verdict
 from grader.profile.timing import summarize
@@ -93,7 +94,7 @@ def test_sanitizers_pick_stages_by_verdict_and_a_race_is_a_verdict(tmp_path, san
     )}
     env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], PEAKS)
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
-    run_stages.sanitize(job)
+    run_stages.sanitize(job, GpuSession())
     # A kernel that timed out would hang again; one the time budget skipped never ran.
     assert sanitizer_calls["racecheck"] == ["tiled", "blocktiling_1d", "wmma"]
     tiled = outcomes["tiled"]

@@ -19,6 +19,7 @@ import grader.occupancy.run as occ_run
 from grader import pipeline
 from grader.compile.toolchain import find_nvcc
 from grader.gpu.job import Job
+from grader.gpu.session import GpuSession
 from grader.rubric.load import load_rubric
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence
@@ -69,10 +70,10 @@ def _compile(tmp_path: Path, monkeypatch, workers: int) -> tuple[Job, list, list
         m.setattr(sass_module, "dump_sass", dump)
         env = pipeline.detect_environment(RUBRIC, use_gpu=False)
         job = Job(RUBRIC, ROOT / "solutions", tmp_path / "work", env, PARTS, False, messages.append)
-        pipeline.compile_stages(job)
-        assert all(o.sass is None for o in job.outcomes.values())  # still being read: the compile step went on
-        pipeline.read_sass(job)
-        job.sass_dumps.close()
+        with GpuSession() as gpu:
+            pipeline.compile_stages(job, gpu)
+            assert all(o.sass is None for o in job.outcomes.values())  # still being read: the compile step went on
+            pipeline.read_sass(job, gpu)
     assert threads and all(name.startswith("sass") for name in threads)  # the SASS dumps ran in their own pool
     return job, spans, messages
 
@@ -131,7 +132,7 @@ def test_compiles_run_side_by_side_with_the_same_results_in_the_same_order(tmp_p
         raise AssertionError("occ.cu was built again in the occupancy step")
 
     monkeypatch.setattr(occ_run, "build_all", no_second_build)
-    pipeline.grade_occupancy(job)
+    pipeline.grade_occupancy(job, GpuSession())
     ptxas = [i for i in job.items if i.item.startswith("ex6")]
     assert ptxas and not any("not compiled" in i.message or "did not compile" in i.message for i in ptxas)
     assert not any("grader failed" in i.message for i in job.items)

@@ -20,7 +20,9 @@ from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, sanitize
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job
+from grader.gpu.plan import Role, Starts
 from grader.gpu.sanitize import SanitizerRun
+from grader.gpu.session import GpuSession
 from grader.grading import Environment, StageOutcome
 from grader.model import Verdict
 from grader.records import from_jsonable
@@ -132,12 +134,19 @@ def test_an_older_sanitizer_refusing_kernel_name_sends_the_gated_run_back_to_be_
 
 
 # ---- the grading's side: handed over as each compile ends ------------------------------------------
-def _job(tmp_path: Path, stages: list[str]) -> Job:
+def _job(tmp_path: Path, stages: list[str]) -> tuple[Job, GpuSession]:
     env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", SimpleNamespace(path="/bin/false"),
                       None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "test"))
     job = Job(RUBRIC, ROOT / "solutions", tmp_path / "work", env, stages, False, lambda _m: None)
-    job.schedule = Schedule(8)
-    return job
+    gpu = GpuSession()
+    gpu.schedule = Schedule(8)
+    return job, gpu
+
+
+def _start_early_racecheck(job: Job, gpu: GpuSession, stages: list) -> None:
+    """The racecheck children the grading's plan starts with the session, for ``stages``."""
+    plan = gpu_session.plan_for(job, stages)
+    gpu_session.start_planned(job, gpu, plan.starting(Starts.SESSION, Role.RACECHECK))
 
 
 def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends(tmp_path, monkeypatch):
@@ -173,22 +182,20 @@ def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends(tmp_path
 
     monkeypatch.setattr(gpu_session, "run_gated", fake_gated)
     monkeypatch.setattr(pipeline, "_compile_one", fake_compile)
-    job = _job(tmp_path, list(took))
-    try:
-        gpu_session.start_early_racecheck(job, [RUBRIC.stage(s) for s in took])
-        assert sorted(job.early_racecheck) == ["blocktiling_1d", "blocktiling_2d", "tiled", "wmma"]
-        pipeline.compile_stages(job)
+    job, gpu = _job(tmp_path, list(took))
+    with gpu:
+        _start_early_racecheck(job, gpu, [RUBRIC.stage(s) for s in took])
+        assert sorted(gpu.racecheck) == ["blocktiling_1d", "blocktiling_2d", "tiled", "wmma"]
+        pipeline.compile_stages(job, gpu)
         assert list(job.outcomes) == list(took)  # the rubric's order
-        job.schedule.settle(lambda: all(p.state is State.DONE for p in job.schedule.parties))
-    finally:
-        job.schedule.close()
-        if job.sass_dumps is not None:
-            job.sass_dumps.close()
+        sched = gpu.schedule
+        assert sched is not None
+        sched.settle(lambda: all(p.state is State.DONE for p in sched.parties))
     when = dict(events)
     assert when["tiled launched"] < when["wmma compiled"]  # launched while wmma still compiled
     assert when["wmma launched"] > when["wmma compiled"]
     assert "blocktiling_1d stopped" in when and "blocktiling_2d stopped" in when
-    assert sorted(job.early_racecheck) == ["tiled", "wmma"]  # what sanitize will read
+    assert sorted(gpu.racecheck) == ["tiled", "wmma"]  # what sanitize will read
 
 
 @pytest.mark.parametrize("rerun", [False, True])
@@ -205,7 +212,7 @@ def test_collect_reads_the_early_runs_and_runs_again_only_what_could_not_be_judg
 
     monkeypatch.setattr(gpu_session, "run_gated", fake_gated)
     monkeypatch.setattr(racecheck, "run_many", run_many)
-    job = _job(tmp_path, ["tiled", "wmma"])
+    job, gpu = _job(tmp_path, ["tiled", "wmma"])
     outcomes = []
     for sid in ("tiled", "wmma"):
         st = RUBRIC.stage(sid)
@@ -214,10 +221,8 @@ def test_collect_reads_the_early_runs_and_runs_again_only_what_could_not_be_judg
                           launch=st.launch)
         job.outcomes[sid] = o = StageOutcome(stage=st, compile=c, verdict=Verdict.CORRECT)
         outcomes.append(o)
-    try:
-        gpu_session.start_early_racecheck(job, [o.stage for o in outcomes])
-        runs, _seconds = racecheck.collect(job, outcomes, tool=None)
-    finally:
-        job.schedule.close()
+    with gpu:
+        _start_early_racecheck(job, gpu, [o.stage for o in outcomes])
+        runs, _seconds = racecheck.collect(job, outcomes, None, gpu.racecheck, gpu.schedule)
     assert sorted(runs) == ["tiled", "wmma"]
     assert ran_now == (["wmma"] if rerun else [])

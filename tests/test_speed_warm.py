@@ -23,6 +23,7 @@ from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job
 from grader.gpu.sanitize import Finding, SanitizerRun
+from grader.gpu.session import GpuSession
 from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Verdict
 from grader.records import from_jsonable, to_jsonable
@@ -266,10 +267,10 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     monkeypatch.setattr(run_early, "run_tool", sanitizer)
     monkeypatch.setattr(run_early, "run_gated", sanitizer)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED))
-    run_stages.run_stages(job)
-    run_stages.check_results(job)
-    run_stages.sanitize(job)
-    job.schedule.close()
+    with GpuSession() as gpu:
+        run_stages.run_stages(job, gpu)
+        run_stages.check_results(job, gpu)
+        run_stages.sanitize(job, gpu)
     assert job.cupy_cache == tmp_path / "work" / "cupy-warm" / warm.CACHE and warm_child["calls"] == 1
     assert seen == {"naive": job.cupy_cache, "tiled": job.cupy_cache, "check": job.cupy_cache,
                     "racecheck": None}
@@ -294,8 +295,8 @@ def test_without_a_warm_cache_the_children_compile_their_own_and_a_note_says_why
     monkeypatch.setattr(run_stages, "launch", crashing_child)
     monkeypatch.setattr(run_early, "launch", crashing_child)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED))
-    run_stages.run_stages(job)
-    job.schedule.close()
+    with GpuSession() as gpu:
+        run_stages.run_stages(job, gpu)
     assert seeds and all(s is None for s in seeds) and job.cupy_cache is None
     assert any("CuPy's kernels could not be compiled ahead" in n for n in job.notes)
     assert job.outcomes["naive"].verdict is Verdict.CRASHED  # the run's own verdict, as before
@@ -319,7 +320,7 @@ def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp
     monkeypatch.setattr(racecheck, "run_many", run_many)
     job = _job(tmp_path, ("tiled", Verdict.WRONG), ("blocktiling_1d", Verdict.WRONG))
     job.cupy_cache = tmp_path / "warm"
-    run_stages.sanitize(job)
+    run_stages.sanitize(job, GpuSession())
     (r0, r1), (m0, m1) = spans["racecheck"], spans["memcheck"]
     assert r0 < m1 and m0 < r1  # side by side
     assert seeds == [None, None]  # the sanitizer's launcher child uses no CuPy, so no cache
@@ -372,10 +373,10 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
                ("blocktiling_1d", Verdict.NOT_EVALUATED))
     job.outcomes["naive"].compile.kernel.shared_bytes = 0  # type: ignore[union-attr]  # no shared memory
     job.outcomes["naive"].compile.launch = dataclasses.replace(job.outcomes["naive"].compile.launch, smem=0)  # type: ignore[union-attr,type-var]
-    run_stages.run_stages(job)
-    run_stages.check_results(job)
-    run_stages.sanitize(job)
-    job.schedule.close()
+    with GpuSession() as gpu:
+        run_stages.run_stages(job, gpu)
+        run_stages.check_results(job, gpu)
+        run_stages.sanitize(job, gpu)
     assert sorted(asked) == ["memcheck:tiled", "racecheck:blocktiling_1d", "racecheck:tiled"]
     first_checker_end = next(t for e, t in events if e == "checker ends")
     assert all(t < first_checker_end for e, t in events if e == "racecheck starts")
@@ -410,9 +411,9 @@ def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "prepare", lambda *_a: (None, "not in this test"))
     job = _job(tmp_path, ("tiled", Verdict.NOT_EVALUATED))
     with no_hang("a grading whose warm-up child never ends"):
-        run_stages.run_stages(job)
-        run_stages.check_results(job)
-        run_stages.sanitize(job)
-        job.schedule.close()
+        with GpuSession() as gpu:
+            run_stages.run_stages(job, gpu)
+            run_stages.check_results(job, gpu)
+            run_stages.sanitize(job, gpu)
     assert stopped == [True]
     assert job.outcomes["tiled"].verdict is Verdict.TIMED_OUT

@@ -24,6 +24,7 @@ from grader.compile.stage import CompileResult
 from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job
+from grader.gpu.session import GpuSession
 from grader.grading import Environment, Grading, StageOutcome
 from grader.instructor.stage_limits import limit_proposals, render_lines
 from grader.model import Limit, ProcRecord, Verdict
@@ -206,8 +207,8 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
                                                                      launch=st.launch))
     env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
-    run_stages.run_stages(job)
-    job.schedule.close()
+    with GpuSession() as gpu:
+        run_stages.run_stages(job, gpu)
     assert launched == {"naive": (10.0, 20_000, 20_000), "tiled": (10.0, 20_000, 20_000)}
     assert outcomes["naive"].verdict is Verdict.OUTPUT_LIMIT
     assert outcomes["tiled"].verdict is Verdict.TIMED_OUT and "timed out after 10 s" in outcomes["tiled"].correctness_message
@@ -231,8 +232,8 @@ def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
     env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes={"naive": o},
               started=time.monotonic() - 10 * RUBRIC.timeouts.submission_s)
-    run_stages.run_stages(job)
-    job.schedule.close()
+    with GpuSession() as gpu:
+        run_stages.run_stages(job, gpu)
     assert o.verdict is not Verdict.NOT_RUN and len(job.checks) == 1
 
 

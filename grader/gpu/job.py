@@ -1,30 +1,27 @@
-"""The state one grading carries from step to step (grader/pipeline.py lists the steps).
+"""The evidence one grading gathers from step to step (grader/pipeline.py lists the steps).
 
-Each step takes the :class:`Job`, records what happened as typed fields and returns it;
-:meth:`Job.grading` is the record grading.json holds (grader/grading.py). The GPU session's fields
-are built by grader/gpu/session.py alone.
+Each step takes the :class:`Job` (and the grading's GPU session), records what happened as typed fields
+and returns it; :meth:`Job.grading` is the record grading.json holds (grader/grading.py). A Job holds
+no live handle: the schedule, its children, the background threads are the GPU session's
+(grader/gpu/session.py: GpuSession), which the grading closes whatever happens.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.children.protocol import CheckRequest
 from grader.clock import Clock
 from grader.compile.intake import Intake
-from grader.compile.sass import SassDumps
 from grader.compile.student import Deadline
-from grader.gpu.ncu_run import EarlyProfile
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
 from grader.occupancy.build import Prebuilt
-from grader.occupancy.early import EarlyOccupancy
 from grader.occupancy.variants import Variant
 from grader.rubric.types import Rubric
-from grader.sandbox.turns import Party, PartyTimeline, Schedule
+from grader.sandbox.turns import PartyTimeline
 
 Progress = Callable[[str], None]
 
@@ -50,22 +47,9 @@ class Job:
     clock: Clock = field(default_factory=Clock)  # the phases' times (grader/clock.py)
     prebuilt_occupancy: Prebuilt | None = None  # occ.cu's builds, made beside the stages' compiles (occupancy/build.py)
     cupy_cache: Path | None = None  # the trusted warm CuPy cache each child's own starts as a copy of (gpu/warm.py)
-    # The GPU session: the schedule (sandbox/turns.py) and every party on it, all built by
-    # grader/gpu/session.py: a child per stage, the checker, racecheck per stage id, the ncu child, the
-    # occupancy measurements and program. None / empty until the session starts (never without a GPU).
-    schedule: Schedule | None = None
-    stage_runs: dict[str, Party] = field(default_factory=dict)  # stage id -> its child's party
-    checker: Party | None = None
-    early_racecheck: dict[str, Party] = field(default_factory=dict)
-    early_profile: EarlyProfile | None = None
-    early_occupancy: EarlyOccupancy | None = None
-    sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background (compile/sass.py)
-    timeline: list[PartyTimeline] = field(default_factory=list)  # the schedule's, once it has closed
+    timeline: list[PartyTimeline] = field(default_factory=list)  # the GPU schedule's, once the session has closed
     gpu_lock: Path | None = None  # the GPU's lock file: other gradings may hold this GPU meanwhile
     variant: Variant | None = None  # the student's occupancy variant (rubric occupancy.variants); rubric has its numbers
-    # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
-    # occupancy runs have ended; None when the occupancy step grades them itself.
-    occupancy_ahead: Future[list[ItemResult]] | None = None
     # Stored gradings of the student's kernels (grade --citations-from): the report's cited values are
     # compared with the one on the GPU the report names when this grading ran on another (writeup/run.py).
     citations_from: list[Grading] = field(default_factory=list)

@@ -6,14 +6,14 @@ A racecheck run is one launch of a small grid under ``compute-sanitizer --tool r
 instrumentation. Started after every compile, five of them side by side ended up to 4.3 s later on an
 H200, and the timed benchmarks waited for them (docs/measurements/2026-11-30-h200-speed-run12-14.md).
 So a child for each stage that may use shared memory is started with the stage children, before the compiles
-(grader/gpu/session.py: ``start_early_racecheck``, which builds these parties); it starts the driver under the tool, uploads its
+(grader/gpu/plan.py plans them, grader/gpu/session.py builds them); it starts the driver under the tool, uploads its
 inputs and waits at its gate ``racecheck``. The compile step hands each one its compiled kernel as
-soon as that stage's compile ends (session.py: ``hand_racecheck_kernel``), while the other stages still compile.
+soon as that stage's compile ends (session.py: ``GpuSession.hand_racecheck_kernel``), while the other stages still compile.
 
 Which stages get one before anything is compiled is a guess from the source
 (:func:`may_use_shared_memory`); it decides only how early a run starts, never whether it runs: a
 compiled stage that uses shared memory and has no early child gets one beside the stage runs
-(session.py: ``start_missing_racecheck``), and the verdicts are read by :func:`collect` (grader/gpu/stages.py:
+(session.py: ``start_beside_runs``), and the verdicts are read by :func:`collect` (grader/gpu/stages.py:
 sanitize), which runs now whatever did not run before. A child for a stage that did not compile,
 or compiled without shared memory, is stopped at its gate.
 """
@@ -28,7 +28,7 @@ from grader.gpu.sanitize import SanitizerRun, run_many
 from grader.grading import StageOutcome
 from grader.rubric.types import Stage
 from grader.sandbox.fence import GIB, Fence
-from grader.sandbox.turns import Party
+from grader.sandbox.turns import Party, Schedule
 
 GATE = "racecheck"  # a tool gate of the schedule (grader/sandbox/turns.py): untimed work after it
 SOURCE_READ_BYTES = 1 << 20  # how much of a stage's file the guess reads (intake caps files anyway)
@@ -89,14 +89,14 @@ def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tup
     return runs, time.monotonic() - t0
 
 
-def collect(job: Job, shared: list[StageOutcome], tool) -> tuple[dict[str, SanitizerRun], float | None]:
-    """racecheck's runs of ``shared``: those started before (early, or beside the stage runs), the rest
+def collect(job: Job, shared: list[StageOutcome], tool, early: dict[str, Party],
+            sched: Schedule | None) -> tuple[dict[str, SanitizerRun], float | None]:
+    """racecheck's runs of ``shared``: those started before on ``sched`` (``early``: stage id -> its
+    party, started before the compiles or beside the stage runs), the rest
     run now, with any early run that could not be judged as it was (:attr:`SanitizerRun.rerun`). The
     early runs of other stages (a run that hung: no verdict racecheck explains) are stopped. The
     seconds: the longest run's own wall time."""
-    early: dict[str, Party] = job.early_racecheck or {}
     wanted = {o.stage.id for o in shared}
-    sched = job.schedule
     unwanted = [party for sid, party in early.items() if sid not in wanted]
     if sched is not None:
         for party in unwanted:

@@ -1,29 +1,37 @@
-"""A grading's GPU session: this module builds every party of its schedule (grader/sandbox/turns.py).
+"""A grading's GPU session: the live handles of its GPU work, and the code that executes its plan.
 
-The parties, and when each starts:
+:class:`GpuSession` owns everything of a grading that runs while the steps go on: the GPU schedule
+(grader/sandbox/turns.py) and every party on it, the SASS dumps read in the background, the occupancy
+items graded on a thread while ncu profiles. It is a context manager: closing it stops every child
+still running and waits for it, ends the threads, and keeps the schedule's timeline; it always runs,
+also when a step fails. The grading's evidence (grader/gpu/job.py: Job) holds no handle.
 
-* a child per stage (:func:`start_gpu_children`), the trusted checker, and the profiler under ncu
-  (:func:`start_profile`), right after the probe: each does its untimed start-up (Python, NumPy and
-  CuPy, the CUDA context, its inputs and buffers, cuBLAS; grader/children/stage.py: ``Runner.prepare``)
-  while nvcc compiles, and waits at its first gate. The compiled kernel reaches each stage child at its
-  correctness turn (the gate's go hands it over), and the profiler's kernels at its own gate;
-* racecheck's children (:func:`start_early_racecheck`) with them, each handed its stage's kernel as
-  that stage's compile ends (:func:`hand_racecheck_kernel`), and one beside the stage runs for a
-  compiled shared-memory stage that had none (:func:`start_missing_racecheck`); their runners and the
-  verdicts are grader/gpu/racecheck.py's;
-* the occupancy measurements and the student's occupancy program (:func:`start_occupancy`), with the
-  stage runs (grader/occupancy/early.py holds them and says when each goes).
+What the session starts, and when, is the plan's (grader/gpu/plan.py: gpu_plan). This module builds
+each planned party and puts it on the schedule when the plan says:
+
+* with the session (:func:`start_gpu_children`), right after the probe: a child per stage, the gated
+  racecheck children, the trusted checker and the profiler under ncu (:func:`start_profile`); each does
+  its untimed start-up (Python, NumPy and CuPy, the CUDA context, its inputs and buffers, cuBLAS;
+  grader/children/stage.py: ``Runner.prepare``) while nvcc compiles, and waits at its first gate. The
+  compiled kernel reaches each stage child at its correctness turn (the gate's go hands it over), each
+  racecheck child as its stage's compile ends (:meth:`GpuSession.hand_racecheck_kernel`), and the
+  profiler's kernels at its own gate; the racecheck runners and verdicts are grader/gpu/racecheck.py's;
+* beside the stage runs (:func:`start_beside_runs`): an ungated racecheck child for a compiled
+  shared-memory stage that had none, and the occupancy measurements (grader/occupancy/early.py holds
+  them and says when each goes);
+* once the timed turns are over: the student's occupancy program (EarlyOccupancy.start_program).
 
 A stage that did not compile has its children stopped at their gates. Why the start-up comes first, with
 its measured effect: docs/design.md ("Gates"). With a GPU lock (a batch or the service: another grading
 may be timing kernels on this GPU while this one compiles) nothing may touch the GPU before the lock
-is held, so the same parties are started by run_stages, after the lock (:func:`start_gpu_children`
-says which way).
+is held, so the session starts in run_stages, after the lock, planned for the stages that compiled.
 """
 from __future__ import annotations
 
 import secrets
+from concurrent.futures import Future
 from pathlib import Path
+from types import TracebackType
 
 from grader import pyplot
 from grader.children.protocol import (
@@ -45,14 +53,16 @@ from grader.children.protocol import (
     StageSpec,
 )
 from grader.compile import toolchain
+from grader.compile.sass import SassDumps
 from grader.gpu import warm
 from grader.gpu.job import Job
 from grader.gpu.ncu_run import EarlyProfile, stage_spec, wanted_metrics
+from grader.gpu.plan import GateKind, GpuPlan, PartyPlan, Role, Starts, gpu_plan
 from grader.gpu.racecheck import GATE as RACECHECK_GATE
 from grader.gpu.racecheck import blocks_for, may_use_shared_memory, stage_folders_fence, tool_fence, uses_shared_memory
 from grader.gpu.sanitize import SanitizerRun, run_gated, run_tool
 from grader.grading import StageOutcome
-from grader.model import ProcRecord
+from grader.model import ItemResult, ProcRecord
 from grader.occupancy.build import Prebuilt
 from grader.occupancy.child import CHILD_TIMEOUT_S, run_child
 from grader.occupancy.early import GATE as OCCUPANCY_GATE
@@ -65,54 +75,147 @@ from grader.rubric.types import Rubric, Stage
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
-from grader.sandbox.turns import Party, Schedule, parallel_children
+from grader.sandbox.turns import Party, PartyTimeline, Schedule, parallel_children
 
-__all__ = ["checker_expectations", "hand_racecheck_kernel", "stage_party_spec", "start_early_racecheck", "start_gpu_children",
-           "occupancy_parties", "start_missing_racecheck", "start_occupancy", "start_profile"]
+__all__ = ["GpuSession", "checker_expectations", "plan_for", "stage_party_spec", "start_beside_runs",
+           "start_gpu_children", "start_planned", "occupancy_parties", "start_profile"]
 
 
-def start_gpu_children(job: Job, only: list[Stage] | None = None) -> None:
-    """Start, on a new GPU schedule, a child for every stage about to be compiled (``only``: for these,
-    compiled already), a racecheck child for each that may use shared memory, the checker and the
-    profiler; each does its untimed start-up and waits at its
-    first gate. Nothing without a GPU, or when no stage is to be graded. Idempotent: a second call
-    (run_stages, after an early one) does nothing."""
-    if job.schedule is not None or not job.env.has_gpu:
-        return
-    stages = only if only is not None else [
-        st for st in job.rubric.stages
-        if job.wants(st.id) and not toolchain.unsupported_reason(st.requires_arch, job.env.arch_flags)]
-    if not stages:
-        return
+class GpuSession:
+    """The live handles of one grading's GPU work (see the module docstring). Empty until
+    :func:`start_gpu_children` starts it (never without a GPU); the SASS dumps are made by the compile
+    step whether or not there is a GPU. :meth:`close` releases everything, whatever happened."""
+
+    def __init__(self) -> None:
+        self.plan = GpuPlan(why_none="not started")
+        self.schedule: Schedule | None = None
+        self.stage_runs: dict[str, Party] = {}  # stage id -> its child's party
+        self.checker: Party | None = None
+        self.racecheck: dict[str, Party] = {}  # stage id -> its racecheck child's party
+        self.profile: EarlyProfile | None = None
+        self.occupancy: EarlyOccupancy | None = None
+        self.sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background
+        # The occupancy items, graded on another thread while ncu profiles (pipeline.profile), once the
+        # occupancy runs have ended; None when the occupancy step grades them itself.
+        self.occupancy_ahead: Future[list[ItemResult]] | None = None
+        self.timeline: list[PartyTimeline] = []  # the schedule's, once the session has closed
+        self.closed = False
+
+    def __enter__(self) -> GpuSession:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    def poll(self) -> None:
+        """Let the schedule see its children's gates (a step that waits on something else calls it)."""
+        if self.schedule is not None:
+            self.schedule.poll()
+
+    def hand_racecheck_kernel(self, o: StageOutcome) -> None:
+        """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
+        memory, else stop the child at its gate."""
+        party, sched = self.racecheck.get(o.stage.id), self.schedule
+        if party is None or sched is None:
+            return
+        if o.compile is not None and o.compile.ok and uses_shared_memory(o):
+            party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([stage_spec(o)]))
+            sched.open(party)
+        else:
+            sched.stop(party)
+            del self.racecheck[o.stage.id]
+
+    def close(self) -> list[PartyTimeline]:
+        """Stop every child still on the schedule and wait for all (nothing outlives the grading), end
+        the background threads; the schedule's timeline. Each handle is released even when another's
+        release fails; a second call does nothing."""
+        if self.closed:
+            return self.timeline
+        self.closed = True
+        try:
+            if self.schedule is not None:
+                try:
+                    self.schedule.close()
+                finally:
+                    self.timeline = self.schedule.timeline()
+        finally:
+            try:
+                if self.occupancy_ahead is not None:
+                    self.occupancy_ahead.exception()  # its thread ends with its one task; its error is its step's
+            finally:
+                if self.sass_dumps is not None:
+                    self.sass_dumps.close()
+        return self.timeline
+
+
+def plan_for(job: Job, stages: list[Stage] | None = None) -> GpuPlan:
+    """The grading's GPU plan (grader/gpu/plan.py) for ``stages`` (compiled already, when the session
+    starts after the GPU lock), else for every selected stage this GPU can run. A stage's racecheck
+    child starts with the session when its compile says it uses shared memory or, not compiled yet,
+    when its source may (:func:`may_use_shared_memory`)."""
+    if stages is None:
+        stages = [st for st in job.rubric.stages
+                  if job.wants(st.id) and not toolchain.unsupported_reason(st.requires_arch, job.env.arch_flags)]
+
+    def racecheck_early(st: Stage) -> bool:
+        o = job.outcomes.get(st.id)
+        known = o is not None and o.compile is not None and o.compile.ok
+        return uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)
+
+    ncu = job.env.has_gpu and bool(stages) and job.rubric.profile.enabled and _ncu_found()
+    return gpu_plan(job.rubric, stages, has_gpu=job.env.has_gpu, racecheck_early=racecheck_early, profile=ncu,
+                    occupancy=job.wants("occupancy"))
+
+
+def _ncu_found() -> bool:
+    tool = toolchain.find_ncu()
+    return tool is not None and getattr(tool, "path", None) is not None
+
+
+def start_gpu_children(job: Job, gpu: GpuSession, only: list[Stage] | None = None) -> Job:
+    """Start the session: plan it (:func:`plan_for`; ``only``: for these stages, compiled already) and
+    put on a new GPU schedule what the plan starts with the session; each does its untimed start-up and
+    waits at its first gate. Nothing without a GPU, or when no stage is to be graded. Idempotent: a
+    second call (run_stages, after an early one) does nothing. A step of the grading: it returns the Job."""
+    if gpu.schedule is not None or not job.env.has_gpu:
+        return job
+    plan = plan_for(job, only)
+    if not plan.parties:
+        return job
     rubric = job.rubric
     job.seeds = {n: secrets.randbelow(2**31) for n in rubric.correctness_sizes}
     job.seeds["bench"] = secrets.randbelow(2**31)
     _prepare_cupy_cache(job)
     pyplot.preload()  # matplotlib, imported while this process waits for its children
-    sched = job.schedule = Schedule(parallel_children(job.env.device))
-    for st in stages:  # first: they are the ones every later turn waits for
-        job.stage_runs[st.id] = sched.add(_stage_party(st, job))
-    start_early_racecheck(job, stages)  # their kernels are handed over as each stage compiles
-    job.checker = sched.add(_checker_party(job, checker_expectations(job, stages)))
-    work = job.work / "ncu"
-    job.early_profile = start_profile(stages, rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
-                                      device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
-                                      fence=stage_folders_fence(work, job, stages))
+    gpu.plan = plan
+    gpu.schedule = Schedule(parallel_children(job.env.device), shared_gates=plan.gates(GateKind.SHARED),
+                            tool_gates=plan.gates(GateKind.TOOL))
+    start_planned(job, gpu, plan.starting(Starts.SESSION))
+    return job
 
 
-def start_early_racecheck(job: Job, stages: list[Stage]) -> None:
-    """Put a gated racecheck child on the schedule for each of ``stages`` that may use shared memory
-    (compiled already: that does; else :func:`may_use_shared_memory`). Called by start_gpu_children,
-    after the stage children and before the checker and the profiler."""
-    san, sched = job.rubric.sanitizer, job.schedule
-    if not san.racecheck or sched is None:
-        return
-    tool = toolchain.find_compute_sanitizer()
-    for st in stages:
-        o = job.outcomes.get(st.id)
-        known = o is not None and o.compile is not None and o.compile.ok
-        if (uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)):
-            job.early_racecheck[st.id] = sched.add(_gated_party(job, st, tool))
+def start_planned(job: Job, gpu: GpuSession, planned: list[PartyPlan]) -> None:
+    """Build each planned party that starts with the session and put it on the schedule, in the plan's
+    order (the stage children first: they are the ones every later turn waits for)."""
+    sched = gpu.schedule
+    assert sched is not None
+    stages = [job.rubric.stage(p.name) for p in planned if p.role is Role.STAGE]
+    sanitizer = None
+    for p in planned:
+        st = job.rubric.stage(p.stage) if p.stage is not None else None
+        if p.role is Role.STAGE and st is not None:
+            gpu.stage_runs[st.id] = sched.add(_stage_party(st, job))
+        elif p.role is Role.RACECHECK and st is not None:  # its kernel is handed over as its stage compiles
+            sanitizer = sanitizer or toolchain.find_compute_sanitizer()
+            gpu.racecheck[st.id] = sched.add(_gated_party(job, st, sanitizer))
+        elif p.role is Role.CHECKER:
+            gpu.checker = sched.add(_checker_party(job, checker_expectations(job, stages)))
+        elif p.role is Role.PROFILE:
+            work = job.work / "ncu"
+            gpu.profile = start_profile(stages, job.rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
+                                        device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
+                                        fence=stage_folders_fence(work, job, stages))
 
 
 def _gated_party(job: Job, st: Stage, tool) -> Party:
@@ -140,31 +243,30 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
                  payloads=handed)
 
 
-def hand_racecheck_kernel(job: Job, o: StageOutcome) -> None:
-    """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
-    memory, else stop the child at its gate."""
-    party, sched = job.early_racecheck.get(o.stage.id), job.schedule
-    if party is None or sched is None:
-        return
-    if o.compile is not None and o.compile.ok and uses_shared_memory(o):
-        party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([stage_spec(o)]))
-        sched.open(party)
-    else:
-        sched.stop(party)
-        del job.early_racecheck[o.stage.id]
-
-
-def start_missing_racecheck(job: Job, compiled: list[StageOutcome]) -> None:
-    """Beside the stage runs, a racecheck child (ungated) for each compiled shared-memory stage that
-    had none before the compiles: it is a correctness tool (nothing timed), so it shares the GPU
-    with their untimed parts, and the timed parts wait for it (grader/sandbox/turns.py)."""
-    if not job.rubric.sanitizer.racecheck or job.schedule is None:
-        return
-    tool = toolchain.find_compute_sanitizer()
-    for o in compiled:
-        if o.stage.id not in job.early_racecheck and uses_shared_memory(o):
-            job.early_racecheck[o.stage.id] = job.schedule.add(_ungated_party(job, "racecheck", o, tool),
-                                                               start=False)
+def start_beside_runs(job: Job, gpu: GpuSession, runs: dict[str, Party]) -> list[Party]:
+    """Put on the schedule what the plan starts beside the stage ``runs`` (stage id -> its child's party,
+    the compiled stages'): an ungated racecheck child for each compiled shared-memory stage that had none
+    before the compiles (a correctness tool, nothing timed: it shares the GPU with the runs' untimed
+    parts, and the timed parts wait for it), then the occupancy parties, their measurements after the
+    runs. The parties the turns let through, in the plan's turn order."""
+    sched = gpu.schedule
+    assert sched is not None
+    racecheck = [p for p in gpu.plan.starting(Starts.RUNS, Role.RACECHECK) if p.stage in runs]
+    outcomes = [job.outcomes[p.stage] for p in racecheck if p.stage is not None]
+    shared = [o for o in outcomes if o.stage.id not in gpu.racecheck and uses_shared_memory(o)]
+    tool = toolchain.find_compute_sanitizer() if shared else None
+    for o in shared:
+        gpu.racecheck[o.stage.id] = sched.add(_ungated_party(job, "racecheck", o, tool), start=False)
+    cfg = job.rubric.occupancy
+    measure = gpu.plan.party("occupancy:measure")
+    if cfg is not None and measure is not None:
+        work = job.work / "occupancy"
+        gpu.occupancy = occupancy_parties(cfg, job.prebuilt_occupancy, work, sched,
+                                          [runs[sid] for sid in measure.after if sid in runs],
+                                          fence=occupancy_fence(work))
+    on_turns = {**runs, **({"occupancy:measure": gpu.occupancy.measure}
+                           if gpu.occupancy is not None and gpu.occupancy.measure is not None else {})}
+    return [on_turns[name] for name in gpu.plan.turns() if name in on_turns]
 
 
 def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
@@ -202,18 +304,6 @@ def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_di
 
     party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
     return EarlyProfile(party, [st.id for st in stages], metrics)
-
-
-def start_occupancy(job: Job, stage_runs: list[Party]) -> list[Party]:
-    """The grading's occupancy parties (:func:`occupancy_parties`), its measurements ``after`` the stage
-    runs; the parties that take an exclusive turn, to be taken after the stages' benchmarks."""
-    cfg, sched = job.rubric.occupancy, job.schedule
-    if cfg is None or not job.wants("occupancy") or sched is None:
-        return []
-    work = job.work / "occupancy"
-    job.early_occupancy = occupancy_parties(cfg, job.prebuilt_occupancy, work, sched, stage_runs,
-                                            fence=occupancy_fence(work))
-    return job.early_occupancy.timed() if job.early_occupancy is not None else []
 
 
 def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Path, schedule: Schedule,

@@ -1,6 +1,7 @@
 """The GPU steps of a grading: run each stage's kernel, check its outputs, look for races.
 
-Each step takes the :class:`~grader.grading.Job` and returns it. What happened is recorded as
+Each step takes the :class:`~grader.gpu.job.Job` and the grading's GPU session
+(:class:`~grader.gpu.session.GpuSession`: the schedule and its children) and returns the Job. What happened is recorded as
 the outcome's :class:`~grader.model.Verdict` where it happens (the run, the checker,
 racecheck); every later decision reads that verdict. ``correctness_message`` is for people.
 The grading process creates no CUDA context: every GPU step is a child process.
@@ -24,10 +25,10 @@ from grader.children.protocol import (
     StageVerdict,
 )
 from grader.compile import toolchain
-from grader.gpu import racecheck, session
+from grader.gpu import racecheck
 from grader.gpu.job import Job
 from grader.gpu.sanitize import race_message
-from grader.gpu.session import start_gpu_children
+from grader.gpu.session import GpuSession, start_beside_runs, start_gpu_children
 from grader.grading import StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.timing import summarize
@@ -95,7 +96,7 @@ def _check_request(o: StageOutcome, report: StageResult, work: Path, job: Job) -
     return CheckRequest(id=o.stage.id, inputs=o.stage.inputs, rtol=o.stage.rtol, out_dir=str(work), cases=cases)
 
 
-def run_stages(job: Job) -> Job:
+def run_stages(job: Job, gpu: GpuSession) -> Job:
     """Run every compiled stage's kernel in its child. The children were started before the compiles
     (grader/gpu/session.py; with a GPU lock, now); each stage's correctness runs take a turn shared with
     tools but no other stage's kernel, the compiled kernel handed over at its start, each timed
@@ -108,36 +109,34 @@ def run_stages(job: Job) -> Job:
         return job
     rubric = job.rubric
     compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
-    start_gpu_children(job, [o.stage for o in compiled])  # nothing when started before the compiles
-    sched = job.schedule
+    start_gpu_children(job, gpu, [o.stage for o in compiled])  # nothing when started before the compiles
+    sched = gpu.schedule
     if sched is None:
         return job
     compiled_ids = {o.stage.id for o in compiled}
-    for sid, party in job.stage_runs.items():
+    for sid, party in gpu.stage_runs.items():
         if sid not in compiled_ids:
             sched.stop(party)  # did not compile: nothing to run
     if not compiled:
         return job
     for o in compiled:  # with a GPU lock its racecheck child has just started: hand it the kernel
-        session.hand_racecheck_kernel(job, o)
-    session.start_missing_racecheck(job, compiled)
-    runs = {}
+        gpu.hand_racecheck_kernel(o)
+    runs = {o.stage.id: gpu.stage_runs[o.stage.id] for o in compiled}
+    turns = start_beside_runs(job, gpu, runs)
     for o in compiled:
         o.run_limit = stage_limit(o.stage, rubric)
-        runs[o.stage.id] = party = job.stage_runs[o.stage.id]
-        party.payloads["correctness"] = to_jsonable(KernelGo(o.launch_spec()))
-    occupancy = session.start_occupancy(job, list(runs.values()))
+        runs[o.stage.id].payloads["correctness"] = to_jsonable(KernelGo(o.launch_spec()))
     job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     over_budget: dict[str, float] = {}
 
     def on_change(p: Party) -> None:
         """A stage run that hung or flooded its output ends its racecheck too (it would do the same)."""
-        if p.state is not State.DONE or p.name not in job.early_racecheck:
+        if p.state is not State.DONE or p.name not in gpu.racecheck:
             return
         limit = p.result().proc.limit
         if limit in (Limit.TIME, Limit.OUTPUT):
-            sched.stop(job.early_racecheck[p.name])
+            sched.stop(gpu.racecheck[p.name])
 
     def may_go(p: Party) -> bool:
         if p.name not in runs:  # the occupancy sweeps: their child's own limit, not the stages' budget
@@ -150,9 +149,9 @@ def run_stages(job: Job) -> Job:
         job.progress(f"timing {p.name}")
         return True
 
-    sched.take_turns(list(runs.values()) + occupancy, on_change, may_go)
-    if job.early_occupancy is not None:  # nothing is timed any more until ncu, which waits for it
-        job.early_occupancy.start_program()
+    sched.take_turns(turns, on_change, may_go)
+    if gpu.occupancy is not None:  # nothing is timed any more until ncu, which waits for it
+        gpu.occupancy.start_program()
     for o in compiled:
         _finish_run(job, o, runs[o.stage.id], over_budget.get(o.stage.id))
     return job
@@ -222,10 +221,10 @@ def _correctness(o: StageOutcome, verdict: StageVerdict | None) -> None:
                              + (f"; {timed[0]}" if timed else ""))
 
 
-def check_results(job: Job) -> Job:
+def check_results(job: Job, gpu: GpuSession) -> Job:
     """Compare every finished run's outputs with float64 references (one child, started with the
     runs and waiting at its gate); time the correct ones."""
-    checker, sched = job.checker, job.schedule
+    checker, sched = gpu.checker, gpu.schedule
     if not job.checks:
         if checker is not None and sched is not None:
             sched.stop(checker)
@@ -258,7 +257,7 @@ def _racechecked(job: Job) -> list[StageOutcome]:
     return [o for o in job.outcomes.values() if o.verdict in RACECHECKED and racecheck.uses_shared_memory(o)]
 
 
-def sanitize(job: Job) -> Job:
+def sanitize(job: Job, gpu: GpuSession) -> Job:
     """racecheck on shared-memory stages (a hazard fails them); memcheck on failed ones.
 
     They are correctness tools, not timings, so all their runs go at once: one child per stage and
@@ -281,7 +280,7 @@ def sanitize(job: Job) -> Job:
         job.progress("looking for the first bad memory access (compute-sanitizer memcheck)")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memcheck") as pool:
         checking = pool.submit(racecheck.run_now, job, "memcheck", failing, tool) if failing else None
-        races, race_s = racecheck.collect(job, shared, tool)
+        races, race_s = racecheck.collect(job, shared, tool, gpu.racecheck, gpu.schedule)
         memchecks, mem_s = checking.result() if checking else ({}, None)
     for name, seconds in (("racecheck", race_s), ("memcheck", mem_s)):
         if seconds is not None:
@@ -304,7 +303,7 @@ def sanitize(job: Job) -> Job:
     return job
 
 
-def drop_outputs(job: Job) -> Job:
+def drop_outputs(job: Job, _gpu: GpuSession) -> Job:
     """The kernels' output matrices are large and checked by now: delete them unless asked to keep them."""
     if not job.keep_outputs:
         for path in job.work.glob("*/*.npy"):

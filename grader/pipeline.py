@@ -276,6 +276,11 @@ def alone_on_gpu(job: Job) -> bool:
     return job.env.has_gpu and not job.shares_gpu
 
 
+def sharing_gpu(job: Job) -> bool:
+    """Whether this grading's GPU children start only once the GPU lock is held (after the compiles)."""
+    return job.env.has_gpu and job.shares_gpu
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of the grading: ``run(job, gpu)`` returns the Job; timed as a phase under its name.
@@ -297,8 +302,9 @@ CPU_STEPS: tuple[Step, ...] = (
 )
 # Under the GPU lock when one is given (see grade()).
 GPU_STEPS: tuple[Step, ...] = (
-    Step(run_stages),  # (with a lock, the session starts here) each kernel's correctness, then its timed
-    # benchmark alone; the occupancy measurements after them, the occupancy program once nothing is timed
+    Step(start_gpu_children, sharing_gpu),  # sharing the GPU: the plan's children start only now, for the compiled stages
+    Step(run_stages),  # each kernel's correctness, then its timed benchmark alone; the occupancy
+    # measurements after them, the occupancy program once nothing is timed
     Step(check_results),  # outputs against float64 references; timings of the correct kernels
     Step(sanitize),  # racecheck on shared-memory stages, memcheck on failed ones
     Step(drop_outputs),  # the output matrices, unless --keep-outputs

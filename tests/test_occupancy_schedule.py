@@ -316,6 +316,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     from grader import pipeline
 
     with GpuSession() as gpu:
+        run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
         early = gpu.occupancy
         assert early is not None and early.measure is not None and early.measure.state is State.DONE

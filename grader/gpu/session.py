@@ -24,7 +24,8 @@ each planned party and puts it on the schedule when the plan says:
 A stage that did not compile has its children stopped at their gates. Why the start-up comes first, with
 its measured effect: docs/design.md ("Gates"). With a GPU lock (a batch or the service: another grading
 may be timing kernels on this GPU while this one compiles) nothing may touch the GPU before the lock
-is held, so the session starts in run_stages, after the lock, planned for the stages that compiled.
+is held, so the session starts once the lock is held (the first of the GPU steps), planned for the stages
+that compiled.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from grader.children.protocol import (
     CheckSpec,
     Expect,
     Kernel,
+    KernelGo,
     LaunchResult,
     LaunchShape,
     OccupancyResult,
@@ -173,14 +175,16 @@ def _ncu_found() -> bool:
     return tool is not None and getattr(tool, "path", None) is not None
 
 
-def start_gpu_children(job: Job, gpu: GpuSession, only: list[Stage] | None = None) -> Job:
-    """Start the session: plan it (:func:`plan_for`; ``only``: for these stages, compiled already) and
-    put on a new GPU schedule what the plan starts with the session; each does its untimed start-up and
-    waits at its first gate. Nothing without a GPU, or when no stage is to be graded. Idempotent: a
-    second call (run_stages, after an early one) does nothing. A step of the grading: it returns the Job."""
+def start_gpu_children(job: Job, gpu: GpuSession) -> Job:
+    """Start the session: plan it (:func:`plan_for`) and put on a new GPU schedule what the plan starts
+    with the session; each does its untimed start-up and waits at its first gate. Before the compiles
+    (alone on the GPU) it is planned for the stages about to be compiled; after them (with a GPU lock)
+    for those that compiled, and each racecheck child is handed its kernel at once. Nothing without a
+    GPU, or when no stage is to be graded; nothing when started already. A step of the grading."""
     if gpu.schedule is not None or not job.env.has_gpu:
         return job
-    plan = plan_for(job, only)
+    compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
+    plan = plan_for(job, [o.stage for o in compiled] if job.outcomes else None)
     if not plan.parties:
         return job
     rubric = job.rubric
@@ -192,6 +196,8 @@ def start_gpu_children(job: Job, gpu: GpuSession, only: list[Stage] | None = Non
     gpu.schedule = Schedule(parallel_children(job.env.device), shared_gates=plan.gates(GateKind.SHARED),
                             tool_gates=plan.gates(GateKind.TOOL))
     start_planned(job, gpu, plan.starting(Starts.SESSION))
+    for o in compiled:  # compiled already (a GPU lock): its racecheck child gets the kernel now
+        gpu.hand_racecheck_kernel(o)
     return job
 
 
@@ -243,19 +249,28 @@ def _gated_party(job: Job, st: Stage, tool) -> Party:
                  payloads=handed)
 
 
-def start_beside_runs(job: Job, gpu: GpuSession, runs: dict[str, Party]) -> list[Party]:
-    """Put on the schedule what the plan starts beside the stage ``runs`` (stage id -> its child's party,
-    the compiled stages'): an ungated racecheck child for each compiled shared-memory stage that had none
-    before the compiles (a correctness tool, nothing timed: it shares the GPU with the runs' untimed
-    parts, and the timed parts wait for it), then the occupancy parties, their measurements after the
-    runs. The parties the turns let through, in the plan's turn order."""
+def start_beside_runs(job: Job, gpu: GpuSession, compiled: list[StageOutcome]) -> tuple[dict[str, Party], list[Party]]:
+    """The stage runs begin: the children of the stages that did not compile are stopped at their gates,
+    and each compiled stage's child is to get its kernel at its correctness turn. What the plan starts
+    beside the runs is put on the schedule: an ungated racecheck child for each compiled shared-memory
+    stage that had none before the compiles (a correctness tool, nothing timed: it shares the GPU with
+    the runs' untimed parts, and the timed parts wait for it), then the occupancy parties, their
+    measurements after the runs. The runs (stage id -> its child's party) and the parties the turns let
+    through, in the plan's turn order; none when nothing compiled."""
     sched = gpu.schedule
     assert sched is not None
-    racecheck = [p for p in gpu.plan.starting(Starts.RUNS, Role.RACECHECK) if p.stage in runs]
-    outcomes = [job.outcomes[p.stage] for p in racecheck if p.stage is not None]
-    shared = [o for o in outcomes if o.stage.id not in gpu.racecheck and uses_shared_memory(o)]
-    tool = toolchain.find_compute_sanitizer() if shared else None
-    for o in shared:
+    compiled_ids = {o.stage.id for o in compiled}
+    for sid, party in gpu.stage_runs.items():
+        if sid not in compiled_ids:
+            sched.stop(party)  # did not compile: nothing to run
+    if not compiled:
+        return {}, []
+    runs = {o.stage.id: gpu.stage_runs[o.stage.id] for o in compiled}
+    planned = {p.stage for p in gpu.plan.starting(Starts.RUNS, Role.RACECHECK)}
+    missing = [o for o in compiled if o.stage.id in planned and o.stage.id not in gpu.racecheck
+               and uses_shared_memory(o)]
+    tool = toolchain.find_compute_sanitizer() if missing else None
+    for o in missing:
         gpu.racecheck[o.stage.id] = sched.add(_ungated_party(job, "racecheck", o, tool), start=False)
     cfg = job.rubric.occupancy
     measure = gpu.plan.party("occupancy:measure")
@@ -264,18 +279,23 @@ def start_beside_runs(job: Job, gpu: GpuSession, runs: dict[str, Party]) -> list
         gpu.occupancy = occupancy_parties(cfg, job.prebuilt_occupancy, work, sched,
                                           [runs[sid] for sid in measure.after if sid in runs],
                                           fence=occupancy_fence(work))
+    for o in compiled:  # the kernel its child gets at its correctness turn, and the limit it runs under
+        kernel = o.launch_spec()
+        o.run_limit = stage_limit(o.stage, job.rubric)
+        runs[o.stage.id].payloads["correctness"] = to_jsonable(KernelGo(kernel))
     on_turns = {**runs, **({"occupancy:measure": gpu.occupancy.measure}
                            if gpu.occupancy is not None and gpu.occupancy.measure is not None else {})}
-    return [on_turns[name] for name in gpu.plan.turns() if name in on_turns]
+    return runs, [on_turns[name] for name in gpu.plan.turns() if name in on_turns]
 
 
 def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
     san, work = job.rubric.sanitizer, job.work / tool_name
     start, blocks = run_tool, blocks_for(job, tool_name)  # bound now: the run may start from the schedule's thread
+    fence = tool_fence(work, [o])
 
     def run(control: Control) -> SanitizerRun:
-        return start(tool_name, tool, stage_spec(o), san.n, work / o.stage.id, san.timeout_s,
-                     fence=tool_fence(work, [o]), control=control, blocks=blocks)
+        return start(tool_name, tool, o.launch_spec(), san.n, work / o.stage.id, san.timeout_s,
+                     fence=fence, control=control, blocks=blocks)
 
     return Party(f"{tool_name}:{o.stage.id}", (), None, run)
 
@@ -317,8 +337,9 @@ def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Pat
         return None
     work = Path(work).resolve()
     builds = prebuilt.builds
+    child, program_built = wants_child(builds, cfg), wants_program(builds)
     early = EarlyOccupancy(schedule, builds, work, fence)
-    if wants_child(builds, cfg):
+    if child:
         measure_now = run_child  # bound now: it starts later, on the schedule's thread
 
         def measure(control: Control) -> tuple[OccupancyResult | None, ProcRecord]:
@@ -326,7 +347,7 @@ def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Pat
 
         early.measure = schedule.add(Party("occupancy:measure", (OCCUPANCY_GATE,), work / "occupancy_result.json",
                                            measure, after=list(after)), start=False)
-    if wants_program(builds):
+    if program_built:
         exe, program = builds["exe"].output, program_now  # bound now: it runs later, on the schedule's thread
 
         def start(control: Control) -> ProgramRun:

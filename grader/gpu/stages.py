@@ -20,7 +20,6 @@ from grader.children.protocol import (
     CheckResult,
     CheckSpec,
     Fingerprints,
-    KernelGo,
     StageResult,
     StageVerdict,
 )
@@ -28,12 +27,12 @@ from grader.compile import toolchain
 from grader.gpu import racecheck
 from grader.gpu.job import Job
 from grader.gpu.sanitize import race_message
-from grader.gpu.session import GpuSession, start_beside_runs, start_gpu_children
+from grader.gpu.session import GpuSession, start_beside_runs
 from grader.grading import StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.timing import summarize
 from grader.records import to_jsonable
-from grader.rubric.limits import StageLimit, stage_limit
+from grader.rubric.limits import StageLimit
 from grader.rubric.types import Rubric
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.turns import STARTUP_LIMIT_S, Party, State
@@ -98,34 +97,22 @@ def _check_request(o: StageOutcome, report: StageResult, work: Path, job: Job) -
 
 def run_stages(job: Job, gpu: GpuSession) -> Job:
     """Run every compiled stage's kernel in its child. The children were started before the compiles
-    (grader/gpu/session.py; with a GPU lock, now); each stage's correctness runs take a turn shared with
-    tools but no other stage's kernel, the compiled kernel handed over at its start, each timed
-    benchmark a turn with the GPU alone (grader/sandbox/turns.py). racecheck's children were handed their
-    kernels as each stage compiled (grader/gpu/racecheck.py; with a GPU lock, now). The occupancy
-    measurement child starts now, whose timed sweeps take the next turn alone after every stage
-    run has ended, and the student's occupancy program runs once the timed turns are over
-    (grader/occupancy/early.py). The checker and the profiler wait for their steps."""
-    if not job.env.has_gpu:
+    (grader/gpu/session.py: start_gpu_children; with a GPU lock, right before this step); each stage's
+    correctness runs take a turn shared with tools but no other stage's kernel, the compiled kernel
+    handed over at its start, each timed benchmark a turn with the GPU alone (grader/sandbox/turns.py).
+    racecheck's children were handed their kernels as each stage compiled (grader/gpu/racecheck.py).
+    What the plan starts beside the runs starts now (session.py: start_beside_runs): the occupancy
+    measurement child, whose timed sweeps take the next turn alone after every stage run has ended; the
+    student's occupancy program runs once the timed turns are over (grader/occupancy/early.py). The
+    checker and the profiler wait for their steps."""
+    sched = gpu.schedule
+    if sched is None:  # no GPU, or no stage to run
         return job
     rubric = job.rubric
     compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
-    start_gpu_children(job, gpu, [o.stage for o in compiled])  # nothing when started before the compiles
-    sched = gpu.schedule
-    if sched is None:
+    runs, turns = start_beside_runs(job, gpu, compiled)
+    if not runs:
         return job
-    compiled_ids = {o.stage.id for o in compiled}
-    for sid, party in gpu.stage_runs.items():
-        if sid not in compiled_ids:
-            sched.stop(party)  # did not compile: nothing to run
-    if not compiled:
-        return job
-    for o in compiled:  # with a GPU lock its racecheck child has just started: hand it the kernel
-        gpu.hand_racecheck_kernel(o)
-    runs = {o.stage.id: gpu.stage_runs[o.stage.id] for o in compiled}
-    turns = start_beside_runs(job, gpu, runs)
-    for o in compiled:
-        o.run_limit = stage_limit(o.stage, rubric)
-        runs[o.stage.id].payloads["correctness"] = to_jsonable(KernelGo(o.launch_spec()))
     job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     over_budget: dict[str, float] = {}

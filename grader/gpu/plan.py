@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from grader.compile.toolchain import unsupported_reason
 from grader.rubric.types import Rubric, Stage
 
 __all__ = ["Gate", "GateKind", "GpuPlan", "PartyPlan", "Role", "Starts", "gpu_plan"]
@@ -106,14 +107,17 @@ PROFILE_GATE = Gate("launch", GateKind.STEP, "profile")
 OCCUPANCY_GATE = Gate("sweeps", GateKind.EXCLUSIVE, "run_stages")
 
 
-def gpu_plan(rubric: Rubric, stages: Sequence[Stage], *, has_gpu: bool, racecheck_early: Callable[[Stage], bool],
-             profile: bool, occupancy: bool) -> GpuPlan:
-    """The plan for ``stages`` (those to be compiled, or those compiled already when the session starts
-    after the GPU lock). ``racecheck_early(stage)``: whether its racecheck child starts with the session
-    (its source may use shared memory, or its compile says it does); ``profile``: whether ncu profiles
-    (enabled in the rubric, and found); ``occupancy``: whether the occupancy section is graded."""
+def gpu_plan(rubric: Rubric, candidates: Sequence[Stage], arch_flags: list[str], *, has_gpu: bool,
+             racecheck_early: Callable[[Stage], bool], profile: bool, occupancy: bool) -> GpuPlan:
+    """The plan for those of ``candidates`` (the selected stages, about to be compiled; or those compiled
+    already, when the session starts after the GPU lock) that a GPU compiled for with ``arch_flags`` can
+    run (the Hopper stage needs sm_90a). ``racecheck_early(stage)``: whether its racecheck child starts
+    with the session (its source may use shared memory, or its compile says it does); ``profile``:
+    whether ncu profiles (enabled in the rubric, and found); ``occupancy``: whether the occupancy section
+    is graded."""
     if not has_gpu:
         return GpuPlan(why_none="no GPU")
+    stages = [st for st in candidates if not unsupported_reason(st.requires_arch, arch_flags)]
     if not stages:
         return GpuPlan(why_none="no stage to run")
     ids = tuple(st.id for st in stages)

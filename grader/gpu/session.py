@@ -58,7 +58,7 @@ from grader.compile import toolchain
 from grader.compile.sass import SassDumps
 from grader.gpu import warm
 from grader.gpu.job import Job
-from grader.gpu.ncu_run import EarlyProfile, stage_spec, wanted_metrics
+from grader.gpu.ncu_run import EarlyProfile, wanted_metrics
 from grader.gpu.plan import GateKind, GpuPlan, PartyPlan, Role, Starts, gpu_plan
 from grader.gpu.racecheck import GATE as RACECHECK_GATE
 from grader.gpu.racecheck import blocks_for, may_use_shared_memory, stage_folders_fence, tool_fence, uses_shared_memory
@@ -122,7 +122,8 @@ class GpuSession:
         if party is None or sched is None:
             return
         if o.compile is not None and o.compile.ok and uses_shared_memory(o):
-            party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([stage_spec(o)]))
+            kernel = o.launch_spec()
+            party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([kernel]))
             sched.open(party)
         else:
             sched.stop(party)
@@ -156,18 +157,15 @@ def plan_for(job: Job, stages: list[Stage] | None = None) -> GpuPlan:
     starts after the GPU lock), else for every selected stage this GPU can run. A stage's racecheck
     child starts with the session when its compile says it uses shared memory or, not compiled yet,
     when its source may (:func:`may_use_shared_memory`)."""
-    if stages is None:
-        stages = [st for st in job.rubric.stages
-                  if job.wants(st.id) and not toolchain.unsupported_reason(st.requires_arch, job.env.arch_flags)]
-
     def racecheck_early(st: Stage) -> bool:
         o = job.outcomes.get(st.id)
         known = o is not None and o.compile is not None and o.compile.ok
         return uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)
 
-    ncu = job.env.has_gpu and bool(stages) and job.rubric.profile.enabled and _ncu_found()
-    return gpu_plan(job.rubric, stages, has_gpu=job.env.has_gpu, racecheck_early=racecheck_early, profile=ncu,
-                    occupancy=job.wants("occupancy"))
+    candidates = stages if stages is not None else [st for st in job.rubric.stages if job.wants(st.id)]
+    ncu = job.env.has_gpu and job.rubric.profile.enabled and _ncu_found()
+    return gpu_plan(job.rubric, candidates, job.env.arch_flags, has_gpu=job.env.has_gpu,
+                    racecheck_early=racecheck_early, profile=ncu, occupancy=job.wants("occupancy"))
 
 
 def _ncu_found() -> bool:
@@ -193,9 +191,9 @@ def start_gpu_children(job: Job, gpu: GpuSession) -> Job:
     _prepare_cupy_cache(job)
     pyplot.preload()  # matplotlib, imported while this process waits for its children
     gpu.plan = plan
-    gpu.schedule = Schedule(parallel_children(job.env.device), shared_gates=plan.gates(GateKind.SHARED),
-                            tool_gates=plan.gates(GateKind.TOOL))
-    start_planned(job, gpu, plan.starting(Starts.SESSION))
+    shared, tool, now = plan.gates(GateKind.SHARED), plan.gates(GateKind.TOOL), plan.starting(Starts.SESSION)
+    gpu.schedule = Schedule(parallel_children(job.env.device), shared_gates=shared, tool_gates=tool)
+    start_planned(job, gpu, now)
     for o in compiled:  # compiled already (a GPU lock): its racecheck child gets the kernel now
         gpu.hand_racecheck_kernel(o)
     return job
@@ -219,9 +217,10 @@ def start_planned(job: Job, gpu: GpuSession, planned: list[PartyPlan]) -> None:
             gpu.checker = sched.add(_checker_party(job, checker_expectations(job, stages)))
         elif p.role is Role.PROFILE:
             work = job.work / "ncu"
+            fence = stage_folders_fence(work, job, stages)
             gpu.profile = start_profile(stages, job.rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
                                         device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
-                                        fence=stage_folders_fence(work, job, stages))
+                                        fence=fence)
 
 
 def _gated_party(job: Job, st: Stage, tool) -> Party:

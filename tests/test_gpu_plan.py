@@ -266,3 +266,27 @@ def test_the_step_list_reads_in_the_order_the_grading_runs():
     assert first.only_if is not None and again.only_if is not None
     assert (first.only_if(alone), again.only_if(alone)) == (True, False)
     assert (first.only_if(shared), again.only_if(shared)) == (False, True)
+
+
+def test_the_job_holds_no_live_handle():
+    """The Job is the evidence: none of its fields' types (nor any type inside one) is a handle that must
+    be closed (the schedule, its parties, a future, a process, a lock, a file, a thread pool)."""
+    import io
+    import subprocess
+    import typing
+    from concurrent.futures import Executor, Future
+
+    from grader.compile.sass import SassDumps
+    from grader.gpu.ncu_run import EarlyProfile
+    from grader.occupancy.early import EarlyOccupancy
+
+    live = (Schedule, Party, Future, Executor, subprocess.Popen, io.IOBase, type(threading.Lock()), threading.Thread,
+            SassDumps, EarlyProfile, EarlyOccupancy, GpuSession)
+
+    def inside(hint) -> list:
+        return [hint, *(t for arg in typing.get_args(hint) for t in inside(arg))]
+
+    hints = typing.get_type_hints(Job)
+    assert {"rubric", "outcomes", "items", "notes", "timeline"} <= set(hints)
+    held = {name: t for name, hint in hints.items() for t in inside(hint) if isinstance(t, type) and issubclass(t, live)}
+    assert held == {}

@@ -290,3 +290,31 @@ def test_the_job_holds_no_live_handle():
     assert {"rubric", "outcomes", "items", "notes", "timeline"} <= set(hints)
     held = {name: t for name, hint in hints.items() for t in inside(hint) if isinstance(t, type) and issubclass(t, live)}
     assert held == {}
+
+
+@pytest.mark.skipif(__import__("grader.compile.toolchain", fromlist=["find_nvcc"]).find_nvcc().path is None,
+                    reason="no nvcc on this machine")
+@pytest.mark.parametrize("lock", [False, True])
+def test_a_grading_on_the_fake_device_starts_its_session_where_the_step_list_says(tmp_path, monkeypatch, lock):
+    """`python -m grader grade` with the stand-in GPU (tests/fake_cupy): alone on it, the session starts
+    before the compiles; with a GPU lock (a batch, the service), first under the lock. Either way every
+    party of the timeline is one the plan names, and every one has ended."""
+    from grader.grading import load_grading
+    from tests.gradings_helpers import grader
+    from tests.test_children import FAKE_CUPY
+
+    monkeypatch.setenv("PYTHONPATH", str(FAKE_CUPY))
+    out = tmp_path / "out"
+    extra = ["--gpu-lock", str(tmp_path / "gpu.lock")] if lock else []
+    proc = grader("grade", str(ROOT / "solutions"), "--out", str(out), "--stages", "naive,tiled", "--quiet",
+                  *extra, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    g = load_grading(out / "grading.json")
+    assert g.env.has_gpu
+    steps = [p.name for p in g.phases if not p.detail]
+    first = ["start_gpu_children", "compile_stages"] if not lock else ["compile_stages", "gpu_wait", "start_gpu_children"]
+    assert steps == ["probe", "intake", *first, "run_stages", "check_results", "sanitize", "drop_outputs", "profile",
+                     "read_sass", "score_stages", "grade_occupancy", "grade_report", "outputs"]
+    parties = [t.party for t in g.timeline]
+    assert parties[:2] == ["naive", "tiled"] and "checker" in parties and "racecheck:tiled" in parties
+    assert all(t.events and t.events[-1][1] in ("end", "not started") for t in g.timeline)

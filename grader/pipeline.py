@@ -271,8 +271,8 @@ def grade_report(job: Job, _gpu: GpuSession) -> Job:
 
 def alone_on_gpu(job: Job) -> bool:
     """Whether this grading's GPU children may start before the compiles: it has a GPU and shares it
-    with no other grading (with a GPU lock nothing may touch the GPU before the lock is held, and
-    run_stages starts them then)."""
+    with no other grading (with a GPU lock nothing may touch the GPU before the lock is held: they start
+    then, as the first GPU step)."""
     return job.env.has_gpu and not job.shares_gpu
 
 

@@ -1,1 +1,1 @@
-"""grader.gpu: a grading's GPU steps, their children and their one schedule."""
+"""grader.gpu: a grading's GPU plan, the steps that follow it, and the session that owns its children and their one schedule."""

@@ -468,22 +468,8 @@ def whatif_command(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
-# The commands whose parser needs no other command's module. ``python -m grader grade`` is what a batch,
-# the service's workers and the Gradescope run start for every submission: building every command's
-# parser imports the service, the batch and the kit before the grading can start (0.16 s on the
-# development machine; on an H200 host the gain was within the noise of the process's start:
-# docs/measurements/2026-12-01-h200-speed-round4.md).
-SELF_CONTAINED = ("grade",)
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line's parser; ``only``: one of :data:`SELF_CONTAINED`, the parser of that command
-    alone (the same arguments, help and errors for it)."""
-    if only in SELF_CONTAINED:
-        p = argparse.ArgumentParser(prog="python -m grader", description="The GEMM-ladder autograder.")
-        sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-        _add_grade_arguments(sub.add_parser("grade", help="grade one submission (a folder or a zip of one)"))
-        return p
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser."""
     from grader.deploy.batch.cli import add_grade_arguments, add_merge_arguments
     from grader.deploy.gradescope.build import add_arguments as add_gradescope_arguments
     from grader.deploy.kit.build import add_arguments as add_kit_arguments
@@ -571,5 +557,5 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    args = build_parser().parse_args(argv)
     return args.func(args)

@@ -1,4 +1,4 @@
-"""The service stays up for honest students under hostile clients (issue #45), with real processes.
+"""The service stays up for honest students under hostile clients, with real processes.
 
 Each test starts the real service (``python -m grader serve``: uvicorn and its worker processes, or
 Redis), runs one attack of the red team's report, and shows that during it an honest student's

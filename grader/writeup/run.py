@@ -82,7 +82,7 @@ def choose_evidence(gpu: ReportGpu | None, outcomes: dict, gradings: Gradings | 
     """Which grading the report's values are compared with: this one when it ran on the GPU the report
     names (or the report names none, or the caller knows no device); else a stored grading on that
     GPU; else none (see :class:`Evidence`). Without a GPU here and none stored, this grading's gaps
-    say why nothing is compared, as before."""
+    say why nothing is compared."""
     if gradings is None:
         return Evidence(outcomes)
     here = _device_name(gradings.device)

@@ -174,10 +174,10 @@ class _ExitWaiter:
             self.pidfd = None
 
 
-def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
-    """(pid, the fields of /proc/PID/stat after the command name) of every live process: zombies and
-    dead ones left out (Linux /proc; else nothing). The fields start at the state: state, ppid, pgrp,
-    session, ... (the name in parentheses may itself hold spaces and parentheses)."""
+def stat_fields() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of /proc/PID/stat after the command name) of every process, zombies included
+    (Linux /proc; else nothing). The fields start at the state: state, ppid, pgrp, session, ... (the
+    name in parentheses may itself hold spaces and parentheses)."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -190,8 +190,21 @@ def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
                 fields = f.read().rpartition(b")")[2].split()
         except OSError:
             continue
-        if fields and fields[0] not in (b"Z", b"X"):
+        if fields:
             yield int(name), fields
+
+
+def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
+    """:func:`stat_fields` of every live process: zombies and dead ones left out."""
+    return ((pid, fields) for pid, fields in stat_fields() if fields[0] not in (b"Z", b"X"))
+
+
+def zombie_children(parent: int) -> list[int]:
+    """The children of ``parent`` that have exited and wait to be reaped (state Z), which
+    :func:`children_of` leaves out: a subreaper inherits them from the trees below it, and they stay
+    until it waits for them."""
+    ppid = str(parent).encode()
+    return [pid for pid, fields in stat_fields() if len(fields) > 1 and fields[0] == b"Z" and fields[1] == ppid]
 
 
 def _session_members(sid: int) -> list[int]:

@@ -46,6 +46,7 @@ from typing import TypedDict
 
 from grader.model import Limit, ProcRecord
 from grader.sandbox.capture import Capture, OutputCap, read_stream, write_stdin
+from grader.setup_check import run_set_up
 
 # After the child has exited and its session was killed, how long the reader
 # threads may keep draining what is left in the pipes before they are stopped.
@@ -483,6 +484,15 @@ def run_holding_tree(main: Callable[[], int]) -> int:
         return main()
     finally:
         end_own_tree()
+
+
+def run_entry_point(load: Callable[[], Callable[[], int]], *, check_first: bool = True) -> int:
+    """The exit code of an entry point that holds its tree (``python -m grader``, grader/run_local.py,
+    ``python -m grader.deploy.batch`` and ``python -m grader.deploy.gradescope``): the set-up check
+    (grader/setup_check.py: run_set_up; ``check_first`` as there), then the command ``load`` imports,
+    run by :func:`run_holding_tree`. ``load`` imports the command's module only after the check, so a
+    missing package is one line, not a traceback."""
+    return run_set_up(lambda: run_holding_tree(load()), check_first=check_first)
 
 
 def stop_at_once_on(signum: int) -> bool:

@@ -396,7 +396,7 @@ def rescore_command(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     console = _console(args.quiet)
     try:
-        from grader.instructor.rescore import REGRADE, rescore
+        from grader.instructor.rescore import REGRADE, Compared, rescore
         from grader.rubric.load import load_rubric
 
         if not os.path.lexists(args.source):
@@ -423,10 +423,10 @@ def rescore_command(args: argparse.Namespace) -> int:
         if g is None:
             console.print(f"{r.name}: not re-scored: {r.problem}", highlight=False)
             continue
-        c = r.compared or (r.before or 0.0, g.score, g.score)
-        console.print(f"{r.name}: as graded {c[0]:g}, under {DEFAULT_RUBRIC.name} {c[1]:g} (differs from the rubric "
-                      f"it was graded with: {round(c[1] - c[0], 4):+g}), under {Path(args.rubric).name} {c[2]:g} (changed by "
-                      f"your edit: {round(c[2] - c[1], 4):+g}), of {r.automatic:g} automatic points"
+        c = r.compared or Compared(r.before or 0.0, g.score, g.score)
+        console.print(f"{r.name}: as graded {c.graded:g}, under {DEFAULT_RUBRIC.name} {c.base:g} (differs from the rubric "
+                      f"it was graded with: {c.drift:+g}), under {Path(args.rubric).name} {c.new:g} (changed by "
+                      f"your edit: {c.edit:+g}), of {r.automatic:g} automatic points"
                       + (f"; {len(r.left_out)} item(s) {REGRADE}, left out of these scores" if r.left_out else ""),
                       highlight=False)
         for f in r.refused:

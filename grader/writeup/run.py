@@ -163,8 +163,23 @@ def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, st
     return q.value, ""
 
 
+@dataclass(frozen=True)
+class _Cited:
+    """What a citation cites, read in its metric's unit (the one reading of a cited value)."""
+
+    value: float | None  # None: it cannot be read, and ``unreadable`` says why
+    unit: str = ""
+    resolution: float = 0.0  # the cited number's last digit
+    unreadable: str = ""
 
 
+def _cited(cit: Citation, cfg: ReportConfig) -> _Cited:
+    q = cit.quantity
+    if cit.problem or q is None:
+        return _Cited(None, unreadable=f"line {cit.line}: {cit.problem}")
+    unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
+    value, why = _unit_value(cit, q, unit)
+    return _Cited(value, unit, q.resolution, "" if value is not None else f"line {cit.line}: {quote_code(cit.text)}: {why}")
 
 
 def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[Status, float, str, dict, bool]:
@@ -176,17 +191,12 @@ def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[S
     implausible: list[str] = []
     plausible = 0
     for cit in cits:
-        q = cit.quantity
-        if cit.problem or q is None:
-            unreadable.append(f"line {cit.line}: {cit.problem}")
-            continue
-        unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
-        cited, problem = _unit_value(cit, q, unit)
-        if cited is None:
-            unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {problem}")
-        elif cited < 0:
+        c = _cited(cit, cfg)
+        if c.value is None:
+            unreadable.append(c.unreadable)
+        elif c.value < 0:
             implausible.append(f"line {cit.line}: {quote_code(cit.text)}: below 0, which no GPU measures for `{cit.name}`")
-        elif unit == "%" and cited > 100 + max(cfg.abs_tol, q.resolution):
+        elif c.unit == "%" and c.value > 100 + max(cfg.abs_tol, c.resolution):
             implausible.append(f"line {cit.line}: {quote_code(cit.text)}: above 100%, which no GPU measures")
         else:
             plausible += 1
@@ -216,9 +226,8 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
     unchecked: list[str] = []
     skipped: dict[Gap, list[str]] = {}
     for cit in cits:
-        q = cit.quantity
-        if cit.problem or q is None:
-            unreadable.append(f"line {cit.line}: {cit.problem}")
+        if cit.problem or cit.quantity is None:  # unreadable (_cited says why) before anything is looked up
+            unreadable.append(_cited(cit, cfg).unreadable)
             continue
         sid = cit.stage or t.after
         o = outcomes.get(sid)
@@ -231,12 +240,12 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         if measured is None:
             unchecked.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
             continue
-        unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
-        cited, why = _unit_value(cit, q, unit)
+        c = _cited(cit, cfg)
+        cited, unit = c.value, c.unit
         if cited is None:
-            unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
+            unreadable.append(c.unreadable)
             continue
-        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, q.resolution)
+        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, c.resolution)
         suffix = "%" if unit == "%" else (" " + unit if unit else "")
         shown = f"{fmt(measured)}{suffix}"
         if abs(cited - measured) <= tol:
@@ -251,7 +260,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         bad.append(f"line {cit.line}: {quote_code(cit.text)} does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
                    "the grader "
                    f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}{', ' + source if source else ''}; allowed difference "
-                   f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, q.resolution, others)}")
+                   f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, c.resolution, others)}")
     values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
     tail = ("\nNot checked:\n" + "\n".join(some(unchecked))) if unchecked else ""
     if bad or unreadable:

@@ -1,7 +1,6 @@
 """The GPU test suite's gradings: each made once per session and read by every test that needs it.
 
-``pytest -m gpu`` used to grade one submission per test, one after another (7 minutes on an H200).
-Here every grading the collected GPU tests need starts when the first of them asks (tests/conftest.py:
+Graded one per test, one after another, the submissions would take minutes. Here every grading the collected GPU tests need starts when the first of them asks (tests/conftest.py:
 ``gpu_jobs``), those the early tests wait for a few seconds ahead (:data:`FIRST`); their compiles
 and static checks run side by side on the CPU,
 while one GPU lock file (``python -m grader grade --gpu-lock``, grader/pipeline.py: gpu_turn) keeps

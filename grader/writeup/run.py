@@ -154,15 +154,6 @@ def _measured(cit: Citation, cfg: ReportConfig, o) -> tuple[float | None, str]:
     return None, f"the grader does not collect `{cit.name}`{hint}"
 
 
-def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, str]:
-    """The cited value ``q`` in the metric's own unit, or (None, why the units do not fit)."""
-    if q.unit == "time" and unit != "ns":
-        return None, f"`{cit.name}` is not a time, but the value has a time unit"
-    if q.unit == "byte" and unit != "byte":
-        return None, f"`{cit.name}` is not a number of bytes, but the value has a byte unit"
-    return q.value, ""
-
-
 @dataclass(frozen=True)
 class _Cited:
     """What a citation cites, read in its metric's unit (the one reading of a cited value)."""
@@ -180,6 +171,19 @@ def _cited(cit: Citation, cfg: ReportConfig) -> _Cited:
     unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
     value, why = _unit_value(cit, q, unit)
     return _Cited(value, unit, q.resolution, "" if value is not None else f"line {cit.line}: {quote_code(cit.text)}: {why}")
+
+
+def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, str]:
+    """The cited value ``q`` in the metric's own unit, or (None, why the units do not fit)."""
+    if q.unit == "time" and unit != "ns":
+        return None, f"`{cit.name}` is not a time, but the value has a time unit"
+    if q.unit == "byte" and unit != "byte":
+        return None, f"`{cit.name}` is not a number of bytes, but the value has a byte unit"
+    return q.value, ""
+
+
+
+
 
 
 def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[Status, float, str, dict, bool]:

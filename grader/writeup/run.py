@@ -230,7 +230,8 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
     unchecked: list[str] = []
     skipped: dict[Gap, list[str]] = {}
     for cit in cits:
-        if cit.problem or cit.quantity is None:  # unreadable (_cited says why) before anything is looked up
+        q = cit.quantity
+        if cit.problem or q is None:  # unreadable (_cited says why) before anything is looked up
             unreadable.append(_cited(cit, cfg).unreadable)
             continue
         sid = cit.stage or t.after
@@ -249,7 +250,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         if cited is None:
             unreadable.append(c.unreadable)
             continue
-        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, c.resolution)
+        tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, q.resolution)
         suffix = "%" if unit == "%" else (" " + unit if unit else "")
         shown = f"{fmt(measured)}{suffix}"
         if abs(cited - measured) <= tol:
@@ -264,7 +265,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         bad.append(f"line {cit.line}: {quote_code(cit.text)} does not match your {sid} kernel: you cite {fmt(cited)}{suffix}, "
                    "the grader "
                    f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}{', ' + source if source else ''}; allowed difference "
-                   f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, c.resolution, others)}")
+                   f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, q.resolution, others)}")
     values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
     tail = ("\nNot checked:\n" + "\n".join(some(unchecked))) if unchecked else ""
     if bad or unreadable:

@@ -191,13 +191,17 @@ class ServiceProcess:
             if self.proc.poll() is not None:
                 pytest.fail(f"the service exited with {self.proc.returncode}:\n{self.log_text()}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                if self.ready(httpx.get(self.url + "/healthz", timeout=2)):
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.stop()
         pytest.fail(f"the service did not answer /healthz in {timeout_s:g} s:\n{self.log_text()}")
+
+    def ready(self, health: httpx.Response) -> bool:
+        """Whether the service has started, by its /healthz answer: healthy."""
+        return health.status_code == 200
 
     def wait_workers(self, n: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

@@ -96,17 +96,24 @@ def endless_compile(folder: Path, tag: str) -> bytes:
     return zip_folder(folder, {"gemm/naive.cu": ENDLESS_COMPILE, "NOTES.txt": tag})
 
 
-def tree_of(root: int) -> set[int]:
-    """``root`` and its live descendants, read from /proc here (the test's own reading, not the grader's)."""
-    parent: dict[int, int] = {}
+def proc_states() -> dict[int, tuple[bytes, int]]:
+    """Every process, zombies included: (state, parent), read from /proc here (the tests' own reading,
+    not the grader's)."""
+    out: dict[int, tuple[bytes, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
             except OSError:
                 continue
-            if fields and fields[0] not in (b"Z", b"X"):
-                parent[int(entry)] = int(fields[1])
+            if len(fields) > 1:
+                out[int(entry)] = (fields[0], int(fields[1]))
+    return out
+
+
+def tree_of(root: int) -> set[int]:
+    """``root`` and its live descendants (:func:`proc_states`)."""
+    parent = {pid: ppid for pid, (state, ppid) in proc_states().items() if state not in (b"Z", b"X")}
     tree = {root}
     grew = True
     while grew:

@@ -7,15 +7,15 @@ A missing set-up is one line and its own exit code (grader/setup_check.py).
 A grading stopped from outside is killed tree and all by whoever stops it (grader/serve/child.py).
 """
 import sys
+from collections.abc import Callable
 
-from grader.setup_check import run_set_up
+from grader.sandbox.process import run_entry_point
 
 
-def _main() -> int:
+def _command() -> Callable[[], int]:
     from grader.cli import main  # after the set-up check: it imports the grader's packages
-    from grader.sandbox.process import run_holding_tree
 
-    return run_holding_tree(main)
+    return main
 
 
-sys.exit(run_set_up(_main))
+sys.exit(run_entry_point(_command))

@@ -396,7 +396,7 @@ def rescore_command(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     console = _console(args.quiet)
     try:
-        from grader.instructor.rescore import REGRADE, rescore
+        from grader.instructor.rescore import REGRADE, Compared, rescore
         from grader.rubric.load import load_rubric
 
         if not os.path.lexists(args.source):
@@ -423,10 +423,10 @@ def rescore_command(args: argparse.Namespace) -> int:
         if g is None:
             console.print(f"{r.name}: not re-scored: {r.problem}", highlight=False)
             continue
-        c = r.compared or (r.before or 0.0, g.score, g.score)
-        console.print(f"{r.name}: as graded {c[0]:g}, under {DEFAULT_RUBRIC.name} {c[1]:g} (differs from the rubric "
-                      f"it was graded with: {round(c[1] - c[0], 4):+g}), under {Path(args.rubric).name} {c[2]:g} (changed by "
-                      f"your edit: {round(c[2] - c[1], 4):+g}), of {r.automatic:g} automatic points"
+        c = r.compared or Compared(r.before or 0.0, g.score, g.score)
+        console.print(f"{r.name}: as graded {c.graded:g}, under {DEFAULT_RUBRIC.name} {c.base:g} (differs from the rubric "
+                      f"it was graded with: {c.drift:+g}), under {Path(args.rubric).name} {c.new:g} (changed by "
+                      f"your edit: {c.edit:+g}), of {r.automatic:g} automatic points"
                       + (f"; {len(r.left_out)} item(s) {REGRADE}, left out of these scores" if r.left_out else ""),
                       highlight=False)
         for f in r.refused:
@@ -468,22 +468,8 @@ def whatif_command(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
-# The commands whose parser needs no other command's module. ``python -m grader grade`` is what a batch,
-# the service's workers and the Gradescope run start for every submission: building every command's
-# parser imports the service, the batch and the kit before the grading can start (0.16 s on the
-# development machine; on an H200 host the gain was within the noise of the process's start:
-# docs/measurements/2026-12-01-h200-speed-round4.md).
-SELF_CONTAINED = ("grade",)
-
-
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The command line's parser; ``only``: one of :data:`SELF_CONTAINED`, the parser of that command
-    alone (the same arguments, help and errors for it)."""
-    if only in SELF_CONTAINED:
-        p = argparse.ArgumentParser(prog="python -m grader", description="The GEMM-ladder autograder.")
-        sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-        _add_grade_arguments(sub.add_parser("grade", help="grade one submission (a folder or a zip of one)"))
-        return p
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser."""
     from grader.deploy.batch.cli import add_grade_arguments, add_merge_arguments
     from grader.deploy.gradescope.build import add_arguments as add_gradescope_arguments
     from grader.deploy.kit.build import add_arguments as add_kit_arguments
@@ -571,5 +557,5 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    args = build_parser().parse_args(argv)
     return args.func(args)

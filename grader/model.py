@@ -33,7 +33,7 @@ class Status(str, Enum):
     MANUAL = "manual"  # graded by hand (a person's question on Gradescope); never the autograder's points
     REVIEW = "review"  # an automatic item held for course staff to review; 0 until they do
 
-    def __str__(self) -> str:  # f-strings and str() give the JSON value, as the old constants did
+    def __str__(self) -> str:  # f-strings and str() give the JSON value
         return self.value
 
 

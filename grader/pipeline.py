@@ -227,7 +227,7 @@ def _occupancy_items(job: Job, early: EarlyOccupancy | CollectedOccupancy | None
 def _grade_occupancy_ahead(job: Job, gpu: GpuSession) -> None:
     """While ncu profiles, the grading process only waits: when the occupancy runs on the schedule have
     ended (their results read here, on the schedule's thread), the occupancy items (their checks,
-    answers and plot: 0.3-0.6 s on an H200) are graded on another thread meanwhile. grade_occupancy
+    answers and plot) are graded on another thread meanwhile. grade_occupancy
     collects them."""
     early = gpu.occupancy
     if job.rubric.occupancy is None or not job.wants("occupancy") or early is None or not early.finished():
@@ -325,8 +325,8 @@ STEPS = CPU_STEPS + GPU_STEPS + AFTER_GPU_STEPS
 def gpu_steps_have_work(job: Job) -> bool:
     """Whether a GPU step will launch anything: only for a stage that compiled. With none (every selected
     stage failed to build, or only the occupancy section was selected) the GPU steps have nothing to run
-    and wait for no GPU lock. In the GPU suite an occupancy-only grading waited 64 s for the lock that
-    other gradings held, to run nothing (docs/measurements/2026-12-01-h200-speed-round4.md). The
+    and wait for no GPU lock: an occupancy-only grading would wait for the lock other gradings hold, to
+    run nothing (docs/measurements/2026-12-01-h200-speed-round4.md). The
     occupancy section takes the lock itself when its runs need it (grade_occupancy)."""
     return any(o.compile is not None and o.compile.ok for o in job.outcomes.values())
 

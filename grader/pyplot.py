@@ -26,6 +26,6 @@ def pyplot():
 
 
 def preload() -> None:
-    """Import matplotlib on the background thread now (0.5-0.7 s), while the grading waits for its GPU
+    """Import matplotlib on the background thread now (a fraction of a second), while the grading waits for its GPU
     children, instead of when the first plot is drawn."""
     BACKGROUND.submit(pyplot)

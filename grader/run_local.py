@@ -19,7 +19,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from grader.setup_check import run_set_up  # noqa: E402  (the standard library only: grader.cli is imported in main)
+# Imported after the path is set; process.py and what it imports are the standard library only (grader.cli is
+# imported in main, after the set-up check).
+from grader.sandbox.process import run_entry_point  # noqa: E402
 
 DEFAULT_OUT = "grading-out"  # grader/cli.py's DEFAULT_OUT
 
@@ -111,9 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    def _held() -> int:
-        from grader.sandbox.process import run_holding_tree  # a TA's grading holds its tree too
-
-        return run_holding_tree(main)
-
-    sys.exit(run_set_up(_held))
+    sys.exit(run_entry_point(lambda: main))  # a TA's grading holds its tree too

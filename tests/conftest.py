@@ -130,7 +130,7 @@ def root() -> Path:
 @pytest.fixture(scope="session")
 def fake_libcuda(tmp_path_factory) -> Path:
     """libcuda.so.1 built from tests/fixtures/fake_libcuda.c: it logs every call it gets (the sanitizer
-    child's tests, tests/test_sanitize_child.py and tests/test_speed_racecheck.py)."""
+    child's tests, tests/test_sanitize_child.py and tests/test_racecheck_early.py)."""
     import shutil
 
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -175,8 +175,8 @@ def run_alone_tests_first(items: list) -> None:
     """On a GPU, the GPU tests that take the suite's GPU lock themselves (``gpu_alone``) run first, then
     those of :data:`EARLY_MODULES`, then those whose own gradings queue on the suite's lock
     (``suite_gpu_lock``). The first of them starts the shared gradings, so the gradings' compiles and
-    lock waits overlap these tests instead of coming before them (on an H200 these tests ran 33 s after
-    the gradings' 116 s: docs/measurements/2026-12-01-h200-speed-round5.md). The early modules' CPU work
+    lock waits overlap these tests instead of coming before them (docs/measurements/2026-12-01-h200-speed-round5.md).
+    The early modules' CPU work
     comes before the lock-sharing tests, which wait for their turn behind the shared gradings anyway.
     Stable: the order is otherwise kept."""
     def rank(item) -> int:

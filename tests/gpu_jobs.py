@@ -1,7 +1,6 @@
 """The GPU test suite's gradings: each made once per session and read by every test that needs it.
 
-``pytest -m gpu`` used to grade one submission per test, one after another (7 minutes on an H200).
-Here every grading the collected GPU tests need starts when the first of them asks (tests/conftest.py:
+Graded one per test, one after another, the submissions would take minutes. Here every grading the collected GPU tests need starts when the first of them asks (tests/conftest.py:
 ``gpu_jobs``), those the early tests wait for a few seconds ahead (:data:`FIRST`); their compiles
 and static checks run side by side on the CPU,
 while one GPU lock file (``python -m grader grade --gpu-lock``, grader/pipeline.py: gpu_turn) keeps
@@ -246,11 +245,10 @@ def held_phases(work: Path) -> list[dict]:
 
 # The gradings the early tests wait for (tests/conftest.py: EARLY_MODULES, test_feedback_truth needs both):
 # they start first, and the others once these are in the GPU lock's queue, so that they reach the GPU
-# first. The lock is first come, first served, and when solutions and starter compiled slower than
-# hostile and an attack they waited 72.6-80.7 s for it, test_feedback_truth then waited 94.9 s and the
-# service test came after it: 134.57 s for the suite against 118.27 s when they came first
-# (docs/measurements/2026-12-02-h200-speed-round6.md). With this head start: 107.00-115.91 s in four
-# runs on new machines (2026-12-02-h200-speed-round7.md).
+# first. The lock is first come, first served: were solutions and starter to compile slower than
+# hostile and an attack, they would wait for the lock behind them, test_feedback_truth would wait for
+# them, and the service test would come after it (docs/measurements/2026-12-02-h200-speed-round6.md and
+# 2026-12-02-h200-speed-round7.md).
 FIRST = ("solutions", "starter")
 HEAD_START_S = 20.0  # the others start after this at the latest (a first grading never queued: a free lock)
 QUEUE_LOOK_S = 0.005  # how often the head start looks at the lock's queue

@@ -5,7 +5,7 @@ no test asserts a wall-clock time; a generous timeout against a hang is fine).
 after :data:`HANG_S` seconds, far above what any machine needs, so it fails only on a real hang. Where the
 claim is "returns instead of waiting for X" (a grandchild holding a pipe), X is made to last far longer
 than the net (``sleep 600``), so the net tells the two apart on the busiest machine, with no threshold
-tuned to a speed. The evidence of a stop (``timed_out``, the limit's kind) is asserted as before.
+tuned to a speed. The evidence of a stop (``timed_out``, the limit's kind) is asserted as it is.
 """
 from __future__ import annotations
 

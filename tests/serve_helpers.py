@@ -96,17 +96,24 @@ def endless_compile(folder: Path, tag: str) -> bytes:
     return zip_folder(folder, {"gemm/naive.cu": ENDLESS_COMPILE, "NOTES.txt": tag})
 
 
-def tree_of(root: int) -> set[int]:
-    """``root`` and its live descendants, read from /proc here (the test's own reading, not the grader's)."""
-    parent: dict[int, int] = {}
+def proc_states() -> dict[int, tuple[bytes, int]]:
+    """Every process, zombies included: (state, parent), read from /proc here (the tests' own reading,
+    not the grader's)."""
+    out: dict[int, tuple[bytes, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
             except OSError:
                 continue
-            if fields and fields[0] not in (b"Z", b"X"):
-                parent[int(entry)] = int(fields[1])
+            if len(fields) > 1:
+                out[int(entry)] = (fields[0], int(fields[1]))
+    return out
+
+
+def tree_of(root: int) -> set[int]:
+    """``root`` and its live descendants (:func:`proc_states`)."""
+    parent = {pid: ppid for pid, (state, ppid) in proc_states().items() if state not in (b"Z", b"X")}
     tree = {root}
     grew = True
     while grew:
@@ -191,13 +198,17 @@ class ServiceProcess:
             if self.proc.poll() is not None:
                 pytest.fail(f"the service exited with {self.proc.returncode}:\n{self.log_text()}")
             try:
-                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                if self.ready(httpx.get(self.url + "/healthz", timeout=2)):
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         self.stop()
         pytest.fail(f"the service did not answer /healthz in {timeout_s:g} s:\n{self.log_text()}")
+
+    def ready(self, health: httpx.Response) -> bool:
+        """Whether the service has started, by its /healthz answer: healthy."""
+        return health.status_code == 200
 
     def wait_workers(self, n: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

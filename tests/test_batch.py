@@ -195,7 +195,7 @@ def test_stale_gradings_are_graded_again_and_said(tmp_path, fake, monkeypatch):
     assert len([ln for ln in said if "submission_310000: graded" in ln]) == 1  # the row says why
     assert said[0].startswith("batch: 1 submissions") and "1 re-graded: rubric changed" in said[-1]  # the totals
     _, rows = read_csv(out / "grades.csv")
-    assert {r["max_total"] for r in rows.values()} == {"11.0"}  # the current rubric's, not the old 10
+    assert {r["max_total"] for r in rows.values()} == {"11.0"}  # the current rubric's, not the kept grading's 10
     assert float(rows["submission_310000"]["naive.compiles"]) == 3.0
 
     # a batch with a GPU grades again what was graded without one (the GPU child is mocked here)...
@@ -436,7 +436,7 @@ def test_two_gradings_per_gpu_share_its_lock_and_keep_it_busy(tmp_path, fake_gpu
     assert any(compiled[a][0] < timed[b][1] and timed[b][0] < compiled[a][1]
                for a, b in (("submission_2", "submission_1"), ("submission_1", "submission_2")))
 
-    # without a GPU the pool works as before: no lock, no busy share
+    # without a GPU the pool takes no lock and has no busy share
     s = batch.grade_export(pair, tmp_path / "static", quiet=True, make_cmd=fake_gpu, gpus=[])
     assert s.workers == [None] and s.graded == 2 and s.gpu_busy == {}
     res = json.loads((tmp_path / "static" / "submissions" / "submission_1" / "results.json").read_text())

@@ -49,7 +49,7 @@ def test_solutions_compile_everywhere_and_gpu_items_say_why(static_graded):
 def test_starter_compiles(static_graded):
     res = json.loads((static_graded("starter") / "results.json").read_text())
     tests = _by_number(res)
-    # It compiles, but its empty kernels write no C, so the compile items earn nothing (issue 14).
+    # It compiles, but its empty kernels write no C, so the compile items earn nothing.
     for n in ("1", "2", "3", "4a", "4b", "5"):
         compiles = tests[f"{n}.compiles"]
         assert compiles["status"] == "failed" and compiles["output"].startswith("compiled;"), compiles["output"]

@@ -1,4 +1,4 @@
-"""What students and TAs see is true (issue 14).
+"""What students and TAs see is true.
 
 1. The untouched starter scores 0, and a static verdict is the one a GPU run reaches: a point
    earned without a GPU is never taken back by the GPU run.

@@ -242,7 +242,7 @@ def test_student_user_owns_what_it_writes(scratch: Path, monkeypatch):
 
 
 def test_student_user_none_means_no_switch(scratch: Path, monkeypatch):
-    """install.sh documents GRADER_STUDENT_USER=none; it used to crash the grader."""
+    """install.sh documents GRADER_STUDENT_USER=none: it means no user switch, and the grader runs."""
     monkeypatch.setenv(sandbox.STUDENT_USER_VAR, "none")
     assert sandbox.student_user() is None
     rec = run(["id", "-u"], timeout_s=30, fence=Fence(scratch=scratch))

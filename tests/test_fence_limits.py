@@ -54,8 +54,8 @@ def tree_reader(request, monkeypatch) -> str:
 
 def test_fork_bomb_is_stopped(scratch: Path, monkeypatch, tree_reader):
     """A kernel bound (pids.max, or RLIMIT_NPROC of the student user) stops the forks; the watchdog
-    then ends the step. The watchdog alone races the bomb (1.2 s as root on the 16-core H200 box,
-    docs/measurements/2026-11-30-h200-sandbox.md); a compiled bomb forks faster, so tests take a kernel bound."""
+    then ends the step. The watchdog alone races the bomb (docs/measurements/2026-11-30-h200-sandbox.md);
+    a compiled bomb forks faster, so tests take a kernel bound."""
     if not cgroup.cgroup_support().pids:
         if os.geteuid() != 0:
             pytest.skip("no kernel bound on processes: no pids cgroup, and not root to switch to a student user")

@@ -38,9 +38,8 @@ def test_a_phase_that_happens_twice_is_summed(tmp_path):
 
 
 def test_the_gpu_suite_runs_lone_tests_then_early_modules_then_lock_sharing_tests(tmp_path):
-    """tests/conftest.py: run_alone_tests_first, the order the GPU suite's wall time depends on (on an H200 the
-    service test after test_feedback_truth's CPU work: 121.8 s against 127.5 s,
-    docs/measurements/2026-12-02-h200-speed-round6.md). The sort is stable within each rank."""
+    """tests/conftest.py: run_alone_tests_first, the order the GPU suite's wall time depends on
+    (docs/measurements/2026-12-02-h200-speed-round6.md). The sort is stable within each rank."""
     from tests.conftest import EARLY_MODULES, run_alone_tests_first
 
     class Item:

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RACY = ROOT / "tests" / "submissions" / "race_missing_sync" / "gemm" / "tiled.cu"
 CLEAN = ROOT / "solutions" / "gemm" / "tiled.cu"
 N = 256  # the rubric's sanitizer size
-RUN_LIMIT_S = 30.0  # the rubric's sanitizer.timeout_s: the run ends on its own (it holds the suite's GPU lock, gpu_alone;
-# before that lock it shared the GPU with the suite's background gradings: 10.6 s was seen on an H200 while they ran)
+RUN_LIMIT_S = 30.0  # the rubric's sanitizer.timeout_s: the run ends on its own (it holds the suite's GPU lock, gpu_alone,
+# so the suite's background gradings do not share the GPU with it)
 
 pytestmark = pytest.mark.gpu
 

@@ -1,5 +1,5 @@
 """The GPU lock taken first come, first served (grader/sandbox/lock.py: held_in_turn), between real
-processes: flock alone let a grading wait 89 s while later ones took turns (an H200, the GPU suite)."""
+processes: flock alone lets a grading wait while later ones take turns (grader/sandbox/lock.py)."""
 from __future__ import annotations
 
 import os

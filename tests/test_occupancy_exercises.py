@@ -125,7 +125,7 @@ def test_starter_gets_zero_without_crashing():
     results = grade_occupancy(CFG, _answers("starter/occupancy/answers.yaml"), meas)
     assert len(results) == len(ITEM_IDS)
     assert sum(r.score for r in results) == 0
-    # Hand-graded items are course staff's whatever the answer: manual, never failed (issue 14)
+    # Hand-graded items are course staff's whatever the answer: manual, never failed
     assert all(r.status == (Status.MANUAL if r.item in MANUAL_ITEMS else Status.FAILED) for r in results)
 
 

@@ -272,8 +272,8 @@ def test_compile_error_fails_the_ptxas_items_with_nvcc_output(tmp_path):
 @needs_nvcc
 @pytest.mark.parametrize("how", ["first_pass", "preprocessor"])
 def test_an_include_outside_the_submission_is_refused_and_never_echoed(tmp_path, how):
-    """occ.cu goes through the same guarded compile as the stages (it used to be compiled with no
-    include check): the refusal names the path and no byte of the file reaches any message."""
+    """occ.cu goes through the same guarded compile as the stages, include check
+    included: the refusal names the path and no byte of the file reaches any message."""
     marker = "MARKER_occupancy_4f1c9e"
     secret = tmp_path / "outside.h"
     secret.write_text(marker + "\n")

@@ -338,7 +338,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
 def test_the_pipeline_grades_the_occupancy_items_while_ncu_runs_once_their_runs_have_ended(tmp_path, monkeypatch):
     """pipeline.profile hands the ended runs to another thread (_grade_occupancy_ahead) before it waits
     for ncu; grade_occupancy then only collects those items. Runs that have not ended are left to the
-    occupancy step, as before."""
+    occupancy step."""
     from grader import pipeline
     from grader.gpu.job import Job
     from grader.gpu.session import GpuSession

@@ -113,7 +113,7 @@ def _solution() -> str:
 
 KB = 1000
 CASES = {
-    # report: headings that made the old line regexes backtrack for minutes
+    # report: headings that make a backtracking line regex run for minutes
     # a lazy (.*?) before \s*#*\s*$ is cubic in a run of spaces: 1,000 took 2.5 s, 8,000 minutes
     "heading_8kb_spaces": lambda: _report_grader("# a" + " " * 8 * KB + "x\n" + _solution()),
     "heading_8kb_hashes": lambda: _report_grader("## naive " + " #" * 4 * KB + " -> x\n" + _solution()),

@@ -1,4 +1,4 @@
-"""A report measured on one GPU and graded on another (issue 44): the report's `GPU:` line
+"""A report measured on one GPU and graded on another: the report's `GPU:` line
 (grader/writeup/gpu.py), and which grading its values are compared with (grader/writeup/run.py).
 
 The measurements are a real stored grading: tests/fixtures/gradings/reference, the solutions graded on an

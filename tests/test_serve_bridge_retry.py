@@ -1,4 +1,4 @@
-"""The Gradescope bridge posts again while the service is busy (issue #45), against the real service.
+"""The Gradescope bridge posts again while the service is busy, against the real service.
 
 The service answers 503 while its job store is away (its SQLite file moved aside: grader/serve/
 store_sqlite.py refuses to write anywhere else) and answers again, the same store, once it is back:

@@ -69,6 +69,27 @@ def test_renamed_and_reformatted_source_still_matches_and_starter_code_never_cou
 
 
 @needs_sass
+def test_the_demo_class_is_what_make_class_writes_from_the_current_kernels(tmp_path):
+    """The class holds copies of solutions/ and the textbook kernels, committed so the README's command runs
+    on a folder; written again from today's kernels by its make_class.py, it must be the same files, byte for
+    byte (else: run `python tests/submissions/similarity_class/make_class.py` and commit the class)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_class", CLASS.parent / "make_class.py")
+    assert spec is not None and spec.loader is not None
+    make_class = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_class)
+    make_class.main(tmp_path / "class")
+
+    def files(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    written, committed = files(tmp_path / "class"), files(CLASS)
+    assert sorted(written) == sorted(committed) and len(committed) == 5
+    stale = [name for name in committed if written[name] != committed[name]]
+    assert stale == [], f"{stale} differ from what make_class.py writes from today's kernels"
+
+
 def test_demo_class_ranks_the_planted_copy_first_and_flags_the_reference_copy(tmp_path):
     out = tmp_path / "similarity"
     proc = subprocess.run([sys.executable, "-m", "grader", *README_COMMAND, "--out", str(out)], cwd=ROOT,

@@ -242,7 +242,7 @@ def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
 # ---- calibrate's proposal ---------------------------------------------------------------------------
 def test_calibrate_proposes_the_measured_reference_times():
     def graded(bench: dict[str, float], reps_done: int | None = None):
-        # The typed record the stage child returns (a dict here is what once hid a crash: #44).
+        # The typed record the stage child returns (a dict here would hide a crash).
         outcomes = {sid: SimpleNamespace(bench=BenchRun(n=4096, seed=0, student_ms=[1.0] * reps_done))
                     for sid in bench} if reps_done else {}
         return SimpleNamespace(phases=[Phase("run.bench", s, sid, True) for sid, s in bench.items()],

@@ -134,9 +134,9 @@ def test_a_signalled_grading_kills_its_steps_at_once_and_says_so(tmp_path, entry
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["SIGTERM", "SIGHUP", "SIGINT"])
 def test_a_signal_that_another_thread_takes_stops_the_grading_as_soon(tmp_path, signum):
     """The kernel gives a signal sent to a process to any of its threads that does not block it, and
-    Python runs its handler in the main thread only, between bytecodes. Before, a main thread blocked
-    on the compile's future ran it only when the endless compile died of its own limits: 14.2 s on
-    CI, 12.9 s here. The steps now die at once whichever thread took it."""
+    Python runs its handler in the main thread only, between bytecodes: a main thread blocked on the
+    compile's future would run it only when the endless compile died of its own limits. The steps die
+    at once whichever thread took it."""
     code, output, took, left, results = stop_a_compiling_grading(tmp_path, "run_local", signum, thread=True)
     assert code == 128 + signum, output
     assert left == [], describe(left)

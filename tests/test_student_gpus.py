@@ -1,4 +1,4 @@
-"""Students' own GPUs (issue 44): run_local.py and `check` on a T4, A100, RTX 3090, L4, RTX 4090 or H100 build
+"""Students' own GPUs: run_local.py and `check` on a T4, A100, RTX 3090, L4, RTX 4090 or H100 build
 for that card's architecture, use its own peaks and say so, and show what cannot be graded there (the Hopper
 bonus, a kernel written for a newer card) as "not evaluated on this GPU", never failed.
 

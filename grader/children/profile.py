@@ -31,8 +31,8 @@ def _context_lost(exc: BaseException) -> bool:
 
 def release_cached_blocks(cp: Any) -> None:
     """Give CuPy's cached free blocks (the inputs' temporaries) back to the driver. ncu saves and
-    restores every allocation a kernel could reach around each of its replay passes: on an H200 this
-    cut what it saves per kernel by at least 38%, with the rubric's metrics within 0.3%
+    restores every allocation a kernel could reach around each of its replay passes, so fewer blocks
+    mean less to save per kernel, with the rubric's metrics unchanged
     (docs/measurements/2026-11-30-h200-speed-run15-20.md). Whether it also shortens the run is not shown."""
     cp.get_default_memory_pool().free_all_blocks()
 

@@ -8,7 +8,7 @@ the last complete result. stdout and stderr are for people only; nothing parses 
 
 Both files hold typed records (:class:`Mode`: each mode's spec and result record), written with
 grader.records.to_jsonable and read back with grader.records.from_jsonable; the JSON keys are the
-records' field names, so stored files and tools read the same keys as before.
+records' field names, which stored files and tools read.
 """
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "0")  # cuBLAS SGEMM baseline in true FP32
@@ -279,13 +280,7 @@ class Runner:
                 c.fill(cp.nan)  # the kernel must write every element again
             else:
                 self._pristine_baseline_inputs(t, run)
-            if bs.flush_l2:
-                flush.fill(1)
-            e0.record()
-            fn()
-            e1.record()
-            e1.synchronize()
-            ms = float(cp.cuda.get_elapsed_time(e0, e1))
+            ms = self._timed_launch(fn, flush, e0, e1)
             if is_student:  # the launch has ended: now, and not before, its fingerprint's vector
                 vector_seeds.append(fresh_vector_seed())
                 prints.append(cp.asnumpy(c @ cp.asarray(integrity_vector(n, vector_seeds[-1]))))
@@ -328,14 +323,19 @@ class Runner:
         for _ in range(self.bench_spec().profile_launches):
             pa[...], pb[...] = make_inputs_xp(cp, pn, fresh_input_seed(), self.spec.inputs)
             pc.fill(cp.nan)
-            if self.bench_spec().flush_l2:
-                flush.fill(1)
-            e0.record()
-            self.launch(pa, pb, pc, pn)
-            e1.record()
-            e1.synchronize()
-            times.append(float(cp.cuda.get_elapsed_time(e0, e1)))
+            times.append(self._timed_launch(lambda: self.launch(pa, pb, pc, pn), flush, e0, e1))
         return times
+
+    def _timed_launch(self, fn: Callable[[], None], flush, e0, e1) -> float:
+        """Milliseconds of ``fn()`` between two events, after the L2 flush when the benchmark asks for it: how
+        every timed launch is timed (the benchmark's, the baseline's and those at the profile size)."""
+        if self.bench_spec().flush_l2:
+            flush.fill(1)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        return float(self.cp.cuda.get_elapsed_time(e0, e1))
 
     def release(self) -> None:
         """The last kernel has run: free the device memory and let the next turn start while this

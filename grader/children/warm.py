@@ -17,7 +17,7 @@ The grading process (grader/gpu/warm.py) lists the folder's files with their has
 every other child's cache as a copy of them. The grader's kernel writes zeros: finite and wrong,
 so every path of the checker runs (the largest error, the first bad element, the fingerprints).
 RESULT.json: ``{"ok": true, "runs": [...], "times": {...}}``; any failure ends the child with a
-traceback and no ``ok``, and the children then compile what they need themselves, as before.
+traceback and no ``ok``, and the children then compile what they need themselves.
 """
 from __future__ import annotations
 

@@ -18,13 +18,20 @@ class CubinFormatError(ValueError):
     """The bytes are not a 64-bit little-endian ELF file we can read."""
 
 
-def _sections(data: bytes) -> list[tuple[int, int, int, int, int]]:
-    """(type, offset, size, link, entsize) for each section header."""
-    return [sec[1:] for sec in _named_sections(data)]
+@dataclass(frozen=True)
+class _Section:
+    """One section header: where its bytes are and how to read them."""
+
+    name_offset: int  # into the section name table
+    type: int
+    offset: int
+    size: int
+    link: int
+    entsize: int
 
 
-def _named_sections(data: bytes) -> list[tuple[int, int, int, int, int, int]]:
-    """(name offset, type, offset, size, link, entsize) for each section header."""
+def _sections(data: bytes) -> list[_Section]:
+    """Every section header, from the ELF header's table (the one parse of the header)."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise CubinFormatError("not a 64-bit little-endian ELF file")
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
@@ -34,37 +41,68 @@ def _named_sections(data: bytes) -> list[tuple[int, int, int, int, int, int]]:
         base = shoff + i * shentsize
         if base + 64 > len(data):
             raise CubinFormatError("section header table runs past the end of the file")
-        _name, sh_type, _flags, _addr, off, size, link, _info, _align, entsize = struct.unpack_from(
+        name, sh_type, _flags, _addr, off, size, link, _info, _align, entsize = struct.unpack_from(
             "<IIQQQQIIQQ", data, base
         )
-        out.append((_name, sh_type, off, size, link, entsize))
+        out.append(_Section(name, sh_type, off, size, link, entsize))
     return out
+
+
+def _c_string(table: bytes, start: int) -> str:
+    """The NUL-ended name at ``start`` of a string table."""
+    end = table.find(b"\0", start)
+    return table[start : end if end >= 0 else len(table)].decode("utf-8", "replace")
+
+
+def _section_names(data: bytes, sections: list[_Section]) -> list[str]:
+    """Each section's name, in the order of ``sections``."""
+    shstrndx = struct.unpack_from("<H", data, 0x3E)[0]
+    if not 0 <= shstrndx < len(sections):
+        raise CubinFormatError("no section name table")
+    table = sections[shstrndx]
+    names = data[table.offset : table.offset + table.size]
+    return [_c_string(names, sec.name_offset) for sec in sections]
+
+
+@dataclass(frozen=True)
+class _Symbol:
+    name: str
+    section: int  # the index of the section it lies in (st_shndx)
+    value: int  # its offset in that section
+    size: int
+
+
+def _symbols(data: bytes, sections: list[_Section]) -> list[_Symbol]:
+    """Every symbol of the symbol table, by its index in it (the one walker of the table)."""
+    for sec in sections:
+        if sec.type != _SHT_SYMTAB or sec.entsize == 0:
+            continue
+        if not 0 <= sec.link < len(sections):
+            raise CubinFormatError("the symbol table names no string table")
+        strings = sections[sec.link]
+        strtab = data[strings.offset : strings.offset + strings.size]
+        out = []
+        for j in range(sec.size // sec.entsize):
+            st_name, _info, _other, shndx, value, size = struct.unpack_from(
+                "<IBBHQQ", data, sec.offset + j * sec.entsize
+            )
+            out.append(_Symbol(_c_string(strtab, st_name), shndx, value, size))
+        return out
+    return []
 
 
 def symbol_bytes(data: bytes, name: str) -> bytes | None:
     """The initial contents of data symbol ``name``, or None if there is no such symbol."""
     sections = _sections(data)
-    for sh_type, off, size, link, entsize in sections:
-        if sh_type != _SHT_SYMTAB or entsize == 0:
-            continue
-        _t, str_off, str_size, _l, _e = sections[link]
-        strtab = data[str_off : str_off + str_size]
-        for j in range(size // entsize):
-            st_name, _info, _other, shndx, value, sym_size = struct.unpack_from(
-                "<IBBHQQ", data, off + j * entsize
-            )
-            end = strtab.find(b"\0", st_name)
-            if strtab[st_name:end].decode("utf-8", "replace") != name:
-                continue
-            if not 0 < shndx < len(sections):
-                return None
-            sec_type, sec_off, sec_size, _l2, _e2 = sections[shndx]
-            if sec_type == _SHT_NOBITS:
-                return bytes(sym_size)
-            if value + sym_size > sec_size:
-                raise CubinFormatError(f"symbol {name} lies outside its section")
-            return data[sec_off + value : sec_off + value + sym_size]
-    return None
+    sym = next((s for s in _symbols(data, sections) if s.name == name), None)
+    if sym is None or not 0 < sym.section < len(sections):
+        return None
+    sec = sections[sym.section]
+    if sec.type == _SHT_NOBITS:
+        return bytes(sym.size)
+    if sym.value + sym.size > sec.size:
+        raise CubinFormatError(f"symbol {name} lies outside its section")
+    return data[sec.offset + sym.value : sec.offset + sym.value + sym.size]
 
 
 def read_int_array(data: bytes, name: str) -> list[int] | None:
@@ -85,30 +123,16 @@ def kernel_param_sizes(data: bytes, kernel: str) -> list[int] | None:
     None when the cubin has no such section. A pointer is 8 bytes and an ``int`` 4, so
     ``(const float*, const float*, float*, int)`` reads ``[8, 8, 8, 4]``.
     """
-    secs = _named_sections(data)
-    shstrndx = struct.unpack_from("<H", data, 0x3E)[0]
-    _n, _t, str_off, str_size, _l, _e = secs[shstrndx]
-    names = data[str_off : str_off + str_size]
-    for name_off, _type, off, size, _link, _ent in secs:
-        end = names.find(b"\0", name_off)
-        if names[name_off:end] != b".nv.info." + kernel.encode():
+    sections = _sections(data)
+    wanted = ".nv.info." + kernel
+    for sec, name in zip(sections, _section_names(data, sections)):
+        if name != wanted:
             continue
         params: dict[int, int] = {}
-        pos, stop = off, off + size
-        while pos + 2 <= stop:
-            fmt, attr = data[pos], data[pos + 1]
-            pos += 2
-            if fmt == _EIFMT_SVAL:
-                length = struct.unpack_from("<H", data, pos)[0]
-                body = data[pos + 2 : pos + 2 + length]
-                pos += 2 + length
-                if attr == _EIATTR_KPARAM_INFO and len(body) >= 12:
-                    _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", body)
-                    params[ordinal] = (flags >> 18) & 0x3FFF
-            elif fmt in (_EIFMT_HVAL, _EIFMT_BVAL, _EIFMT_NVAL):
-                pos += 2  # records are 4-byte aligned: a value (or padding) follows the attribute
-            else:
-                raise CubinFormatError(f"unknown attribute format {fmt} in .nv.info.{kernel}")
+        for attr, body in _attributes(data, sec.offset, sec.size, name):
+            if attr == _EIATTR_KPARAM_INFO and len(body) >= 12:
+                _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", body)
+                params[ordinal] = (flags >> 18) & 0x3FFF
         return [params[k] for k in sorted(params)]
     return None
 
@@ -124,20 +148,6 @@ _EIATTR_NUM_BARRIERS = 0x4C
 # (9,216 B for the 8,192 B of the tiled solution), and ptxas -v reports the kernel's own part.
 RESERVED_SMEM = 1024
 _GLOBAL_SECTIONS = (".nv.global", ".nv.global.init")
-
-
-def _section_names(data: bytes) -> list[str]:
-    secs = _named_sections(data)
-    shstrndx = struct.unpack_from("<H", data, 0x3E)[0]
-    if not 0 <= shstrndx < len(secs):
-        raise CubinFormatError("no section name table")
-    _n, _t, str_off, str_size, _l, _e = secs[shstrndx]
-    names = data[str_off : str_off + str_size]
-    out = []
-    for name_off, *_rest in secs:
-        end = names.find(b"\0", name_off)
-        out.append(names[name_off : end if end >= 0 else len(names)].decode("utf-8", "replace"))
-    return out
 
 
 def _attributes(data: bytes, off: int, size: int, where: str) -> list[tuple[int, bytes]]:
@@ -159,24 +169,6 @@ def _attributes(data: bytes, off: int, size: int, where: str) -> list[tuple[int,
         else:
             raise CubinFormatError(f"unknown attribute format {fmt} in {where}")
     return out
-
-
-def _symbol_names(data: bytes, sections: list[tuple[int, int, int, int, int]]) -> list[str]:
-    """Every symbol's name, by its index in the symbol table."""
-    for sh_type, off, size, link, entsize in sections:
-        if sh_type != _SHT_SYMTAB or entsize == 0:
-            continue
-        if not 0 <= link < len(sections):
-            raise CubinFormatError("the symbol table names no string table")
-        _t, str_off, str_size, _l, _e = sections[link]
-        strtab = data[str_off : str_off + str_size]
-        names = []
-        for j in range(size // entsize):
-            st_name = struct.unpack_from("<I", data, off + j * entsize)[0]
-            end = strtab.find(b"\0", st_name)
-            names.append(strtab[st_name : end if end >= 0 else len(strtab)].decode("utf-8", "replace"))
-        return names
-    return []
 
 
 def sm_version(data: bytes) -> int:
@@ -201,27 +193,27 @@ def kernel_resources(data: bytes) -> dict[str, CubinResources]:
     """``{kernel: CubinResources}`` for every entry function of the cubin (one with a
     ``.nv.info.<kernel>`` section), in the cubin's order."""
     sections = _sections(data)
-    names = _section_names(data)
-    symbols = _symbol_names(data, sections)
+    names = _section_names(data, sections)
+    symbols = [sym.name for sym in _symbols(data, sections)]
     regs: dict[str, int] = {}
     frames: dict[str, int] = {}
-    for (_sh_type, off, size, _l, _e), name in zip(sections, names):
+    for sec, name in zip(sections, names):
         if name != ".nv.info":
             continue
-        for attr, body in _attributes(data, off, size, name):
+        for attr, body in _attributes(data, sec.offset, sec.size, name):
             if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and len(body) >= 8:
                 index, value = struct.unpack_from("<II", body)
                 fn = symbols[index] if index < len(symbols) else ""
                 (regs if attr == _EIATTR_REGCOUNT else frames)[fn] = value
     reserved = RESERVED_SMEM if sm_version(data) >= 80 else 0
-    shared = {n[len(".nv.shared."):]: sec[2] for sec, n in zip(sections, names) if n.startswith(".nv.shared.")}
+    shared = {n[len(".nv.shared."):]: sec.size for sec, n in zip(sections, names) if n.startswith(".nv.shared.")}
     out: dict[str, CubinResources] = {}
-    for (_t, off, size, _l, _e), name in zip(sections, names):
+    for sec, name in zip(sections, names):
         if not name.startswith(".nv.info."):
             continue
         kernel = name[len(".nv.info."):]
         barriers = 0
-        for attr, body in _attributes(data, off, size, name):
+        for attr, body in _attributes(data, sec.offset, sec.size, name):
             if attr == _EIATTR_NUM_BARRIERS and body:
                 barriers = body[0]
         if kernel not in regs:
@@ -236,5 +228,4 @@ def static_global_bytes(data: bytes) -> int:
     """Bytes of static ``__device__`` (and ``__managed__``) memory the cubin declares: the sizes of
     its ``.nv.global`` (zero-initialised) and ``.nv.global.init`` sections, what ptxas calls gmem."""
     sections = _sections(data)
-    names = _section_names(data)
-    return sum(sec[2] for sec, n in zip(sections, names) if n in _GLOBAL_SECTIONS)
+    return sum(sec.size for sec, n in zip(sections, _section_names(data, sections)) if n in _GLOBAL_SECTIONS)

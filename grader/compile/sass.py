@@ -112,10 +112,9 @@ class SassResult:
         return not self.reason
 
 
-# The dumps run while the grading's children start and the other stages compile, when every CPU is busy
-# (an H200 host's 16 were 13-16 busy for the first 3.5 s of a grading); only scoring reads them, long
-# after. So they take the CPUs only when nothing else wants them: nvdisasm used 3.4 CPU-s of that
-# window (docs/measurements/2026-12-01-h200-speed-round3.md).
+# The dumps run while the grading's children start and the other stages compile, when every CPU is busy;
+# only scoring reads them, long after. So they take the CPUs only when nothing else wants them
+# (docs/measurements/2026-12-01-h200-speed-round3.md).
 SASS_NICE = 19
 
 
@@ -138,7 +137,7 @@ def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0) -> SassResult:
 class SassDumps:
     """The SASS of each compiled stage, read in the background (grader/pipeline.py): the scored
     items are the only readers, so the compile step hands the cubins over and goes on, and the
-    dumps (0.5-0.7 s each on an H200 host, seven per grading) run while the GPU steps do.
+    dumps (one per stage) run while the GPU steps do.
     :meth:`collect` waits for them; :meth:`close` ends the pool whatever happened."""
 
     def __init__(self, cuobjdump, workers: int):

@@ -108,6 +108,8 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
     if scratch is None:
         result.problem = problem
         return result
+    # -Xptxas -v: nothing is read from its report (the cubin is), but a compile that fails in ptxas shows
+    # the student each kernel's resources beside the error (its shared memory, its registers).
     flags = ["-cubin", *arch_flags, "-O3", "-Xptxas", "-v", "-lineinfo"]
     built = compile_student(nvcc, scratch, f"{stage.id}.cubin", flags, timeout_s=rubric.timeouts.compile_s,
                             output_limit=rubric.output_limit_bytes, fence=fence, deadline=deadline)

@@ -20,8 +20,8 @@ once per output:
 Inside bwrap step 3 is skipped: the compile sees only the build folder, the system and the
 toolchain (grader.sandbox.fence), so it cannot read the grader, the rubric, the solutions or another
 submission whatever it includes, and step 4 still refuses a build that read any file outside the
-allowed folders and withholds all it printed. The listing was a second nvcc run over every
-header: 20-45% of each stage's compile step (docs/measurements/2026-11-30-h200-speed-run21-23.md).
+allowed folders and withholds all it printed. The listing is a second nvcc run over every
+header, a large share of each stage's compile step (docs/measurements/2026-11-30-h200-speed-run21-23.md).
 
 Every process runs through :func:`run_guarded`, the one place where the time and output limits
 and the sandbox ``fence`` (:class:`grader.sandbox.fence.Fence`: bubblewrap, memory and process limits)

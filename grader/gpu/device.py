@@ -9,7 +9,7 @@ timed. A file that cannot be used (missing, too large, not the probe's shape) is
 grading probes for itself and its notes say why.
 
 A single grading (``python -m grader grade``, a TA's ``run_local.py``) keeps the description too
-(:func:`kept_probe`): the probe child costs about 1 s on an H200, every time, for an answer that
+(:func:`kept_probe`): the probe child costs about a second, every time, for an answer that
 changes only with the machine. The kept file's name is a digest of what the answer depends on (the
 boot, the driver and its GPUs as ``/proc/driver/nvidia`` lists them, MIG's capability devices, the
 visible devices, the Python and CuPy installed, the grader's code), so a reboot, a driver update, a

@@ -3,8 +3,8 @@ the parties): started before the compiles, launched as each stage's compile ends
 
 A racecheck run is one launch of a small grid under ``compute-sanitizer --tool racecheck``
 (grader/gpu/sanitize.py), but most of its time is the tool's own start: the driver and its
-instrumentation. Started after every compile, five of them side by side ended up to 4.3 s later on an
-H200, and the timed benchmarks waited for them (docs/measurements/2026-11-30-h200-speed-run12-14.md).
+instrumentation. Started after every compile, they would end seconds after the compiles, and the timed
+benchmarks would wait for them (docs/measurements/2026-11-30-h200-speed-run12-14.md).
 So a child for each stage that may use shared memory is started with the stage children, before the compiles
 (grader/gpu/plan.py plans them, grader/gpu/session.py builds them); it starts the driver under the tool, uploads its
 inputs and waits at its gate ``racecheck``. The compile step hands each one its compiled kernel as

@@ -1,7 +1,7 @@
 """compute-sanitizer evidence: shared-memory races (racecheck) and bad accesses (memcheck).
 
 Numbers alone can miss a race: a tiled kernel missing its second __syncthreads()
-passed the numeric check at N = 256 on an H200, while racecheck reported the hazard
+can pass the numeric check at N = 256 while racecheck reports the hazard
 with source lines (FACTS.md). So every stage that uses shared memory is run once under
 racecheck at a small size, and a stage that fails or crashes is run once under memcheck
 so its feedback can name the first bad access. The parser is pure; the runs are children
@@ -11,7 +11,7 @@ racecheck's and memcheck's at once too).
 The child under the tool is ``grader.children sanitize``: it launches the kernel through the CUDA
 driver alone (ctypes, grader/children/driver.py), with no CuPy. compute-sanitizer intercepts
 every module a process loads, and a child importing CuPy loads cuBLAS, cuRAND and NVRTC and runs
-CuPy's own kernels to build its inputs: under racecheck that was most of the run's time.
+CuPy's own kernels to build its inputs: under racecheck that would be most of the run's time.
 """
 from __future__ import annotations
 

@@ -3,9 +3,8 @@
 Why: CuPy compiles each of its own elementwise and reduction kernels (the input draws, the NaN
 fills, the checker's comparisons) with NVRTC the first time a process uses it, into
 ``$CUPY_CACHE_DIR``. Every stage child has a cache folder of its own, in its fenced scratch
-folder, and they all started empty, so each compiled the same kernels again: most of the 1.2-1.5 s
-of each stage child's correctness phase and of the checker's 7 s on the H200
-(docs/measurements/2026-11-30-h200-service-speed-truth.md).
+folder; starting empty, each would compile the same kernels again, most of each stage child's
+correctness phase and of the checker's time (docs/measurements/2026-11-30-h200-service-speed-truth.md).
 
 How: the trusted ``warm`` child (grader/children/warm.py) makes the stage child's, the checker's
 and the profile child's CuPy calls, at the rubric's sizes and types, on a kernel of the grader's
@@ -22,8 +21,8 @@ then the warm calls (sizes, input kinds, baselines). A grading uses a kept folde
 manifest lists every call it needs (:func:`covers`), its own key's first. A folder is made for the
 grading's calls together with those of the rubric the grader ships (``grader.DEFAULT_RUBRIC``), so a
 rubric that takes only some of the shipped stages (``--stages``, a TA's trimmed copy, the GPU suite's
-composite of hostile cases) finds the shipped rubric's folder enough: on an H200 each warm child
-took 10.9 s under the GPU's lock, and the GPU suite made two, one for rubric.yaml and one for its
+composite of hostile cases) finds the shipped rubric's folder enough: a warm child takes seconds
+under the GPU's lock, and the GPU suite would otherwise make two, one for rubric.yaml and one for its
 composite (docs/measurements/2026-12-01-h200-speed-round5.md). A kept folder is used only while
 
 * it and its root belong to the grader's user and nobody else may write them;
@@ -33,7 +32,7 @@ composite (docs/measurements/2026-12-01-h200-speed-round5.md). A kept folder is 
 * every file still has its listed hash, and there is no other file (else it is made again).
 
 Gradings on one machine share a base under a lock file, so two never make a folder at once. A cache
-that lacks a kernel costs only time: the child compiles it into its own copy, as before.
+that lacks a kernel costs only time: the child compiles it into its own copy.
 """
 from __future__ import annotations
 
@@ -251,7 +250,7 @@ def _kept(root: Path, base: str, key: str, calls: Calls) -> Path | None:
 def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
     """The warm cache for this grading: a kept one of the machine that covers its calls (made now, for
     its calls and the shipped rubric's, if there is none), else one made in ``work``. (cache, "") or
-    (None, why there is none: the children then compile CuPy's kernels themselves, as before)."""
+    (None, why there is none: the children then compile CuPy's kernels themselves)."""
     own = _calls(rubric)
     own_calls, base = Calls.of(*own), base_key(device)
     key = _key(device, own_calls)

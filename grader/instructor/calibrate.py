@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import re
 import statistics
@@ -355,14 +356,11 @@ class Calibration:
 def _rescored(rubric: Rubric, gradings: list[Grading], notes: list[str]) -> list[Grading]:
     """The gradings under ``rubric``: a grading graded under another rubric is re-scored (grader/instructor/
     rescore.py); the items that would need a real re-grade stay not evaluated, and ``notes`` says how many."""
-    from grader.instructor.rescore import measured_under, rescore_grading
+    from grader.instructor.rescore import measured_under, under
 
     out = []
     for g in gradings:
-        if g.rubric_sha256 == rubric.sha256 or not rubric.sha256:
-            out.append(g)
-            continue
-        again, refused = rescore_grading(g, rubric, measured_under(g, []))
+        again, refused = under(g, rubric, functools.partial(measured_under, g, []))
         if refused:
             notes.append(f"{Path(g.submission).name}: graded under another rubric; {len(refused)} item(s) need a "
                          "real re-grade and count as not measured")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,26 @@ class Refusal:
     why: str
 
 
+@dataclass(frozen=True)
+class Compared:
+    """One grading's score three ways, over the items no re-score refused: as graded (under the rubric it
+    kept), under the base rubric (the repository's rubric.yaml: what is not your edit) and under the new one."""
+
+    graded: float
+    base: float
+    new: float
+
+    @property
+    def edit(self) -> float:
+        """Changed by your edit."""
+        return round(self.new - self.base, 4)
+
+    @property
+    def drift(self) -> float:
+        """Differs from the rubric the grading used."""
+        return round(self.base - self.graded, 4)
+
+
 @dataclass
 class Rescored:
     """One grading re-scored: the new record and the items refused; ``problem`` when it could not be read."""
@@ -88,11 +109,9 @@ class Rescored:
     before: float | None = None  # the stored score
     refused: list[Refusal] = field(default_factory=list)
     problem: str = ""
-    # The scores compared, over the items neither re-score refused (``left_out``): as graded, under the base rubric
-    # (the repository's rubric.yaml: what is not your edit), under the new one; and the automatic points.
-    compared: tuple[float, float, float] | None = None
+    compared: Compared | None = None  # over the items neither re-score refused (``left_out``)
     left_out: list[str] = field(default_factory=list)
-    automatic: float = 0.0
+    automatic: float = 0.0  # the automatic points
 
     def to_json(self) -> dict[str, Any]:
         g = self.grading
@@ -101,8 +120,8 @@ class Rescored:
                 "automatic_points": self.automatic,
                 "refused": [dataclasses.asdict(r) for r in self.refused], "problem": self.problem,
                 "compared": None if c is None else {
-                    "as_graded": c[0], "base": c[1], "new": c[2], "changed_by_the_edit": round(c[2] - c[1], 4),
-                    "differs_from_its_rubric": round(c[1] - c[0], 4), "left_out": self.left_out}}
+                    "as_graded": c.graded, "base": c.base, "new": c.new, "changed_by_the_edit": c.edit,
+                    "differs_from_its_rubric": c.drift, "left_out": self.left_out}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +296,15 @@ def _section_items(g: Grading, new: Rubric, old: Rubric, section: str, why_all: 
     return out, refused
 
 
+def under(g: Grading, rubric: Rubric, graded_with: Callable[[], Rubric | None]) -> tuple[Grading, list[Refusal]]:
+    """``g`` under ``rubric``: ``g`` itself, as graded, when ``rubric`` is the one that graded it (the same
+    sha256) or cannot be told from it (built from a dict, no sha256); else re-scored (:func:`rescore_grading`).
+    ``graded_with``: the rubric ``g`` was measured under, asked for only when it re-scores."""
+    if not rubric.sha256 or rubric.sha256 == g.rubric_sha256:
+        return g, []
+    return rescore_grading(g, rubric, graded_with())
+
+
 def rescore_grading(g: Grading, new: Rubric, old: Rubric | None) -> tuple[Grading, list[Refusal]]:
     """``g`` re-scored under ``new``; ``old`` is the rubric it was measured under (None: not known)."""
     from grader.score.stages import score
@@ -365,14 +393,14 @@ def rescore_folder(name: str, src: Path, dst: Path, new: Rubric, known: list[Rub
     before = g.score
     old = measured_under(g, known)
     rescored, refused = rescore_grading(g, new, old)
-    under_base, base_refused = (rescore_grading(g, base, old) if base is not None and base.sha256 != g.rubric_sha256
-                                else (g, []))
+    under_base, base_refused = under(g, base, lambda: old) if base is not None else (g, [])
     left = {r.number for r in refused} | {r.number for r in base_refused}
     _copy_side_files(src, dst)
     # The plots show measurements; the grading's own are reused unless the new rubric relabels them.
     write_outputs(rescored, dst, drawn=src if plot_inputs(rescored) == plot_inputs(g) else None)
     return Rescored(name, rescored, before, refused,
-                    compared=(comparable_score(g, left), comparable_score(under_base, left), comparable_score(rescored, left)),
+                    compared=Compared(comparable_score(g, left), comparable_score(under_base, left),
+                                      comparable_score(rescored, left)),
                     left_out=sorted(left), automatic=automatic_max(rescored.items))
 
 

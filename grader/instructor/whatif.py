@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from grader.grading import Grading, GradingFormatError
-from grader.instructor.rescore import REGRADE, comparable_score, load_one, measured_under, rescore_grading
+from grader.instructor.rescore import REGRADE, Compared, comparable_score, load_one, measured_under, under
 from grader.instructor.stored import find_gradings, is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Status
 from grader.rubric.items import Item
@@ -84,25 +84,13 @@ class ThresholdItem:
         return sum(1 for r in self.rows if r.proposed is not None and r.proposed.refused)
 
 
-@dataclass
-class Scores:
-    """One grading's total, over the items every re-score could make (the others are ``left_out``)."""
+@dataclass(frozen=True)
+class Scores(Compared):
+    """One grading's total, over the items every re-score could make (the others are ``left_out``); ``new``:
+    under the proposal (the base's when there is none)."""
 
-    name: str
-    graded: float  # as graded, under the rubric it kept
-    base: float  # under the base rubric (rubric.yaml): what is not your edit
-    proposed: float  # under the proposal (the base's when there is none)
+    name: str = ""
     left_out: list[str] = field(default_factory=list)  # items that need a real re-grade under base or proposal
-
-    @property
-    def edit(self) -> float:
-        """Changed by your edit."""
-        return round(self.proposed - self.base, 4)
-
-    @property
-    def drift(self) -> float:
-        """Differs from the rubric this grading used."""
-        return round(self.base - self.graded, 4)
 
 
 @dataclass
@@ -142,11 +130,11 @@ def _file_name(stage: str, item: str) -> str:
 
 
 def _under(g: Grading, rubric: Rubric | None, graded_with: Callable[[], Rubric | None]) -> tuple[Grading, list[str]]:
-    """``g`` re-scored under ``rubric`` (itself when it is the rubric ``g`` was graded with, or None), and the items
-    that need a real re-grade there. ``graded_with``: the rubric that graded ``g`` (parsed once, when first asked)."""
-    if rubric is None or (rubric.sha256 and rubric.sha256 == g.rubric_sha256):
+    """``g`` under ``rubric`` (grader/instructor/rescore.py: under; itself when None), and the items that need a
+    real re-grade there. ``graded_with``: the rubric that graded ``g`` (parsed once, when first asked)."""
+    if rubric is None:
         return g, []
-    again, refused = rescore_grading(g, rubric, graded_with())
+    again, refused = under(g, rubric, graded_with)
     return again, [r.number for r in refused]
 
 
@@ -175,8 +163,8 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
         after, refused_after = (_under(g, proposed, graded_with) if proposed is not None
                                 else (under_base, refused_base))
         left = set(refused_base) | set(refused_after)
-        report.totals.append(Scores(name, comparable_score(g, left), comparable_score(under_base, left),
-                                    comparable_score(after, left), sorted(left)))
+        report.totals.append(Scores(comparable_score(g, left), comparable_score(under_base, left),
+                                    comparable_score(after, left), name=name, left_out=sorted(left)))
         pairs.append((name, g, after if proposed is not None else g))  # no proposal: the threshold items as graded
     report.gradings = len(pairs)
     # Every threshold item of either rubric, in the rubric's order (the current first).
@@ -224,7 +212,7 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
                                                         _xlabel(shown, stages))
         ti.png = png if drawn else ""
         report.items.append(ti)
-    report.scores = [(t.name, t.graded, t.proposed) for t in report.totals]
+    report.scores = [(t.name, t.graded, t.new) for t in report.totals]
     if pairs:  # the automatic points (hand-graded items are outside them, as in grades.csv)
         report.max_score = (automatic_max(pairs[0][1].items), automatic_max(pairs[0][2].items))
     series = {"current": [s[1] for s in report.scores]}
@@ -236,7 +224,7 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
     (out / "whatif.json").write_text(json.dumps({
         "source": str(Path(source).resolve()), "proposed": report.proposed_source, "base": report.base_source,
         "gradings": report.gradings, "problems": report.problems, "max_score": list(report.max_score),
-        "scores": [{"grading": t.name, "current": t.graded, "base": t.base, "proposed": t.proposed,
+        "scores": [{"grading": t.name, "current": t.graded, "base": t.base, "proposed": t.new,
                     "changed_by_the_edit": t.edit, "differs_from_its_rubric": t.drift, "left_out": t.left_out}
                    for t in report.totals],
         "items": [asdict(ti) | {"passing": {"current": ti.passing("current"), "proposed": ti.passing("proposed")},
@@ -288,7 +276,7 @@ def _markdown(r: WhatIf, source: Path, score_png: str, score_problem: str) -> st
     if proposed:
         lines += ["| grading | as graded | base | proposed | changed by your edit | differs from the rubric this "
                   "grading used |", "|---|---|---|---|---|---|"]
-        lines += [f"| {t.name} | {t.graded:g} | {t.base:g} | {t.proposed:g} | {t.edit:+g} | {t.drift:+g} |"
+        lines += [f"| {t.name} | {t.graded:g} | {t.base:g} | {t.new:g} | {t.edit:+g} | {t.drift:+g} |"
                   for t in r.totals]
     else:
         lines += ["| grading | as graded | base | differs from the rubric this grading used |", "|---|---|---|---|"]

@@ -175,7 +175,7 @@ class PendingBuilds:
 
     def wait(self) -> Prebuilt | None:
         """The builds; None if the grader failed while making them (the occupancy step then builds
-        again, and a bug that repeats becomes its items' "not evaluated", as before)."""
+        again, and a bug that repeats becomes its items' "not evaluated")."""
         try:
             builds = {label: f.result() for label, f in self.futures.items()}
         except Exception:

@@ -1,7 +1,7 @@
 """The occupancy measurements on the grading's GPU schedule (grader/sandbox/turns.py; docs/design.md, "Gates").
 
-The grader's own measurements and the student's program need the GPU, and used to run one after the
-other after every other step (2.9-3.6 s at the end of a warm grading on an H200). With a GPU schedule
+The grader's own measurements and the student's program need the GPU; run one after the other after
+every other step, they would add seconds at the end of every grading. With a GPU schedule
 (grader/gpu/stages.py: run_stages) they are parties of it instead:
 
 * the trusted child (:mod:`grader.children.occupancy`, party ``occupancy:measure``) starts with the
@@ -20,7 +20,7 @@ other after every other step (2.9-3.6 s at the end of a warm grading on an H200)
 
 :func:`grader.occupancy.run.grade_occupancy_submission` then only collects the results
 (:meth:`EarlyOccupancy.program_run`, :meth:`EarlyOccupancy.measured`) and grades. Without a schedule
-(no GPU, ``--stages occupancy`` alone, a caller of its own) it runs both itself, as before.
+(no GPU, ``--stages occupancy`` alone, a caller of its own) it runs both itself.
 Nothing here decides a verdict; the schedule's ``close()`` stops whatever is still running.
 """
 from __future__ import annotations

@@ -147,7 +147,7 @@ def start_builds(root: Path, rubric: Rubric, env: Environment, work: Path, pool:
     """Start the program's builds on ``pool`` (grader/pipeline.py: compile_stages, so they run beside
     the stages' compiles instead of after the GPU steps): the same builds, flags, limits and fence as
     :func:`grade_occupancy_submission` would make. None when it would build nothing (no section, no
-    usable program file, no nvcc); it then says why itself, as before."""
+    usable program file, no nvcc); the occupancy step then says why itself."""
     cfg = rubric.occupancy
     nvcc = env.nvcc
     if cfg is None or nvcc is None or nvcc.path is None:
@@ -161,7 +161,7 @@ def start_builds(root: Path, rubric: Rubric, env: Environment, work: Path, pool:
                             _compile_timeout(rubric), env.has_gpu, pool,
                             user=student_user(), fence=fence, cuobjdump=env.cuobjdump,
                             deadline=deadline)
-    except Exception:  # the grader's own bug: the occupancy step builds, and says so, as before
+    except Exception:  # the grader's own bug: the occupancy step builds itself, and says so
         return None
     return PendingBuilds(src, futures)
 

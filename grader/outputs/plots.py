@@ -77,6 +77,20 @@ def _no_matplotlib() -> tuple[None, str]:
     return None, "matplotlib is not installed here (pip install matplotlib): plot skipped"
 
 
+def _saved(plt, fig, path: str | Path) -> tuple[str, str]:
+    """Write ``fig`` to ``path`` and close it: a plot function's answer when it drew."""
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path), ""
+
+
+def _failed(plt, what: str, exc: Exception) -> tuple[None, str]:
+    """Close every figure and say why ``what`` was not drawn: a plot function's answer when it failed."""
+    plt.close("all")
+    return None, f"{what} failed: {type(exc).__name__}: {exc}"
+
+
 @drawn_ahead
 def ladder_png(rows: list[dict], path: str | Path, baselines: list[dict] | None = None,
                peaks: dict[str, float] | None = None, title: str = "") -> tuple[str | None, str]:
@@ -121,13 +135,9 @@ def ladder_png(rows: list[dict], path: str | Path, baselines: list[dict] | None 
         ax.set_title(title or "The GEMM ladder: speed of each stage")
         ax.legend(handles=handles, loc="upper left", fontsize=8, framealpha=0.95)
         ax.grid(axis="y", which="both", alpha=0.25)
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
-        return str(path), ""
+        return _saved(plt, fig, path)
     except Exception as exc:  # noqa: BLE001 - a plot must never stop the grading
-        plt.close("all")
-        return None, f"the ladder plot failed: {type(exc).__name__}: {exc}"
+        return _failed(plt, "the ladder plot", exc)
 
 
 def roofline_points(per_stage: dict[str, dict], n: int) -> list[dict]:
@@ -199,13 +209,9 @@ def roofline_png(points: list[dict], peaks: dict[str, float], bandwidth: dict[st
         ax.set_title(title or "Roofline (Nsight Compute, one launch per stage)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.95)
         ax.grid(which="both", alpha=0.2)
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
-        return str(path), ""
+        return _saved(plt, fig, path)
     except Exception as exc:  # noqa: BLE001 - a plot must never stop the grading
-        plt.close("all")
-        return None, f"the roofline plot failed: {type(exc).__name__}: {exc}"
+        return _failed(plt, "the roofline plot", exc)
 
 
 _PATH_ARG = {"ladder_png": 1, "roofline_png": 3}  # where each plot function takes its output path
@@ -259,13 +265,9 @@ def threshold_histogram_png(series: dict[str, list[float]], thresholds: dict[str
             ax.yaxis.get_major_locator().set_params(integer=True)
             ax.legend(fontsize=8, framealpha=0.9, loc="best")
             ax.grid(axis="y", alpha=0.25)
-            fig.tight_layout()
-            fig.savefig(path)
-            plt.close(fig)
-            return str(path), ""
+            return _saved(plt, fig, path)
         except Exception as exc:  # noqa: BLE001 - a plot must never stop the report
-            plt.close("all")
-            return None, f"the histogram failed: {type(exc).__name__}: {exc}"
+            return _failed(plt, "the histogram", exc)
 
 
 def score_histogram_png(series: dict[str, list[float]], max_score: float, path: str | Path,

@@ -1,9 +1,9 @@
 """How long one stage child may run: derived from what the stage's reference kernel needs.
 
 A stage child (grader/children/stage.py) starts Python and CuPy, loads the kernel, runs it once
-at each correctness size, then times it at the benchmark size. One constant for every stage
-(it was 240 s) let a kernel that hangs or floods its output hold the GPU for minutes. The limit
-now follows the reference kernel of the stage, measured on the reference GPU
+at each correctness size, then times it at the benchmark size. One constant for every stage long
+enough for the slowest would let a kernel that hangs or floods its output hold the GPU for minutes.
+The limit follows the reference kernel of the stage, measured on the reference GPU
 (``stages[].limits.reference_s``: the ``run.bench`` phase of its grading.json):
 
     limit = max(floor_s, allowance_s + M * correctness share + bench(M * per-rep time))
@@ -11,8 +11,8 @@ now follows the reference kernel of the stage, measured on the reference GPU
 with M = ``settings.stage_limits.multiple``. The parts:
 
 * **allowance_s** is what does not scale with the kernel: the process start, CuPy's import, the
-  CUDA context, CuPy's own kernels, the small correctness runs' set-up (2.2-2.6 s per stage on the
-  H200 in docs/measurements/2026-11-30-h200-stage-limits.md).
+  CUDA context, CuPy's own kernels, the small correctness runs' set-up (2.2-2.6 s per stage:
+  docs/measurements/2026-11-30-h200-stage-limits.md).
 * **the benchmark** runs ``warmup`` repetitions, then timed ones until ``reps`` are done, or until
   ``max_seconds`` have passed with at least ``min_reps`` done (grader/children/stage.py). The
   reference finishes all of its reps (each takes milliseconds), so one repetition (the student's

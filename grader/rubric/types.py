@@ -131,7 +131,7 @@ class Profile:
     enabled: bool = True
     n: int = 2048
     clock_control: str = "none"  # ncu --clock-control; "none" leaves the GPU's clocks alone
-    timeout_s: float = 60.0  # the whole ncu run (the reference kernels: 7.9 s on an H200)
+    timeout_s: float = 60.0  # the whole ncu run (the reference kernels': docs/measurements/2026-12-06-numbers-from-the-code.md)
     # The code profiled must be the code timed (grader/profile/agreement.py): ncu's duration of its launch
     # against the stage child's own launches at the profile size, and the rate there against the rate at
     # the benchmark size, each within this factor either way; else the stage's ncu items fail. The reference
@@ -146,7 +146,7 @@ class Sanitizer:
     racecheck: bool = True
     memcheck_on_failure: bool = True
     n: int = 256
-    timeout_s: float = 30.0  # one stage's run under the tool (racecheck of four reference stages: 6.2 s)
+    timeout_s: float = 30.0  # one stage's run under the tool (the reference stages': docs/measurements/2026-12-06-numbers-from-the-code.md)
     # racecheck launches at most this many blocks along x and y of the size-n grid (None: all of them).
     # Its hazards are between the threads of one block, which loop over the whole K depth whatever the
     # grid; the tool's cost grows with the blocks it watches (grader/gpu/sanitize.py).

@@ -69,8 +69,8 @@ class Fence:
     # after: a fork bomb doubles every few milliseconds. False for the grader's own children, which run
     # only the student's GPU kernels (the stage runs, the profiler, racecheck): nothing in them can fork
     # or grow host memory at that pace, and they are looked at every WATCH_TRUSTED_S. A grading watches
-    # 13 of them side by side while it compiles: the grading process's CPU went from 8.4-8.8 s to
-    # 7.0-8.1 s on an H200, its wall unchanged (docs/measurements/2026-12-01-h200-speed-round4.md).
+    # a dozen of them side by side while it compiles, so looking less often spares the grading process's
+    # CPU (docs/measurements/2026-12-01-h200-speed-round4.md).
     student_host_code: bool = True
 
     def __post_init__(self) -> None:

@@ -91,8 +91,8 @@ def student_user() -> str | None:
 
 
 # Who a student's own program runs as, as root with no student user configured: RLIMIT_NPROC never
-# binds root (the kernel exempts uid 0), so a fork bomb as root was stopped only by the watchdog racing
-# it (49 s against an 8 s limit on the GPU host, issue #43); as any other uid the kernel stops the forks.
+# binds root (the kernel exempts uid 0), so a fork bomb as root is stopped only by the watchdog racing
+# it, long past its time limit; as any other uid the kernel stops the forks.
 FALLBACK_HOST_USER = "nobody"
 
 

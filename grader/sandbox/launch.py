@@ -30,8 +30,7 @@ from grader.sandbox.process import Control
 MAX_RESULT_BYTES = 64 << 20  # a result is a few KB (a stage run's timings: a few hundred KB at most)
 # Every child launches on one stream, so one hardware queue per context is all it uses (the
 # default opens 8). Fewer queues make a context cheaper to create in the driver, which every GPU
-# of the host shares: on an H200 pair, CUDA processes starting in loops came 31% faster
-# (docs/measurements/2026-11-30-h200-speed-run15-20.md, with what it spares the other GPU's ncu run).
+# of the host shares (what that spares: docs/measurements/2026-11-30-h200-speed-run15-20.md).
 ONE_QUEUE = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 

@@ -5,8 +5,8 @@
   dedicated student user, RLIMIT_NPROC. RLIMIT_DATA rather than RLIMIT_AS: CUDA reserves tens of
   GiB of address space (PROT_NONE, not counted as data) and maps device memory through
   /dev/nvidia-uvm (shared, not counted either), so RLIMIT_AS breaks every CUDA program while
-  RLIMIT_DATA caps what malloc/new/mmap(PRIVATE, writable) can take (measured on the H200 box:
-  docs/measurements/2026-11-30-h200-sandbox.md).
+  RLIMIT_DATA caps what malloc/new/mmap(PRIVATE, writable) can take
+  (docs/measurements/2026-11-30-h200-sandbox.md).
 * a watchdog (:class:`Watchdog`), polled by grader.sandbox.process while the step runs: the number
   of processes of the step's tree, their resident anonymous memory (where no cgroup caps it),
   and the size of the scratch folder (always: nothing in the kernel caps one folder).

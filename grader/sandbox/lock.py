@@ -2,9 +2,8 @@
 the warm CuPy cache's (grader/gpu/warm.py) are the same flock on a file, taken here.
 
 :func:`held` takes the flock as the kernel grants it: not in the order the waiters came. For the GPU's
-lock that let a grading wait 89 s while others that came later took turns (an H200, the GPU suite:
-docs/measurements/2026-12-01-h200-speed-round5.md), and a service's queued jobs may be graded in
-any order. :func:`held_in_turn` queues first: each waiter leaves an entry in ``<lock>.queue/``, named
+lock that lets a grading wait while others that came later take turns (docs/measurements/2026-12-01-h200-speed-round5.md),
+and a service's queued jobs may be graded in any order. :func:`held_in_turn` queues first: each waiter leaves an entry in ``<lock>.queue/``, named
 by when it came and flocked while it waits, and takes the lock only when its entry is the oldest
 whose owner is alive (an entry whose flock anyone may take is a dead waiter's, and is removed). A
 process that takes the lock with :func:`held` still excludes the others; it only skips the queue.

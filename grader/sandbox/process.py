@@ -46,6 +46,7 @@ from typing import TypedDict
 
 from grader.model import Limit, ProcRecord
 from grader.sandbox.capture import Capture, OutputCap, read_stream, write_stdin
+from grader.setup_check import run_set_up
 
 # After the child has exited and its session was killed, how long the reader
 # threads may keep draining what is left in the pipes before they are stopped.
@@ -174,10 +175,10 @@ class _ExitWaiter:
             self.pidfd = None
 
 
-def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
-    """(pid, the fields of /proc/PID/stat after the command name) of every live process: zombies and
-    dead ones left out (Linux /proc; else nothing). The fields start at the state: state, ppid, pgrp,
-    session, ... (the name in parentheses may itself hold spaces and parentheses)."""
+def stat_fields() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of /proc/PID/stat after the command name) of every process, zombies included
+    (Linux /proc; else nothing). The fields start at the state: state, ppid, pgrp, session, ... (the
+    name in parentheses may itself hold spaces and parentheses)."""
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -190,8 +191,21 @@ def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
                 fields = f.read().rpartition(b")")[2].split()
         except OSError:
             continue
-        if fields and fields[0] not in (b"Z", b"X"):
+        if fields:
             yield int(name), fields
+
+
+def live_stat_fields() -> Iterator[tuple[int, list[bytes]]]:
+    """:func:`stat_fields` of every live process: zombies and dead ones left out."""
+    return ((pid, fields) for pid, fields in stat_fields() if fields[0] not in (b"Z", b"X"))
+
+
+def zombie_children(parent: int) -> list[int]:
+    """The children of ``parent`` that have exited and wait to be reaped (state Z), which
+    :func:`children_of` leaves out: a subreaper inherits them from the trees below it, and they stay
+    until it waits for them."""
+    ppid = str(parent).encode()
+    return [pid for pid, fields in stat_fields() if len(fields) > 1 and fields[0] == b"Z" and fields[1] == ppid]
 
 
 def _session_members(sid: int) -> list[int]:
@@ -470,6 +484,15 @@ def run_holding_tree(main: Callable[[], int]) -> int:
         return main()
     finally:
         end_own_tree()
+
+
+def run_entry_point(load: Callable[[], Callable[[], int]], *, check_first: bool = True) -> int:
+    """The exit code of an entry point that holds its tree (``python -m grader``, grader/run_local.py,
+    ``python -m grader.deploy.batch`` and ``python -m grader.deploy.gradescope``): the set-up check
+    (grader/setup_check.py: run_set_up; ``check_first`` as there), then the command ``load`` imports,
+    run by :func:`run_holding_tree`. ``load`` imports the command's module only after the check, so a
+    missing package is one line, not a traceback."""
+    return run_set_up(lambda: run_holding_tree(load()), check_first=check_first)
 
 
 def stop_at_once_on(signum: int) -> bool:

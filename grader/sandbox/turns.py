@@ -4,7 +4,7 @@ A grading's GPU children do two kinds of work. Starting Python and CuPy, creatin
 context, loading a cubin, the correctness runs, the checker's references and the sanitizers time
 nothing, so they may share the GPU (with one rule for the correctness runs, below). The timed benchmark, the Nsight Compute launches and the
 occupancy sweeps measure, so nothing else may run on the GPU meanwhile. Run one after another, the
-children spent most of a grading waiting on each other's start-up (15 s of a 37 s grading on an H200).
+children would spend most of a grading waiting on each other's start-up.
 
 So every child starts at once and does its start-up side by side; then it waits at *gates*
 (grader/children/protocol.py: ``wait_at_gate``), its clock held so a wait never counts against its
@@ -14,9 +14,9 @@ time limit (grader/sandbox/process.py: ``Control``). :meth:`Schedule.take_turns`
   still start or run tools. A submission's kernels therefore never share the GPU with each other: a
   kernel that hangs or floods its output holds the correctness turn until its own limit stops it,
   and no other stage's verdict depends on it (run side by side, a hanging kernel time-sliced with a
-  printf flood kept the flood from ever finishing on an H200).
+  printf flood keeps the flood from ever finishing).
 * a *tool* gate (a racecheck child's ``racecheck``, opened by the compile step with the kernel,
-  grader/gpu/racecheck.py): after it the child does untimed work, as before its first gate; the
+  grader/gpu/racecheck.py): after it the child does untimed work, as it does before its first gate; the
   shared turns go on beside it, and the exclusive ones wait for it to end.
 * an *exclusive* gate (a stage's ``bench``, the occupancy child's ``sweeps``): only when no child of
   this grading is working or has a turn, so the GPU runs nothing but the kernels being timed; one at a
@@ -26,7 +26,7 @@ time limit (grader/sandbox/process.py: ``Control``). :meth:`Schedule.take_turns`
 
 A child whose last turn is over says so (protocol.release_turn: it has launched its last kernel and
 freed its device memory) and is then *released*: the next turn need not wait while it saves its files
-and exits (0.15-0.2 s per stage child on an H200, seven times per grading).
+and exits (for every stage child, seven times per grading).
 
 Children that wait for a later step (the checker for the outputs to judge, the profiler for the
 kernels found correct) are opened by that step with :meth:`Schedule.open`; a step about to open a
@@ -88,7 +88,7 @@ class Party:
     after: list[Party] = field(default_factory=list)
     # Hold its clock from its start to its first gate: the start-up (Python, CuPy, the CUDA context,
     # the module) is the grader's own work, whose length depends on how many children start at once
-    # (8-9 s each with 17 stages of a hostile composite on an H200, 2.7 s with 7), never on the
+    # (docs/measurements/2026-12-06-numbers-from-the-code.md), never on the
     # student's kernel. Its time limit then counts from its first turn; the start-up has its own
     # bound, STARTUP_LIMIT_S, after which the child is cancelled.
     hold_startup: bool = False

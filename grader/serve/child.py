@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.sandbox.process import children_of, kill_tree
+from grader.sandbox.process import children_of, kill_tree, zombie_children
 
 PR_SET_PDEATHSIG = 1
 LOG_TAIL = 4000
@@ -80,25 +80,10 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def zombie_children(parent: int) -> list[int]:
-    """The children of ``parent`` that have exited and wait to be reaped (state Z in /proc), which
-    :func:`children_of` leaves out: a subreaper inherits them from every grading (a sandboxed step's
-    exited processes, reparented when the grading ends) and they stay until it waits for them."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[0] == b"Z" and fields[1] == str(parent).encode():
-            found.append(int(entry))
-    return found
-
-
 def reap_zombies(keep: Collection[int]) -> int:
-    """Reap this process's exited children not in ``keep`` (whose Popen waits for them itself)."""
+    """Reap this process's exited children not in ``keep`` (whose Popen waits for them itself): a
+    subreaper inherits them from every grading (a sandboxed step's exited processes, reparented when
+    the grading ends)."""
     reaped = 0
     for pid in zombie_children(os.getpid()):
         if pid in keep:

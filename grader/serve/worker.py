@@ -5,8 +5,8 @@ workers per GPU; with more than one they share the GPU's lock, ``--gpu-lock``, w
 takes for its GPU steps), or statically with --no-gpu. Each worker's files (its GPU's description,
 its gradings') are in its own folder, ``<data>/work/<name>``. A GPU worker probes its GPU once when
 it starts: each grading is handed that description (``grade --device``, as a batch does) instead of
-starting a probe child of its own (the probe phase: 0.02 s against 0.8 s on an H200;
-docs/measurements/2026-11-30-h200-kept-context-run26-31.md). If the worker's probe fails, each grading
+starting a probe child of its own, which would cost every grading a second
+(docs/measurements/2026-11-30-h200-kept-context-run26-31.md). If the worker's probe fails, each grading
 probes for itself.
 
 While grading, a heartbeat thread renews the job's lease every ``lease_s / 4``; a worker that loses

@@ -82,7 +82,7 @@ def choose_evidence(gpu: ReportGpu | None, outcomes: dict, gradings: Gradings | 
     """Which grading the report's values are compared with: this one when it ran on the GPU the report
     names (or the report names none, or the caller knows no device); else a stored grading on that
     GPU; else none (see :class:`Evidence`). Without a GPU here and none stored, this grading's gaps
-    say why nothing is compared, as before."""
+    say why nothing is compared."""
     if gradings is None:
         return Evidence(outcomes)
     here = _device_name(gradings.device)
@@ -154,6 +154,25 @@ def _measured(cit: Citation, cfg: ReportConfig, o) -> tuple[float | None, str]:
     return None, f"the grader does not collect `{cit.name}`{hint}"
 
 
+@dataclass(frozen=True)
+class _Cited:
+    """What a citation cites, read in its metric's unit (the one reading of a cited value)."""
+
+    value: float | None  # None: it cannot be read, and ``unreadable`` says why
+    unit: str = ""
+    resolution: float = 0.0  # the cited number's last digit
+    unreadable: str = ""
+
+
+def _cited(cit: Citation, cfg: ReportConfig) -> _Cited:
+    q = cit.quantity
+    if cit.problem or q is None:
+        return _Cited(None, unreadable=f"line {cit.line}: {cit.problem}")
+    unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
+    value, why = _unit_value(cit, q, unit)
+    return _Cited(value, unit, q.resolution, "" if value is not None else f"line {cit.line}: {quote_code(cit.text)}: {why}")
+
+
 def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, str]:
     """The cited value ``q`` in the metric's own unit, or (None, why the units do not fit)."""
     if q.unit == "time" and unit != "ns":
@@ -176,17 +195,12 @@ def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[S
     implausible: list[str] = []
     plausible = 0
     for cit in cits:
-        q = cit.quantity
-        if cit.problem or q is None:
-            unreadable.append(f"line {cit.line}: {cit.problem}")
-            continue
-        unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
-        cited, problem = _unit_value(cit, q, unit)
-        if cited is None:
-            unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {problem}")
-        elif cited < 0:
+        c = _cited(cit, cfg)
+        if c.value is None:
+            unreadable.append(c.unreadable)
+        elif c.value < 0:
             implausible.append(f"line {cit.line}: {quote_code(cit.text)}: below 0, which no GPU measures for `{cit.name}`")
-        elif unit == "%" and cited > 100 + max(cfg.abs_tol, q.resolution):
+        elif c.unit == "%" and c.value > 100 + max(cfg.abs_tol, c.resolution):
             implausible.append(f"line {cit.line}: {quote_code(cit.text)}: above 100%, which no GPU measures")
         else:
             plausible += 1
@@ -217,8 +231,8 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
     skipped: dict[Gap, list[str]] = {}
     for cit in cits:
         q = cit.quantity
-        if cit.problem or q is None:
-            unreadable.append(f"line {cit.line}: {cit.problem}")
+        if cit.problem or q is None:  # unreadable (_cited says why) before anything is looked up
+            unreadable.append(_cited(cit, cfg).unreadable)
             continue
         sid = cit.stage or t.after
         o = outcomes.get(sid)
@@ -231,10 +245,10 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
         if measured is None:
             unchecked.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
             continue
-        unit = cfg.derived[cit.name].unit if cit.derived else metric_unit(cit.name)
-        cited, why = _unit_value(cit, q, unit)
+        c = _cited(cit, cfg)
+        cited, unit = c.value, c.unit
         if cited is None:
-            unreadable.append(f"line {cit.line}: {quote_code(cit.text)}: {why}")
+            unreadable.append(c.unreadable)
             continue
         tol = max(cfg.rel_tol * abs(measured), cfg.abs_tol, q.resolution)
         suffix = "%" if unit == "%" else (" " + unit if unit else "")

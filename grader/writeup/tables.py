@@ -269,7 +269,7 @@ def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tu
             timed = [outcomes[s] for s in sids if s in outcomes and outcomes[s].timing is not None]
             if not timed:
                 o = outcomes.get(key) if key != BASELINE else next((outcomes[s] for s in sids if s in outcomes), None)
-                if o is None:  # left out of this run (--stages): counted against the table, as before
+                if o is None:  # left out of this run (--stages): counted against the table
                     gap = Gap(Cause.STUDENT, "not graded in this run")
                 elif o.gpu_reason:  # set by the pipeline exactly when the run has no usable GPU
                     gap = Gap(Cause.NO_GPU, f"not evaluated: {o.gpu_reason}")

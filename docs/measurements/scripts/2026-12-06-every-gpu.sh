@@ -25,46 +25,18 @@ BUDGET_S=${BUDGET_S:-590}
 SITE=${SITE:-/tmp/site}
 rm -rf "$W"; mkdir -p "$W" "$OUT"
 export PYTHONUNBUFFERED=1
-# Progress goes to run.txt and stderr (seen as it runs); a step function's last stdout line is its table result.
-say() { tee -a "$OUT/run.txt" >&2; }
-log() { echo "== $(date +%T) $*" | say; }
+# say, log, device_setup, grade NAME SUBMISSION [grade args...], score_of DIR (progress goes to run.txt and
+# stderr; a step function's last stdout line is its table result)
+# shellcheck source=docs/measurements/scripts/device_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 
 # --- setup: the service's wheels and bubblewrap, from the repo root (or the folder above, for a .gpuwork copy)
-WHL=.whl; [ -d "$WHL" ] || WHL=../.whl
-DEB=.deb; [ -d "$DEB" ] || DEB=../.deb
-if compgen -G "$WHL/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$WHL"/*.whl \
-    2>&1 | tail -3 | tee -a "$OUT/run.txt"
-else
-  log "no wheels in .whl or ../.whl: using the interpreter's own packages"
-fi
-export PYTHONPATH=$SITE:$PWD
-if ! command -v bwrap >/dev/null && compgen -G "$DEB/bubblewrap_*.deb" >/dev/null; then
-  mkdir -p /tmp/bw && dpkg -x "$DEB"/bubblewrap_*.deb /tmp/bw && ln -sf /tmp/bw/usr/bin/bwrap /usr/local/bin/bwrap
-fi
-{ nvidia-smi -L; nvidia-smi --query-gpu=driver_version,clocks.sm,clocks.max.sm --format=csv,noheader; bwrap --version
-  python3 -V; nvcc --version | tail -1; python3 -c 'import cupy; print("cupy", cupy.__version__)'
-  python3 -m pytest --version; python3 -m grader.sandbox.guard; git log --oneline -1 2>/dev/null; } 2>&1 \
-  | tee -a "$OUT/run.txt"
+device_setup
 log "setup took $(( $(date +%s) - T0 )) s"
 
 TABLE=()  # one row per step: "step | result | seconds"
 row() { TABLE+=("$1 | $2 | $3"); }
-
-# grade NAME SUBMISSION [grade args...]: one timed grading into $W/NAME, one summary line
-grade() {
-  local name=$1 sub=$2; shift 2
-  local t0; t0=$(date +%s.%N)
-  timeout 300 python3 -m grader grade "$sub" --out "$W/$name" --quiet "$@" > "$W/$name.log" 2>&1
-  local rc=$? t1; t1=$(date +%s.%N)
-  python3 docs/measurements/scripts/summarize_grading.py "$W/$name" "$name" "$rc" "$t0" "$t1" | say
-}
-
-score_of() {  # score_of DIR: "score/max" from its results.json, or "no results.json"
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/results.json')); \
-print(f\"{r.get('score')}/{sum(t.get('max_score') or 0 for t in r['tests'])}\")" "$1" 2>/dev/null || echo "no results.json"
-}
 
 calibrate() {
   log "calibrate: solutions/, textbook/course and both shifted submissions, 3 repeats"

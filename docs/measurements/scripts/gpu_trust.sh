@@ -128,7 +128,7 @@ step_speed() {
   [ "${SPEED_TESTS:-1}" = 0 ] && return 0  # the gputests step runs them too
   log "speed GPU tests"
   timeout ${PYTEST_TIMEOUT:-500} $PY -m pytest -q -m gpu -p no:cacheprovider --basetemp="$W/pt-speed" \
-    tests/test_speed_gpu.py 2>&1 | tee "$W/logs/speed-tests.txt" | tail -15
+    tests/test_warm_cache_gpu.py 2>&1 | tee "$W/logs/speed-tests.txt" | tail -15
   tail -3 "$W/logs/speed-tests.txt" >> "$OUT/trust.txt"
 }
 # variant: VARIANT (a name) graded VARIANT_GRADES (2) times with the rubric edited by VARIANT_SED (a sed

@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # docs/measurements/scripts/ -> the repository
 sys.path.insert(0, str(ROOT))
+from grader.sandbox.process import stat_fields  # noqa: E402
 from grader.serve.auth import Secrets  # noqa: E402
 from grader.serve.client import Client, ServiceError  # noqa: E402
 from grader.serve.signing import secret_from_text, submitter_id  # noqa: E402
@@ -45,22 +46,9 @@ ASSIGNMENT = "soak"
 STANDIN = shlex.join([sys.executable, str(ROOT / "tests" / "standin_grader.py")])
 
 
-def stat_fields(pid: int) -> list[bytes] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
-    except OSError:
-        return None
-
-
 def table() -> dict[int, tuple[bytes, int]]:
-    """Every process: (state, parent)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            f = stat_fields(int(entry))
-            if f and len(f) > 1:
-                out[int(entry)] = (f[0], int(f[1]))
-    return out
+    """Every process, zombies included: (state, parent), read as the grader reads /proc (grader/sandbox/process.py)."""
+    return {pid: (f[0], int(f[1])) for pid, f in stat_fields() if len(f) > 1}
 
 
 def tree(root: int, procs: dict[int, tuple[bytes, int]]) -> set[int]:

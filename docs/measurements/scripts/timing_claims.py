@@ -1,4 +1,4 @@
-"""Print the numbers that tests used to assert as wall-clock thresholds (DEVELOPERS.md: no test asserts a
+"""Print the wall-clock numbers the tests do not assert (docs/design.md, "Testing": no test asserts a
 wall-clock time; speed is measured and recorded, not passed or failed on a shared machine).
 
     python docs/measurements/scripts/timing_claims.py [sandbox] [limits] [--runs N]

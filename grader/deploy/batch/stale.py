@@ -19,7 +19,7 @@ What graded a submission is read from its grading.json (the child's own record: 
 probe failed graded without a GPU) and, where a grading wrote none (a crash, a time-out), from the
 ``graded_by`` the batch wrote into ``batch_status.json``. A folder with neither record (an older
 batch's) is re-graded. Failed gradings of the current rubric and grader are re-graded only with
-``--retry-failed``, as before.
+``--retry-failed``.
 """
 from __future__ import annotations
 

@@ -2,16 +2,16 @@
 holds its process tree as ``python -m grader`` does (grader/sandbox/process.py: run_holding_tree);
 ``run`` sets its own SIGTERM handler while its grading runs."""
 import sys
+from collections.abc import Callable
 
-from grader.setup_check import run_set_up
+from grader.sandbox.process import run_entry_point
 
 
-def _main() -> int:
+def _command() -> Callable[[], int]:
     from grader.deploy.gradescope.build import main  # after the set-up check (grader/setup_check.py)
-    from grader.sandbox.process import run_holding_tree
 
-    return run_holding_tree(main)
+    return main
 
 
 # build is standard library only (the Dockerfile runs it in python:slim, with no packages): checked as it goes.
-sys.exit(run_set_up(_main, check_first=sys.argv[1:2] != ["build"]))
+sys.exit(run_entry_point(_command, check_first=sys.argv[1:2] != ["build"]))

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.deploy.gradescope.metadata import SubmissionMetadata
 from grader.deploy.gradescope.policy import CONFIG_FILE, is_gpu_item, read_config
 from grader.outputs.results import Results, ResultsTest, write_results
 
@@ -135,11 +136,7 @@ def pending_tests(results: Results) -> list[ResultsTest]:
 
 def submission_id(autograder_dir: Path) -> str | None:
     """Gradescope's id of this submission (submission_metadata.json), recorded by the service."""
-    try:
-        data = json.loads((Path(autograder_dir) / "submission_metadata.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = data.get("id") if isinstance(data, dict) else None
+    value = SubmissionMetadata.read(autograder_dir).id
     return str(value) if isinstance(value, (int, str)) and str(value).isalnum() else None
 
 
@@ -147,17 +144,11 @@ def submitter(autograder_dir: Path, secret: bytes) -> str | None:
     """Who submitted, as the service may know it: a keyed hash of Gradescope's user ids (all of a
     group's; their emails when no id is given) from submission_metadata.json, never the ids or
     emails themselves (grader/serve/signing.py). None when the metadata names nobody."""
-    try:
-        data = json.loads((Path(autograder_dir) / "submission_metadata.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    users = data.get("users") if isinstance(data, dict) else None
     ids = []
-    for user in users if isinstance(users, list) else []:
-        if isinstance(user, dict):
-            value = user.get("id") if isinstance(user.get("id"), (int, str)) else user.get("email")
-            if isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).strip():
-                ids.append(str(value).strip().lower())
+    for user in SubmissionMetadata.read(autograder_dir).users:
+        value = user.get("id") if isinstance(user.get("id"), (int, str)) else user.get("email")
+        if isinstance(value, (int, str)) and not isinstance(value, bool) and str(value).strip():
+            ids.append(str(value).strip().lower())
     from grader.serve.signing import submitter_id
 
     return submitter_id(secret, ids) if ids else None

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from grader.deploy.batch.pool import DEFAULT_TIMEOUT_S, LOG_LIMIT, Options, child_command, child_env
 from grader.deploy.gradescope.bridge import MARGIN_S, URL_KEY, bridge_results, run_deadline
+from grader.deploy.gradescope.metadata import SubmissionMetadata
 from grader.deploy.gradescope.policy import CONFIG_FILE, apply_no_gpu_policy, read_config, resolve_policy
 from grader.grading import Grading, GradingFormatError, load_grading
 from grader.model import ProcRecord
@@ -163,13 +163,8 @@ def gradescope_submitters(autograder: Path | None = None) -> dict | None:
     """The submitters of this submission from Gradescope's submission_metadata.json, in the export's form
     ({":submitters": [{":name", ":sid", ":email"}]}): who the occupancy variants are drawn for."""
     folder = autograder or Path(os.environ.get("GRADER_AUTOGRADER_DIR") or "/autograder")
-    try:
-        data = json.loads((folder / "submission_metadata.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    users = data.get("users") if isinstance(data, dict) else None
     people = [{":name": u.get("name"), ":sid": u.get("sid"), ":email": u.get("email")}
-              for u in (users if isinstance(users, list) else []) if isinstance(u, dict)]
+              for u in SubmissionMetadata.read(folder).users]
     return {":submitters": people} if people else None
 
 

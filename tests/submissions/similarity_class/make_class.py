@@ -47,13 +47,14 @@ REFERENCE = {"As": "tileA", "Bs": "tileB", "tid": "me", "aRow": "ra", "aCol": "c
              "regA": "colA", "regB": "rowB", "A_ROWS_PER_PASS": "STEP_A", "B_ROWS_PER_PASS": "STEP_B"}
 
 
-def write(name: str, text: str) -> None:
-    path = HERE / "class" / name / STAGE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+def main(out: Path = HERE / "class") -> None:
+    """Write the class into ``out`` (the committed folder by default; tests/test_similarity.py writes it
+    elsewhere and compares)."""
+    def write(name: str, text: str) -> None:
+        path = out / name / STAGE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
 
-
-def main() -> None:
     solution = (REPO / "solutions" / STAGE).read_text(encoding="utf-8")
     course = (REPO / "tests/submissions/textbook/course" / STAGE).read_text(encoding="utf-8")
     write("honest_solutions", solution)

@@ -1,4 +1,4 @@
-"""compute-sanitizer's children all run at once (issue 15): the step takes its slowest stage's time.
+"""compute-sanitizer's children all run at once: the step takes its slowest stage's time.
 
 compute-sanitizer itself needs a GPU; a stand-in tool (a script run exactly as compute-sanitizer is,
 wrapping the child) records when each run started and ended. The runs, fences and files are real.
@@ -26,7 +26,7 @@ def test_every_stage_runs_under_the_sanitizer_at_once(tmp_path, monkeypatch):
     tool = tmp_path / "compute-sanitizer"
     tool.write_text(STAND_IN)
     tool.chmod(0o755)
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the H200 machine; the old cap was 4
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # more CPUs than stages
     specs = [Kernel(id=f"s{i}", cubin="x.cubin", kernel="k", inputs="fp32", launch=LaunchShape([16, 16], [16, 16], 0))
              for i in range(6)]
     t0 = time.monotonic()
@@ -42,7 +42,7 @@ def test_how_many_run_at_once(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
     assert [sanitize.parallel_runs(n) for n in (0, 1, 6, 40)] == [1, 1, 6, 16]
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    assert sanitize.parallel_runs(6) == 4  # at least four, as before
+    assert sanitize.parallel_runs(6) == 4  # at least four, whatever the CPUs
 
 
 def test_the_sanitizer_children_need_no_cupy_cache(tmp_path):
@@ -58,7 +58,7 @@ def test_the_sanitizer_children_need_no_cupy_cache(tmp_path):
 
 
 def test_steps_started_side_by_side_get_cgroups_of_their_own(tmp_path):
-    """Compiles and sanitizer runs now start fenced steps from many threads at once; each step's
+    """Compiles and sanitizer runs start fenced steps from many threads at once; each step's
     cgroup must still be its own (a shared name would fail the second mkdir and lose its limits)."""
     from concurrent.futures import ThreadPoolExecutor
 

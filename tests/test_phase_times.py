@@ -1,8 +1,8 @@
 """tools/phase_times.py with several gradings: one column each, a detail under the step it was in.
 
-Before and after issue 15's changes the occupancy build moved from the occupancy step into the
-compile step, and new details appeared (the warm CuPy cache, the checker's parts): each must be
-listed under its own step, with "-" where a column does not have it.
+Two gradings whose steps hold different details (the occupancy build in the occupancy step of one and
+in the compile step of the other; the warm CuPy cache and the checker's parts in the second only): each
+must be listed under its own step, with "-" where a column does not have it.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _write(folder: Path, phases: list[Phase], seconds: float) -> Path:
     return folder / "grading.json"
 
 
-def test_before_and_after_columns_keep_each_detail_under_its_step(tmp_path):
+def test_columns_of_different_gradings_keep_each_detail_under_its_step(tmp_path):
     before = _write(tmp_path / "before", [
         Phase("compile", 1.0, "naive", True), Phase("compile_stages", 1.2),
         Phase("run", 3.0, "naive", True), Phase("run_stages", 3.1),
@@ -46,9 +46,9 @@ def test_before_and_after_columns_keep_each_detail_under_its_step(tmp_path):
                     "grade_occupancy", "  build [occupancy]",
                     "outputs", "**total**"]
     cells = {i: line.split(" | ")[1:] for i, line in enumerate(table[2:])}
-    assert cells[2] == ["-", "3.00 |"]  # the build, in the compile step: only after
-    assert cells[9] == ["3.00", "- |"]  # the build, in the occupancy step: only before
-    assert cells[7][0] == "-"  # the checker had no step before
+    assert cells[2] == ["-", "3.00 |"]  # the build, in the compile step: the second grading only
+    assert cells[9] == ["3.00", "- |"]  # the build, in the occupancy step: the first grading only
+    assert cells[7][0] == "-"  # the first grading has no checker step
 
 
 def test_the_timeline_view_places_steps_and_children_from_the_grading_start(tmp_path):

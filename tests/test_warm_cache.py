@@ -1,6 +1,6 @@
-"""The trusted warm CuPy cache (grader/gpu/warm.py) and how the GPU steps use it (issue 15).
+"""The trusted warm CuPy cache (grader/gpu/warm.py) and how the GPU steps use it.
 
-The warm child itself needs a GPU (tests/test_speed_gpu.py runs it); here it is replaced by a
+The warm child itself needs a GPU (tests/test_warm_cache_gpu.py runs it); here it is replaced by a
 stand-in that writes "compiled kernels" into its cache folder, and the stage children and the
 checker by stand-ins that report what they were given. The rest is the real code: the key, the
 per-machine folder and its checks, the manifest, the copies, the lock, the wiring.
@@ -181,8 +181,9 @@ def _trimmed(rubric, stage_ids: tuple[str, ...], **changes):
 
 def test_a_rubric_of_some_of_the_shipped_stages_uses_the_shipped_rubrics_cache(tmp_path, monkeypatch, warm_child,
                                                                               bwrap_mode):
-    """The GPU suite's composite of hostile cases and the shipped rubric started side by side made two
-    caches, 10.9 s each under the GPU's lock on an H200: now whichever comes first makes one for both."""
+    """A rubric of some of the shipped stages (the GPU suite's composite of hostile cases) and the shipped
+    rubric, started side by side, share one cache: whichever comes first makes it for both (each costs
+    seconds under the GPU's lock)."""
     monkeypatch.setenv(warm.CACHE_VAR, str(tmp_path / "machine"))
     fp32_only = _trimmed(RUBRIC, ("naive", "coalesced"))
     assert warm.warm_key(fp32_only, DEVICE) != warm.warm_key(RUBRIC, DEVICE)
@@ -301,7 +302,7 @@ def test_without_a_warm_cache_the_children_compile_their_own_and_a_note_says_why
         run_stages.run_stages(job, gpu)
     assert seeds and all(s is None for s in seeds) and job.cupy_cache is None
     assert any("CuPy's kernels could not be compiled ahead" in n for n in job.notes)
-    assert job.outcomes["naive"].verdict is Verdict.CRASHED  # the run's own verdict, as before
+    assert job.outcomes["naive"].verdict is Verdict.CRASHED  # the run's own verdict, unchanged by the missing cache
 
 
 def test_racecheck_and_memcheck_run_at_once_and_a_race_stays_the_explanation(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The compile step runs its compiles side by side and starts occ.cu's builds with them (issue 15).
+"""The compile step runs its compiles side by side and starts occ.cu's builds with them.
 
 Real nvcc on the reference solutions, twice: one compile at a time, then side by side. What each
 compile gives (ptxas, the launch shape, the SASS, occ.cu's builds) and the order of everything

@@ -1,4 +1,4 @@
-"""racecheck's children start before the compiles and get each kernel as its compile ends (issue 15).
+"""racecheck's children start before the compiles and get each kernel as its compile ends.
 
 The child under the tool is real (grader.children sanitize, through the stand-in driver and a
 stand-in compute-sanitizer that runs its command); the grading's side is the real schedule and

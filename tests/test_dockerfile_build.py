@@ -212,10 +212,11 @@ def built() -> Iterator[Built]:
                         f"{free >> 30} GiB free")
         bh = Buildah(_layers_store())
         base, package_base = _make_bases(bh, _rootfs_tarball(work))
+        iid = work / "image-id"  # the image this build made, by its ID: the tag is shared with other runs' builds
         proc = bh("bud", "--layers", "--isolation", "chroot", "--pull=never", "--build-arg", f"BASE={base}",
-                  "--build-arg", f"PACKAGE_BASE={package_base}", "-t", IMAGE, "-f", str(ROOT / "Dockerfile"),
-                  str(ROOT), timeout=1800)
-        ctr = bh("from", "--pull=never", "-q", IMAGE).stdout.strip()
+                  "--build-arg", f"PACKAGE_BASE={package_base}", "-t", IMAGE, "--iidfile", str(iid),
+                  "-f", str(ROOT / "Dockerfile"), str(ROOT), timeout=1800)
+        ctr = bh("from", "--pull=never", "-q", iid.read_text().strip()).stdout.strip()
         fs = Path(bh("mount", ctr).stdout.strip())
         yield Built(bh, work, proc.stdout + proc.stderr, ctr, fs)
     finally:

@@ -430,7 +430,39 @@ def test_no_gpu_items_need_a_gpu_and_no_compiler_items_do_not(tmp_path):
 # ---------------------------------------------------------------------------------------
 # The whole GPU flow on CPU: real builds, a stand-in program, gpu_child on fake CuPy
 # ---------------------------------------------------------------------------------------
+# (source bytes, nvcc, flags, output name) -> (the compile's record, its output's bytes): the GPU-flow tests
+# below build the same program with the same flags; each distinct build is compiled for real once per session
+# (by the first test that needs it, with the grader's own fenced compile) and the others get its record and a
+# copy of its output. What they test is the GPU flow after the builds.
+_COMPILED: dict[tuple, tuple] = {}
+
+
+def _compile_once(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from grader.occupancy import build
+
+    real = build.compile_student
+
+    def once(nvcc, scratch, output, flags, **kw):
+        src = scratch.folder / scratch.source
+        key = (src.read_bytes(), nvcc.path, tuple(flags), output)
+        if key not in _COMPILED:
+            record = real(nvcc, scratch, output, flags, **kw)
+            if not record.ok:
+                return record
+            made = scratch.folder / output
+            _COMPILED[key] = (record, made.read_bytes(), made.stat().st_mode)
+        record, data, mode = _COMPILED[key]
+        (scratch.folder / output).write_bytes(data)
+        (scratch.folder / output).chmod(mode)
+        return replace(record, output=scratch.folder / output)
+
+    monkeypatch.setattr(build, "compile_student", once)
+
+
 def _fake_gpu(monkeypatch, fake: dict | None = None, program: dict | None = None):
+    _compile_once(monkeypatch)
     # Children get the grader's environment (grader.sandbox.launch.child_env), so the stand-in
     # CuPy on PYTHONPATH is what the measurement child imports.
     old = os.environ.get("PYTHONPATH")

@@ -235,6 +235,12 @@ def test_bad_usage_exits_2_and_still_writes_results_json(tmp_path):
     assert sorted(p.name for p in (FIXTURES / "reference").iterdir()) == ["grading.json"]
 
 
+@pytest.fixture(scope="module")
+def batch_of_ten(tmp_path_factory) -> Path:
+    """:func:`_batch_of_ten`, written once for the module (its outputs' plots take seconds); each test copies it."""
+    return _batch_of_ten(tmp_path_factory.mktemp("ten"))
+
+
 def _batch_of_ten(tmp_path: Path) -> Path:
     """A batch's output folder as ``python -m grader batch`` leaves it: ten submissions (the demo class twice), each
     with its outputs, batch_status.json and intake.json; the export's metadata; grades.csv; batch.json."""
@@ -256,8 +262,8 @@ def _batch_of_ten(tmp_path: Path) -> Path:
     return batch
 
 
-def test_a_ten_submission_batch_rescores_into_grades_csv(tmp_path):
-    batch = _batch_of_ten(tmp_path)
+def test_a_ten_submission_batch_rescores_into_grades_csv(tmp_path, batch_of_ten):
+    batch = shutil.copytree(batch_of_ten, tmp_path / "batch")
     new_path = edited(tmp_path / "new.yaml", score_only)
     proc = grader("rescore", str(batch), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
@@ -276,8 +282,8 @@ def test_a_ten_submission_batch_rescores_into_grades_csv(tmp_path):
                                                                  "blocktiling_1d", "speed")["points"]
 
 
-def test_a_batchs_failed_grading_keeps_its_row(tmp_path):
-    batch = _batch_of_ten(tmp_path)
+def test_a_batchs_failed_grading_keeps_its_row(tmp_path, batch_of_ten):
+    batch = shutil.copytree(batch_of_ten, tmp_path / "batch")
     failed = batch / "submissions" / "submission_1004"
     shutil.rmtree(failed)
     failed.mkdir()

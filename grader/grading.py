@@ -13,9 +13,7 @@ and ignored on load).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,7 @@ from grader.compile.toolchain import Tool
 from grader.model import Bonus, Gap, ItemResult, Verdict
 from grader.profile.agreement import Agreement
 from grader.profile.timing import TimingSummary
-from grader.records import as_float, to_jsonable
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.limits import StageLimit
 from grader.rubric.peaks import Peaks
 from grader.rubric.types import Stage
@@ -212,16 +210,9 @@ class Grading:
         if isinstance(shaped["outcomes"], dict):  # a stage without a benchmark was written {} before it was a record
             shaped["outcomes"] = {k: {**v, "bench": None} if isinstance(v, dict) and v.get("bench") == {} else v
                                   for k, v in shaped["outcomes"].items()}
-        # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
-        # without it still grades.
-        import dacite  # typed records from JSON dicts (nested dataclasses, enums, tuples, optionals)
-
-        # Enum values and tuples come back from their JSON forms; a float field written by another
-        # tool as a whole number (2) reads back as a float.
-        config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter})
         try:
-            return dacite.from_dict(cls, shaped, config=config)
-        except (dacite.DaciteError, ValueError, TypeError) as exc:
+            return from_jsonable(cls, shaped, strict=False)  # a stage's derived "correct" is not a field
+        except RecordError as exc:
             raise GradingFormatError(f"grading.json: {exc}") from None
 
     def write(self, path: str | Path) -> None:

@@ -1,4 +1,4 @@
-"""Typed records to and from JSON: the one codec of grading.json and of the child protocol.
+"""Typed records to and from JSON: the one codec of grading.json, results.json and the child protocol.
 
 On the ground floor and a runtime file (grader/children/__init__.py: RUNTIME_FILES): the grading
 process and its children both use it, so what one writes the other reads back as the same record.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections import Counter
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -68,10 +69,14 @@ def as_float(x: Any) -> Any:
 
 def from_jsonable(cls: type[T], data: Any, *, strict: bool = True) -> T:
     """The record ``cls`` that ``data`` (parsed JSON) holds; raises :class:`RecordError` naming the
-    field when it is not one. ``strict``: a key the record does not declare is an error too."""
+    field when it is not one. ``strict``: a key the record does not declare is an error too (grading.json is
+    read with it off: it writes derived keys, such as a stage's ``correct``, that its records compute).
+
+    Enum values and tuples come back from their JSON forms, a float field written by another tool as a whole
+    number (2) reads back as a float, and a Counter field as a Counter."""
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, found {type(data).__name__}")
-    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float}, strict=strict)
+    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter}, strict=strict)
     try:
         return dacite.from_dict(cls, data, config=config)
     except RecursionError:

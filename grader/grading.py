@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape
+from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
 from grader.clock import Phase
 from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
@@ -43,7 +43,7 @@ class GradingFormatError(ValueError):
 class Environment:
     """What the grading ran on: the device probe's report, the tools, the peaks."""
 
-    device: dict | None  # the probe child's JSON ({"ok", "name", "cc", "sms", ...}), None if it failed
+    device: ProbeResult | None  # the probe child's description of the GPU, None when the probe gave none
     device_reason: str  # why there is no GPU ("" when there is one)
     nvcc: Tool | None
     cuobjdump: Tool | None
@@ -55,7 +55,12 @@ class Environment:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.device and self.device.get("ok"))
+        return self.device is not None and self.device.ok
+
+    @property
+    def gpu(self) -> ProbeResult | None:
+        """The probe's description of a present GPU; None without one."""
+        return self.device if self.device is not None and self.device.ok else None
 
 
 @dataclass

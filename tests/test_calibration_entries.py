@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grader.children.protocol import ProbeResult
 from grader.grading import Environment
 from grader.instructor.calibrate import analyse, load_populations
 from grader.instructor.entry import propose
@@ -23,9 +24,9 @@ from grader.rubric.load import load_rubric, rubric_from_text
 from grader.rubric.peaks import Peaks
 from tests.gradings_helpers import FIXTURES, ROOT, fixture, graded_with
 
-H200 = {"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132, "runtime_version": 13000, "cupy_version": "x"}
-H100 = dict(H200, name="NVIDIA H100 80GB HBM3")
-L4 = dict(H200, name="NVIDIA L4", cc=[8, 9], sms=58)
+H200 = ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], sms=132, runtime_version=13000, cupy_version="x")
+H100 = dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3")
+L4 = dataclasses.replace(H200, name="NVIDIA L4", cc=[8, 9], sms=58)
 
 
 def entry_text(rubric, **stages) -> str:
@@ -67,7 +68,7 @@ def test_a_committed_entry_is_loaded_with_the_rubric_and_applied_on_its_gpu(rubr
     assert line == ("thresholds: the rubric's defaults (calibrated on NVIDIA H100 80GB HBM3; no entry for NVIDIA L4): "
                     "read the speed items as an estimate")
     assert for_device(rubric, None) == (rubric, None, "")  # no GPU: nothing is timed, nothing to say
-    assert for_device(rubric, {"ok": False, "name": "NVIDIA H200"})[2] == ""
+    assert for_device(rubric, ProbeResult(ok=False, name="NVIDIA H200"))[2] == ""
 
 
 def test_a_level_the_rubric_changed_since_is_left_at_the_rubrics(rubric_dir):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import BenchRun, CaseVerdict
+from grader.children.protocol import BenchRun, CaseVerdict, ProbeResult
 from grader.children.tma import Boxes
 from grader.compile import toolchain
 from grader.compile.ptxas import KernelResources
@@ -72,7 +72,7 @@ def synthetic_grading() -> Grading:
         outcomes[st.id] = o
     nvcc = Tool("nvcc", "/usr/local/bin/nvcc", "13.0", "system", how="PATH", env={"X": "1"},
                 host_compiler="/usr/bin/g++", host_compiler_version="13.2")
-    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132, "l2_bytes": 62914560},
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], sms=132, l2_bytes=62914560),
                       "", nvcc, Tool("cuobjdump", None, reason="not found"), ["-arch=sm_90a"], PEAKS)
     items = score(outcomes, PEAKS) + [
         ItemResult("occupancy", "ex2.explanation", "Exercise 2", Status.MANUAL, 0.0, 2.0, number="O.2",

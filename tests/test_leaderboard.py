@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.deploy.gradescope import leaderboard_entries
 from grader.grading import Environment, Grading, StageOutcome, load_grading
 from grader.model import Verdict
@@ -28,7 +29,7 @@ def _outcome(stage_id: str, correct: bool | None, ms: float | None = 2.0, base_m
 
 
 def _grading(**outcomes: StageOutcome) -> Grading:
-    env = Environment({"ok": True, "name": "NVIDIA H200"}, "", None, None, ["-arch=sm_90a"], Peaks(None, None, "test"))
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200"), "", None, None, ["-arch=sm_90a"], Peaks(None, None, "test"))
     return Grading("sub", env, outcomes, [], 1.0)
 
 

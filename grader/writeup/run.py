@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.compile.locate import locate
 from grader.grading import Grading
 from grader.model import Cause, Gap, ItemResult, Status
@@ -59,7 +60,7 @@ class Gradings:
     not ok: no GPU) and other gradings of the student's kernels (``grade --citations-from``: the
     student's self-checks the course's GPU service stored), each on the device its grading.json names."""
 
-    device: dict | None = None
+    device: ProbeResult | None = None
     stored: Sequence[Grading] = ()
 
 
@@ -74,8 +75,8 @@ class Evidence:
     note: str = ""  # said under the values items (a report that names no GPU)
 
 
-def _device_name(device: dict | None) -> str | None:
-    return str(device.get("name") or "") or None if device and device.get("ok") else None
+def _device_name(device: ProbeResult | None) -> str | None:
+    return device.name or None if device is not None and device.ok else None
 
 
 def choose_evidence(gpu: ReportGpu | None, outcomes: dict, gradings: Gradings | None) -> Evidence:

@@ -22,7 +22,7 @@ from grader.clock import Phase
 from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
-from grader.model import Bonus, Gap, ItemResult, Verdict
+from grader.model import Bonus, Gap, ItemResult, NcuMetrics, Verdict
 from grader.profile.agreement import Agreement
 from grader.profile.timing import TimingSummary
 from grader.records import RecordError, from_jsonable, to_jsonable
@@ -78,7 +78,7 @@ class StageOutcome:
     gpu_reason: str = ""  # why GPU work was not done, "" when it was
     run_output: str = ""  # trimmed output of the student's run, for feedback
     bench: BenchRun | None = None  # raw timings from the runner (unjudged)
-    ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
+    ncu: NcuMetrics | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
     # ncu's launch against the stage child's launches at the profile size and its timed ones

@@ -10,6 +10,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+# One Nsight Compute metric's value as ncu's CSV gives it (grader/profile/ncu.py: parse_value): a number, the
+# text of a non-numeric cell such as "(32, 32, 1)", or None for "n/a" and an empty cell.
+NcuValue = float | str | None
+NcuMetrics = dict[str, NcuValue]  # one kernel's metrics, by metric name (StageOutcome.ncu)
+
 
 class Status(str, Enum):
     """An item's verdict. The values are what results.json and grading.json carry.

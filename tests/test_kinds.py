@@ -15,11 +15,12 @@ from grader.instructor.handout import threshold
 from grader.instructor.stored import is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Status, Verdict
 from grader.profile.timing import summarize
+from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
-from grader.score.stages import score
+from grader.score.stages import evaluate, score
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -100,7 +101,7 @@ def _outcome(stage_id: str) -> StageOutcome:
 
 
 def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_together():
-    def judge(item, o, context: JudgeContext) -> ItemResult:
+    def judge(kind, item, o, context: JudgeContext) -> ItemResult:
         return result(o.stage, item, Status.PASSED, 1, "judged by the replacement", fraction_of_baseline=0.01)
 
     def handout(item, stage, rubric) -> str:
@@ -130,6 +131,26 @@ def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_to
     assert row.reference == [0.01] and row.role == "other"  # read through the replaced entry, no longer "speed"
     default = next(r for r in calibration_rows(RUBRIC, [grading], []) if (r.stage, r.item) == ("tiled", speed.id))
     assert default.role == "speed"
+
+
+class _FullFromZero(Kind):
+    """A threshold kind whose every item earns its full points from 0 up: a curve no shipped kind has."""
+
+    def curve(self, item):
+        return Curve(knees=(), full=0.0)
+
+
+@pytest.mark.parametrize("name", ["fraction_of_baseline", "fraction_of_peak"])
+def test_a_replaced_kinds_curve_is_the_one_its_judge_applies(name):
+    old = REGISTRY[name]
+    registry = REGISTRY.replace(_FullFromZero(**{f.name: getattr(old, f.name) for f in dataclasses.fields(old)}))
+    o = _outcome("tiled")
+    o.timing = summarize(4096, [2.73 / 0.01] * 5, [2.73] * 5, PEAKS.get(o.stage.peak))  # 1% of cuBLAS: slow
+    item = dataclasses.replace(sample(name), points=5.0)
+    shipped = evaluate(item, o, {"tiled": o}, PEAKS)
+    replaced = evaluate(item, o, {"tiled": o}, PEAKS, registry)
+    assert (shipped.status, shipped.score) == (Status.FAILED, 0.0)
+    assert (replaced.status, replaced.score) == (Status.PASSED, 5.0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ A stage item names a ``kind`` and that kind's ``params``. Each :class:`Kind` dec
 - its parameters (:class:`Param`: types, required, what it means), whether it is a speed kind (its points
   wait on the stage's technique items: grader/score/stages.py ``gate_speed``), whether it may be technique
   evidence (it takes ``technique``), and its own checks of the params (:func:`stage_item` runs them);
-- its judge: ``judge(item, outcome, context) -> ItemResult``, reading the stage's evidence through the views
+- its judge: ``judge(kind, item, outcome, context) -> ItemResult``, given its own entry (:meth:`Kind.judged`), reading the stage's evidence through the views
   of grader/rubric/evidence.py (grader.grading.StageOutcome satisfies them);
 - its measured number: the key of ``ItemResult.values`` that holds it (:meth:`Kind.measured`), and the param
   holding its level (:meth:`Kind.threshold`), which rescore, what-if and the calibration read;
@@ -38,11 +38,11 @@ NOT_EVALUATED with the reason. The status follows the cause of the stage's ``ncu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.model import Cause, Gap, ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, NcuValue, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
 from grader.rubric.evidence import StageView, TimingView
@@ -94,7 +94,7 @@ class Reading:
     passed: bool
 
 
-Judge = Callable[[Item, StageView, JudgeContext], ItemResult]
+Judge = Callable[["Kind", Item, StageView, JudgeContext], ItemResult]  # given its own kind (its curve)
 Validate = Callable[[Item, Reader], None]
 Handout = Callable[[Item, Stage, Rubric], str]
 Axis = Callable[[Item, Mapping[str, Stage]], str]
@@ -131,6 +131,10 @@ class Kind:
     title_percent: float | None = None
     title_times: bool = False
     title_bounds: bool = False
+
+    def judged(self, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+        """The item's verdict by this kind's judge, which reads this entry (its curve), not the shipped registry's."""
+        return self.judge(self, item, o, context)
 
     @property
     def technique_allowed(self) -> bool:
@@ -336,7 +340,7 @@ def _curve_words(name: str, item: Item, show: Callable[[float], str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # compiles
 # ---------------------------------------------------------------------------------------------
-def _judge_compiles(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_compiles(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st, c = o.stage, o.compile
     k, launch = (c.kernel, c.launch) if c is not None and c.ok else (None, None)
     if c is not None and k is not None and launch is not None:
@@ -366,7 +370,7 @@ def _handout_compiles(item: Item, stage: Stage, rubric: Rubric) -> str:
 # ---------------------------------------------------------------------------------------------
 # correct
 # ---------------------------------------------------------------------------------------------
-def _judge_correct(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_correct(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st = o.stage
     if o.correct is None:
         return result(st, item, Status.NOT_EVALUATED, 0,
@@ -383,7 +387,7 @@ def _handout_correct(item: Item, stage: Stage, rubric: Rubric) -> str:
 # ---------------------------------------------------------------------------------------------
 # no_spills
 # ---------------------------------------------------------------------------------------------
-def _judge_no_spills(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_no_spills(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st, c = o.stage, o.compile
     k = c.kernel if c is not None else None
     assert k is not None  # needs_compile: score/stages.py judged an uncompiled stage's item already
@@ -416,7 +420,7 @@ def _handout_no_spills(item: Item, stage: Stage, rubric: Rubric) -> str:
 # ---------------------------------------------------------------------------------------------
 # sass
 # ---------------------------------------------------------------------------------------------
-def _judge_sass(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_sass(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st = o.stage
     if o.sass is None or not o.sass.available:
         return result(st, item, Status.NOT_EVALUATED, 0,
@@ -473,11 +477,11 @@ def _validate_peak(item: Item, r: Reader) -> None:
     _validate_speed(item, r)
 
 
-def _judge_fraction_of_baseline(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_fraction_of_baseline(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
-    st, t, kind = o.stage, o.timing, REGISTRY[FRACTION_OF_BASELINE]
+    st, t = o.stage, o.timing
     assert t is not None  # _untimed said it is timed
     status, frac = _on_curve(kind, item, t.fraction_of_baseline)
     base = st.baseline_label
@@ -488,11 +492,11 @@ def _judge_fraction_of_baseline(item: Item, o: StageView, context: JudgeContext)
     return _with_next_step(result(st, item, status, frac, msg, fraction_of_baseline=t.fraction_of_baseline), o)
 
 
-def _judge_fraction_of_peak(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_fraction_of_peak(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
-    st, t, kind, peaks = o.stage, o.timing, REGISTRY[FRACTION_OF_PEAK], context.peaks
+    st, t, peaks = o.stage, o.timing, context.peaks
     assert t is not None  # _untimed said it is timed
     peak = peaks.get(item.params["peak"])
     if not peak:
@@ -506,11 +510,11 @@ def _judge_fraction_of_peak(item: Item, o: StageView, context: JudgeContext) -> 
     return _with_next_step(result(st, item, status, frac, msg, tflops=t.tflops, ratio=value), o)
 
 
-def _judge_speedup(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_speedup(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
-    st, t, kind = o.stage, o.timing, REGISTRY[SPEEDUP_OVER_STAGE]
+    st, t = o.stage, o.timing
     assert t is not None  # _untimed said it is timed
     other = context.outcomes.get(item.params["stage"])
     gap = timing_gap(other) if other else Gap(Cause.STUDENT, "stage not graded in this run")
@@ -584,8 +588,19 @@ def _ncu_result(o: StageView, item: Item, status: Status, message: str, *, needs
                       values=values, needs_gpu=needs_gpu, bonus=st.bonus)
 
 
+def _metric_values(metrics: Mapping[str, NcuValue], names: Iterable[str], sep: str) -> str:
+    """``name = value`` of the named metrics that have a number, for an ncu item's message."""
+    return sep.join(f"{m} = {fmt(float(v))}" for m in names
+                    if isinstance(v := metrics.get(m), (int, float)) and not isinstance(v, bool))
+
+
 def judge_ncu(item: Item, o: StageView, context: JudgeContext | None = None) -> ItemResult:
-    """The verdict on one ``ncu`` item for one stage (see the module docstring for statuses)."""
+    """The verdict on one ``ncu`` item for one stage under the shipped registry's ``ncu`` kind (see the module
+    docstring for statuses); scoring calls the kind's own judge, so a replaced kind's curve applies."""
+    return _judge_ncu(REGISTRY[NCU], item, o, context or JudgeContext())
+
+
+def _judge_ncu(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     p = item.params
     explain = p.get("explain", "").strip()
     tail = f" {explain}" if explain else ""
@@ -604,18 +619,18 @@ def judge_ncu(item: Item, o: StageView, context: JudgeContext | None = None) -> 
         return _ncu_result(o, item, Status.NOT_EVALUATED, f"not evaluated: the rubric's expression is invalid (a "
                            f"course-staff problem): {exc}")
     except ZeroDivisionError:
-        used = ", ".join(f"{m} = {fmt(float(o.ncu[m]))}" for m in METRIC_RE.findall(str(p["expr"]))
-                         if isinstance(o.ncu.get(m), (int, float)))
+        used = _metric_values(o.ncu, METRIC_RE.findall(str(p["expr"])), ", ")
         return _ncu_result(o, item, Status.FAILED, f"cannot compute {item.title!r}: the expression divides by zero "
                            f"for your kernel ({used}).{tail}")
     unit = p.get("unit", "")
     ok = passes(p["op"], value, threshold)
-    inputs = "; ".join(f"{m} = {fmt(float(o.ncu[m]))}" for m in dict.fromkeys(METRIC_RE.findall(str(p["expr"]))))
+    # every metric of the expression has a number here: evaluate_expr raised MissingMetric otherwise
+    inputs = _metric_values(o.ncu, dict.fromkeys(METRIC_RE.findall(str(p["expr"]))), "; ")
     verdict = "passed" if ok else "not met"
     ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in str(p["expr"]) and p["op"] == "==" and n else ""
     # The explanation ends with what to look at next: it belongs to a failed item only.
     # A declared curve gives part of the points short of the threshold (its value is a number then).
-    c = REGISTRY[NCU].curve(item)
+    c = kind.curve(item)
     frac = 1.0 if ok else c.fraction(value) if c.knees else 0.0
     note = "" if ok or not c.knees else c.note(item.points, value, lambda v: _with_unit(v, unit))
     message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {p['op']} {_with_unit(threshold, unit)} "
@@ -748,7 +763,7 @@ REGISTRY = Registry({k.name: k for k in (
         "explain": Param(str, False, "what to look at next, shown when the item fails"),
         "unit": Param(str, False, "the unit the values are shown in"),
         "integrity": Param(bool, False, "the criterion checks honest work, so the previous stage may pass it"),
-        **_TECHNIQUE, **_CURVE}, judge_ncu, _handout_ncu, validate=_validate_ncu, measured_key="value",
+        **_TECHNIQUE, **_CURVE}, _judge_ncu, _handout_ncu, validate=_validate_ncu, measured_key="value",
          level_param="value", expression_params=("expr", "value"), calibrated=True, axis=_axis_ncu,
          title_percent=1.0, title_bounds=True),
 )})

@@ -26,7 +26,7 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     if kind.needs_compile and (c is None or not c.ok or c.kernel is None):
         return result(st, item, Status.FAILED, 0, "no credit: the stage did not compile; its compile item shows "
                       "why, and every other item of the stage waits on it")
-    return kind.judge(item, o, JudgeContext(outcomes, peaks))
+    return kind.judged(item, o, JudgeContext(outcomes, peaks))
 
 
 def gate_speed(stage: Stage, results: list[ItemResult], registry: Registry = REGISTRY) -> list[ItemResult]:

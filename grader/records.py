@@ -40,6 +40,8 @@ def to_jsonable(obj: Any) -> Any:
     A whole number in a field typed float is written as a float (``20.0``), so that a record
     read back (grader/grading.py) writes the same text again.
     """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "json_form"):
+        return to_jsonable(obj.json_form())  # a record that writes a form of its own (grader/model.py: Measured)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         # Field by field, not dataclasses.asdict: asdict rebuilds a Counter from (key, value)
         # pairs, counting the pairs, and cannot rebuild dict subclasses such as NcuTable.
@@ -67,6 +69,34 @@ def as_float(x: Any) -> Any:
     return float(x) if type(x) is int else x
 
 
+def _record_types(t: Any, found: dict[type, None]) -> None:
+    """Every record type reachable from the type ``t`` (its fields' types, inside containers and optionals)."""
+    for arg in typing.get_args(t):
+        _record_types(arg, found)
+    if not (isinstance(t, type) and dataclasses.is_dataclass(t)) or t in found:
+        return
+    found[t] = None
+    try:
+        hints = typing.get_type_hints(t)
+    except Exception:  # noqa: BLE001 - a name only imported for type checking: its records are not walked
+        return
+    for hint in hints.values():
+        _record_types(hint, found)
+
+
+_HOOKS: dict[type, dict[Any, Any]] = {}
+
+
+def _form_hooks(cls: type) -> dict[Any, Any]:
+    """For each record reachable from ``cls`` that writes a form of its own (``json_form``), the reader of that
+    form (its ``from_json_form``: the form back to the record's fields), as dacite's type hooks."""
+    if cls not in _HOOKS:
+        found: dict[type, None] = {}
+        _record_types(cls, found)
+        _HOOKS[cls] = {t: t.from_json_form for t in found if hasattr(t, "from_json_form")}
+    return _HOOKS[cls]
+
+
 def from_jsonable(cls: type[T], data: Any, *, strict: bool = True) -> T:
     """The record ``cls`` that ``data`` (parsed JSON) holds; raises :class:`RecordError` naming the
     field when it is not one. ``strict``: a key the record does not declare is an error too (grading.json is
@@ -76,7 +106,8 @@ def from_jsonable(cls: type[T], data: Any, *, strict: bool = True) -> T:
     number (2) reads back as a float, and a Counter field as a Counter."""
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, found {type(data).__name__}")
-    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter}, strict=strict)
+    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter, **_form_hooks(cls)},
+                           strict=strict)
     try:
         return dacite.from_dict(cls, data, config=config)
     except RecursionError:

@@ -24,7 +24,7 @@ from grader.instructor.calibrate import (
     write_report,
 )
 from grader.instructor.stage_limits import limit_proposals
-from grader.model import ItemResult, Status
+from grader.model import ItemResult, Measured, Status
 from grader.rubric.calibration import load_entries
 from grader.rubric.load import load_rubric, parse_rubric, rubric_from_text
 from grader.run_local import parse_args  # the legacy flags of run_local.py
@@ -52,7 +52,7 @@ def grading(values: dict, seconds=30.0, earned: float | None = None):
             vals["threshold"] = thr
         got = it.points if ok else it.points * (earned or 0.0)
         items.append(ItemResult(sid, iid, it.title, Status.PASSED if ok else Status.FAILED, got,
-                                it.points, number=f"{st.number}.{iid}", values=vals))
+                                it.points, number=f"{st.number}.{iid}", values=Measured(**vals)))
     return SimpleNamespace(items=items, seconds=seconds, env=SimpleNamespace(device=ProbeResult(ok=True, name="NVIDIA H200")))
 
 

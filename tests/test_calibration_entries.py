@@ -52,13 +52,13 @@ def test_a_committed_entry_is_loaded_with_the_rubric_and_applied_on_its_gpu(rubr
     speed = next(i for i in base.stage("tiled").items if i.id == "speed")
     (rubric_dir / FOLDER / "nvidia-h100-80gb-hbm3.yaml").write_text(entry_text(
         base, naive={"reference_s": 2.5},
-        tiled={"thresholds": {"speed": {"min": 0.12, "rubric": speed.params["min"], "margin": 0.3, "verdict": "OK"}}}))
+        tiled={"thresholds": {"speed": {"min": 0.12, "rubric": speed.params.min, "margin": 0.3, "verdict": "OK"}}}))
     rubric = load_rubric(rubric_dir / "rubric.yaml")
     assert [e.gpu for e in rubric.calibrations] == ["NVIDIA H100 80GB HBM3"]
     used, entry, line = for_device(rubric, H100)
     assert entry is rubric.calibrations[0]
     assert used.stage("naive").limits.reference_s == 2.5
-    assert next(i for i in used.stage("tiled").items if i.id == "speed").params["min"] == 0.12
+    assert next(i for i in used.stage("tiled").items if i.id == "speed").params.min == 0.12
     assert used.stage("coalesced") == rubric.stage("coalesced")  # what the entry does not name stays the rubric's
     assert line == ("thresholds and stage time limits: calibrated for this GPU "
                     "(calibration/nvidia-h100-80gb-hbm3.yaml, 2026-12-06 19:00 UTC)")

@@ -16,7 +16,7 @@ from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
 from grader.grading import Environment, Grading, GradingFormatError, ProfileRun, StageOutcome, load_grading
-from grader.model import Cause, Gap, ItemResult, ProcRecord, Status, Verdict
+from grader.model import Cause, Gap, ItemResult, Measured, ProcRecord, Status, Verdict
 from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.write import write_outputs
 from grader.profile.ncu import parse_raw_csv
@@ -76,7 +76,8 @@ def synthetic_grading() -> Grading:
                       "", nvcc, Tool("cuobjdump", None, reason="not found"), ["-arch=sm_90a"], PEAKS)
     items = score(outcomes, PEAKS) + [
         ItemResult("occupancy", "ex2.explanation", "Exercise 2", Status.MANUAL, 0.0, 2.0, number="O.2",
-                   values={"words": 120, "nested": {"list": [1, 2.5]}}),
+                   values=Measured(registers=120, times_ms={"512": 1.5}, gated_by=["3.ffma"],
+                                   answers={"ex2.explanation": "because", "ex3.explanation": None})),
         ItemResult("report", "table.times", "Times", Status.NOT_EVALUATED, 0.0, 3.0, "not evaluated: no GPU",
                    visibility="after_due_date", number="R.1", needs_gpu=True),
     ]

@@ -13,10 +13,11 @@ from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
 from grader.instructor.stored import is_threshold_item, measured_value, threshold_of
-from grader.model import ItemResult, Status, Verdict
+from grader.model import ItemResult, Measured, Status, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
+from grader.rubric.items import PARAM_NAMES
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
@@ -61,19 +62,22 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
     wording = kind.handout(item, STAGE, RUBRIC)
     assert wording.strip() and wording != name, f"{name} has no handout wording"
     assert threshold(item, STAGE, RUBRIC).startswith(wording)
+    assert set(kind.params) <= set(PARAM_NAMES)  # each declared param is a field of the typed record
     assert kind.technique_allowed == ("technique" in kind.params)
     if kind.calibrated:  # a threshold kind: a number, a level, an op, an axis
         assert kind.threshold_kind and kind.level_param in kind.params and kind.axis is not None
         assert not kind.not_calibrated
         value = MEASURED[name]
-        stored = result(STAGE, item, Status.PASSED, 1, "m", **{kind.measured_key: value, "threshold": 4.0})
+        assert kind.measured_key in {f.name for f in dataclasses.fields(Measured)}  # a field of the typed values
+        stored = result(STAGE, item, Status.PASSED, 1, "m",
+                        values=Measured(**{kind.measured_key: value, "threshold": 4.0}))
         assert kind.reading(item, stored) == Reading(value, float(SAMPLES[name].get("min", 4)), kind.op(item), True)
         assert measured_value(item, stored) == value and is_threshold_item(item)
         assert threshold_of(item) == float(SAMPLES[name].get("min", SAMPLES[name].get("value")))
         assert kind.axis(item, {s.id: s for s in RUBRIC.stages}).strip()
     else:  # a static kind says why the calibration does not read its number
         assert kind.not_calibrated.strip() and kind.measured_key is None
-        assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", value=1.0)) is None
+        assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", values=Measured(value=1.0))) is None
         assert not is_threshold_item(item)
 
 
@@ -102,7 +106,8 @@ def _outcome(stage_id: str) -> StageOutcome:
 
 def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_together():
     def judge(kind, item, o, context: JudgeContext) -> ItemResult:
-        return result(o.stage, item, Status.PASSED, 1, "judged by the replacement", fraction_of_baseline=0.01)
+        return result(o.stage, item, Status.PASSED, 1, "judged by the replacement",
+                      values=Measured(fraction_of_baseline=0.01))
 
     def handout(item, stage, rubric) -> str:
         return "whatever the replacement says"
@@ -120,7 +125,7 @@ def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_to
     assert scored[speed.id].message == "judged by the replacement" and scored[speed.id].status == Status.PASSED
     assert before[speed.id].message != scored[speed.id].message
     # Not a speed kind any more: the technique gate (no ncu metrics here, so it waits) leaves it alone.
-    assert "gated_by" in before[speed.id].values and "gated_by" not in scored[speed.id].values
+    assert before[speed.id].values.gated_by is not None and scored[speed.id].values.gated_by is None
 
     assert threshold(speed, STAGE, RUBRIC, registry) == "whatever the replacement says"
     assert threshold(speed, STAGE, RUBRIC).startswith("at least")

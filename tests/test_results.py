@@ -10,7 +10,7 @@ import unittest
 
 import pytest
 
-from grader.model import ItemResult, Status
+from grader.model import ItemResult, Measured, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
@@ -30,11 +30,11 @@ TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "output
 def items() -> list[ItemResult]:
     return [
         ItemResult("naive", "correct", "Naive: correct", Status.PASSED, 10.0, 10.0,
-                   "All sizes match.", number="1.1", values={"max_err": 1e-6}),
+                   "All sizes match.", number="1.1", values=Measured(value=1e-6)),
         ItemResult("tiled", "correct", "Tiled: correct", Status.FAILED, 0.0, 10.0,
                    "N = 512: max error 7.4", visibility="after_due_date", number="3.1"),
         ItemResult("tiled", "speed", "Tiled: speed", Status.PASSED, 3.3333333, 5.0, "37% of cuBLAS",
-                   number="3.2", values={"ratio": 0.37, "nan": math.nan}),
+                   number="3.2", values=Measured(ratio=0.37, value=math.nan)),
         ItemResult("wmma", "correct", "WMMA: correct", Status.NOT_EVALUATED, 0.0, 10.0,
                    "not evaluated: no CUDA device", number="5.1", needs_gpu=True),
         ItemResult("wmma", "writeup", "WMMA: write-up", Status.MANUAL, 0.0, 5.0, "",
@@ -92,7 +92,7 @@ def test_build_results_fields():
         "status": "passed", "output": "All sizes match.", "output_format": "md",
         "visibility": "visible", "tags": ["naive"],
         "extra_data": {"status": "passed", "stage": "naive", "item": "correct",
-                       "values": {"max_err": 1e-6}, "needs_gpu": False},
+                       "values": {"value": 1e-6}, "needs_gpu": False},
     }
     assert t["3.1"]["status"] == "failed" and t["3.1"]["visibility"] == "after_due_date"
     assert t["3.2"]["score"] == 3.3333 and t["3.2"]["status"] == "passed"  # partial credit
@@ -175,7 +175,7 @@ def test_write_results_atomic_and_strict(tmp_path):
     assert r.extra_data is not None
     assert {k: r.extra_data[k] for k in ("inf", "ninf", "nan")} == {"inf": None, "ninf": None, "nan": None}
     r.extra_data = {"inf": math.inf, "ninf": -math.inf, "nan": math.nan}  # raw, for the writer
-    r.tests[2].extra_data["values"]["nan"] = math.nan
+    r.tests[2].extra_data["values"]["value"] = math.nan
     write_results(path, r)
     assert sorted(os.listdir(path.parent)) == ["results.json"]  # no temp file left
     text = path.read_text(encoding="utf-8")
@@ -183,7 +183,7 @@ def test_write_results_atomic_and_strict(tmp_path):
     back = json.loads(text)
     assert back["extra_data"] == {"inf": None, "ninf": None, "nan": None}
     t32 = next(t for t in back["tests"] if t["number"] == "3.2")
-    assert t32["extra_data"]["values"] == {"ratio": 0.37, "nan": None}
+    assert t32["extra_data"]["values"] == {"ratio": 0.37, "value": None}
     assert back["score"] == r.score
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 

@@ -107,7 +107,7 @@ def _role(item: Item, op: str, registry: Registry) -> str:
         return "technique"
     if registry.of(item).speed:
         return "speed"
-    if op == "==" or item.params.get("integrity"):
+    if op == "==" or item.params.integrity:
         return "integrity"
     return "other"
 

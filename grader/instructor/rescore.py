@@ -139,7 +139,7 @@ def _stage_changes(measured: Stage, new: Stage) -> list[str]:
 
 def _metrics(item: Item, kind: Kind) -> list[str]:
     return list(dict.fromkeys(m for key in kind.expression_params
-                              for m in METRIC_RE.findall(str(item.params.get(key, "")))))
+                              for m in METRIC_RE.findall(str(item.params.get(key) or ""))))
 
 
 def _ncu_problem(it: Item, kind: Kind, measured: dict[str, Item], o: StageOutcome) -> str:

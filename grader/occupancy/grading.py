@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.model import Cause, Gap, ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.occupancy.answers import Answers
 from grader.occupancy.calculator import KIB, SMLimits, limits_for
 from grader.rubric.occupancy import OccupancyConfig
@@ -88,12 +88,12 @@ class Ctx:
 
     # -- verdicts ------------------------------------------------------------------------
     def result(self, item: str, status: Status, fraction: float, message: str,
-               **values: Any) -> ItemResult:
+               values: Measured | None = None) -> ItemResult:
         spec = self.cfg.items[item]
         score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
         return ItemResult(stage=STAGE, item=item, title=spec.title, status=status, score=score,
                           max_score=spec.points, message=message, visibility=spec.visibility,
-                          number=spec.number, values=values)
+                          number=spec.number, values=values or Measured())
 
     def not_evaluated(self, item: str, reason: str) -> ItemResult:
         """Not evaluated for a reason of the grader's (not the lack of a GPU: see :meth:`gap`)."""
@@ -117,17 +117,17 @@ class Ctx:
         return self.gap(item, self.meas.gpu_problems.get(part) or Gap(Cause.GRADER, default))
 
     def parts(self, item: str, parts: list[tuple[bool, str]], ok_message: str = "",
-              reads_answers: bool = True, **values: Any) -> ItemResult:
+              reads_answers: bool = True, values: Measured | None = None) -> ItemResult:
         """Score an item from (correct, message) parts: full marks only when all are right,
         otherwise the fraction of parts that are right."""
         if reads_answers and self.answers.error:
             return self.result(item, Status.FAILED, 0.0, self.answers.error)
         good = sum(1 for ok, _ in parts if ok)
         if parts and good == len(parts):
-            return self.result(item, Status.PASSED, 1.0, ok_message or "correct", **values)
+            return self.result(item, Status.PASSED, 1.0, ok_message or "correct", values)
         wrong = [m for ok, m in parts if not ok]
         frac = good / len(parts) if parts else 0.0
-        return self.result(item, Status.FAILED, frac, "\n".join(wrong), **values)
+        return self.result(item, Status.FAILED, frac, "\n".join(wrong), values)
 
     def manual(self, item: str, fields: list[str]) -> ItemResult:
         """A free-text item: always ``manual``. Course staff grade it (a manual question on Gradescope),
@@ -141,7 +141,7 @@ class Ctx:
                 else "nothing recorded for course staff")
         return self.result(item, Status.MANUAL, 0.0, "\n".join([head + ("; fix the field(s) below, or they see no "
                                                                         "answer there" if missing else "")] + missing),
-                           **{f: self.answers.get(f) for f in fields})
+                           Measured(answers={f: self.answers.get(f) for f in fields}))
 
     def program_section(self, item: str, key: str) -> ProgramSection | ItemResult:
         """The program's JSON section ``key``, or the verdict to give when it cannot be had."""

@@ -139,8 +139,9 @@ def rubric_metrics(rubric) -> list[str]:
     for stage in rubric.stages:
         for item in stage.items:
             for key in REGISTRY.of(item).expression_params:
-                if isinstance(item.params.get(key), str):
-                    names += metric_names(item.params[key])
+                text = item.params.get(key)
+                if isinstance(text, str):
+                    names += metric_names(text)
     return list(dict.fromkeys(names))
 
 

@@ -166,7 +166,7 @@ def apply(rubric: Rubric, entry: Entry) -> tuple[Rubric, list[str]]:
             t = next((t for t in entry.thresholds if (t.stage, t.item) == (st.id, it.id)), None)
             now = it.params.get(t.key) if t is not None else None
             if t is not None and isinstance(now, NUMBER) and float(now) == t.rubric:
-                it = dataclasses.replace(it, params={**it.params, t.key: t.value})
+                it = dataclasses.replace(it, params=it.params.with_level(t.key, t.value))
             elif t is not None:
                 stale.append(f"{st.number}.{it.id}: rubric.yaml's {t.key} is {now!r}, calibrated against {t.rubric:g}")
             items.append(it)

@@ -193,7 +193,7 @@ class Grading:
         })
 
     @classmethod
-    def from_json(cls, data: Any) -> Grading:
+    def from_json(cls, data: object) -> Grading:
         """The Grading a grading.json dict holds. Raises GradingFormatError naming what is wrong."""
         if not isinstance(data, dict):
             raise GradingFormatError(f"grading.json: expected an object, found {type(data).__name__}")

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import typing
 from collections import Counter
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -64,12 +65,12 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def as_float(x: Any) -> Any:
+def as_float(x: object) -> object:
     """A whole number where a float is expected reads as that float (JSON writes 2.0 as 2 in other tools)."""
     return float(x) if type(x) is int else x
 
 
-def _record_types(t: Any, found: dict[type, None]) -> None:
+def _record_types(t: object, found: dict[type, None]) -> None:
     """Every record type reachable from the type ``t`` (its fields' types, inside containers and optionals)."""
     for arg in typing.get_args(t):
         _record_types(arg, found)
@@ -84,10 +85,10 @@ def _record_types(t: Any, found: dict[type, None]) -> None:
         _record_types(hint, found)
 
 
-_HOOKS: dict[type, dict[Any, Any]] = {}
+_HOOKS: dict[type, dict[type, Callable[[object], object]]] = {}
 
 
-def _form_hooks(cls: type) -> dict[Any, Any]:
+def _form_hooks(cls: type) -> dict[type, Callable[[object], object]]:
     """For each record reachable from ``cls`` that writes a form of its own (``json_form``), the reader of that
     form (its ``from_json_form``: the form back to the record's fields), as dacite's type hooks."""
     if cls not in _HOOKS:

@@ -206,7 +206,7 @@ def _stage_items(g: Grading, new: Rubric, profile_changed: bool,
     return outcomes, refused, changed, timing_only
 
 
-def _shape(x: Any) -> Any:
+def _shape(x: object) -> object:
     """A comparable form of a section's config without what only scores (points, visibility, item titles)."""
     if isinstance(x, Item):
         return ("item", x.id, x.kind, _shape(x.params))

@@ -9,8 +9,9 @@ cause of a typed :class:`grader.model.Gap`, never the wording of a message.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.occupancy.answers import Answers
@@ -18,6 +19,8 @@ from grader.occupancy.calculator import KIB, SMLimits, limits_for
 from grader.rubric.occupancy import OccupancyConfig
 from grader.untrusted.quote import show_value
 from grader.untrusted.yaml_load import MAX_MAGNITUDE
+
+K = TypeVar("K", bound=Hashable)
 
 STAGE = "occupancy"
 NO_DEVICE = "not evaluated: no CUDA device"
@@ -226,7 +229,7 @@ def implausible(answers: Answers, cfg: OccupancyConfig) -> dict[str, str]:
     return out
 
 
-def as_number(value: Any) -> float | None:
+def as_number(value: object) -> float | None:
     """``value`` as a float when it is a finite number of sane size, else None. The student's
     program may print 1e400 or a 400-digit integer, which float() and math.isclose cannot take."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= MAX_MAGNITUDE:
@@ -234,7 +237,7 @@ def as_number(value: Any) -> float | None:
     return float(value)
 
 
-def program_value(value: Any) -> str:
+def program_value(value: object) -> str:
     """A value the student's program printed, for a message: a sane number as it is, anything else
     (text, a list, 1e400) as short inline code, never rendered as Markdown."""
     if value is None or isinstance(value, bool) or as_number(value) is not None:
@@ -250,7 +253,7 @@ def api_lookup(api: dict, block: int, smem: int) -> int | None:
     return None
 
 
-def near_min(times: dict[Any, float], tie_pct: float) -> set:
+def near_min(times: Mapping[K, float], tie_pct: float) -> set[K]:
     """Keys whose time is within ``tie_pct`` percent of the fastest (the fastest included)."""
     valid = {k: v for k, v in times.items() if isinstance(v, (int, float)) and v > 0}
     if not valid:
@@ -259,7 +262,7 @@ def near_min(times: dict[Any, float], tie_pct: float) -> set:
     return {k for k, v in valid.items() if v <= best * (1 + tie_pct / 100.0)}
 
 
-def argmax_set(values: dict[Any, float]) -> set:
+def argmax_set(values: Mapping[K, float]) -> set[K]:
     if not values:
         return set()
     top = max(values.values())

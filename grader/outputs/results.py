@@ -117,7 +117,7 @@ class Results:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> Results:
+    def from_json(cls, data: object) -> Results:
         """The record a parsed results.json holds; :class:`~grader.records.RecordError` names the key that is
         not what it should be (a key the record does not know is one)."""
         tests = data.get("tests", []) if isinstance(data, dict) else []

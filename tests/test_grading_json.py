@@ -120,7 +120,7 @@ def test_outputs_from_the_loaded_grading_are_identical(tmp_path):
     for name in OUTPUT_FILES:
         assert (loaded / name).read_bytes() == (fresh / name).read_bytes(), name
     assert leaderboard_entries(back) == leaderboard_entries(g) == results.leaderboard
-    assert [e["name"] for e in results.leaderboard or []] == [
+    assert [e.name for e in results.leaderboard or []] == [
         f"{RUBRIC.stage('blocktiling_2d').title}: TFLOP/s", f"{RUBRIC.stage('blocktiling_2d').title}: % of cuBLAS",
         f"{RUBRIC.stage('wmma').title}: TFLOP/s", f"{RUBRIC.stage('wmma').title}: % of cuBLAS",
         f"{RUBRIC.stage('hopper').title}: TFLOP/s", f"{RUBRIC.stage('hopper').title}: % of cuBLAS"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grader.grading import GradingFormatError, load_grading
 from grader.outputs.results import Results
+from grader.records import to_jsonable
 from grader.serve.child import ChildOutcome
 from grader.serve.store import State
 
@@ -117,7 +118,7 @@ def collect(out: Path, outcome: ChildOutcome, timeout_s: float) -> Packed:
     if outcome.timed_out:
         packed.error = f"the grading took longer than {timeout_s:g} s and was stopped"
     elif outcome.returncode == 0 and parsed is not None:
-        packed.state, packed.leaderboard = State.DONE, list(parsed.leaderboard or [])
+        packed.state, packed.leaderboard = State.DONE, [to_jsonable(e) for e in parsed.leaderboard or []]
     else:
         last = [line for line in outcome.log_tail.splitlines() if line.strip()][-1:] or ["(no output)"]
         why = f"exit code {outcome.returncode}" if outcome.returncode is not None else "it could not start"

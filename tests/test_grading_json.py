@@ -159,3 +159,19 @@ def test_files_that_are_not_this_graders_grading_json_are_refused_with_a_reason(
     path.write_text(json.dumps(data))
     with pytest.raises(GradingFormatError, match="median_ms"):
         load_grading(path)
+
+
+def test_a_grading_json_whose_device_predates_the_probes_reason_still_loads(tmp_path):
+    """grading.json written before the probe's record had ``reason`` (a present GPU's is "") reads back typed."""
+    text = (ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json").read_text(encoding="utf-8")
+    before = text.replace(' "device": {\n  "ok": true,\n  "reason": "",\n', ' "device": {\n  "ok": true,\n', 1)
+    assert before != text  # the device's reason is gone
+    old = tmp_path / "grading.json"
+    old.write_text(before, encoding="utf-8")
+    device = load_grading(old).env.device
+    assert device is not None and device.ok and device.reason == "" and device.name == "NVIDIA H200"
+    assert load_grading(old).env.device == fixture_device()
+
+
+def fixture_device():
+    return load_grading(ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json").env.device

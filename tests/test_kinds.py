@@ -59,7 +59,7 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
     assert kind.summary.strip()
     for param, spec in kind.params.items():
         assert spec.doc.strip(), f"{name}.{param} is not documented"
-    wording = kind.handout(item, STAGE, RUBRIC)
+    wording = kind.handout_text(item, STAGE, RUBRIC)
     assert wording.strip() and wording != name, f"{name} has no handout wording"
     assert threshold(item, STAGE, RUBRIC).startswith(wording)
     assert set(kind.params) <= set(PARAM_NAMES)  # each declared param is a field of the typed record
@@ -109,7 +109,7 @@ def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_to
         return result(o.stage, item, Status.PASSED, 1, "judged by the replacement",
                       values=Measured(fraction_of_baseline=0.01))
 
-    def handout(item, stage, rubric) -> str:
+    def handout(kind, item, stage, rubric) -> str:
         return "whatever the replacement says"
 
     old = REGISTRY["fraction_of_baseline"]

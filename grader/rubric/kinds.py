@@ -111,7 +111,7 @@ class Reading:
 
 Judge = Callable[["Kind", Item, StageView, JudgeContext], ItemResult]  # given its own kind (its curve)
 Validate = Callable[[Item, Reader], None]
-Handout = Callable[[Item, Stage, Rubric], str]
+Handout = Callable[["Kind", Item, Stage, Rubric], str]  # given its own kind (its curve)
 Axis = Callable[[Item, Mapping[str, Stage]], str]
 
 
@@ -146,6 +146,10 @@ class Kind:
     title_percent: float | None = None
     title_times: bool = False
     title_bounds: bool = False
+
+    def handout_text(self, item: Item, stage: Stage, rubric: Rubric) -> str:
+        """What "passes when" says of the item in the handout, by this kind's wording and curve."""
+        return self.handout(self, item, stage, rubric)
 
     def judged(self, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
         """The item's verdict by this kind's judge, which reads this entry (its curve), not the shipped registry's."""
@@ -347,9 +351,9 @@ def sizes_words(rubric: Rubric) -> str:
     return ", ".join(str(n) for n in rubric.correctness_sizes)
 
 
-def _curve_words(name: str, item: Item, show: Callable[[float], str]) -> str:
+def _curve_words(kind: Kind, item: Item, show: Callable[[float], str]) -> str:
     """The item's curve in words, after a "; " (nothing without a curve)."""
-    text = REGISTRY[name].curve(item).words(show)
+    text = kind.curve(item).words(show)
     return "; " + text if text else ""
 
 
@@ -377,7 +381,7 @@ def _judge_compiles(kind: Kind, item: Item, o: StageView, context: JudgeContext)
     return result(st, item, c.cause.status, 0, c.problem)
 
 
-def _handout_compiles(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_compiles(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     tma = (f", and `{stage.tma_symbol}` declares valid TMA boxes" if stage.operands == "tensor_maps" else "")
     return (f"`nvcc` compiles `{stage.file}`, it defines `extern \"C\" {stage.kernel}`, and the launch shape "
             f"(`{stage.launch_symbol}` or the default) is valid{tma}")
@@ -395,7 +399,7 @@ def _judge_correct(kind: Kind, item: Item, o: StageView, context: JudgeContext) 
                   o.correctness_message)
 
 
-def _handout_correct(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_correct(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     return (f"every element within rtol = {stage.rtol:g} at N = {sizes_words(rubric)} and again at N = "
             f"{stage.bench.n} after timing")
 
@@ -429,7 +433,7 @@ def _judge_no_spills(kind: Kind, item: Item, o: StageView, context: JudgeContext
     return result(st, item, Status.PASSED, 1, msg, values=Measured(registers=k.registers))
 
 
-def _handout_no_spills(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_no_spills(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     return "`ptxas -v`: 0 bytes spill stores and 0 bytes spill loads, and the kernel is correct"
 
 
@@ -472,7 +476,7 @@ def _validate_sass(item: Item, r: Reader) -> None:
         raise RubricError(r.where, "has neither forbid nor require", "a list of SASS opcodes in one of them")
 
 
-def _handout_sass(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_sass(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
     parts = ["*technique*"] if is_technique(item) else []
     if p.require:
@@ -548,22 +552,22 @@ def _judge_speedup(kind: Kind, item: Item, o: StageView, context: JudgeContext) 
     return result(st, item, status, frac, msg, values=Measured(speedup=value))
 
 
-def _handout_fraction_of_baseline(item: Item, stage: Stage, rubric: Rubric) -> str:
-    words = _curve_words(FRACTION_OF_BASELINE, item, lambda v: f"{100 * v:g}%")
+def _handout_fraction_of_baseline(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
+    words = _curve_words(kind, item, lambda v: f"{100 * v:g}%")
     return (f"at least {100 * _req(item.params.min, 'min'):g}% of {BASELINES[stage.baseline].words}'s speed (its median time / "
             f"yours, interleaved runs at N = {stage.bench.n}) for full points{words}")
 
 
-def _handout_fraction_of_peak(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_fraction_of_peak(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    words = _curve_words(FRACTION_OF_PEAK, item, lambda v: f"{v:g} x")
+    words = _curve_words(kind, item, lambda v: f"{v:g} x")
     return (f"at least {_req(p.min, 'min'):g} x the {PEAK_WORDS[_req(p.peak, 'peak')]} (TFLOP/s at N = {stage.bench.n}) for full "
             f"points{words}")
 
 
-def _handout_speedup(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_speedup(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    words = _curve_words(SPEEDUP_OVER_STAGE, item, lambda v: f"{v:g} x")
+    words = _curve_words(kind, item, lambda v: f"{v:g} x")
     return f"at least {_req(p.min, 'min'):g} x faster than your `{_req(p.stage, 'stage')}` kernel{words}"
 
 
@@ -676,12 +680,12 @@ def _validate_ncu(item: Item, r: Reader) -> None:
                           "one of them: technique evidence tells a stage from the one before, integrity does not")
 
 
-def _handout_ncu(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_ncu(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
     unit = (p.unit or "")
     unit = "%" if unit == "%" else (f" {unit}" if unit else "")
     value = str(_req(p.value, 'value')).replace("**", "^")
-    words = _curve_words(NCU, item, lambda v: f"{v:g}{unit}") if not isinstance(_req(p.value, 'value'), str) else ""
+    words = _curve_words(kind, item, lambda v: f"{v:g}{unit}") if not isinstance(_req(p.value, 'value'), str) else ""
     mark = "*technique*: " if is_technique(item) else ""
     return (f"{mark}`{_req(p.expr, 'expr')}` {_req(p.op, 'op')} {value}{unit} (Nsight Compute, one launch at N = "
             f"{rubric.profile.n}){words}")

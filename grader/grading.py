@@ -13,21 +13,19 @@ and ignored on load).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape
+from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
 from grader.clock import Phase
 from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
-from grader.model import Bonus, Gap, ItemResult, Verdict
+from grader.model import Bonus, Gap, ItemResult, NcuMetrics, Verdict
 from grader.profile.agreement import Agreement
 from grader.profile.timing import TimingSummary
-from grader.records import as_float, to_jsonable
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.limits import StageLimit
 from grader.rubric.peaks import Peaks
 from grader.rubric.types import Stage
@@ -45,7 +43,7 @@ class GradingFormatError(ValueError):
 class Environment:
     """What the grading ran on: the device probe's report, the tools, the peaks."""
 
-    device: dict | None  # the probe child's JSON ({"ok", "name", "cc", "sms", ...}), None if it failed
+    device: ProbeResult | None  # the probe child's description of the GPU, None when the probe gave none
     device_reason: str  # why there is no GPU ("" when there is one)
     nvcc: Tool | None
     cuobjdump: Tool | None
@@ -57,7 +55,12 @@ class Environment:
 
     @property
     def has_gpu(self) -> bool:
-        return bool(self.device and self.device.get("ok"))
+        return self.device is not None and self.device.ok
+
+    @property
+    def gpu(self) -> ProbeResult | None:
+        """The probe's description of a present GPU; None without one."""
+        return self.device if self.device is not None and self.device.ok else None
 
 
 @dataclass
@@ -75,7 +78,7 @@ class StageOutcome:
     gpu_reason: str = ""  # why GPU work was not done, "" when it was
     run_output: str = ""  # trimmed output of the student's run, for feedback
     bench: BenchRun | None = None  # raw timings from the runner (unjudged)
-    ncu: dict | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
+    ncu: NcuMetrics | None = None  # {metric name: value} for this stage's kernel, from one ncu launch
     ncu_gap: Gap | None = None  # why there are no ncu metrics (None when there are)
     profile_n: int = 0  # the size the kernel was profiled at (N in ncu expressions)
     # ncu's launch against the stage child's launches at the profile size and its timed ones
@@ -190,7 +193,7 @@ class Grading:
         })
 
     @classmethod
-    def from_json(cls, data: Any) -> Grading:
+    def from_json(cls, data: object) -> Grading:
         """The Grading a grading.json dict holds. Raises GradingFormatError naming what is wrong."""
         if not isinstance(data, dict):
             raise GradingFormatError(f"grading.json: expected an object, found {type(data).__name__}")
@@ -212,16 +215,9 @@ class Grading:
         if isinstance(shaped["outcomes"], dict):  # a stage without a benchmark was written {} before it was a record
             shaped["outcomes"] = {k: {**v, "bench": None} if isinstance(v, dict) and v.get("bench") == {} else v
                                   for k, v in shaped["outcomes"].items()}
-        # Imported here: grading never needs it, only reading grading.json back does, so a GPU box
-        # without it still grades.
-        import dacite  # typed records from JSON dicts (nested dataclasses, enums, tuples, optionals)
-
-        # Enum values and tuples come back from their JSON forms; a float field written by another
-        # tool as a whole number (2) reads back as a float.
-        config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter})
         try:
-            return dacite.from_dict(cls, shaped, config=config)
-        except (dacite.DaciteError, ValueError, TypeError) as exc:
+            return from_jsonable(cls, shaped, strict=False)  # a stage's derived "correct" is not a field
+        except RecordError as exc:
             raise GradingFormatError(f"grading.json: {exc}") from None
 
     def write(self, path: str | Path) -> None:

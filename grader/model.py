@@ -6,9 +6,14 @@ serialise to JSON for the results folder and for hand-off between processes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+
+# One Nsight Compute metric's value as ncu's CSV gives it (grader/profile/ncu.py: parse_value): a number, the
+# text of a non-numeric cell such as "(32, 32, 1)", or None for "n/a" and an empty cell.
+NcuValue = float | str | None
+NcuMetrics = dict[str, NcuValue]  # one kernel's metrics, by metric name (StageOutcome.ncu)
 
 
 class Status(str, Enum):
@@ -154,6 +159,69 @@ class ProcRecord:
 
 
 @dataclass
+class Measured:
+    """What an item's verdict measured or recorded, for people and tools (grading.json's ``items[].values``,
+    results.json's ``extra_data.values``). Each field belongs to the items that set it and is absent from the
+    JSON while None; the JSON keeps the fields in this order. A non-finite number is kept (NaN): JSON writes it
+    null, and a null number reads back as NaN, so a stored grading writes the same file again.
+    """
+
+    # stage items (grader/rubric/kinds.py): the number a kind is graded on is the field its ``measured_key`` names
+    registers: int | None = None  # compiles, no_spills: registers per thread
+    opcodes: dict[str, int] | None = None  # sass: the forbidden opcodes found, with their counts
+    fraction_of_baseline: float | None = None
+    tflops: float | None = None
+    ratio: float | None = None  # fraction_of_peak
+    speedup: float | None = None  # speedup_over_stage
+    value: float | None = None  # ncu: the expression's value
+    threshold: float | None = None  # ncu: the level it was compared with (its own expression's value)
+    # the occupancy section (grader/occupancy/)
+    occupancy_pct: float | None = None
+    blocks: int | None = None
+    calls: int | None = None
+    launches: int | None = None
+    unchecked_lines: list[int] | None = None
+    times_ms: dict[str, float] | None = None
+    plot: str | None = None
+    traceback: str | None = None
+    # the report's values items (grader/writeup/run.py): how many cited values matched, and so on
+    matched: int | None = None
+    mismatched: int | None = None
+    unreadable: int | None = None
+    unchecked: int | None = None
+    # a speed item held by its stage's technique items (grader/score/stages.py: gate_speed): their numbers
+    gated_by: list[str] | None = None
+    # a hand-graded item: what was recorded for course staff, by answer path ("ex2.explanation"; None: no answer).
+    # Written as keys of their own beside the fields above.
+    answers: dict[str, str | None] = field(default_factory=dict)
+
+    def json_form(self) -> dict[str, object]:
+        """The JSON object: the fields that are set, in order, and the answers as keys of their own."""
+        out: dict[str, object] = {f: v for f in _MEASURED_FIELDS if (v := getattr(self, f)) is not None}
+        out.update(self.answers)
+        return out
+
+    @classmethod
+    def from_json_form(cls, data: object) -> object:
+        """:meth:`json_form`'s object back to the fields (grader/records.py reads it so): a key that is not a
+        field is an answer, and a null number was a non-finite one."""
+        if not isinstance(data, dict):
+            return data
+        fields = {k: (math.nan if v is None and k in _MEASURED_FLOATS else v) for k, v in data.items()
+                  if k in _MEASURED_FIELDS}
+        return {**fields, "answers": {k: v for k, v in data.items() if k not in _MEASURED_FIELDS}}
+
+    @property
+    def empty(self) -> bool:
+        return self == Measured()
+
+
+_MEASURED_FIELDS = tuple(f.name for f in fields(Measured) if f.name != "answers")
+_MEASURED_FLOATS = frozenset(("fraction_of_baseline", "tflops", "ratio", "speedup", "value", "threshold",
+                              "occupancy_pct"))
+
+
+@dataclass
 class ItemResult:
     """The verdict on one rubric item."""
 
@@ -166,7 +234,7 @@ class ItemResult:
     message: str = ""
     visibility: str = "visible"
     number: str = ""
-    values: dict[str, Any] = field(default_factory=dict)
+    values: Measured = field(default_factory=Measured)
     # Not evaluated only because the run had no usable GPU (a Gap with Cause.NO_GPU): a GPU run
     # would grade it. Written to grading.json and results.json (extra_data.needs_gpu), where
     # grader/deploy/gradescope/policy.py reads it; never inferred from the message.

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
@@ -53,7 +54,7 @@ NO_GPU_FLAG = "GPU use switched off (--no-gpu)"
 
 
 def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None = None,
-                       device: dict | None = None, clock: Clock | None = None,
+                       device: ProbeResult | None = None, clock: Clock | None = None,
                        no_gpu_reason: str = NO_GPU_FLAG) -> Environment:
     """The GPU (``device``, a description a batch or a worker probed once; else the machine's kept
     description, else the probe child's, run in ``work``: a temporary folder by default;
@@ -69,7 +70,7 @@ def detect_environment(rubric: Rubric, use_gpu: bool = True, work: Path | None =
             clock.add("probe.kept", time.monotonic() - t0, detail=True)
     else:
         reason = ""
-    cc = tuple(device["cc"]) if device and device.get("ok") else None
+    cc = device.capability if device is not None else None
     return Environment(device, reason, toolchain.find_nvcc(), toolchain.find_cuobjdump(),
                        toolchain.nvcc_arch_flags(cc, rubric.arch_without_device), device_peaks(rubric.peak_overrides, rubric.peak_per_sm_clock, device),
                        sandbox=sandbox.mode())

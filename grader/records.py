@@ -1,4 +1,4 @@
-"""Typed records to and from JSON: the one codec of grading.json and of the child protocol.
+"""Typed records to and from JSON: the one codec of grading.json, results.json and the child protocol.
 
 On the ground floor and a runtime file (grader/children/__init__.py: RUNTIME_FILES): the grading
 process and its children both use it, so what one writes the other reads back as the same record.
@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections import Counter
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -39,6 +41,8 @@ def to_jsonable(obj: Any) -> Any:
     A whole number in a field typed float is written as a float (``20.0``), so that a record
     read back (grader/grading.py) writes the same text again.
     """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "json_form"):
+        return to_jsonable(obj.json_form())  # a record that writes a form of its own (grader/model.py: Measured)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         # Field by field, not dataclasses.asdict: asdict rebuilds a Counter from (key, value)
         # pairs, counting the pairs, and cannot rebuild dict subclasses such as NcuTable.
@@ -61,17 +65,50 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def as_float(x: Any) -> Any:
+def as_float(x: object) -> object:
     """A whole number where a float is expected reads as that float (JSON writes 2.0 as 2 in other tools)."""
     return float(x) if type(x) is int else x
 
 
+def _record_types(t: object, found: dict[type, None]) -> None:
+    """Every record type reachable from the type ``t`` (its fields' types, inside containers and optionals)."""
+    for arg in typing.get_args(t):
+        _record_types(arg, found)
+    if not (isinstance(t, type) and dataclasses.is_dataclass(t)) or t in found:
+        return
+    found[t] = None
+    try:
+        hints = typing.get_type_hints(t)
+    except Exception:  # noqa: BLE001 - a name only imported for type checking: its records are not walked
+        return
+    for hint in hints.values():
+        _record_types(hint, found)
+
+
+_HOOKS: dict[type, dict[type, Callable[[object], object]]] = {}
+
+
+def _form_hooks(cls: type) -> dict[type, Callable[[object], object]]:
+    """For each record reachable from ``cls`` that writes a form of its own (``json_form``), the reader of that
+    form (its ``from_json_form``: the form back to the record's fields), as dacite's type hooks."""
+    if cls not in _HOOKS:
+        found: dict[type, None] = {}
+        _record_types(cls, found)
+        _HOOKS[cls] = {t: t.from_json_form for t in found if hasattr(t, "from_json_form")}
+    return _HOOKS[cls]
+
+
 def from_jsonable(cls: type[T], data: Any, *, strict: bool = True) -> T:
     """The record ``cls`` that ``data`` (parsed JSON) holds; raises :class:`RecordError` naming the
-    field when it is not one. ``strict``: a key the record does not declare is an error too."""
+    field when it is not one. ``strict``: a key the record does not declare is an error too (grading.json is
+    read with it off: it writes derived keys, such as a stage's ``correct``, that its records compute).
+
+    Enum values and tuples come back from their JSON forms, a float field written by another tool as a whole
+    number (2) reads back as a float, and a Counter field as a Counter."""
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, found {type(data).__name__}")
-    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float}, strict=strict)
+    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter, **_form_hooks(cls)},
+                           strict=strict)
     try:
         return dacite.from_dict(cls, data, config=config)
     except RecursionError:

@@ -37,7 +37,9 @@ if _root and sys.argv[1:2] == ["grade"]:
     _timings = _timings["runs"][0]["stages"]
     _ncu = parse_raw_csv(Path(_root, "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_h200_n2048.csv").read_text())
     _original = write.write_outputs
-    _DEVICE = {"ok": True, "name": "NVIDIA H200 (the recorded measurements)", "cc": [9, 0], "sms": 132}
+    from grader.children.protocol import ProbeResult
+
+    _DEVICE = ProbeResult(ok=True, name="NVIDIA H200 (the recorded measurements)", cc=[9, 0], sms=132)
 
     def _with_measurements(grading, out):
         measured = False
@@ -51,7 +53,7 @@ if _root and sys.argv[1:2] == ["grade"]:
         if measured:  # a grading on the GPU: its device, and the stage items judged on the measurements
             from grader.score.stages import score
 
-            grading.env.device, grading.env.device_reason = dict(_DEVICE), ""
+            grading.env.device, grading.env.device_reason = _DEVICE, ""
             staged = {sid for sid in grading.outcomes}
             grading.items = score(grading.outcomes, grading.env.peaks) + [
                 i for i in grading.items if i.stage not in staged]

@@ -110,14 +110,21 @@ def write_results(out: Path, score: float, stages: str, reason: str) -> None:
                 shutil.copyfile(f, out / f.name)
         return
     results = {"score": score, "output": "Graded by the test suite's stand-in grader.",
-               "tests": [{"name": f"stand-in: {stages or 'every stage'}", "score": score, "max_score": MAX_SCORE,
-                          "output": "the stand-in's fixed verdict"}],
+               "tests": [{"name": f"stand-in: {stages or 'every stage'}", "number": "1", "score": score,
+                          "max_score": MAX_SCORE, "output": "the stand-in's fixed verdict"}],
                "leaderboard": [{"name": "stand-in", "value": score}]}
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     (out / "summary.md").write_text(f"# Stand-in grading\n\nstages: {stages or 'all'}\n\nscore: {score} of "
                                     f"{MAX_SCORE}\n", encoding="utf-8")
-    (out / "grading.json").write_text(json.dumps({"stand_in": True, "gpu_graded": False, "device_reason": reason}),
-                                      encoding="utf-8")
+    # A grading.json the service reads through the record (grader/grading.py), as it reads the grader's.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from grader.grading import Environment, Grading
+    from grader.rubric.peaks import Peaks
+
+    env = Environment(device=None, device_reason=reason, nvcc=None, cuobjdump=None, arch_flags=[],
+                      peaks=Peaks(None, None, "no device"))
+    Grading(submission="stand-in", env=env, outcomes={}, items=[], seconds=0.0, notes=["the stand-in grader"]).write(
+        out / "grading.json")
 
 
 def main(argv: list[str] | None = None) -> int:

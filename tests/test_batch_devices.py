@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from grader import pipeline
+from grader.children.protocol import ProbeResult
 from grader.deploy import batch
 from grader.deploy.batch.pool import device_file, probe_gpus
 from grader.gpu import device as device_module
-from grader.gpu.device import device_problem, read_device_file, write_device_file
+from grader.gpu.device import read_device_file, write_device_file
 from grader.rubric.load import load_rubric
 from tests.test_batch import _small_export
 from tests.test_children import FAKE_CUPY
@@ -42,30 +43,33 @@ def test_each_gpu_is_probed_once_and_its_description_written(tmp_path, monkeypat
     for gpu in ("0", "1"):
         described, problem = read_device_file(device_file(tmp_path / "locks", gpu))
         assert problem == "" and described is not None
-        assert described["cc"] == [9, 0] and described["sms"] == 132
+        assert described.cc == [9, 0] and described.sms == 132
 
 
 def test_a_failed_probe_leaves_no_description_and_says_why(tmp_path, monkeypatch):
     stale = device_file(tmp_path / "locks", "0")
-    write_device_file(stale, {"ok": True, "cc": [8, 0], "sms": 1, "clock_khz": 1, "l2_bytes": 1, "total_mem": 1,
-                              "name": "an earlier batch's"})
-    monkeypatch.setattr(device_module, "probe_device", lambda *_a, **_k: ({"ok": False, "reason": "no CUDA device"},
+    write_device_file(stale, ProbeResult(ok=True, cc=[8, 0], sms=1, clock_khz=1, l2_bytes=1, total_mem=1,
+                                         name="an earlier batch's"))
+    monkeypatch.setattr(device_module, "probe_device", lambda *_a, **_k: (ProbeResult(ok=False, reason="no CUDA device"),
                                                                          "no CUDA device"))
     assert probe_gpus(["0"], tmp_path / "locks", 60) == {"0": "no CUDA device"}
     assert not stale.exists()  # never an earlier batch's description
 
 
 @pytest.mark.parametrize("data, problem", [
-    ([], "expected an object"),
+    ([], "expected a JSON object"),
     ({"ok": False, "reason": "no CUDA device"}, '"ok" is not true'),
     ({"ok": True, "cc": [9], "sms": 132}, '"cc" must be [major, minor]'),
     ({"ok": True, "cc": [9, 0], "sms": "132", "clock_khz": 1, "l2_bytes": 1, "total_mem": 1, "name": "x"},
-     '"sms" must be a whole number'),
+     '"sms"'),
     ({"ok": True, "cc": [9, 0], "sms": 132, "clock_khz": 1, "l2_bytes": 1, "total_mem": 1, "name": 5},
-     '"name" must be a string'),
+     '"name"'),
 ])
-def test_a_description_that_is_not_the_probes_shape_is_named(data, problem):
-    assert device_problem(data).startswith(problem)
+def test_a_description_that_is_not_the_probes_shape_is_named(data, problem, tmp_path):
+    path = tmp_path / "device.json"
+    path.write_text(json.dumps(data))
+    device, said = read_device_file(path)
+    assert device is None and said.startswith(f"{path}: ") and problem in said
 
 
 def test_an_unreadable_description_file_is_named(tmp_path):
@@ -123,5 +127,5 @@ def test_a_grading_given_an_unusable_description_probes_and_says_so(tmp_path):
     bad = tmp_path / "device.json"
     bad.write_text('{"ok": true, "cc": "nine"}')
     g = pipeline.grade(ROOT / "solutions", rubric, tmp_path / "out", stages=["naive"], device_file=bad)
-    assert any(f"{bad}: \"cc\" must be [major, minor]" in n and "probed again" in n for n in g.notes), g.notes
+    assert any(f"{bad}: " in n and "\"cc\"" in n and "probed again" in n for n in g.notes), g.notes
     assert [p.name for p in g.phases][:1] == ["probe"]

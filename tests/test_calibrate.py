@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from grader.children.protocol import ProbeResult
 from grader.grading import load_grading
 from grader.instructor.calibrate import (
     MIN_MARGIN,
@@ -23,7 +24,7 @@ from grader.instructor.calibrate import (
     write_report,
 )
 from grader.instructor.stage_limits import limit_proposals
-from grader.model import ItemResult, Status
+from grader.model import ItemResult, Measured, Status
 from grader.rubric.calibration import load_entries
 from grader.rubric.load import load_rubric, parse_rubric, rubric_from_text
 from grader.run_local import parse_args  # the legacy flags of run_local.py
@@ -51,8 +52,8 @@ def grading(values: dict, seconds=30.0, earned: float | None = None):
             vals["threshold"] = thr
         got = it.points if ok else it.points * (earned or 0.0)
         items.append(ItemResult(sid, iid, it.title, Status.PASSED if ok else Status.FAILED, got,
-                                it.points, number=f"{st.number}.{iid}", values=vals))
-    return SimpleNamespace(items=items, seconds=seconds, env=SimpleNamespace(device={"name": "NVIDIA H200"}))
+                                it.points, number=f"{st.number}.{iid}", values=Measured(**vals)))
+    return SimpleNamespace(items=items, seconds=seconds, env=SimpleNamespace(device=ProbeResult(ok=True, name="NVIDIA H200")))
 
 
 def row_of(rows, stage, item):
@@ -331,7 +332,7 @@ def test_the_calibrate_command_runs_its_gpu_path_on_the_cpu_with_the_fake_device
     assert proc.returncode == 0, said
     for population in ("reference_0", "shifted_0"):
         g = load_grading(out / population / "grading.json")
-        assert g.env.has_gpu and g.env.device is not None and g.env.device["name"] == "NVIDIA H200"
+        assert g.env.has_gpu and g.env.device is not None and g.env.device.name == "NVIDIA H200"
     data = json.loads((out / "calibration.json").read_text())
     assert data["meta"]["device"] == "NVIDIA H200" and data["meta"]["repeats"] == 1
     assert data["stage_limits"] and all(p["proposed"] is None for p in data["stage_limits"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from grader.children.protocol import ProbeResult
 from grader.grading import Environment
 from grader.instructor.calibrate import analyse, load_populations
 from grader.instructor.entry import propose
@@ -23,9 +24,9 @@ from grader.rubric.load import load_rubric, rubric_from_text
 from grader.rubric.peaks import Peaks
 from tests.gradings_helpers import FIXTURES, ROOT, fixture, graded_with
 
-H200 = {"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132, "runtime_version": 13000, "cupy_version": "x"}
-H100 = dict(H200, name="NVIDIA H100 80GB HBM3")
-L4 = dict(H200, name="NVIDIA L4", cc=[8, 9], sms=58)
+H200 = ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], sms=132, runtime_version=13000, cupy_version="x")
+H100 = dataclasses.replace(H200, name="NVIDIA H100 80GB HBM3")
+L4 = dataclasses.replace(H200, name="NVIDIA L4", cc=[8, 9], sms=58)
 
 
 def entry_text(rubric, **stages) -> str:
@@ -51,13 +52,13 @@ def test_a_committed_entry_is_loaded_with_the_rubric_and_applied_on_its_gpu(rubr
     speed = next(i for i in base.stage("tiled").items if i.id == "speed")
     (rubric_dir / FOLDER / "nvidia-h100-80gb-hbm3.yaml").write_text(entry_text(
         base, naive={"reference_s": 2.5},
-        tiled={"thresholds": {"speed": {"min": 0.12, "rubric": speed.params["min"], "margin": 0.3, "verdict": "OK"}}}))
+        tiled={"thresholds": {"speed": {"min": 0.12, "rubric": speed.params.min, "margin": 0.3, "verdict": "OK"}}}))
     rubric = load_rubric(rubric_dir / "rubric.yaml")
     assert [e.gpu for e in rubric.calibrations] == ["NVIDIA H100 80GB HBM3"]
     used, entry, line = for_device(rubric, H100)
     assert entry is rubric.calibrations[0]
     assert used.stage("naive").limits.reference_s == 2.5
-    assert next(i for i in used.stage("tiled").items if i.id == "speed").params["min"] == 0.12
+    assert next(i for i in used.stage("tiled").items if i.id == "speed").params.min == 0.12
     assert used.stage("coalesced") == rubric.stage("coalesced")  # what the entry does not name stays the rubric's
     assert line == ("thresholds and stage time limits: calibrated for this GPU "
                     "(calibration/nvidia-h100-80gb-hbm3.yaml, 2026-12-06 19:00 UTC)")
@@ -67,7 +68,7 @@ def test_a_committed_entry_is_loaded_with_the_rubric_and_applied_on_its_gpu(rubr
     assert line == ("thresholds: the rubric's defaults (calibrated on NVIDIA H100 80GB HBM3; no entry for NVIDIA L4): "
                     "read the speed items as an estimate")
     assert for_device(rubric, None) == (rubric, None, "")  # no GPU: nothing is timed, nothing to say
-    assert for_device(rubric, {"ok": False, "name": "NVIDIA H200"})[2] == ""
+    assert for_device(rubric, ProbeResult(ok=False, name="NVIDIA H200"))[2] == ""
 
 
 def test_a_level_the_rubric_changed_since_is_left_at_the_rubrics(rubric_dir):

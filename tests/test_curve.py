@@ -111,7 +111,7 @@ def test_speed_points_wait_on_the_technique_items():
     speed = items["speed"]
     assert speed.status == Status.FAILED and speed.score == 0.0
     assert "No speed points yet" in speed.message and "4b.ncu_shared_per_ffma" in speed.message
-    assert "would earn" in speed.message and speed.values["gated_by"] == ["4b.ncu_shared_per_ffma"]
+    assert "would earn" in speed.message and speed.values.gated_by == ["4b.ncu_shared_per_ffma"]
     # the same kernel with the technique's evidence earns its speed on the curve
     assert _timed_2d(rubric, 0.435, technique_passes=True)["speed"].score > 5
 
@@ -134,6 +134,6 @@ def test_an_ncu_item_earns_part_of_its_points_on_its_curve():
         _item(raw, "blocktiling_2d", "ncu_fma_pipe").update(curve=[[25, 0.0]])
     items = _timed_2d(_rubric(edit), 0.5, technique_passes=True)
     pipe = items["ncu_fma_pipe"]  # 33% on a ramp from 25% (nothing) to the threshold (everything)
-    lo, hi = 25.0, float(_rubric(edit).stage("blocktiling_2d").items[-1].params["value"])
+    lo, hi = 25.0, float(_rubric(edit).stage("blocktiling_2d").items[-1].params.value)
     assert pipe.status == Status.FAILED and pipe.score == pytest.approx(pipe.max_score * (33 - lo) / (hi - lo), rel=1e-3)
     assert "on the curve this earns" in pipe.message

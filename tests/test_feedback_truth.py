@@ -275,7 +275,7 @@ def test_the_occupancy_plot_goes_to_the_results_folder_named_by_its_file(tmp_pat
     assert (out / occ_run.PLOT_FILE).is_file()
     shown = [r for r in results if occ_run.PLOT_FILE in r.message]
     assert {r.item for r in shown} == {"ex4.smem_conclusion", "ex4.block_conclusion"}
-    assert all(r.values["plot"] == occ_run.PLOT_FILE and "results folder" in r.message for r in shown)
+    assert all(r.values.plot == occ_run.PLOT_FILE and "results folder" in r.message for r in shown)
     text = json.dumps(build_results(results, execution_time=1, output="").to_json())
     assert str(tmp_path) not in text and log["plot"] == occ_run.PLOT_FILE
 

@@ -9,6 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.compile.stage import CompileResult
 from grader.gpu.job import Job
 from grader.grading import StageOutcome
@@ -44,7 +45,7 @@ def test_a_grading_with_nothing_compiled_does_not_wait_for_a_held_gpu_lock(tmp_p
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         env = detect_environment(RUBRIC, use_gpu=False)
-        env = dataclasses.replace(env, device={"ok": True, "name": "a GPU another grading holds"}, device_reason="")
+        env = dataclasses.replace(env, device=ProbeResult(ok=True, name="a GPU another grading holds"), device_reason="")
         sub = tmp_path / "empty"
         (sub / "gemm").mkdir(parents=True)  # no stage's file: nothing compiles
         done: list = []

@@ -50,6 +50,6 @@ def test_shifted_submission_fails_exactly_the_transition_criteria(shifted_profil
     for sid, o in outcomes.items():
         for it in [i for i in o.stage.items if i.kind == "ncu"]:
             r = judge_ncu(it, o)
-            integrity = it.params["op"] == "==" or bool(it.params.get("integrity"))
+            integrity = it.params.op == "==" or bool(it.params.integrity)
             expected = Status.PASSED if integrity or sid == first else Status.FAILED
             assert r.status == expected, f"{sid}.{it.id}: {r.message}"

@@ -28,7 +28,7 @@ from grader.deploy.gradescope.policy import (
     read_config,
     resolve_policy,
 )
-from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES, Results
+from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES, Results, ResultsTestExtra
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
@@ -358,7 +358,8 @@ def _results():
 def test_policy_pending_marks_only_gpu_items():
     reason, res = _results()
     detail = {"device": {"ok": False, "reason": reason}, "device_reason": reason}
-    assert is_gpu_item(res["tests"][1]["extra_data"]) and not is_gpu_item(res["tests"][2]["extra_data"])
+    tests = Results.from_json(res).tests
+    assert is_gpu_item(tests[1].extra_data) and not is_gpu_item(tests[2].extra_data)
     res = apply_no_gpu_policy(Results.from_json(res), detail, "pending").to_json()
     names = [t["name"] for t in res["tests"]]
     assert names == ["item 1.compiles", PENDING_PREFIX + "item 1.correct", "item 1.fp32_only",
@@ -399,7 +400,7 @@ def test_policy_reads_the_typed_mark_not_the_words():
     res = apply_no_gpu_policy(Results.from_json(res), detail, "pending").to_json()
     assert [t["name"].startswith(PENDING_PREFIX) for t in res["tests"]] == [False, False, True, False]
     assert res["extra_data"]["pending_gpu_items"] == 1 and res["extra_data"]["pending_gpu_points"] == 2
-    assert not is_gpu_item("not a dict") and not is_gpu_item(None)
+    assert not is_gpu_item(ResultsTestExtra(status="failed", needs_gpu=True)) and not is_gpu_item(ResultsTestExtra())
 
 
 def test_policy_resolution_order(tmp_path):

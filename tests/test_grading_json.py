@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import BenchRun, CaseVerdict
+from grader.children.protocol import BenchRun, CaseVerdict, ProbeResult
 from grader.children.tma import Boxes
 from grader.compile import toolchain
 from grader.compile.ptxas import KernelResources
@@ -16,7 +16,7 @@ from grader.compile.sass import SassResult
 from grader.compile.stage import CompileResult
 from grader.compile.toolchain import Tool
 from grader.grading import Environment, Grading, GradingFormatError, ProfileRun, StageOutcome, load_grading
-from grader.model import Cause, Gap, ItemResult, ProcRecord, Status, Verdict
+from grader.model import Cause, Gap, ItemResult, Measured, ProcRecord, Status, Verdict
 from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.write import write_outputs
 from grader.profile.ncu import parse_raw_csv
@@ -72,11 +72,12 @@ def synthetic_grading() -> Grading:
         outcomes[st.id] = o
     nvcc = Tool("nvcc", "/usr/local/bin/nvcc", "13.0", "system", how="PATH", env={"X": "1"},
                 host_compiler="/usr/bin/g++", host_compiler_version="13.2")
-    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132, "l2_bytes": 62914560},
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], sms=132, l2_bytes=62914560),
                       "", nvcc, Tool("cuobjdump", None, reason="not found"), ["-arch=sm_90a"], PEAKS)
     items = score(outcomes, PEAKS) + [
         ItemResult("occupancy", "ex2.explanation", "Exercise 2", Status.MANUAL, 0.0, 2.0, number="O.2",
-                   values={"words": 120, "nested": {"list": [1, 2.5]}}),
+                   values=Measured(registers=120, times_ms={"512": 1.5}, gated_by=["3.ffma"],
+                                   answers={"ex2.explanation": "because", "ex3.explanation": None})),
         ItemResult("report", "table.times", "Times", Status.NOT_EVALUATED, 0.0, 3.0, "not evaluated: no GPU",
                    visibility="after_due_date", number="R.1", needs_gpu=True),
     ]
@@ -119,7 +120,7 @@ def test_outputs_from_the_loaded_grading_are_identical(tmp_path):
     for name in OUTPUT_FILES:
         assert (loaded / name).read_bytes() == (fresh / name).read_bytes(), name
     assert leaderboard_entries(back) == leaderboard_entries(g) == results.leaderboard
-    assert [e["name"] for e in results.leaderboard or []] == [
+    assert [e.name for e in results.leaderboard or []] == [
         f"{RUBRIC.stage('blocktiling_2d').title}: TFLOP/s", f"{RUBRIC.stage('blocktiling_2d').title}: % of cuBLAS",
         f"{RUBRIC.stage('wmma').title}: TFLOP/s", f"{RUBRIC.stage('wmma').title}: % of cuBLAS",
         f"{RUBRIC.stage('hopper').title}: TFLOP/s", f"{RUBRIC.stage('hopper').title}: % of cuBLAS"]
@@ -158,3 +159,19 @@ def test_files_that_are_not_this_graders_grading_json_are_refused_with_a_reason(
     path.write_text(json.dumps(data))
     with pytest.raises(GradingFormatError, match="median_ms"):
         load_grading(path)
+
+
+def test_a_grading_json_whose_device_predates_the_probes_reason_still_loads(tmp_path):
+    """grading.json written before the probe's record had ``reason`` (a present GPU's is "") reads back typed."""
+    text = (ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json").read_text(encoding="utf-8")
+    before = text.replace(' "device": {\n  "ok": true,\n  "reason": "",\n', ' "device": {\n  "ok": true,\n', 1)
+    assert before != text  # the device's reason is gone
+    old = tmp_path / "grading.json"
+    old.write_text(before, encoding="utf-8")
+    device = load_grading(old).env.device
+    assert device is not None and device.ok and device.reason == "" and device.name == "NVIDIA H200"
+    assert load_grading(old).env.device == fixture_device()
+
+
+def fixture_device():
+    return load_grading(ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json").env.device

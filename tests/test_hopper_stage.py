@@ -137,7 +137,7 @@ def test_a_timed_hopper_kernel_is_on_the_leaderboard():
     from tests.test_leaderboard import _grading, _outcome
 
     g = _grading(hopper=_outcome("hopper", True, 0.195, 0.185))
-    names = [e["name"] for e in leaderboard_entries(g)]
+    names = [e.name for e in leaderboard_entries(g)]
     assert names == [f"{HOPPER.title}: TFLOP/s", f"{HOPPER.title}: % of cuBLAS"]
 
 

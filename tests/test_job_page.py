@@ -1,15 +1,20 @@
 """The job page's server renderer (grader/serve/job_page.py), on a stored grading: whole without
 JavaScript, every student value escaped, an item's code spans rendered as code."""
-import json
 import re
 from pathlib import Path
 
+from grader.grading import load_grading
+from grader.model import ItemResult, Status
 from grader.serve.job_page import item_list, render, stage_rows
 
 ROOT = Path(__file__).resolve().parent.parent
-GRADING = json.loads((ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json").read_text())
+GRADING = load_grading(ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json")
 VIEW = {"id": "abc123", "state": "done", "kind": "student", "score": 0.0, "max_score": 179.0,
         "files": ["grading.json", "summary.md", "results.json"], "created": None}
+
+
+def _failed(title: str, message: str) -> ItemResult:
+    return ItemResult("naive", "compiles", title, Status.FAILED, 0.0, 1.0, message, number="1.1")
 
 
 def test_a_done_job_is_rendered_whole():
@@ -22,8 +27,7 @@ def test_a_done_job_is_rendered_whole():
 
 
 def test_code_spans_are_code_and_markup_is_text():
-    hostile = {"items": [{"status": "failed", "number": "1.1", "title": "t <b>",
-                          "message": "rename `mmTile` to `mmTiled` <img src=x onerror=alert(1)>\nline 2 <script>"}]}
+    hostile = [_failed("t <b>", "rename `mmTile` to `mmTiled` <img src=x onerror=alert(1)>\nline 2 <script>")]
     out = item_list(hostile, "notPassed")
     assert "<code>mmTile</code>" in out and "<code>mmTiled</code>" in out and "`" not in out
     assert "<img" not in out and "<script" not in out and "&lt;img src=x" in out and "&lt;script&gt;" in out
@@ -39,7 +43,6 @@ def test_a_queued_job_has_no_results_yet_and_says_its_place():
 
 def test_a_fenced_compile_error_is_a_block_of_code_not_backticks():
     message = "nvcc failed (exit code 1):\n```text\nnaive.cu(3): error: <expected> an expression\n```\n"
-    out = item_list({"items": [{"status": "failed", "number": "1.1", "title": "compiles", "message": message}]},
-                    "notPassed")
+    out = item_list([_failed("compiles", message)], "notPassed")
     assert '<pre class="message"><code class="language-text">naive.cu(3): error: &lt;expected&gt;' in out
     assert "```" not in out

@@ -13,13 +13,15 @@ from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
 from grader.instructor.stored import is_threshold_item, measured_value, threshold_of
-from grader.model import ItemResult, Status, Verdict
+from grader.model import ItemResult, Measured, Status, Verdict
 from grader.profile.timing import summarize
+from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
+from grader.rubric.items import PARAM_NAMES
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
-from grader.score.stages import score
+from grader.score.stages import evaluate, score
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
@@ -57,22 +59,25 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
     assert kind.summary.strip()
     for param, spec in kind.params.items():
         assert spec.doc.strip(), f"{name}.{param} is not documented"
-    wording = kind.handout(item, STAGE, RUBRIC)
+    wording = kind.handout_text(item, STAGE, RUBRIC)
     assert wording.strip() and wording != name, f"{name} has no handout wording"
     assert threshold(item, STAGE, RUBRIC).startswith(wording)
+    assert set(kind.params) <= set(PARAM_NAMES)  # each declared param is a field of the typed record
     assert kind.technique_allowed == ("technique" in kind.params)
     if kind.calibrated:  # a threshold kind: a number, a level, an op, an axis
         assert kind.threshold_kind and kind.level_param in kind.params and kind.axis is not None
         assert not kind.not_calibrated
         value = MEASURED[name]
-        stored = result(STAGE, item, Status.PASSED, 1, "m", **{kind.measured_key: value, "threshold": 4.0})
+        assert kind.measured_key in {f.name for f in dataclasses.fields(Measured)}  # a field of the typed values
+        stored = result(STAGE, item, Status.PASSED, 1, "m",
+                        values=Measured(**{kind.measured_key: value, "threshold": 4.0}))
         assert kind.reading(item, stored) == Reading(value, float(SAMPLES[name].get("min", 4)), kind.op(item), True)
         assert measured_value(item, stored) == value and is_threshold_item(item)
         assert threshold_of(item) == float(SAMPLES[name].get("min", SAMPLES[name].get("value")))
         assert kind.axis(item, {s.id: s for s in RUBRIC.stages}).strip()
     else:  # a static kind says why the calibration does not read its number
         assert kind.not_calibrated.strip() and kind.measured_key is None
-        assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", value=1.0)) is None
+        assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", values=Measured(value=1.0))) is None
         assert not is_threshold_item(item)
 
 
@@ -100,10 +105,11 @@ def _outcome(stage_id: str) -> StageOutcome:
 
 
 def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_together():
-    def judge(item, o, context: JudgeContext) -> ItemResult:
-        return result(o.stage, item, Status.PASSED, 1, "judged by the replacement", fraction_of_baseline=0.01)
+    def judge(kind, item, o, context: JudgeContext) -> ItemResult:
+        return result(o.stage, item, Status.PASSED, 1, "judged by the replacement",
+                      values=Measured(fraction_of_baseline=0.01))
 
-    def handout(item, stage, rubric) -> str:
+    def handout(kind, item, stage, rubric) -> str:
         return "whatever the replacement says"
 
     old = REGISTRY["fraction_of_baseline"]
@@ -119,7 +125,7 @@ def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_to
     assert scored[speed.id].message == "judged by the replacement" and scored[speed.id].status == Status.PASSED
     assert before[speed.id].message != scored[speed.id].message
     # Not a speed kind any more: the technique gate (no ncu metrics here, so it waits) leaves it alone.
-    assert "gated_by" in before[speed.id].values and "gated_by" not in scored[speed.id].values
+    assert before[speed.id].values.gated_by is not None and scored[speed.id].values.gated_by is None
 
     assert threshold(speed, STAGE, RUBRIC, registry) == "whatever the replacement says"
     assert threshold(speed, STAGE, RUBRIC).startswith("at least")
@@ -130,6 +136,26 @@ def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_to
     assert row.reference == [0.01] and row.role == "other"  # read through the replaced entry, no longer "speed"
     default = next(r for r in calibration_rows(RUBRIC, [grading], []) if (r.stage, r.item) == ("tiled", speed.id))
     assert default.role == "speed"
+
+
+class _FullFromZero(Kind):
+    """A threshold kind whose every item earns its full points from 0 up: a curve no shipped kind has."""
+
+    def curve(self, item):
+        return Curve(knees=(), full=0.0)
+
+
+@pytest.mark.parametrize("name", ["fraction_of_baseline", "fraction_of_peak"])
+def test_a_replaced_kinds_curve_is_the_one_its_judge_applies(name):
+    old = REGISTRY[name]
+    registry = REGISTRY.replace(_FullFromZero(**{f.name: getattr(old, f.name) for f in dataclasses.fields(old)}))
+    o = _outcome("tiled")
+    o.timing = summarize(4096, [2.73 / 0.01] * 5, [2.73] * 5, PEAKS.get(o.stage.peak))  # 1% of cuBLAS: slow
+    item = dataclasses.replace(sample(name), points=5.0)
+    shipped = evaluate(item, o, {"tiled": o}, PEAKS)
+    replaced = evaluate(item, o, {"tiled": o}, PEAKS, registry)
+    assert (shipped.status, shipped.score) == (Status.FAILED, 0.0)
+    assert (replaced.status, replaced.score) == (Status.PASSED, 5.0)
 
 
 # ---------------------------------------------------------------------------------------------

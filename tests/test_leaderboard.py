@@ -5,11 +5,12 @@ import json
 import math
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.deploy.gradescope import leaderboard_entries
 from grader.grading import Environment, Grading, StageOutcome, load_grading
 from grader.model import Verdict
 from grader.outputs.leaderboard import LEADERBOARD_STAGES, leaderboard_stages
-from grader.outputs.results import build_results, dumps
+from grader.outputs.results import LeaderboardEntry, build_results, dumps
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import Peaks
@@ -28,7 +29,7 @@ def _outcome(stage_id: str, correct: bool | None, ms: float | None = 2.0, base_m
 
 
 def _grading(**outcomes: StageOutcome) -> Grading:
-    env = Environment({"ok": True, "name": "NVIDIA H200"}, "", None, None, ["-arch=sm_90a"], Peaks(None, None, "test"))
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200"), "", None, None, ["-arch=sm_90a"], Peaks(None, None, "test"))
     return Grading("sub", env, outcomes, [], 1.0)
 
 
@@ -46,8 +47,8 @@ def test_entries_for_correct_timed_stages_only():
     title = RUBRIC.stage("blocktiling_2d").title
     tflops = 2 * 4096**3 / 3.0e-3 / 1e12
     assert entries == [
-        {"name": f"{title}: TFLOP/s", "value": round(tflops, 2), "order": "desc"},
-        {"name": f"{title}: % of cuBLAS", "value": 90.0, "order": "desc"},
+        LeaderboardEntry(f"{title}: TFLOP/s", round(tflops, 2), "desc"),
+        LeaderboardEntry(f"{title}: % of cuBLAS", 90.0, "desc"),
     ]
 
 
@@ -65,11 +66,11 @@ def test_grading_json_gives_the_same_entries(tmp_path):
     g = _grading(blocktiling_2d=_outcome("blocktiling_2d", True, 3.0, 2.7), wmma=_outcome("wmma", True, 0.5, 0.25))
     g.write(tmp_path / "grading.json")  # what batch and run_autograder read when results.json has no leaderboard
     assert leaderboard_entries(load_grading(tmp_path / "grading.json")) == leaderboard_entries(g)
-    names = [e["name"] for e in leaderboard_entries(g)]
+    names = [e.name for e in leaderboard_entries(g)]
     assert names == [f"{RUBRIC.stage('blocktiling_2d').title}: TFLOP/s",
                      f"{RUBRIC.stage('blocktiling_2d').title}: % of cuBLAS",
                      f"{RUBRIC.stage('wmma').title}: TFLOP/s", f"{RUBRIC.stage('wmma').title}: % of cuBLAS"]
-    assert leaderboard_entries(g, stages=["wmma"])[0]["value"] == round(2 * 4096**3 / 0.5e-3 / 1e12, 2)
+    assert leaderboard_entries(g, stages=["wmma"])[0].value == round(2 * 4096**3 / 0.5e-3 / 1e12, 2)
 
 
 def test_entries_fit_results_json():

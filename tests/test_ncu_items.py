@@ -6,7 +6,7 @@ import pytest
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.grading import StageOutcome
-from grader.model import Cause, Gap, Status, Verdict
+from grader.model import Cause, Gap, Measured, Status, Verdict
 from grader.profile.ncu import parse_raw_csv
 from grader.rubric.errors import RubricError
 from grader.rubric.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
@@ -86,7 +86,7 @@ def test_pass_message_has_value_threshold_unit_and_inputs_and_the_explanation_on
     r = judge_ncu(it, outcome())
     assert r.status == Status.PASSED and r.score == 3 and r.max_score == 3
     assert r.number == "3.reuse" and r.stage == "tiled" and r.visibility == "visible"
-    assert r.values == {"value": 512.0, "threshold": 128.0}
+    assert r.values == Measured(value=512.0, threshold=128.0)
     assert "measured 512 FFMA per request, needs >= 128 FFMA per request" in r.message
     assert "N=2048" in r.message and f"{REQ} = 16,777,216" in r.message
     assert "Each global load feeds TILE FMAs." not in r.message  # what to look at next: failures only
@@ -177,7 +177,7 @@ def test_scoring_dispatches_ncu_items_here():
     o = outcome()
     o.compile = CompileResult(st.id, True, kernel=k, launch=st.launch, launch_source="rubric default")
     r = evaluate(item(f"{FFMA} / {REQ}"), o, {"tiled": o}, Peaks(66.9, 989.0, "test"))
-    assert r.status == Status.PASSED and r.values["value"] == 512.0
+    assert r.status == Status.PASSED and r.values.value == 512.0
 
 
 def test_fmt():

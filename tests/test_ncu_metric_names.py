@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from grader.children.protocol import ProbeResult
 from grader.compile.stage import CompileResult
 from grader.gpu.ncu_run import profile_stages
 from grader.grading import StageOutcome
@@ -250,7 +251,7 @@ def test_on_the_h200_a_metric_only_another_chip_has_is_left_out_and_named(tmp_pa
         c = CompileResult(st.id, True, cubin=f"w/{st.id}.cubin", launch=st.launch)
         outs[st.id] = StageOutcome(stage=st, compile=c, verdict=Verdict.CORRECT)
     run = profile_stages(outs, rubric, has_gpu=True, gpu_reason="", work_dir=tmp_path / "ncu", seed=1,
-                         ncu_tool=_fake_ncu(tmp_path), device={"ok": True, "name": "NVIDIA H200", "cc": [9, 0]})
+                         ncu_tool=_fake_ncu(tmp_path), device=ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0]))
     assert run is not None
     argv = eval((tmp_path / "argv").read_text())
     asked = argv[argv.index("--metrics") + 1].split(",")

@@ -41,7 +41,7 @@ def test_every_stage_is_covered_and_every_fp32_stage_has_the_integrity_check():
         ids = [i.id for i in NCU_ITEMS[st.id]]
         assert ("ffma_count" in ids) == (st.inputs == "fp32"), st.id
         if st.id != "naive":
-            assert any(i.params["op"] != "==" for i in NCU_ITEMS[st.id]), f"{st.id} has no transition item"
+            assert any(i.params.op != "==" for i in NCU_ITEMS[st.id]), f"{st.id} has no transition item"
 
 
 @pytest.mark.parametrize("stage_id,it", list(cases()))
@@ -49,15 +49,15 @@ def test_reference_passes_with_margin(stage_id, it):
     st = RUBRIC.stage(stage_id)
     r = judge_ncu(it, outcome(stage_id, st.kernel))
     assert r.status == Status.PASSED, r.message
-    assert it.params.get("explain") and it.title and it.points > 0
-    if it.params["op"] != "==" and not it.params.get("integrity"):
+    assert it.params.explain and it.title and it.points > 0
+    if it.params.op != "==" and not it.params.integrity:
         value, threshold = measure(it, TABLE[st.kernel], N)
-        assert margin(it.params["op"], value, threshold) >= 0.10, (value, threshold)
+        assert margin(it.params.op, value, threshold) >= 0.10, (value, threshold)
 
 
 @pytest.mark.parametrize("stage_id,it", [c for c in cases() if c.values[0] != "naive"])
 def test_predecessor_fails_transition_items_and_passes_integrity_items(stage_id, it):
     prev = RUBRIC.stages[IDS.index(stage_id) - 1]
     r = judge_ncu(it, outcome(stage_id, prev.kernel))
-    expected = Status.PASSED if it.params["op"] == "==" or it.params.get("integrity") else Status.FAILED
+    expected = Status.PASSED if it.params.op == "==" or it.params.integrity else Status.FAILED
     assert r.status == expected, r.message

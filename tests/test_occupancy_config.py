@@ -10,7 +10,7 @@ from grader import REPO_ROOT
 from grader.model import Bonus
 from grader.occupancy.calculator import KIB
 from grader.rubric.errors import RubricError
-from grader.rubric.items import VISIBILITIES
+from grader.rubric.items import VISIBILITIES, Params
 from grader.rubric.load import load_default_occupancy, load_rubric, parse_rubric
 from grader.rubric.occupancy import ITEM_IDS, load_occupancy_config
 
@@ -123,4 +123,4 @@ def test_anchor_keys_are_free_and_items_carry_their_number(raw):
     raw["items"]["ex1.fix"]["number"] = "1.9"
     cfg = load_occupancy_config(raw)
     assert cfg.items["ex1.fix"].number == "1.9" and cfg.items["ex1.bottleneck"].number == "O.8"
-    assert all(i.kind is None and i.params == {} for i in cfg.items.values())
+    assert all(i.kind is None and i.params == Params() for i in cfg.items.values())

@@ -337,7 +337,7 @@ def test_no_section_or_a_grader_bug_crashes_nothing(tmp_path, monkeypatch):
                                                       _env(nvcc=SimpleNamespace(path=None, reason="")), tmp_path / "w"))
     assert all(r.status == (Status.MANUAL if r.item in MANUAL_ITEMS else Status.NOT_EVALUATED) and r.score == 0
                for r in res.values())
-    assert "ZeroDivisionError" in res["ex1.occupancy"].values["traceback"]
+    assert "ZeroDivisionError" in res["ex1.occupancy"].values.traceback
 
 
 def test_top_level_rubric_section_is_valid_and_points_at_the_exercise_folder():

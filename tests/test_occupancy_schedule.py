@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from grader.children.protocol import ProbeResult
 from grader.clock import Clock
 from grader.compile.ptxas import KernelResources
 from grader.gpu import session as gpu_session
@@ -309,7 +310,7 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
         c = CompileResult(sid, True, cubin=str(tmp_path / f"{sid}.cubin"),
                           kernel=KernelResources(st.kernel, "sm_90a", registers=40), launch=st.launch)
         outcomes[sid] = StageOutcome(stage=st, compile=c)
-    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", SimpleNamespace(path="/bin/false"),
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0]), "", SimpleNamespace(path="/bin/false"),
                       None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "test"))
     job = Job(rubric, sub, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
     job.prebuilt_occupancy = _prebuilt(tmp_path, occ_run._program_source(sub, rubric.occupancy)[0])
@@ -347,7 +348,7 @@ def test_the_pipeline_grades_the_occupancy_items_while_ncu_runs_once_their_runs_
     from grader.rubric.peaks import Peaks
 
     rubric = load_rubric(ROOT / "rubric.yaml")
-    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", None, None, ["-arch=sm_90a"],
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0]), "", None, None, ["-arch=sm_90a"],
                       Peaks(66.9, 989.0, "test"))
     job = Job(rubric, ROOT / "solutions", tmp_path / "work", env, None, False, lambda _m: None)
     threads: list[str] = []

@@ -9,12 +9,14 @@ import os
 
 import pytest
 
+from grader.children.protocol import ProbeResult
 from grader.gpu import device
+from grader.records import to_jsonable
 from grader.sandbox import guard as sandbox
 
-H200 = {"ok": True, "reason": "", "index": 0, "count": 1, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132,
-        "clock_khz": 1980000, "l2_bytes": 62914560, "total_mem": 150000000000, "runtime_version": 13000,
-        "driver_version": 13000, "cupy_version": "14.2.0"}
+H200 = ProbeResult(ok=True, reason="", index=0, count=1, name="NVIDIA H200", cc=[9, 0], sms=132,
+                   clock_khz=1980000, l2_bytes=62914560, total_mem=150000000000, runtime_version=13000,
+                   driver_version=13000, cupy_version="14.2.0")
 
 
 @pytest.fixture
@@ -32,11 +34,11 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setenv(device.PROBE_CACHE_VAR, str(root))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     calls: list[int] = []
-    answer = {"device": dict(H200), "reason": ""}
+    answer: dict = {"device": H200, "reason": ""}
 
     def probe(timeout_s, work=None, extra_env=None):
         calls.append(1)
-        return dict(answer["device"]) if answer["device"] is not None else None, answer["reason"]
+        return answer["device"], answer["reason"]
 
     monkeypatch.setattr(device, "probe_device", probe)
     return driver, root, calls, answer
@@ -49,7 +51,7 @@ def test_the_description_is_probed_once_then_read_back(machine):
     assert first == (H200, "", False) and second == (H200, "", True)
     assert len(calls) == 1
     kept = list(root.glob("*.json"))
-    assert len(kept) == 1 and json.loads(kept[0].read_text()) == H200
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == to_jsonable(H200)
     assert oct(kept[0].stat().st_mode & 0o777) == "0o600"
 
 
@@ -88,10 +90,10 @@ def test_a_kept_file_that_cannot_be_trusted_or_read_is_probed_again(machine):
 
 def test_nothing_is_kept_without_a_driver_when_switched_off_or_for_an_unusable_gpu(machine, monkeypatch):
     driver, root, calls, answer = machine
-    answer["device"], answer["reason"] = {"ok": False, "reason": "no CUDA device"}, "no CUDA device"
-    assert device.kept_probe(60) == ({"ok": False, "reason": "no CUDA device"}, "no CUDA device", False)
+    answer["device"], answer["reason"] = ProbeResult(ok=False, reason="no CUDA device"), "no CUDA device"
+    assert device.kept_probe(60) == (ProbeResult(ok=False, reason="no CUDA device"), "no CUDA device", False)
     assert not list(root.glob("*.json"))  # an unusable answer is asked again next time
-    answer["device"], answer["reason"] = dict(H200), ""
+    answer["device"], answer["reason"] = H200, ""
     monkeypatch.setenv(device.PROBE_CACHE_VAR, "off")
     device.kept_probe(60), device.kept_probe(60)
     monkeypatch.setenv(device.PROBE_CACHE_VAR, str(root))

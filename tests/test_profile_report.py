@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.children.protocol import ProbeResult
 from grader.grading import Environment, Grading, StageOutcome
 from grader.model import Cause, Gap, Verdict
 from grader.outputs.profile_page import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report
@@ -33,7 +34,7 @@ def make_grading(timed=True, profiled=True, reason="not evaluated: Nsight Comput
         else:
             o.ncu_gap = Gap(Cause.GRADER, reason)
         outcomes[st.id] = o
-    env = Environment({"ok": True, "name": "NVIDIA H200"}, "", None, None, ["-arch=sm_90a"], PEAKS)
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200"), "", None, None, ["-arch=sm_90a"], PEAKS)
     return Grading("solutions", env, outcomes, [], 30.0)
 
 
@@ -48,8 +49,8 @@ def test_ladder_inputs_come_from_timings_and_peaks():
 
 
 def test_hbm_bandwidth_by_device_name():
-    assert hbm_bandwidth({"name": "NVIDIA H200"}) == {"HBM": 4.8}
-    assert hbm_bandwidth({"name": "Some other GPU"}) == {} and hbm_bandwidth(None) == {}
+    assert hbm_bandwidth(ProbeResult(ok=True, name="NVIDIA H200")) == {"HBM": 4.8}
+    assert hbm_bandwidth(ProbeResult(ok=True, name="Some other GPU")) == {} and hbm_bandwidth(None) == {}
 
 
 def test_full_report_links_both_pngs_and_diagnoses_every_stage(tmp_path):

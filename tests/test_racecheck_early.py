@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import GateClosed, Kernel, gate_files, wait_at_gate, write_result
+from grader.children.protocol import GateClosed, Kernel, ProbeResult, gate_files, wait_at_gate, write_result
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, sanitize
@@ -135,7 +135,7 @@ def test_an_older_sanitizer_refusing_kernel_name_sends_the_gated_run_back_to_be_
 
 # ---- the grading's side: handed over as each compile ends ------------------------------------------
 def _job(tmp_path: Path, stages: list[str]) -> tuple[Job, GpuSession]:
-    env = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", SimpleNamespace(path="/bin/false"),
+    env = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0]), "", SimpleNamespace(path="/bin/false"),
                       None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "test"))
     job = Job(RUBRIC, ROOT / "solutions", tmp_path / "work", env, stages, False, lambda _m: None)
     gpu = GpuSession()

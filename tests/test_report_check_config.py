@@ -8,6 +8,7 @@ from grader.model import Bonus
 from grader.profile.ncu import metrics_needed
 from grader.rubric.errors import RubricError
 from grader.rubric.expr import METRIC_RE
+from grader.rubric.items import Params
 from grader.rubric.load import parse_rubric
 from grader.rubric.report import load_report_config, metric_unit, normalize_name
 from tests.report_check_helpers import CFG, ROOT, RUBRIC, TABLE
@@ -91,7 +92,7 @@ def test_report_items_say_which_check_grades_them():
     assert kinds["reasoning"] == "reasoning" and kinds["table.times"] == "times"
     assert {k for i, k in kinds.items() if i.startswith("table.") and i != "table.times"} == {"table"}
     assert all((kinds[f"{t.id}.cites"], kinds[f"{t.id}.values"]) == ("cites", "values") for t in CFG.transitions)
-    assert all(i.params == {} for i in CFG.items())
+    assert all(i.params == Params() for i in CFG.items())
 
 
 def test_a_derived_name_written_short_is_its_expression():

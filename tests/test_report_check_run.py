@@ -37,7 +37,7 @@ def test_the_reference_report_gets_every_automatic_point(tmp_path):
         assert it.stage == "report" and it.number.startswith("R.")
     auto = sum(i.points for i in CFG.items() if i.id != "reasoning")
     assert sum(i.score for i in items.values()) == auto
-    assert items["naive_to_coalesced.values"].values["matched"] >= 5
+    assert items["naive_to_coalesced.values"].values.matched >= 5
 
 
 def test_the_starter_template_scores_zero(tmp_path):

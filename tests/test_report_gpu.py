@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.children.protocol import ProbeResult
 from grader.grading import load_grading
 from grader.model import Cause, Gap, Status
 from grader.rubric.load import load_rubric
@@ -27,14 +28,14 @@ assert RUBRIC.report is not None
 REPORT_CFG = RUBRIC.report
 STORED = load_grading(ROOT / "tests/fixtures/gradings/reference/grading.json")
 SOLUTIONS = (ROOT / "solutions/report.md").read_text()
-H100 = {"ok": True, "name": "NVIDIA H100 80GB HBM3", "cc": [9, 0], "sms": 132}
+H100 = ProbeResult(ok=True, name="NVIDIA H100 80GB HBM3", cc=[9, 0], sms=132)
 
 
 def test_the_stored_grading_is_on_the_gpu_the_solutions_report_names():
     """What every test here stands on (and the GPU suite's grading of solutions/, tests/gpu_jobs.py: CITED): the
     report cites an H200's numbers, so the stored grading it is compared with must be an H200's."""
     gpu = report_gpu(strip_comments(SOLUTIONS))
-    assert gpu is not None and names_device(gpu, STORED.env.device["name"]), (gpu, STORED.env.device)
+    assert gpu is not None and names_device(gpu, STORED.env.device.name), (gpu, STORED.env.device)
 
 
 def _values_items(items) -> dict:
@@ -150,7 +151,7 @@ def test_a_report_without_a_gpu_line_is_compared_with_this_grading_and_told_so()
 
 def test_without_a_gpu_here_and_none_stored_the_values_wait_for_a_gpu():
     """A grading without a GPU (CI, Gradescope's static part) keeps saying why: not evaluated, for want of a GPU."""
-    no_gpu = {"ok": False}
+    no_gpu = ProbeResult(ok=False)
     outcomes = copy.deepcopy(STORED.outcomes)
     for o in outcomes.values():  # as the pipeline leaves a stage without a GPU
         o.ncu, o.timing, o.gpu_reason = None, None, "no CUDA device"

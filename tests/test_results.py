@@ -10,16 +10,21 @@ import unittest
 
 import pytest
 
-from grader.model import ItemResult, Status
+from grader.children.protocol import ProbeResult
+from grader.model import ItemResult, Measured, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
     VISIBILITIES,
+    LeaderboardEntry,
     Results,
+    ResultsExtra,
     build_results,
+    dumps,
     error_results,
     write_results,
 )
+from grader.rubric.peaks import Peaks
 
 TOP_KEYS = {"score", "execution_time", "output", "output_format", "visibility",
             "stdout_visibility", "tests"}
@@ -30,11 +35,11 @@ TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "output
 def items() -> list[ItemResult]:
     return [
         ItemResult("naive", "correct", "Naive: correct", Status.PASSED, 10.0, 10.0,
-                   "All sizes match.", number="1.1", values={"max_err": 1e-6}),
+                   "All sizes match.", number="1.1", values=Measured(value=1e-6)),
         ItemResult("tiled", "correct", "Tiled: correct", Status.FAILED, 0.0, 10.0,
                    "N = 512: max error 7.4", visibility="after_due_date", number="3.1"),
         ItemResult("tiled", "speed", "Tiled: speed", Status.PASSED, 3.3333333, 5.0, "37% of cuBLAS",
-                   number="3.2", values={"ratio": 0.37, "nan": math.nan}),
+                   number="3.2", values=Measured(ratio=0.37, value=math.nan)),
         ItemResult("wmma", "correct", "WMMA: correct", Status.NOT_EVALUATED, 0.0, 10.0,
                    "not evaluated: no CUDA device", number="5.1", needs_gpu=True),
         ItemResult("wmma", "writeup", "WMMA: write-up", Status.MANUAL, 0.0, 5.0, "",
@@ -92,7 +97,7 @@ def test_build_results_fields():
         "status": "passed", "output": "All sizes match.", "output_format": "md",
         "visibility": "visible", "tags": ["naive"],
         "extra_data": {"status": "passed", "stage": "naive", "item": "correct",
-                       "values": {"max_err": 1e-6}, "needs_gpu": False},
+                       "values": {"value": 1e-6}, "needs_gpu": False},
     }
     assert t["3.1"]["status"] == "failed" and t["3.1"]["visibility"] == "after_due_date"
     assert t["3.2"]["score"] == 3.3333 and t["3.2"]["status"] == "passed"  # partial credit
@@ -134,18 +139,19 @@ def test_execution_time_is_int_seconds():
 
 
 def test_leaderboard_and_extra():
-    lb = [{"name": "GFLOP/s", "value": 812.5}, {"name": "ms", "value": 1.2, "order": "asc"}]
-    r = build_results(items(), execution_time=1, output="", leaderboard=lb,
-                      extra={"device": "H200"}, visibility="after_published",
-                      stdout_visibility="visible").to_json()
+    lb = [LeaderboardEntry("GFLOP/s", 812.5), LeaderboardEntry("ms", 1.2, "asc")]
+    extra = ResultsExtra(device=ProbeResult(ok=True, name="NVIDIA H200"), peaks=Peaks(66.9, 989.0, "test"))
+    r = build_results(items(), execution_time=1, output="", leaderboard=lb, extra=extra,
+                      visibility="after_published", stdout_visibility="visible").to_json()
     check_spec(r)
-    assert r["leaderboard"] == lb and r["extra_data"]["device"] == "H200"
+    assert r["leaderboard"] == [{"name": "GFLOP/s", "value": 812.5}, {"name": "ms", "value": 1.2, "order": "asc"}]
+    assert r["extra_data"]["device"]["name"] == "NVIDIA H200" and r["extra_data"]["peaks"]["fp32"] == 66.9
     assert r["visibility"] == "after_published" and r["stdout_visibility"] == "visible"
     with pytest.raises(ValueError):
-        build_results([], execution_time=1, output="", leaderboard=[{"name": "x"}]).to_json()
-    with pytest.raises(ValueError):
-        build_results([], execution_time=1, output="",
-                      leaderboard=[{"name": "x", "value": 1, "order": "up"}]).to_json()
+        build_results([], execution_time=1, output="", leaderboard=[LeaderboardEntry("x", 1, "up")]).to_json()
+    # a grading without a GPU says so: its device is written null beside its peaks
+    r = build_results([], execution_time=1, output="", extra=ResultsExtra(peaks=Peaks(None, None, "no device")))
+    assert json.loads(dumps(r))["extra_data"]["device"] is None
 
 
 @pytest.mark.parametrize("vis", ["public", "Visible", "", "after_due"])
@@ -171,19 +177,20 @@ def test_unknown_status_and_nonfinite_score_raise():
 def test_write_results_atomic_and_strict(tmp_path):
     path = tmp_path / "autograder" / "results" / "results.json"  # parents do not exist yet
     r = build_results(items(), execution_time=3, output="ok",
-                      extra={"inf": math.inf, "ninf": -math.inf, "nan": math.nan})
-    assert r.extra_data is not None
-    assert {k: r.extra_data[k] for k in ("inf", "ninf", "nan")} == {"inf": None, "ninf": None, "nan": None}
-    r.extra_data = {"inf": math.inf, "ninf": -math.inf, "nan": math.nan}  # raw, for the writer
-    r.tests[2].extra_data["values"]["nan"] = math.nan
+                      extra=ResultsExtra(pending_gpu_items=1, pending_gpu_points=math.inf))
+    assert r.extra_data is not None and r.extra_data.pending_gpu_points == math.inf  # the record keeps it
+    r.leaderboard = [LeaderboardEntry("inf", math.inf), LeaderboardEntry("ninf", -math.inf),
+                     LeaderboardEntry("nan", math.nan)]
     write_results(path, r)
     assert sorted(os.listdir(path.parent)) == ["results.json"]  # no temp file left
     text = path.read_text(encoding="utf-8")
     assert "NaN" not in text and "Infinity" not in text
     back = json.loads(text)
-    assert back["extra_data"] == {"inf": None, "ninf": None, "nan": None}
+    assert back["extra_data"] == {"hand_graded_items": ["5.2"], "hand_graded_points": 5.0, "pending_gpu_items": 1,
+                                  "pending_gpu_points": None}
+    assert [e["value"] for e in back["leaderboard"]] == [None, None, None]
     t32 = next(t for t in back["tests"] if t["number"] == "3.2")
-    assert t32["extra_data"]["values"] == {"ratio": 0.37, "nan": None}
+    assert t32["extra_data"]["values"] == {"ratio": 0.37, "value": None}
     assert back["score"] == r.score
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
 
@@ -198,7 +205,7 @@ def test_write_results_failure_leaves_old_file(tmp_path):
     write_results(path, Results(score=1.0))
     first = path.read_text()
     with pytest.raises(TypeError):
-        write_results(path, Results(score=2.0, extra_data={"bad": object()}))
+        write_results(path, Results(score=2.0, leaderboard=[LeaderboardEntry("bad", object())]))
     assert path.read_text() == first and json.loads(first)["score"] == 1.0
     assert os.listdir(tmp_path) == ["results.json"]
 
@@ -206,9 +213,10 @@ def test_write_results_failure_leaves_old_file(tmp_path):
 def test_write_results_numpy_values(tmp_path):
     np = pytest.importorskip("numpy")
     path = tmp_path / "r.json"
-    write_results(path, Results(score=1.0, extra_data={
-        "f32": np.float32(0.5), "i": np.int64(3), "arr": np.array([1.0, np.nan])}))
-    assert json.loads(path.read_text())["extra_data"] == {"f32": 0.5, "i": 3, "arr": [1.0, None]}
+    write_results(path, Results(score=1.0, leaderboard=[
+        LeaderboardEntry("f32", np.float32(0.5)), LeaderboardEntry("i", np.int64(3)),
+        LeaderboardEntry("arr", np.array([1.0, np.nan]))]))
+    assert [e["value"] for e in json.loads(path.read_text())["leaderboard"]] == [0.5, 3, [1.0, None]]
 
 
 def test_error_results():
@@ -278,7 +286,7 @@ def test_conformance_with_gradescope_utils():
     theirs = _gradescope_utils_output()
     ours = json.loads(json.dumps(build_results(
         items()[:2], execution_time=1.0, output="summary",
-        leaderboard=[{"name": "GFLOP/s", "value": 812.5, "order": "desc"}]).to_json()))
+        leaderboard=[LeaderboardEntry("GFLOP/s", 812.5, "desc")]).to_json()))
 
     # top level: every key they emit, we emit with a compatible type
     assert theirs.keys() <= ours.keys()

@@ -52,7 +52,7 @@ def test_each_stored_gradings_results_json_reads_back_into_the_record_that_write
 
     offline = results_for(_without_gpu(g), summary_markdown(g))
     policed = apply_no_gpu_policy(offline, {"device_reason": "no CUDA device"}, "pending")
-    pending = [t for t in policed.tests if t.extra_data.get("pending_gpu")]
+    pending = [t for t in policed.tests if t.extra_data.pending_gpu]
     assert pending and all(t.score is None and t.status is None for t in pending)  # neutral: no keys in the file
     assert all({"score", "max_score", "status"}.isdisjoint(t.to_json()) for t in pending)
     _round_trip(policed)

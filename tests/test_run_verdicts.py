@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import CaseRun, CaseVerdict, StageResult, StageVerdict
+from grader.children.protocol import CaseRun, CaseVerdict, ProbeResult, StageResult, StageVerdict
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck
@@ -92,7 +92,7 @@ def test_sanitizers_pick_stages_by_verdict_and_a_race_is_a_verdict(tmp_path, san
         _outcome("blocktiling_2d", Verdict.NOT_RUN, "correct"),
         _outcome("wmma", Verdict.CRASHED, "the kernel failed"),
     )}
-    env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], PEAKS)
+    env = Environment(ProbeResult(ok=True, name="test GPU"), "", None, None, ["-arch=sm_90a"], PEAKS)
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
     run_stages.sanitize(job, GpuSession())
     # A kernel that timed out would hang again; one the time budget skipped never ran.

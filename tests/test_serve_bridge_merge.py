@@ -16,7 +16,7 @@ from grader.deploy.gradescope import bridge
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.bridge import BridgeConfig, Outcome
 from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy
-from grader.outputs.results import Results
+from grader.outputs.results import LeaderboardEntry, Results
 from tests.serve_helpers import slow_service
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def test_merge_takes_the_service_verdict_for_pending_items_only():
     res = _static()
     assert res["extra_data"]["pending_gpu_items"] == 2
     outcome = Outcome("merged", job="abc123", url="https://gpu.example.edu/jobs/abc123")
-    res = bridge.merge(Results.from_json(res), _service(), outcome, leaderboard=_service()["leaderboard"]).to_json()
+    res = bridge.merge(Results.from_json(res), _service(), outcome, leaderboard=[LeaderboardEntry(**e) for e in _service()["leaderboard"]]).to_json()
     tests = {t["number"]: t for t in res["tests"]}
     # pending items: the service's name, score, status, output, visibility (not the hide policy's)
     assert tests["1.correct"]["name"] == "correct at every size" and not tests["1.correct"]["name"].startswith(

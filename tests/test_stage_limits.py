@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import BenchRun, CaseRun, StageResult
+from grader.children.protocol import BenchRun, CaseRun, ProbeResult, StageResult
 from grader.clock import Phase
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
@@ -205,7 +205,7 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
         k = KernelResources(st.kernel, "sm_90a", registers=40)
         outcomes[sid] = StageOutcome(stage=st, compile=CompileResult(sid, True, cubin=f"/w/{sid}.cubin", kernel=k,
                                                                      launch=st.launch))
-    env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
+    env = Environment(ProbeResult(ok=True, name="test GPU"), "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
     with GpuSession() as gpu:
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
@@ -230,7 +230,7 @@ def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
     st = RUBRIC.stage("naive")
     o = StageOutcome(stage=st, compile=CompileResult("naive", True, cubin="/w/n.cubin",
                                                      kernel=KernelResources(st.kernel, "sm_90a"), launch=st.launch))
-    env = Environment({"ok": True, "name": "test GPU"}, "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
+    env = Environment(ProbeResult(ok=True, name="test GPU"), "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes={"naive": o},
               started=time.monotonic() - 10 * RUBRIC.timeouts.submission_s)
     with GpuSession() as gpu:

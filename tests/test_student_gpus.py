@@ -62,7 +62,7 @@ def probed(tmp_path_factory) -> dict[str, dict]:
 def test_the_probe_describes_the_card(probed, card):
     name, cc, sms, clock, l2 = CARDS[card]
     d = probed[card]
-    assert (d["name"], d["cc"], d["sms"], d["clock_khz"], d["l2_bytes"]) == (name, cc, sms, clock, l2)
+    assert (d.name, d.cc, d.sms, d.clock_khz, d.l2_bytes) == (name, cc, sms, clock, l2)
 
 
 @pytest.mark.parametrize("card", CARDS)

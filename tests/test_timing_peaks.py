@@ -1,6 +1,9 @@
 """Timing summaries and the two ceilings (pure)."""
+import dataclasses
+
 import pytest
 
+from grader.children.protocol import ProbeResult
 from grader.profile.timing import gemm_tflops, summarize
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import device_peaks
@@ -25,11 +28,11 @@ def test_summary_of_nothing():
 
 def test_peaks_override_by_name_then_derived(root):
     r = load_rubric(root / "rubric.yaml")
-    h200 = {"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "sms": 132, "clock_khz": 1980000}
+    h200 = ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], sms=132, clock_khz=1980000)
     p = device_peaks(r.peak_overrides, r.peak_per_sm_clock, h200)
     assert (p.fp32, p.fp16_tensor) == (66.9, 989.0) and "H200" in p.source
-    other = dict(h200, name="NVIDIA H20 something")
+    other = dataclasses.replace(h200, name="NVIDIA H20 something")
     p = device_peaks(r.peak_overrides, r.peak_per_sm_clock, other)
     assert p.fp32 == pytest.approx(256 * 132 * 1.98e9 / 1e12)
-    assert device_peaks(r.peak_overrides, r.peak_per_sm_clock, {"ok": False}).fp32 is None
-    assert "no peak known" in device_peaks(r.peak_overrides, r.peak_per_sm_clock, dict(other, cc=[12, 0])).source
+    assert device_peaks(r.peak_overrides, r.peak_per_sm_clock, ProbeResult(ok=False)).fp32 is None
+    assert "no peak known" in device_peaks(r.peak_overrides, r.peak_per_sm_clock, dataclasses.replace(other, cc=[12, 0])).source

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import WarmResult, wait_at_gate
+from grader.children.protocol import ProbeResult, WarmResult, wait_at_gate
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import racecheck, warm
@@ -35,8 +35,8 @@ from tests.hang_guard import no_hang
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
-DEVICE = {"ok": True, "name": "NVIDIA H200", "cc": [9, 0], "l2_bytes": 60 << 20, "runtime_version": 13000,
-          "driver_version": 13000, "cupy_version": "13.6.0"}
+DEVICE = ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], l2_bytes=60 << 20, runtime_version=13000,
+                     driver_version=13000, cupy_version="13.6.0")
 
 
 @pytest.fixture
@@ -83,9 +83,9 @@ def test_a_childs_cache_starts_as_a_copy_never_a_link(tmp_path):
 
 def test_the_key_follows_what_cupys_kernels_depend_on():
     key = warm.warm_key(RUBRIC, DEVICE)
-    assert key == warm.warm_key(RUBRIC, dict(DEVICE, total_mem=1, sms=132))  # not what changes no kernel
+    assert key == warm.warm_key(RUBRIC, dataclasses.replace(DEVICE, total_mem=1, sms=132))  # not what changes no kernel
     for change in ({"cupy_version": "14.0.0"}, {"cc": [8, 0]}, {"runtime_version": 12080}, {"name": "H100"}):
-        assert warm.warm_key(RUBRIC, {**DEVICE, **change}) != key, change
+        assert warm.warm_key(RUBRIC, dataclasses.replace(DEVICE, **change)) != key, change
     other_sizes = dataclasses.replace(RUBRIC, correctness_sizes=(512, 1024))
     assert warm.warm_key(other_sizes, DEVICE) != key
 
@@ -96,7 +96,7 @@ def test_the_warm_child_is_asked_for_every_kind_of_stage_at_the_rubrics_sizes(tm
     assert {(r["inputs"], r["baseline"], r["bench"]["n"], r["bench"]["flush_l2"]) for r in spec["runs"]} == kinds
     for run in spec["runs"]:
         assert [c["n"] for c in run["correctness"]] == list(RUBRIC.correctness_sizes)
-        assert run["l2_bytes"] == DEVICE["l2_bytes"] and run["kernel"]["kernel"] == warm.KERNEL
+        assert run["l2_bytes"] == DEVICE.l2_bytes and run["kernel"]["kernel"] == warm.KERNEL
         tile = run["kernel"]["launch"]["tile"][0]
         assert all(n % tile == 0 for n in [*RUBRIC.correctness_sizes, run["bench"]["n"]])
     # the ncu launch's draws only: the sanitizer's launcher uses no CuPy
@@ -210,7 +210,7 @@ def test_a_cache_made_for_the_shipped_rubric_serves_a_trimmed_one_and_not_a_rubr
         again, _ = warm.prepare(rubric, DEVICE, tmp_path / "w4", 60)
         assert again is not None and again.folder == folder
     assert warm_child["calls"] == 2
-    elsewhere, _ = warm.prepare(RUBRIC, {**DEVICE, "cc": [8, 0]}, tmp_path / "w5", 60)
+    elsewhere, _ = warm.prepare(RUBRIC, dataclasses.replace(DEVICE, cc=[8, 0]), tmp_path / "w5", 60)
     assert elsewhere is not None and elsewhere.folder not in (shipped.folder, made.folder) and warm_child["calls"] == 3
 
 

@@ -45,7 +45,7 @@ def test_whatif_counts_each_threshold_item_and_draws_it(tmp_path):
     assert (coalesced["current"], coalesced["proposed"]) == (4, 3.5)
     ref = next(r for r in coalesced["rows"] if r["name"] == "reference")
     stored = next(r for r in fixture("reference").items if r.number == "2.ncu_coalesced")
-    assert ref["current"]["value"] == stored.values["value"] and ref["current"]["status"] == stored.status.value
+    assert ref["current"]["value"] == stored.values.value and ref["current"]["status"] == stored.status.value
     assert "coalesced.speed" in items and "wmma.beats_fp32" in items and "naive.compiles" not in items
     # Scores: the stored ones and the re-scored ones under the proposal, over the items neither it nor rubric.yaml
     # (the base) needs a real re-grade for.

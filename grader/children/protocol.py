@@ -86,6 +86,11 @@ class ProbeResult:
     driver_version: int = 0
     cupy_version: str = ""
 
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """(major, minor) of a present GPU; None without one."""
+        return (self.cc[0], self.cc[1]) if self.ok and len(self.cc) == 2 else None
+
 
 # ---- stage ------------------------------------------------------------------------------------------
 @dataclass

@@ -27,11 +27,10 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from grader.children.protocol import PROBE, ProbeSpec
+from grader.children.protocol import PROBE, ProbeResult, ProbeSpec
 from grader.files import replace_whole
-from grader.records import to_jsonable
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.sandbox.kept import kept_root, private_file
 from grader.sandbox.launch import launch
 
@@ -43,7 +42,7 @@ _COUNTS = ("sms", "clock_khz", "l2_bytes", "total_mem")
 
 
 def probe_device(timeout_s: float, work: Path | None = None,
-                 extra_env: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, str]:
+                 extra_env: dict[str, str] | None = None) -> tuple[ProbeResult | None, str]:
     """(the probe child's description, "") or (None, why there is no usable GPU). A description
     whose "ok" is false is returned with its own reason (no device, CuPy unusable)."""
     with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
@@ -52,39 +51,39 @@ def probe_device(timeout_s: float, work: Path | None = None,
         why = child.no_result if child.proc.ok else child.proc.stderr.strip()[-300:]
         return None, f"the device probe failed ({child.proc.brief()}): {why}"
     # grading.json keeps the description as the probe wrote it (Environment.device, read by many steps)
-    device: dict[str, Any] = to_jsonable(child.result)
-    return device, "" if child.result.ok else child.result.reason
+    return child.result, "" if child.result.ok else child.result.reason
 
 
-def device_problem(data: Any) -> str:
-    """Why ``data`` is not a usable description of a present GPU ("" when it is)."""
-    if not isinstance(data, dict):
-        return f"expected an object, found {type(data).__name__}"
-    if data.get("ok") is not True:
+def device_problem(device: ProbeResult | None) -> str:
+    """Why ``device`` is not a usable description of a present GPU ("" when it is)."""
+    if device is None:
+        return "no description"
+    if device.ok is not True:
         return '"ok" is not true (the probe found no usable GPU)'
-    cc = data.get("cc")
-    if not (isinstance(cc, list) and len(cc) == 2 and all(type(v) is int and 0 <= v < 100 for v in cc)):
+    cc = device.cc
+    if not (len(cc) == 2 and all(type(v) is int and 0 <= v < 100 for v in cc)):
         return f'"cc" must be [major, minor], found {cc!r}'
     for key in _COUNTS:
-        if type(data.get(key)) is not int or data[key] < 0:
-            return f'"{key}" must be a whole number, found {data.get(key)!r}'
-    if not isinstance(data.get("name"), str):
-        return '"name" must be a string'
+        value = getattr(device, key)
+        if type(value) is not int or value < 0:
+            return f'"{key}" must be a whole number, found {value!r}'
     return ""
 
 
-def read_device_file(path: Path) -> tuple[dict[str, Any] | None, str]:
+def read_device_file(path: Path) -> tuple[ProbeResult | None, str]:
     """(the description in ``path``, "") or (None, what is wrong with the file)."""
     try:
         if path.is_symlink() or not path.is_file():
             return None, f"{path}: not a regular file"
         if path.stat().st_size > DEVICE_FILE_MAX_BYTES:
             return None, f"{path}: over {DEVICE_FILE_MAX_BYTES} bytes"
-        data = json.loads(path.read_text())
+        device = from_jsonable(ProbeResult, json.loads(path.read_text()))
+    except RecordError as exc:
+        return None, f"{path}: not the probe's description ({exc})"
     except (OSError, ValueError, RecursionError) as exc:
         return None, f"{path}: {exc}"
-    problem = device_problem(data)
-    return (data, "") if not problem else (None, f"{path}: {problem}")
+    problem = device_problem(device)
+    return (device, "") if not problem else (None, f"{path}: {problem}")
 
 
 def describe_into(path: Path, timeout_s: float, extra_env: dict[str, str] | None = None) -> str:
@@ -106,11 +105,11 @@ def describe_into(path: Path, timeout_s: float, extra_env: dict[str, str] | None
     return ""
 
 
-def write_device_file(path: Path, device: dict[str, Any]) -> None:
+def write_device_file(path: Path, device: ProbeResult) -> None:
     """Write ``device`` to ``path`` whole or not at all (a temporary file of its own, renamed), so two
     gradings writing at once never leave half a description; the file is the grader's alone (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_whole(path, json.dumps(device, indent=1) + "\n")
+    replace_whole(path, json.dumps(to_jsonable(device), indent=1) + "\n")
 
 
 PROBE_CACHE_VAR = "GRADER_PROBE_CACHE"  # a folder, or "off": probe in every grading
@@ -154,7 +153,7 @@ def machine_key() -> str | None:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def kept_probe(timeout_s: float, work: Path | None = None) -> tuple[dict[str, Any] | None, str, bool]:
+def kept_probe(timeout_s: float, work: Path | None = None) -> tuple[ProbeResult | None, str, bool]:
     """(description, reason, kept): the machine's kept description when there is a usable one for
     :func:`machine_key` (kept True), else the probe child's (:func:`probe_device`), kept for the next
     grading when it found a usable GPU."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import Kernel, LaunchResult, StagesGo
+from grader.children.protocol import Kernel, LaunchResult, ProbeResult, StagesGo
 from grader.compile import toolchain
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
@@ -63,10 +63,10 @@ class EarlyProfile:
     metrics: list[str]
 
 
-def wanted_metrics(rubric: Rubric, device: dict | None) -> tuple[list[str], list[str], str | None]:
+def wanted_metrics(rubric: Rubric, device: ProbeResult | None) -> tuple[list[str], list[str], str | None]:
     """(the metrics to ask ncu for, those this chip's ncu lacks, the chip)."""
     wanted = metrics_needed(rubric)
-    chip = chip_for_cc((device or {}).get("cc"))
+    chip = chip_for_cc(device.cc if device is not None else None)
     absent = missing_on(wanted, chip)
     return [m for m in wanted if m not in absent], absent, chip
 
@@ -78,7 +78,7 @@ def stage_spec(o: StageOutcome) -> Kernel:
 
 def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu: bool, gpu_reason: str,
                    work_dir: Path, seed: int, ncu_tool=None, fence: Fence | None = None,
-                   device: dict | None = None, early: EarlyProfile | None = None,
+                   device: ProbeResult | None = None, early: EarlyProfile | None = None,
                    schedule: Schedule | None = None) -> NcuRun | None:
     """Profile every correct stage kernel in one ncu run; set each outcome's ncu fields.
 

@@ -49,6 +49,7 @@ from grader.children.protocol import (
     LaunchResult,
     LaunchShape,
     OccupancyResult,
+    ProbeResult,
     ProfileSpec,
     StageResult,
     StagesGo,
@@ -300,7 +301,7 @@ def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
 
 
 def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
-                  schedule: Schedule, fence: Fence | None = None, device: dict | None = None,
+                  schedule: Schedule, fence: Fence | None = None, device: ProbeResult | None = None,
                   ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
     """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
     start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
@@ -367,7 +368,7 @@ def stage_party_spec(job: Job, st: Stage) -> StageSpec:
                         warmup=st.bench.warmup, reps=st.bench.reps, min_reps=st.bench.min_reps,
                         max_seconds=st.bench.max_seconds, flush_l2=st.bench.flush_l2,
                         profile_n=job.rubric.profile.n if job.rubric.profile.enabled else None),
-        out_dir=str(job.work / st.id), l2_bytes=int((job.env.device or {}).get("l2_bytes") or 0), gate=True)
+        out_dir=str(job.work / st.id), l2_bytes=job.env.device.l2_bytes if job.env.device is not None else 0, gate=True)
 
 
 def _stage_party(st: Stage, job: Job) -> Party:
@@ -417,7 +418,7 @@ def _prepare_cupy_cache(job: Job) -> None:
     """The trusted warm CuPy cache (grader/gpu/warm.py): the cache of every child that uses CuPy (the
     stage runs, the checker, the ncu launch; not the sanitizer's launcher) starts as a copy of it."""
     with job.clock.detail("cupy_cache"):
-        cache, why = warm.prepare(job.rubric, job.env.device or {}, job.work, job.rubric.timeouts.checker_s)
+        cache, why = warm.prepare(job.rubric, job.env.device or ProbeResult(ok=False), job.work, job.rubric.timeouts.checker_s)
     if cache is None:
         job.notes.append(f"CuPy's kernels could not be compiled ahead ({why}); each child compiled its own")
         return

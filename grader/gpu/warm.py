@@ -45,7 +45,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import WARM, BenchSpec, Case, Draw, Kernel, LaunchShape, WarmSpec, WarmStage
+from grader.children.protocol import WARM, BenchSpec, Case, Draw, Kernel, LaunchShape, ProbeResult, WarmSpec, WarmStage
 from grader.records import to_jsonable
 from grader.rubric.types import Rubric
 from grader.sandbox.kept import kept_root, private_dir
@@ -67,8 +67,8 @@ class WarmCache:
     warm_s: float | None = None  # the warm child's wall time, when it ran for this grading
 
 
-def _device_identity(device: dict) -> dict:
-    return {k: device.get(k) for k in ("name", "cc", "runtime_version", "driver_version", "cupy_version")}
+def _device_identity(device: ProbeResult) -> dict[str, object]:
+    return {k: getattr(device, k) for k in ("name", "cc", "runtime_version", "driver_version", "cupy_version")}
 
 
 def warm_runs(rubric: Rubric) -> list[WarmStage]:
@@ -103,7 +103,7 @@ def _digest_of(core: object) -> str:
     return hashlib.sha256(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def base_key(device: dict) -> str:
+def base_key(device: ProbeResult) -> str:
     """What every kernel of a cache depends on: the warm calls' version, the grader's code, CuPy and the device."""
     from grader import code_version
 
@@ -130,11 +130,11 @@ class Calls:
         return _digest_of({"runs": sorted(self.runs), "draws": sorted(self.draws)})
 
 
-def _key(device: dict, calls: Calls) -> str:
+def _key(device: ProbeResult, calls: Calls) -> str:
     return f"{base_key(device)}-{calls.digest()}"
 
 
-def warm_key(rubric: Rubric, device: dict) -> str:
+def warm_key(rubric: Rubric, device: ProbeResult) -> str:
     """What the cache's kernels depend on: CuPy and the device, the grader's code, the calls made."""
     return _key(device, Calls.of(*_calls(rubric)))
 
@@ -171,18 +171,18 @@ def _union(*sets: tuple[list[WarmStage], list[Draw]]) -> tuple[list[WarmStage], 
     return list(runs.values()), list(draws.values())
 
 
-def warm_spec(rubric: Rubric, device: dict, folder: Path) -> WarmSpec:
+def warm_spec(rubric: Rubric, device: ProbeResult, folder: Path) -> WarmSpec:
     """The warm child's spec: :func:`warm_runs` with their seeds and output folders, and the draws."""
     return _spec(*_calls(rubric), device, folder)
 
 
-def _spec(runs: list[WarmStage], draws: list[Draw], device: dict, folder: Path) -> WarmSpec:
+def _spec(runs: list[WarmStage], draws: list[Draw], device: ProbeResult, folder: Path) -> WarmSpec:
     seeded = []
     for i, run in enumerate(copy.deepcopy(runs)):
         run.correctness = [Case(n=c.n, seed=11 + j) for j, c in enumerate(run.correctness)]
         if run.bench is not None:
             run.bench.seed = 5
-        run.out_dir, run.l2_bytes = str(folder / f"run{i}"), int(device.get("l2_bytes") or 0)
+        run.out_dir, run.l2_bytes = str(folder / f"run{i}"), device.l2_bytes
         seeded.append(run)
     return WarmSpec(runs=seeded, draws=list(draws))
 
@@ -219,7 +219,7 @@ def verified(folder: Path, key: str) -> bool:
         return False
 
 
-def _make(folder: Path, calls: tuple[list[WarmStage], list[Draw]], device: dict, key: str,
+def _make(folder: Path, calls: tuple[list[WarmStage], list[Draw]], device: ProbeResult, key: str,
           timeout_s: float) -> tuple[float | None, str]:
     """Run the warm child into ``folder/cupy-cache`` and write the manifest: (its seconds, "") or
     (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
@@ -247,7 +247,7 @@ def _kept(root: Path, base: str, key: str, calls: Calls) -> Path | None:
     return None
 
 
-def prepare(rubric: Rubric, device: dict, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
+def prepare(rubric: Rubric, device: ProbeResult, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
     """The warm cache for this grading: a kept one of the machine that covers its calls (made now, for
     its calls and the shipped rubric's, if there is none), else one made in ``work``. (cache, "") or
     (None, why there is none: the children then compile CuPy's kernels themselves)."""

@@ -108,7 +108,7 @@ def _role(item: Item, op: str, registry: Registry) -> str:
         return "technique"
     if registry.of(item).speed:
         return "speed"
-    if op == "==" or item.params.get("integrity"):
+    if op == "==" or item.params.integrity:
         return "integrity"
     return "other"
 
@@ -391,8 +391,9 @@ def analyse(rubric: Rubric, pops: Populations, out_dir: Path, notes: dict[str, s
     md, js = write_report(rows, meta, out_dir, limits)
     cal = Calibration(rows, limits, meta, [md, js])
     env = refs[0].env if refs else None
-    if env is not None and env.has_gpu and env.device is not None and env.device.get("name"):
-        entry = write_entry(rubric, str(env.device["name"]), rows, limits, meta, out_dir)
+    gpu = env.gpu if env is not None else None
+    if gpu is not None and gpu.name:
+        entry = write_entry(rubric, gpu.name, rows, limits, meta, out_dir)
         cal.files += [entry] if entry is not None else []
     return cal
 
@@ -443,9 +444,8 @@ def run_calibration(rubric: Rubric, solutions_dir: Path, out_dir: Path, repeats:
 
 
 def _meta(rubric: Rubric, refs: list[Grading], preds: list[Grading], env: Environment | None) -> dict:
-    device = (env.device if env is not None else None) or {}
     profiled = next((g.profile.command[0] for g in refs if g.profile is not None and g.profile.command), None)
-    return {"device": device.get("name") or (env.device_reason if env is not None else "") or "no device",
+    return {"device": (env.device.name if env is not None and env.device is not None else "") or (env.device_reason if env is not None else "") or "no device",
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "repeats": len(refs), "profile_n": rubric.profile.n, "clock_control": rubric.profile.clock_control,
             "ncu": profiled or "not run",

@@ -58,7 +58,7 @@ def threshold(item: Item, stage: Stage, rubric: Rubric, registry: Registry = REG
     gate = ""
     if kind.speed and any(is_technique(it) for it in stage.items):
         gate = "; counts once the stage's technique items (marked *technique*) pass"
-    return kind.handout(item, stage, rubric) + gate
+    return kind.handout_text(item, stage, rubric) + gate
 
 
 def block_stages(rubric: Rubric) -> str:

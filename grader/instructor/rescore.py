@@ -158,7 +158,7 @@ def _stage_changes(measured: Stage, new: Stage) -> list[str]:
 
 def _metrics(item: Item, kind: Kind) -> list[str]:
     return list(dict.fromkeys(m for key in kind.expression_params
-                              for m in METRIC_RE.findall(str(item.params.get(key, "")))))
+                              for m in METRIC_RE.findall(str(item.params.get(key) or ""))))
 
 
 def _ncu_problem(it: Item, kind: Kind, measured: dict[str, Item], o: StageOutcome) -> str:
@@ -225,7 +225,7 @@ def _stage_items(g: Grading, new: Rubric, profile_changed: bool,
     return outcomes, refused, changed, timing_only
 
 
-def _shape(x: Any) -> Any:
+def _shape(x: object) -> object:
     """A comparable form of a section's config without what only scores (points, visibility, item titles)."""
     if isinstance(x, Item):
         return ("item", x.id, x.kind, _shape(x.params))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from grader.model import ItemResult, Status
+from grader.model import ItemResult, Measured, Status
 from grader.occupancy.answers import MEMORY_LEVELS, Answers, run_key
 from grader.occupancy.calculator import (
     KIB,
@@ -93,17 +93,17 @@ def grade_ex1(ctx: Ctx) -> list[ItemResult]:
         return out + [ctx.result("ex1.fix", Status.FAILED, 0.0, msg), ctx.result("ex1.fix_numbers", Status.FAILED,
                                                                                0.0, "needs a changed kernel: " + msg)]
     new = _ex1_model(ctx.cfg, threads, regs, smem)
-    values = {"occupancy_pct": new.occupancy_pct, "blocks": new.blocks_per_sm}
+    values = Measured(occupancy_pct=new.occupancy_pct, blocks=new.blocks_per_sm)
     kernel = f"{threads} threads, {regs} registers, {smem / KIB:g} KiB"
     unit = "\n" + odd[FIX_KERNEL[2]] if FIX_KERNEL[2] in odd else ""
     if new.occupancy_pct + 1e-9 >= e.target_occupancy_pct:
         out.append(ctx.result("ex1.fix", Status.PASSED, 1.0,
-                              f"{kernel} reach {new.occupancy_pct:.1f}% by the hand model", **values))
+                              f"{kernel} reach {new.occupancy_pct:.1f}% by the hand model", values))
     else:
         out.append(ctx.result("ex1.fix", Status.FAILED, 0.0,
                               f"{kernel} give {new.occupancy_pct:.1f}% by the hand model, below "
                               f"{e.target_occupancy_pct:g}% (recheck every limit after the change)" + unit,
-                              **values))
+                              values))
     # Knock-on: the numbers for the student's own changed kernel, so the expected ones can be shown.
     mine = "expected for your changed kernel (ex1.fix), by the hand model:"
     out.append(ctx.parts("ex1.fix_numbers", [

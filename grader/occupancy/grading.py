@@ -9,15 +9,18 @@ cause of a typed :class:`grader.model.Gap`, never the wording of a message.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from grader.model import Cause, Gap, ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.occupancy.answers import Answers
 from grader.occupancy.calculator import KIB, SMLimits, limits_for
 from grader.rubric.occupancy import OccupancyConfig
 from grader.untrusted.quote import show_value
 from grader.untrusted.yaml_load import MAX_MAGNITUDE
+
+K = TypeVar("K", bound=Hashable)
 
 STAGE = "occupancy"
 NO_DEVICE = "not evaluated: no CUDA device"
@@ -88,12 +91,12 @@ class Ctx:
 
     # -- verdicts ------------------------------------------------------------------------
     def result(self, item: str, status: Status, fraction: float, message: str,
-               **values: Any) -> ItemResult:
+               values: Measured | None = None) -> ItemResult:
         spec = self.cfg.items[item]
         score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
         return ItemResult(stage=STAGE, item=item, title=spec.title, status=status, score=score,
                           max_score=spec.points, message=message, visibility=spec.visibility,
-                          number=spec.number, values=values)
+                          number=spec.number, values=values or Measured())
 
     def not_evaluated(self, item: str, reason: str) -> ItemResult:
         """Not evaluated for a reason of the grader's (not the lack of a GPU: see :meth:`gap`)."""
@@ -117,17 +120,17 @@ class Ctx:
         return self.gap(item, self.meas.gpu_problems.get(part) or Gap(Cause.GRADER, default))
 
     def parts(self, item: str, parts: list[tuple[bool, str]], ok_message: str = "",
-              reads_answers: bool = True, **values: Any) -> ItemResult:
+              reads_answers: bool = True, values: Measured | None = None) -> ItemResult:
         """Score an item from (correct, message) parts: full marks only when all are right,
         otherwise the fraction of parts that are right."""
         if reads_answers and self.answers.error:
             return self.result(item, Status.FAILED, 0.0, self.answers.error)
         good = sum(1 for ok, _ in parts if ok)
         if parts and good == len(parts):
-            return self.result(item, Status.PASSED, 1.0, ok_message or "correct", **values)
+            return self.result(item, Status.PASSED, 1.0, ok_message or "correct", values)
         wrong = [m for ok, m in parts if not ok]
         frac = good / len(parts) if parts else 0.0
-        return self.result(item, Status.FAILED, frac, "\n".join(wrong), **values)
+        return self.result(item, Status.FAILED, frac, "\n".join(wrong), values)
 
     def manual(self, item: str, fields: list[str]) -> ItemResult:
         """A free-text item: always ``manual``. Course staff grade it (a manual question on Gradescope),
@@ -141,7 +144,7 @@ class Ctx:
                 else "nothing recorded for course staff")
         return self.result(item, Status.MANUAL, 0.0, "\n".join([head + ("; fix the field(s) below, or they see no "
                                                                         "answer there" if missing else "")] + missing),
-                           **{f: self.answers.get(f) for f in fields})
+                           Measured(answers={f: self.answers.get(f) for f in fields}))
 
     def program_section(self, item: str, key: str) -> ProgramSection | ItemResult:
         """The program's JSON section ``key``, or the verdict to give when it cannot be had."""
@@ -226,7 +229,7 @@ def implausible(answers: Answers, cfg: OccupancyConfig) -> dict[str, str]:
     return out
 
 
-def as_number(value: Any) -> float | None:
+def as_number(value: object) -> float | None:
     """``value`` as a float when it is a finite number of sane size, else None. The student's
     program may print 1e400 or a 400-digit integer, which float() and math.isclose cannot take."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= MAX_MAGNITUDE:
@@ -234,7 +237,7 @@ def as_number(value: Any) -> float | None:
     return float(value)
 
 
-def program_value(value: Any) -> str:
+def program_value(value: object) -> str:
     """A value the student's program printed, for a message: a sane number as it is, anything else
     (text, a list, 1e400) as short inline code, never rendered as Markdown."""
     if value is None or isinstance(value, bool) or as_number(value) is not None:
@@ -250,7 +253,7 @@ def api_lookup(api: dict, block: int, smem: int) -> int | None:
     return None
 
 
-def near_min(times: dict[Any, float], tie_pct: float) -> set:
+def near_min(times: Mapping[K, float], tie_pct: float) -> set[K]:
     """Keys whose time is within ``tie_pct`` percent of the fastest (the fastest included)."""
     valid = {k: v for k, v in times.items() if isinstance(v, (int, float)) and v > 0}
     if not valid:
@@ -259,7 +262,7 @@ def near_min(times: dict[Any, float], tie_pct: float) -> set:
     return {k for k, v in valid.items() if v <= best * (1 + tie_pct / 100.0)}
 
 
-def argmax_set(values: dict[Any, float]) -> set:
+def argmax_set(values: Mapping[K, float]) -> set[K]:
     if not values:
         return set()
     top = max(values.values())

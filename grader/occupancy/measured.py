@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from grader.model import ItemResult, Status
+from grader.model import ItemResult, Measured, Status
 from grader.occupancy.answers import cap_key
 from grader.occupancy.calculator import KIB, api_occupancy
 from grader.occupancy.grading import Ctx, api_lookup, argmax_set, as_number, near_min, program_value
@@ -25,14 +25,13 @@ def grade_host(ctx: Ctx) -> list[ItemResult]:
     report = check_host_source(src, macros=prog.check_macros, launch_checks=prog.launch_check_calls,
                                exempt=prog.exempt_calls)
     missing = [c for c in prog.required_calls if c not in report.names]
-    values = {"calls": report.calls, "launches": report.launches,
-              "unchecked_lines": [u.line for u in report.unchecked]}
+    values = Measured(calls=report.calls, launches=report.launches, unchecked_lines=[u.line for u in report.unchecked])
     if report.ok and not missing:
-        return [ctx.result(item, Status.PASSED, 1.0, report.summary(), **values)]
+        return [ctx.result(item, Status.PASSED, 1.0, report.summary(), values)]
     msgs = [] if report.ok else [report.summary()]
     if missing:
         msgs.append("the program does not call " + ", ".join(missing) + " yet")
-    return [ctx.result(item, Status.FAILED, 0.0, "\n".join(msgs), **values)]
+    return [ctx.result(item, Status.FAILED, 0.0, "\n".join(msgs), values)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -143,11 +142,11 @@ def _conclusions(ctx: Ctx, smem_pts, block_pts) -> list[ItemResult]:
     block_occ = {b: (api_lookup(api, b, s) or 0) * b for b, s in block_pts}
     out = [ctx.parts("ex4.smem_conclusion", _conclusion_parts(
         ctx, "ex4.smem_sweep", "peak_occupancy_kib", "fastest_kib", smem_occ, smem_times),
-        times_ms=smem_times)]
+        values=Measured(times_ms={str(k): v for k, v in smem_times.items()}))]
     parts = _conclusion_parts(ctx, "ex4.block_sweep", "peak_occupancy_block", "fastest_block",
                               block_occ, block_times)
     parts.append(ctx.expect_int("ex4.block_sweep.api_best_block", api["potential"]["best_block"]))
-    out.append(ctx.parts("ex4.block_conclusion", parts, times_ms=block_times))
+    out.append(ctx.parts("ex4.block_conclusion", parts, values=Measured(times_ms={str(k): v for k, v in block_times.items()})))
     return out
 
 
@@ -225,6 +224,6 @@ def grade_ex6(ctx: Ctx) -> list[ItemResult]:
         tie = cfg.tolerance.time_tie_pct
         out.append(ctx.parts(item, [ctx.expect_choice(
             "ex6.fastest_cap", near_min(times, tie), f"the grader's timings: {times}")],
-            times_ms=times))
+            values=Measured(times_ms=times)))
     out.append(ctx.manual("ex6.explanation", ["ex6.explanation"]))
     return out

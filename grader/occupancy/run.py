@@ -44,7 +44,7 @@ from grader.clock import Clock
 from grader.compile.locate import MAX_SOURCE_BYTES, Problem, locate
 from grader.compile.student import Deadline, Fence, student_user
 from grader.grading import Environment
-from grader.model import Cause, Gap, ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.occupancy.answers import Answers, answer_schema, parse_answers
 from grader.occupancy.build import Build, PendingBuilds, Prebuilt, build_all, ptxas_measurements, start_all, trim
 from grader.occupancy.child import CHILD_TIMEOUT_S, apply_child_report, child_spec, run_child
@@ -125,7 +125,7 @@ def _internal_error(cfg: OccupancyConfig, tb: str) -> list[ItemResult]:
     return [ItemResult(stage=STAGE, item=spec.id, title=spec.title,
                        status=Status.MANUAL if spec.id in HAND_GRADED else Status.NOT_EVALUATED, score=0.0,
                        max_score=spec.points, message=msg, visibility=spec.visibility,
-                       number=spec.number, values={"traceback": tb[-4000:]})
+                       number=spec.number, values=Measured(traceback=tb[-4000:]))
             for spec in cfg.items.values()]
 
 
@@ -305,6 +305,6 @@ def _attach_plot(results: list[ItemResult], cfg: OccupancyConfig, meas: Measurem
         if r.item in ("ex4.smem_conclusion", "ex4.block_conclusion"):
             r.message = (r.message + "\n" + line) if r.message else line
             if path:
-                r.values["plot"] = PLOT_FILE
+                r.values.plot = PLOT_FILE
     return results
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from grader.compile.intake import INTAKE_FILE
 from grader.model import Bonus
+from grader.records import to_jsonable
 from grader.rubric.types import Rubric
 from grader.untrusted.cells import safe_row
 from grader.untrusted.export import Submission
@@ -127,7 +128,7 @@ def _leaderboard(folder_dir: Path, results: dict) -> list[dict]:
     from grader.outputs.leaderboard import leaderboard_entries
 
     try:
-        return leaderboard_entries(load_grading(folder_dir / "grading.json"))
+        return [to_jsonable(e) for e in leaderboard_entries(load_grading(folder_dir / "grading.json"))]
     except GradingFormatError:  # missing, or another grader version's file: no leaderboard values for this row
         return []
 

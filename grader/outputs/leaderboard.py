@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: grader.deploy.gradescope imports this at startup, standard library only
     from grader.grading import Grading
+    from grader.outputs.results import LeaderboardEntry
 
 # The stages on the leaderboard (rubric stage ids); GRADER_LEADERBOARD_STAGES=a,b overrides.
 # Ids that the grading does not have are skipped.
@@ -32,14 +33,16 @@ def leaderboard_stages(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     return ids or LEADERBOARD_STAGES
 
 
-def leaderboard_entries(grading: Grading, stages: Iterable[str] | None = None) -> list[dict]:
+def leaderboard_entries(grading: Grading, stages: Iterable[str] | None = None) -> list[LeaderboardEntry]:
     """Gradescope ``leaderboard`` entries for ``grading``.
 
     Two entries per leaderboard stage whose kernel is correct and timed, in stage order:
     ``"<title>: TFLOP/s"`` and ``"<title>: % of cuBLAS"`` (``order: desc``, higher ranks first).
     An empty list when no stage qualifies (e.g. graded without a GPU).
     """
-    entries: list[dict] = []
+    from grader.outputs.results import LeaderboardEntry
+
+    entries: list[LeaderboardEntry] = []
     for sid in (leaderboard_stages() if stages is None else tuple(stages)):
         o = grading.outcomes.get(sid)
         if o is None or o.correct is not True or o.timing is None:
@@ -49,6 +52,6 @@ def leaderboard_entries(grading: Grading, stages: Iterable[str] | None = None) -
             continue
         # % of the stage's own cuBLAS baseline (SGEMM for FP32 stages, cublasGemmEx FP16 for WMMA, BF16 for Hopper).
         title = o.stage.title
-        entries.append({"name": f"{title}: TFLOP/s", "value": round(tflops, 2), "order": "desc"})
-        entries.append({"name": f"{title}: % of cuBLAS", "value": round(100 * fraction, 1), "order": "desc"})
+        entries.append(LeaderboardEntry(f"{title}: TFLOP/s", round(tflops, 2), "desc"))
+        entries.append(LeaderboardEntry(f"{title}: % of cuBLAS", round(100 * fraction, 1), "desc"))
     return entries

@@ -13,6 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
 from grader.profile.diagnosis import Diagnosis, diagnose
@@ -69,8 +70,8 @@ def peak_lines(p: Peaks) -> dict[str, float]:
     return {label: v for label, v in (("FP32 CUDA cores", p.fp32), ("FP16 Tensor Cores", p.fp16_tensor)) if v}
 
 
-def hbm_bandwidth(device: dict | None) -> dict[str, float]:
-    name = (device or {}).get("name", "")
+def hbm_bandwidth(device: ProbeResult | None) -> dict[str, float]:
+    name = device.name if device is not None else ""
     for key, tbs in KNOWN_HBM_TBS.items():
         if key.lower() in name.lower():
             return {"HBM": tbs}

@@ -38,10 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.children.protocol import ProbeResult
 from grader.files import replace_whole
-from grader.model import Bonus, ItemResult, Status
+from grader.model import Bonus, ItemResult, Measured, Status
 from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.items import VISIBILITIES
+from grader.rubric.peaks import Peaks
 from grader.untrusted.quote import fence_block, markdown_safe
 
 OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")
@@ -73,6 +75,104 @@ def _present(data: dict[str, Any], optional: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if not (v is None and k in optional)}
 
 
+def _set(record: object, names: tuple[str, ...]) -> dict[str, object]:
+    """The fields ``names`` of ``record`` that are set (not None), in that order: a record's JSON form."""
+    return {n: v for n in names if (v := getattr(record, n)) is not None}
+
+
+@dataclass(kw_only=True)
+class ResultsTestExtra:
+    """A test's ``extra_data``: the grader's own marks. An item's test has its ``status``, ``stage``, ``item``,
+    ``values`` and ``needs_gpu``; a bonus item's adds ``bonus`` and its points; a test shown neutrally its points
+    (hand-graded, or pending GPU grading: the no-GPU policy's marks, grader/deploy/gradescope/policy.py); a test
+    the GPU service graded its job (grader/deploy/gradescope/bridge.py). The JSON holds the set ones, in order."""
+
+    status: str | None = None  # the item's Status, or "autograder_error"
+    stage: str | None = None
+    item: str | None = None
+    values: Measured | None = None
+    needs_gpu: bool | None = None
+    bonus: str | None = None
+    bonus_points: float | None = None
+    bonus_max: float | None = None
+    hand_graded_points: float | None = None
+    pending_gpu_points: float | None = None
+    gpu_service_job: str | None = None
+    pending_gpu: bool | None = None
+    no_gpu_policy: str | None = None
+
+    def json_form(self) -> dict[str, object]:
+        item = {"stage": self.stage} if self.item is not None else {}  # an item's stage is written, even null
+        return {**_set(self, ("status",)), **item, **_set(self, _TEST_EXTRA[1:])}
+
+    def with_points(self, key: str, points: float) -> ResultsTestExtra:
+        """These marks with a neutral test's points under ``key`` (hand_graded_points or pending_gpu_points)."""
+        if key == "hand_graded_points":
+            return dataclasses.replace(self, hand_graded_points=points)
+        if key == "pending_gpu_points":
+            return dataclasses.replace(self, pending_gpu_points=points)
+        raise KeyError(key)
+
+    def points(self, key: str) -> float | None:
+        return self.hand_graded_points if key == "hand_graded_points" else self.pending_gpu_points
+
+
+_TEST_EXTRA = ("stage", "item", "values", "needs_gpu", "bonus", "bonus_points", "bonus_max", "hand_graded_points",
+               "pending_gpu_points", "gpu_service_job", "pending_gpu", "no_gpu_policy")
+
+
+@dataclass
+class LeaderboardEntry:
+    """One entry of Gradescope's ``leaderboard``: a name, a value and (absent when None) the order it ranks in."""
+
+    name: str
+    value: float
+    order: str | None = None
+
+    def json_form(self) -> dict[str, object]:
+        return {"name": self.name, "value": self.value, **({"order": self.order} if self.order is not None else {})}
+
+
+@dataclass
+class ServiceOutcome:
+    """What the Gradescope run's bridge to the GPU grading service did (``extra_data.gpu_service``; the bridge's
+    record, grader/deploy/gradescope/bridge.py, kept here with the file it is written into)."""
+
+    state: str  # merged | without_gpu | queued | running | failed | superseded | refused | unreachable | misconfigured | skipped
+    reason: str = ""
+    job: str | None = None
+    url: str | None = None
+    deduplicated: bool = False
+    merged_items: int = 0
+    still_pending: int = 0
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ResultsExtra:
+    """results.json's top-level ``extra_data``: the GPU the grading ran on and its peaks (both written whenever
+    the peaks are, the device null without one), the hand-graded items, the no-GPU policy's counts and where it
+    came from, and the GPU service's outcome. The JSON holds the set ones, in order."""
+
+    device: ProbeResult | None = None
+    peaks: Peaks | None = None
+    hand_graded_items: list[str] | None = None
+    hand_graded_points: float | None = None
+    pending_gpu_items: int | None = None
+    pending_gpu_points: int | float | None = None  # a sum: 0 (none left after the service's merge) stays 0
+    no_gpu_policy: str | None = None
+    no_gpu_policy_source: str | None = None
+    gpu_service: ServiceOutcome | None = None
+
+    def json_form(self) -> dict[str, object]:
+        graded = {"device": self.device, "peaks": self.peaks} if self.peaks is not None else {}
+        return {**graded, **_set(self, _RESULTS_EXTRA)}
+
+
+_RESULTS_EXTRA = ("hand_graded_items", "hand_graded_points", "pending_gpu_items", "pending_gpu_points",
+                  "no_gpu_policy", "no_gpu_policy_source", "gpu_service")
+
+
 @dataclass(kw_only=True)
 class ResultsTest:
     """One test of results.json, its fields in the file's order. ``score``, ``max_score`` and ``status`` are
@@ -88,7 +188,7 @@ class ResultsTest:
     output_format: str = "md"
     visibility: str = "visible"
     tags: list[str] = field(default_factory=list)
-    extra_data: dict[str, Any] = field(default_factory=dict)
+    extra_data: ResultsTestExtra = field(default_factory=ResultsTestExtra)
 
     def to_json(self) -> dict[str, Any]:
         return _present(to_jsonable(self), ("score", "max_score", "status"))
@@ -107,8 +207,8 @@ class Results:
     visibility: str = "visible"
     stdout_visibility: str = "hidden"
     tests: list[ResultsTest] = field(default_factory=list)
-    leaderboard: list[dict[str, Any]] | None = None
-    extra_data: dict[str, Any] | None = None
+    leaderboard: list[LeaderboardEntry] | None = None
+    extra_data: ResultsExtra | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The dict results.json holds (:func:`dumps` writes it)."""
@@ -117,7 +217,7 @@ class Results:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> Results:
+    def from_json(cls, data: object) -> Results:
         """The record a parsed results.json holds; :class:`~grader.records.RecordError` names the key that is
         not what it should be (a key the record does not know is one)."""
         tests = data.get("tests", []) if isinstance(data, dict) else []
@@ -167,13 +267,8 @@ def build_test(item: ItemResult, index: int = 0) -> ResultsTest:
         score = 0.0  # never automatic points, whatever the record says
     else:
         score = round(_finite(item.score, f"{where}: score"), 4)
-    extra: dict[str, Any] = {
-        "status": status.value,
-        "stage": item.stage,
-        "item": item.item,
-        "values": _finite_or_none(to_jsonable(item.values)),
-        "needs_gpu": bool(item.needs_gpu),  # the no-GPU policy (grader/deploy/gradescope/policy.py) reads it
-    }
+    extra = ResultsTestExtra(status=status.value, stage=item.stage, item=item.item, values=dataclasses.replace(item.values),
+                      needs_gpu=bool(item.needs_gpu))  # the no-GPU policy (grader/deploy/gradescope/policy.py) reads it
     test = ResultsTest(
         name=item.title or f"{item.stage}/{item.item}",
         number=str(item.number) if item.number else str(index + 1),
@@ -186,9 +281,9 @@ def build_test(item: ItemResult, index: int = 0) -> ResultsTest:
         extra_data=extra,
     )
     if item.bonus is not Bonus.NONE:  # outside the total: see the module's docstring
-        extra.update(bonus=item.bonus.value, bonus_points=score, bonus_max=max_score)
         test = dataclasses.replace(test, max_score=0.0, score=score if item.bonus is Bonus.EXTRA else 0.0,
-                                   name="Bonus: " + test.name)
+                                   name="Bonus: " + test.name, extra_data=dataclasses.replace(
+                                       extra, bonus=item.bonus.value, bonus_points=score, bonus_max=max_score))
     if status is Status.MANUAL:  # neutral and outside the autograder's total: see the module's docstring
         test = dataclasses.replace(make_neutral(test, "hand_graded_points"), output=HAND_GRADED_NOTE + (
             "\n\n" + markdown_safe(item.message) if item.message else ""))
@@ -197,23 +292,17 @@ def build_test(item: ItemResult, index: int = 0) -> ResultsTest:
 
 def make_neutral(test: ResultsTest, points_key: str) -> ResultsTest:
     """``test`` shown neither passed nor failed and outside the autograder's total (no ``score``,
-    ``max_score`` or ``status``), its points (its ``max_score``) kept in ``extra_data[points_key]``. For
+    ``max_score`` or ``status``), its points (its ``max_score``) kept in ``extra_data``'s ``points_key``. For
     items the autograder does not judge in this run: hand-graded ones, and those pending GPU grading."""
     return dataclasses.replace(test, score=None, max_score=None, status=None,
-                               extra_data={**test.extra_data, points_key: float(test.max_score or 0)})
+                               extra_data=test.extra_data.with_points(points_key, float(test.max_score or 0)))
 
 
-def _check_leaderboard(leaderboard: list[dict]) -> list[dict]:
-    if not isinstance(leaderboard, list):
-        raise ValueError("leaderboard must be a list of {name, value[, order]} dicts")
-    out = []
+def _check_leaderboard(leaderboard: list[LeaderboardEntry]) -> list[LeaderboardEntry]:
     for i, entry in enumerate(leaderboard):
-        if not isinstance(entry, dict) or "name" not in entry or "value" not in entry:
-            raise ValueError(f"leaderboard[{i}] must be a dict with 'name' and 'value'")
-        if "order" in entry and entry["order"] not in LEADERBOARD_ORDERS:
-            raise ValueError(f"leaderboard[{i}].order {entry['order']!r} is not asc or desc")
-        out.append(_finite_or_none(to_jsonable(dict(entry))))
-    return out
+        if entry.order is not None and entry.order not in LEADERBOARD_ORDERS:
+            raise ValueError(f"leaderboard[{i}].order {entry.order!r} is not asc or desc")
+    return list(leaderboard)
 
 
 def build_results(
@@ -223,8 +312,8 @@ def build_results(
     output: str,
     visibility: str = "visible",
     stdout_visibility: str = "hidden",
-    leaderboard: list[dict] | None = None,
-    extra: dict | None = None,
+    leaderboard: list[LeaderboardEntry] | None = None,
+    extra: ResultsExtra | None = None,
 ) -> Results:
     """The results.json record for these items.
 
@@ -232,15 +321,15 @@ def build_results(
     top-level ``extra_data``; ``leaderboard`` is included only when given. Raises
     ``ValueError`` for what rubric validation should have stopped (an unknown
     visibility or status, a non-finite score). Every Markdown text goes through
-    :func:`~grader.untrusted.quote.markdown_safe` (raw HTML or an image is shown, never rendered). Free-form values (``item.values``,
-    ``extra``, leaderboard entries) are made JSON-ready, NaN and inf becoming None.
+    :func:`~grader.untrusted.quote.markdown_safe` (raw HTML or an image is shown, never rendered). NaN and inf
+    in the records (an item's values, the leaderboard) are written null (:func:`dumps`).
     """
     tests = [build_test(item, i) for i, item in enumerate(items)]
-    top = dict(extra) if extra is not None else {}
-    hand = [t for t in tests if "hand_graded_points" in t.extra_data]
+    top = extra if extra is not None else ResultsExtra()
+    hand = [t for t in tests if t.extra_data.hand_graded_points is not None]
     if hand:  # what the manually graded questions hold, for the TA's tools (the batch's CSV, the service)
-        top["hand_graded_items"] = [t.number for t in hand]
-        top["hand_graded_points"] = round(sum(t.extra_data["hand_graded_points"] for t in hand), 4)
+        top = dataclasses.replace(top, hand_graded_items=[t.number for t in hand], hand_graded_points=round(
+            sum(t.extra_data.hand_graded_points or 0.0 for t in hand), 4))
     results = Results(
         execution_time=_seconds(execution_time),
         output=markdown_safe(output),
@@ -248,7 +337,7 @@ def build_results(
         stdout_visibility=_check_visibility(stdout_visibility, "results stdout"),
         tests=tests,
         leaderboard=None if leaderboard is None else _check_leaderboard(leaderboard),
-        extra_data=_finite_or_none(to_jsonable(top)) if extra is not None or hand else None,
+        extra_data=top if extra is not None or hand else None,
     )
     return dataclasses.replace(results, score=results.total())
 
@@ -272,7 +361,8 @@ def error_results(exc_text: str, execution_time: float) -> Results:
 
 def _error_test(name: str, number: str, output: str, visibility: str) -> ResultsTest:
     return ResultsTest(name=name, number=number, score=0.0, max_score=0.0, status="failed", output=output,
-                       visibility=visibility, tags=["autograder_error"], extra_data={"status": "autograder_error"})
+                       visibility=visibility, tags=["autograder_error"],
+                       extra_data=ResultsTestExtra(status="autograder_error"))
 
 
 def _finite_or_none(obj: Any) -> Any:

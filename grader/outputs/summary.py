@@ -60,10 +60,10 @@ def markdown_table(rows: list[list[str]]) -> str:
 
 def environment_lines(grading: Grading) -> list[str]:
     env = grading.env
-    if env.has_gpu:
-        d = env.device or {}
-        gpu = (f"{d['name']} (CC {d['cc'][0]}.{d['cc'][1]}, {d['sms']} SMs), CUDA runtime "
-               f"{d.get('runtime_version')}, CuPy {d.get('cupy_version')}")
+    d = env.gpu
+    if d is not None:
+        gpu = (f"{d.name} (CC {d.cc[0]}.{d.cc[1]}, {d.sms} SMs), CUDA runtime "
+               f"{d.runtime_version}, CuPy {d.cupy_version}")
     else:
         gpu = f"none ({env.device_reason or 'no CUDA device'}): GPU items are not evaluated"
     nvcc = env.nvcc

@@ -13,7 +13,7 @@ from pathlib import Path
 from grader.clock import Phase
 from grader.grading import Grading
 from grader.outputs.leaderboard import leaderboard_entries
-from grader.outputs.results import Results, build_results, write_results
+from grader.outputs.results import Results, ResultsExtra, build_results, write_results
 from grader.outputs.summary import summary_markdown
 
 
@@ -30,7 +30,7 @@ def results_for(grading: Grading, summary: str) -> Results:
     """results.json's record for ``grading`` under the markdown ``summary`` (summary.md's text): what a
     grading's folder holds, rebuilt by whoever has only its grading.json and summary.md (the Gradescope run)."""
     return build_results(grading.items, execution_time=grading.seconds, output=summary,
-                         extra={"device": grading.env.device, "peaks": grading.env.peaks},
+                         extra=ResultsExtra(device=grading.env.device, peaks=grading.env.peaks),
                          leaderboard=leaderboard_entries(grading))
 
 

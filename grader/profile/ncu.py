@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.children.protocol import PROFILE, Kernel, LaunchResult, ProfileSpec
-from grader.model import Cause, Gap, ProcRecord
+from grader.model import Cause, Gap, NcuMetrics, ProcRecord
 from grader.rubric.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.metric_names import NOT_PROFILED_PREFIX
@@ -60,7 +60,7 @@ class NcuTable(dict):
     def unit(self, metric: str) -> str:
         return self.units.get(metric, "")
 
-    def row(self, kernel: str) -> dict | None:
+    def row(self, kernel: str) -> NcuMetrics | None:
         """The row of ``kernel``; also matches a demangled name such as ``mmNaive(float const*, ...)``."""
         if kernel in self:
             return self[kernel]
@@ -139,8 +139,9 @@ def rubric_metrics(rubric) -> list[str]:
     for stage in rubric.stages:
         for item in stage.items:
             for key in REGISTRY.of(item).expression_params:
-                if isinstance(item.params.get(key), str):
-                    names += metric_names(item.params[key])
+                text = item.params.get(key)
+                if isinstance(text, str):
+                    names += metric_names(text)
     return list(dict.fromkeys(names))
 
 
@@ -170,7 +171,7 @@ class NcuRun:
         """Per kernel name, the metrics of its one profiled launch."""
         return dict(self.table)
 
-    def for_stage(self, stage_id: str) -> tuple[dict | None, Gap | None]:
+    def for_stage(self, stage_id: str) -> tuple[NcuMetrics | None, Gap | None]:
         """(metrics, None) for a profiled stage, else (None, why not)."""
         if self.reason:  # the whole run gave nothing: the grader could not look
             return None, Gap(Cause.GRADER, self.reason)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from grader.children.protocol import ProbeResult
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.reader import Reader
@@ -165,7 +166,7 @@ def apply(rubric: Rubric, entry: Entry) -> tuple[Rubric, list[str]]:
             t = next((t for t in entry.thresholds if (t.stage, t.item) == (st.id, it.id)), None)
             now = it.params.get(t.key) if t is not None else None
             if t is not None and isinstance(now, NUMBER) and float(now) == t.rubric:
-                it = dataclasses.replace(it, params={**it.params, t.key: t.value})
+                it = dataclasses.replace(it, params=it.params.with_level(t.key, t.value))
             elif t is not None:
                 stale.append(f"{st.number}.{it.id}: rubric.yaml's {t.key} is {now!r}, calibrated against {t.rubric:g}")
             items.append(it)
@@ -183,10 +184,10 @@ def reapply(rubric: Rubric, text: str) -> Rubric:
         return rubric
 
 
-def for_device(rubric: Rubric, device: dict | None) -> tuple[Rubric, Entry | None, str]:
+def for_device(rubric: Rubric, device: ProbeResult | None) -> tuple[Rubric, Entry | None, str]:
     """The rubric to grade with on ``device`` (the probe's report), the entry used, and the one line that says
     which ("" without a GPU: nothing is timed)."""
-    name = str((device or {}).get("name") or "") if device and device.get("ok") else ""
+    name = device.name if device is not None and device.ok else ""
     if not name:
         return rubric, None, ""
     entry = next((e for e in rubric.calibrations if slug(e.gpu) == slug(name)), None)

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from grader.rubric.errors import RubricError
+from grader.rubric.items import Params
 
 CURVE_KEYS = ("partial_from", "curve", "steps")
 
@@ -92,21 +93,21 @@ class Curve:
         return f"partial credit {kind}: {', '.join(parts)}, full points at {show(self.full)}"
 
 
-def curve_of(params: dict, full: float, op: str = ">=") -> Curve:
+def curve_of(params: Params, full: float, op: str = ">=") -> Curve:
     """The item's curve from its validated params (all or nothing when it declares none)."""
     higher = op in (">=", ">")
-    if "partial_from" in params:
-        return Curve(((float(params["partial_from"]), 0.0),), full, higher)
-    for key, steps in (("curve", False), ("steps", True)):
-        if key in params:
-            return Curve(tuple((float(v), float(f)) for v, f in params[key]), full, higher, steps)
+    if params.partial_from is not None:
+        return Curve(((float(params.partial_from), 0.0),), full, higher)
+    for knees, steps in ((params.curve, False), (params.steps, True)):
+        if knees is not None:
+            return Curve(tuple((float(v), float(f)) for v, f in knees), full, higher, steps)
     return Curve((), full, higher)
 
 
-def check_curve(params: dict, full: float | None, op: str, where) -> None:
+def check_curve(params: Params, full: float | None, op: str, where) -> None:
     """Validate an item's curve keys; ``where(key)`` names the key's path. ``full`` None: the threshold
     is an expression (an ncu item's ``value`` in N), and no curve may be declared against it."""
-    given = [k for k in CURVE_KEYS if k in params]
+    given = [k for k in CURVE_KEYS if params.given(k)]
     if not given:
         return
     if len(given) > 1:
@@ -120,12 +121,13 @@ def check_curve(params: dict, full: float | None, op: str, where) -> None:
     higher = op in (">=", ">")
     toward = "rising" if higher else "falling"
     if key == "partial_from":
-        z = params[key]
+        z = params.partial_from
+        assert z is not None  # given
         if not (z < full if higher else z > full) or (higher and z < 0):
             raise RubricError(where(key), f"is {z!r}", (f"a number from 0 up to (not including) min = {full:g}"
                                                         if higher else f"a number above the threshold {full:g}"))
         return
-    knees = params[key]
+    knees = params.get(key)
     expected = (f"a list of [value, fraction] pairs, values {toward} towards the threshold {full:g} (not reaching "
                 "it), fractions from 0 to 1 not falling")
     if not isinstance(knees, list) or not knees:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from grader.model import Cause, Gap
+from grader.model import Cause, Gap, NcuValue
 from grader.rubric.types import Launch, Stage
 
 
@@ -106,7 +106,7 @@ class StageView(Protocol):
     @property
     def unsupported(self) -> str: ...
     @property
-    def ncu(self) -> dict | None: ...
+    def ncu(self) -> Mapping[str, NcuValue] | None: ...
     @property
     def ncu_gap(self) -> Gap | None: ...
     @property

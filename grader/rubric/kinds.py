@@ -5,7 +5,7 @@ A stage item names a ``kind`` and that kind's ``params``. Each :class:`Kind` dec
 - its parameters (:class:`Param`: types, required, what it means), whether it is a speed kind (its points
   wait on the stage's technique items: grader/score/stages.py ``gate_speed``), whether it may be technique
   evidence (it takes ``technique``), and its own checks of the params (:func:`stage_item` runs them);
-- its judge: ``judge(item, outcome, context) -> ItemResult``, reading the stage's evidence through the views
+- its judge: ``judge(kind, item, outcome, context) -> ItemResult``, given its own entry (:meth:`Kind.judged`), reading the stage's evidence through the views
   of grader/rubric/evidence.py (grader.grading.StageOutcome satisfies them);
 - its measured number: the key of ``ItemResult.values`` that holds it (:meth:`Kind.measured`), and the param
   holding its level (:meth:`Kind.threshold`), which rescore, what-if and the calibration read;
@@ -38,11 +38,11 @@ NOT_EVALUATED with the reason. The status follows the cause of the stage's ``ncu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from grader.model import Cause, Gap, ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, Measured, NcuValue, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
 from grader.rubric.evidence import StageView, TimingView
@@ -56,13 +56,28 @@ from grader.rubric.expr import (
     fmt,
     passes,
 )
-from grader.rubric.items import Item, is_technique, read_item
+from grader.rubric.items import Item, Params, ParamValue, is_technique, read_item
 from grader.rubric.metric_names import NOT_PROFILED_PREFIX, missing_metric_message
 from grader.rubric.peaks import PEAKS, Peaks
 from grader.rubric.reader import Reader, Types
 from grader.rubric.types import BASELINES, Rubric, Stage
 
 NCU_OPS = tuple(COMPARE)
+T = TypeVar("T")
+
+
+def _req(value: T | None, name: str) -> T:
+    """A required param's value (the rubric reader refuses an item of the kind without it)."""
+    if value is None:
+        raise KeyError(name)
+    return value
+
+
+def _number(value: ParamValue | None) -> float:
+    """A param that holds a number (a threshold kind's level) as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    return float(value)
 PEAK_WORDS = {"fp32": "FP32 CUDA-core peak", "fp16_tensor": "FP16/BF16 Tensor Core peak"}
 
 
@@ -94,9 +109,9 @@ class Reading:
     passed: bool
 
 
-Judge = Callable[[Item, StageView, JudgeContext], ItemResult]
+Judge = Callable[["Kind", Item, StageView, JudgeContext], ItemResult]  # given its own kind (its curve)
 Validate = Callable[[Item, Reader], None]
-Handout = Callable[[Item, Stage, Rubric], str]
+Handout = Callable[["Kind", Item, Stage, Rubric], str]  # given its own kind (its curve)
 Axis = Callable[[Item, Mapping[str, Stage]], str]
 
 
@@ -132,6 +147,14 @@ class Kind:
     title_times: bool = False
     title_bounds: bool = False
 
+    def handout_text(self, item: Item, stage: Stage, rubric: Rubric) -> str:
+        """What "passes when" says of the item in the handout, by this kind's wording and curve."""
+        return self.handout(self, item, stage, rubric)
+
+    def judged(self, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+        """The item's verdict by this kind's judge, which reads this entry (its curve), not the shipped registry's."""
+        return self.judge(self, item, o, context)
+
     @property
     def technique_allowed(self) -> bool:
         """Whether an item of this kind may be technique evidence (it takes ``technique``)."""
@@ -149,26 +172,26 @@ class Kind:
 
     def title_percent_scale(self, item: Item) -> float | None:
         """The scale of an "N%" in the item's title, None when its title states no percentage."""
-        if "unit" in self.params and item.params.get("unit") != "%":
+        if "unit" in self.params and item.params.unit != "%":
             return None
         return self.title_percent
 
     def op(self, item: Item) -> str:
         """How its number is compared with its level."""
-        return str(item.params["op"]) if "op" in self.params else ">="
+        return str(_req(item.params.op, 'op')) if "op" in self.params else ">="
 
     def curve(self, item: Item) -> Curve:
         """The item's partial-credit curve (grader/rubric/curve.py; all or nothing without one)."""
         assert self.level_param is not None  # only threshold kinds have a curve
-        level = item.params[self.level_param]
-        return curve_of(item.params, math.nan if isinstance(level, str) else float(level), self.op(item))
+        level = _req(item.params.get(self.level_param), self.level_param)
+        return curve_of(item.params, float(level) if isinstance(level, (int, float)) else math.nan, self.op(item))
 
     def measured(self, result: ItemResult | None) -> float | None:
         """The number the item was graded on, from its result; None when nothing was measured (not timed,
         not profiled, no GPU) or the kind is not graded by a number."""
         if self.measured_key is None or result is None:
             return None
-        value = result.values.get(self.measured_key)
+        value = getattr(result.values, self.measured_key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             return None
         return float(value)
@@ -178,7 +201,7 @@ class Kind:
         value = item.params.get(self.level_param) if self.level_param else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        stored = result.values.get("threshold") if result is not None else None
+        stored = result.values.threshold if result is not None else None
         return float(stored) if isinstance(stored, (int, float)) and not isinstance(stored, bool) else None
 
     def reading(self, item: Item, result: ItemResult | None) -> Reading:
@@ -186,13 +209,13 @@ class Kind:
         passed = bool(result and result.status == Status.PASSED)
         if self.measured_key is None:
             return Reading(None, None, self.name, passed)
-        level: Any
+        level: float | None
         if self.needs_profile or self.level_param is None:
             # An Nsight Compute level may be an expression in N or in metrics: the one its judge computed.
-            level = (result.values or {}).get("threshold") if result else None
+            level = result.values.threshold if result else None
         else:
-            level = float(item.params[self.level_param])
-        value = (result.values or {}).get(self.measured_key) if result is not None else None
+            level = _number(item.params.get(self.level_param))
+        value = getattr(result.values, self.measured_key) if result is not None else None
         return Reading(float(value) if isinstance(value, (int, float)) else None, level, self.op(item), passed)
 
 
@@ -200,12 +223,13 @@ class Kind:
 # What the judges share
 # ---------------------------------------------------------------------------------------------
 def result(stage: Stage, item: Item, status: Status, fraction: float, message: str, *,
-           needs_gpu: bool = False, **values: Any) -> ItemResult:
+           needs_gpu: bool = False, values: Measured | None = None) -> ItemResult:
     """One item's result: ``fraction`` of its points when it passed or earned part of them on its curve."""
     score = round(item.points * fraction, 4) if status == Status.PASSED or fraction > 0 else 0.0
     return ItemResult(stage=stage.id, item=item.id, title=item.title, status=status, score=score,
                       max_score=item.points, message=message, visibility=item.visibility,
-                      number=f"{stage.number}.{item.id}", values=values, needs_gpu=needs_gpu, bonus=stage.bonus)
+                      number=f"{stage.number}.{item.id}", values=values or Measured(), needs_gpu=needs_gpu,
+                      bonus=stage.bonus)
 
 
 def _with_next_step(r: ItemResult, o: StageView) -> ItemResult:
@@ -239,7 +263,7 @@ def required_ops(stage: Stage) -> list[str]:
 
 
 def _sass_required(item: Item) -> list[str]:
-    return list(item.params.get("require", [])) if item.kind == SASS else []
+    return list(item.params.require or []) if item.kind == SASS else []
 
 
 def attempt(o: StageView, *, arithmetic: bool = False) -> tuple[bool | None, str]:
@@ -302,11 +326,11 @@ def _untimed(item: Item, o: StageView) -> ItemResult | None:
         return result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
                       f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                       f"{st.plausible_max:g}x; course staff will look at this kernel",
-                      fraction_of_baseline=t.fraction_of_baseline)
+                      values=Measured(fraction_of_baseline=t.fraction_of_baseline))
     warm = long_warmup(t, st.bench.warmup_review_multiple)
     if warm:
         return result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {warm}; course staff will "
-                      "look at this kernel", fraction_of_baseline=t.fraction_of_baseline)
+                      "look at this kernel", values=Measured(fraction_of_baseline=t.fraction_of_baseline))
     return None
 
 
@@ -327,16 +351,16 @@ def sizes_words(rubric: Rubric) -> str:
     return ", ".join(str(n) for n in rubric.correctness_sizes)
 
 
-def _curve_words(name: str, item: Item, show: Callable[[float], str]) -> str:
+def _curve_words(kind: Kind, item: Item, show: Callable[[float], str]) -> str:
     """The item's curve in words, after a "; " (nothing without a curve)."""
-    text = REGISTRY[name].curve(item).words(show)
+    text = kind.curve(item).words(show)
     return "; " + text if text else ""
 
 
 # ---------------------------------------------------------------------------------------------
 # compiles
 # ---------------------------------------------------------------------------------------------
-def _judge_compiles(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_compiles(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st, c = o.stage, o.compile
     k, launch = (c.kernel, c.launch) if c is not None and c.ok else (None, None)
     if c is not None and k is not None and launch is not None:
@@ -350,14 +374,14 @@ def _judge_compiles(item: Item, o: StageView, context: JudgeContext) -> ItemResu
             return result(st, item, Status.NOT_EVALUATED, 0, f"{msg}; not evaluated: {why}")
         if not tried:
             return result(st, item, Status.FAILED, 0, f"{msg}. No credit yet: {why}; this item counts once "
-                          f"{st.kernel} writes C", registers=k.registers)
-        return result(st, item, Status.PASSED, 1, msg, registers=k.registers)
+                          f"{st.kernel} writes C", values=Measured(registers=k.registers))
+        return result(st, item, Status.PASSED, 1, msg, values=Measured(registers=k.registers))
     if c is None:
         return result(st, item, Status.FAILED, 0, "not compiled")
     return result(st, item, c.cause.status, 0, c.problem)
 
 
-def _handout_compiles(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_compiles(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     tma = (f", and `{stage.tma_symbol}` declares valid TMA boxes" if stage.operands == "tensor_maps" else "")
     return (f"`nvcc` compiles `{stage.file}`, it defines `extern \"C\" {stage.kernel}`, and the launch shape "
             f"(`{stage.launch_symbol}` or the default) is valid{tma}")
@@ -366,7 +390,7 @@ def _handout_compiles(item: Item, stage: Stage, rubric: Rubric) -> str:
 # ---------------------------------------------------------------------------------------------
 # correct
 # ---------------------------------------------------------------------------------------------
-def _judge_correct(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_correct(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st = o.stage
     if o.correct is None:
         return result(st, item, Status.NOT_EVALUATED, 0,
@@ -375,7 +399,7 @@ def _judge_correct(item: Item, o: StageView, context: JudgeContext) -> ItemResul
                   o.correctness_message)
 
 
-def _handout_correct(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_correct(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     return (f"every element within rtol = {stage.rtol:g} at N = {sizes_words(rubric)} and again at N = "
             f"{stage.bench.n} after timing")
 
@@ -383,7 +407,7 @@ def _handout_correct(item: Item, stage: Stage, rubric: Rubric) -> str:
 # ---------------------------------------------------------------------------------------------
 # no_spills
 # ---------------------------------------------------------------------------------------------
-def _judge_no_spills(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_no_spills(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st, c = o.stage, o.compile
     k = c.kernel if c is not None else None
     assert k is not None  # needs_compile: score/stages.py judged an uncompiled stage's item already
@@ -400,23 +424,23 @@ def _judge_no_spills(item: Item, o: StageView, context: JudgeContext) -> ItemRes
                       "stack frame and its SASS was not read, so its spills are unknown")
     if not tried:
         return result(st, item, Status.FAILED, 0, f"{msg}. No credit yet: {why}, and a kernel that does "
-                      "not do the work spills nothing", registers=k.registers)
+                      "not do the work spills nothing", values=Measured(registers=k.registers))
     if k.spills:
         return result(st, item, Status.FAILED, 0, msg + ": expected 0 B of spills. Registers spill to local "
                       "memory (slow, global-memory traffic). __launch_bounds__(threads, minBlocks) caps "
                       "registers at 65536 / (threads x minBlocks); a smaller per-thread tile needs fewer",
-                      registers=k.registers)
-    return result(st, item, Status.PASSED, 1, msg, registers=k.registers)
+                      values=Measured(registers=k.registers))
+    return result(st, item, Status.PASSED, 1, msg, values=Measured(registers=k.registers))
 
 
-def _handout_no_spills(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_no_spills(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     return "`ptxas -v`: 0 bytes spill stores and 0 bytes spill loads, and the kernel is correct"
 
 
 # ---------------------------------------------------------------------------------------------
 # sass
 # ---------------------------------------------------------------------------------------------
-def _judge_sass(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_sass(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     st = o.stage
     if o.sass is None or not o.sass.available:
         return result(st, item, Status.NOT_EVALUATED, 0,
@@ -424,20 +448,20 @@ def _judge_sass(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     ops = o.sass.opcodes.get(st.kernel)
     if ops is None:
         return result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: no SASS for {st.kernel}")
-    forbidden = {op: ops[op] for op in item.params.get("forbid", []) if ops.get(op)}
-    missing = [op for op in item.params.get("require", []) if not ops.get(op)]
+    forbidden = {op: ops[op] for op in (item.params.forbid or []) if ops.get(op)}
+    missing = [op for op in (item.params.require or []) if not ops.get(op)]
     if forbidden:
         found = ", ".join(f"{op} x{n}" for op, n in forbidden.items())
         return result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
                       "run on FP32 CUDA cores (FFMA only), not Tensor Cores. Look for wmma / mma.h, "
-                      "__half arithmetic or TF32 conversions in this file", opcodes=dict(forbidden))
+                      "__half arithmetic or TF32 conversions in this file", values=Measured(opcodes=dict(forbidden)))
     if missing:
         hint = MISSING_HINTS.get(missing[0], "the body is empty (still the TODO?) or the compiler removed "
                                  "the loop because nothing it computes reaches C")
         return result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
                       f"instruction, which this stage needs: {hint}")
-    shown = ", ".join(f"{op} x{ops[op]}" for op in item.params.get("require", []))
-    none_of = " none of " + "/".join(item.params["forbid"]) if item.params.get("forbid") else ""
+    shown = ", ".join(f"{op} x{ops[op]}" for op in (item.params.require or []))
+    none_of = " none of " + "/".join(_req(item.params.forbid, 'forbid')) if item.params.forbid else ""
     return result(st, item, Status.PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
                   + (f"; {shown}" if shown else "") + (f";{none_of}" if none_of else ""))
 
@@ -445,19 +469,20 @@ def _judge_sass(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
 def _validate_sass(item: Item, r: Reader) -> None:
     params = item.params
     for key in ("forbid", "require"):
-        if not all(isinstance(op, str) and op.strip() for op in params.get(key, [])):
-            raise RubricError(r.path(key), f"is {params[key]!r}", "a list of SASS opcodes (strings)")
-    if not (params.get("forbid") or params.get("require")):
+        ops = params.forbid if key == "forbid" else params.require
+        if not all(isinstance(op, str) and op.strip() for op in ops or []):
+            raise RubricError(r.path(key), f"is {ops!r}", "a list of SASS opcodes (strings)")
+    if not (params.forbid or params.require):
         raise RubricError(r.where, "has neither forbid nor require", "a list of SASS opcodes in one of them")
 
 
-def _handout_sass(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_sass(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
     parts = ["*technique*"] if is_technique(item) else []
-    if p.get("require"):
-        parts.append("the SASS contains " + ", ".join(p["require"]))
-    if p.get("forbid"):
-        parts.append("none of " + ", ".join(p["forbid"]))
+    if p.require:
+        parts.append("the SASS contains " + ", ".join(_req(p.require, 'require')))
+    if p.forbid:
+        parts.append("none of " + ", ".join(_req(p.forbid, 'forbid')))
     return "; ".join(parts)
 
 
@@ -465,7 +490,7 @@ def _handout_sass(item: Item, stage: Stage, rubric: Rubric) -> str:
 # The speed kinds: fraction_of_baseline, fraction_of_peak, speedup_over_stage
 # ---------------------------------------------------------------------------------------------
 def _validate_speed(item: Item, r: Reader) -> None:
-    check_curve(item.params, float(item.params["min"]), ">=", r.path)
+    check_curve(item.params, float(_req(item.params.min, 'min')), ">=", r.path)
 
 
 def _validate_peak(item: Item, r: Reader) -> None:
@@ -473,77 +498,77 @@ def _validate_peak(item: Item, r: Reader) -> None:
     _validate_speed(item, r)
 
 
-def _judge_fraction_of_baseline(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_fraction_of_baseline(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
-    st, t, kind = o.stage, o.timing, REGISTRY[FRACTION_OF_BASELINE]
+    st, t = o.stage, o.timing
     assert t is not None  # _untimed said it is timed
     status, frac = _on_curve(kind, item, t.fraction_of_baseline)
     base = st.baseline_label
     msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
            f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
-           f"runs at N={t.n}); needs at least {100 * item.params['min']:.0f}% for full points"
+           f"runs at N={t.n}); needs at least {100 * _req(item.params.min, 'min'):.0f}% for full points"
            + _curve_note(kind, item, t.fraction_of_baseline, lambda v: f"{100 * v:.1f}%"))
-    return _with_next_step(result(st, item, status, frac, msg, fraction_of_baseline=t.fraction_of_baseline), o)
+    return _with_next_step(result(st, item, status, frac, msg, values=Measured(fraction_of_baseline=t.fraction_of_baseline)), o)
 
 
-def _judge_fraction_of_peak(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_fraction_of_peak(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
-    st, t, kind, peaks = o.stage, o.timing, REGISTRY[FRACTION_OF_PEAK], context.peaks
+    st, t, peaks = o.stage, o.timing, context.peaks
     assert t is not None  # _untimed said it is timed
-    peak = peaks.get(item.params["peak"])
+    peak = peaks.get(_req(item.params.peak, 'peak'))
     if not peak:
         return result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: {peaks.source}")
     value = t.tflops / peak
     status, frac = _on_curve(kind, item, value)
-    label = "FP32 CUDA-core" if item.params["peak"] == "fp32" else "FP16 Tensor Core"
+    label = "FP32 CUDA-core" if _req(item.params.peak, 'peak') == "fp32" else "FP16 Tensor Core"
     msg = (f"{t.tflops:.1f} TFLOP/s = {value:.2f} x the {label} peak of {peak:.1f} TFLOP/s "
-           f"({peaks.source}); needs at least {item.params['min']:g} x for full points"
+           f"({peaks.source}); needs at least {_req(item.params.min, 'min'):g} x for full points"
            + _curve_note(kind, item, value, lambda v: f"{v:.2f} x"))
-    return _with_next_step(result(st, item, status, frac, msg, tflops=t.tflops, ratio=value), o)
+    return _with_next_step(result(st, item, status, frac, msg, values=Measured(tflops=t.tflops, ratio=value)), o)
 
 
-def _judge_speedup(item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_speedup(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
-    st, t, kind = o.stage, o.timing, REGISTRY[SPEEDUP_OVER_STAGE]
+    st, t = o.stage, o.timing
     assert t is not None  # _untimed said it is timed
-    other = context.outcomes.get(item.params["stage"])
+    other = context.outcomes.get(_req(item.params.stage, 'stage'))
     gap = timing_gap(other) if other else Gap(Cause.STUDENT, "stage not graded in this run")
     if gap:
         return result(st, item, gap.cause.status, 0,
-                      f"needs a timed `{item.params['stage']}` stage to compare with: {gap.message}",
+                      f"needs a timed `{_req(item.params.stage, 'stage')}` stage to compare with: {gap.message}",
                       needs_gpu=gap.cause is Cause.NO_GPU)
     assert other is not None and other.timing is not None  # timing_gap said it is timed
     # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
     value = t.fraction_of_baseline / other.timing.fraction_of_baseline
     status, frac = _on_curve(kind, item, value)
-    msg = (f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {item.params['min']:g}x"
+    msg = (f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {_req(item.params.min, 'min'):g}x"
            " for full points" + _curve_note(kind, item, value, lambda v: f"{v:.2f}x"))
-    return result(st, item, status, frac, msg, speedup=value)
+    return result(st, item, status, frac, msg, values=Measured(speedup=value))
 
 
-def _handout_fraction_of_baseline(item: Item, stage: Stage, rubric: Rubric) -> str:
-    words = _curve_words(FRACTION_OF_BASELINE, item, lambda v: f"{100 * v:g}%")
-    return (f"at least {100 * item.params['min']:g}% of {BASELINES[stage.baseline].words}'s speed (its median time / "
+def _handout_fraction_of_baseline(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
+    words = _curve_words(kind, item, lambda v: f"{100 * v:g}%")
+    return (f"at least {100 * _req(item.params.min, 'min'):g}% of {BASELINES[stage.baseline].words}'s speed (its median time / "
             f"yours, interleaved runs at N = {stage.bench.n}) for full points{words}")
 
 
-def _handout_fraction_of_peak(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_fraction_of_peak(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    words = _curve_words(FRACTION_OF_PEAK, item, lambda v: f"{v:g} x")
-    return (f"at least {p['min']:g} x the {PEAK_WORDS[p['peak']]} (TFLOP/s at N = {stage.bench.n}) for full "
+    words = _curve_words(kind, item, lambda v: f"{v:g} x")
+    return (f"at least {_req(p.min, 'min'):g} x the {PEAK_WORDS[_req(p.peak, 'peak')]} (TFLOP/s at N = {stage.bench.n}) for full "
             f"points{words}")
 
 
-def _handout_speedup(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_speedup(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    words = _curve_words(SPEEDUP_OVER_STAGE, item, lambda v: f"{v:g} x")
-    return f"at least {p['min']:g} x faster than your `{p['stage']}` kernel{words}"
+    words = _curve_words(kind, item, lambda v: f"{v:g} x")
+    return f"at least {_req(p.min, 'min'):g} x faster than your `{_req(p.stage, 'stage')}` kernel{words}"
 
 
 def _axis_fraction_of_baseline(item: Item, stages: Mapping[str, Stage]) -> str:
@@ -551,12 +576,12 @@ def _axis_fraction_of_baseline(item: Item, stages: Mapping[str, Stage]) -> str:
 
 
 def _axis_fraction_of_peak(item: Item, stages: Mapping[str, Stage]) -> str:
-    return f"multiple of the {item.params.get('peak')} peak"
+    return f"multiple of the {item.params.peak} peak"
 
 
 def _axis_speedup(item: Item, stages: Mapping[str, Stage]) -> str:
-    other = stages.get(str(item.params.get("stage")))
-    return f"times faster than stage {other.number if other else item.params.get('stage')}"
+    other = stages.get(str(item.params.stage))
+    return f"times faster than stage {other.number if other else item.params.stage}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,7 +589,10 @@ def _axis_speedup(item: Item, stages: Mapping[str, Stage]) -> str:
 # ---------------------------------------------------------------------------------------------
 def measure(item: Item, metrics: Mapping[str, object], n: int) -> tuple[float, float]:
     """(measured value, threshold) of an ncu item on one kernel's metrics."""
-    return evaluate_expr(item.params["expr"], metrics, n), evaluate_expr(item.params["value"], metrics, n)
+    value = item.params.value
+    if value is None:
+        raise KeyError("value")
+    return evaluate_expr(_req(item.params.expr, 'expr'), metrics, n), evaluate_expr(value, metrics, n)
 
 
 def _with_unit(x: float, unit: str) -> str:
@@ -574,20 +602,31 @@ def _with_unit(x: float, unit: str) -> str:
 
 
 def _ncu_result(o: StageView, item: Item, status: Status, message: str, *, needs_gpu: bool = False,
-                fraction: float = 0.0, **values: Any) -> ItemResult:
+                fraction: float = 0.0, values: Measured | None = None) -> ItemResult:
     # A passed ncu item earns its points exactly as given (result() rounds them to 4 places).
     st = o.stage
     score = item.points if status == Status.PASSED else round(item.points * fraction, 4)
     return ItemResult(stage=st.id, item=item.id, title=item.title, status=status,
                       score=score, max_score=item.points,
                       message=message, visibility=item.visibility, number=f"{st.number}.{item.id}",
-                      values=values, needs_gpu=needs_gpu, bonus=st.bonus)
+                      values=values or Measured(), needs_gpu=needs_gpu, bonus=st.bonus)
+
+
+def _metric_values(metrics: Mapping[str, NcuValue], names: Iterable[str], sep: str) -> str:
+    """``name = value`` of the named metrics that have a number, for an ncu item's message."""
+    return sep.join(f"{m} = {fmt(float(v))}" for m in names
+                    if isinstance(v := metrics.get(m), (int, float)) and not isinstance(v, bool))
 
 
 def judge_ncu(item: Item, o: StageView, context: JudgeContext | None = None) -> ItemResult:
-    """The verdict on one ``ncu`` item for one stage (see the module docstring for statuses)."""
+    """The verdict on one ``ncu`` item for one stage under the shipped registry's ``ncu`` kind (see the module
+    docstring for statuses); scoring calls the kind's own judge, so a replaced kind's curve applies."""
+    return _judge_ncu(REGISTRY[NCU], item, o, context or JudgeContext())
+
+
+def _judge_ncu(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
     p = item.params
-    explain = p.get("explain", "").strip()
+    explain = (p.explain or "").strip()
     tail = f" {explain}" if explain else ""
     if o.correct is False:
         return _ncu_result(o, item, Status.FAILED, f"{NOT_PROFILED_PREFIX} the kernel is not correct, so its "
@@ -604,54 +643,57 @@ def judge_ncu(item: Item, o: StageView, context: JudgeContext | None = None) -> 
         return _ncu_result(o, item, Status.NOT_EVALUATED, f"not evaluated: the rubric's expression is invalid (a "
                            f"course-staff problem): {exc}")
     except ZeroDivisionError:
-        used = ", ".join(f"{m} = {fmt(float(o.ncu[m]))}" for m in METRIC_RE.findall(str(p["expr"]))
-                         if isinstance(o.ncu.get(m), (int, float)))
+        used = _metric_values(o.ncu, METRIC_RE.findall(str(_req(p.expr, 'expr'))), ", ")
         return _ncu_result(o, item, Status.FAILED, f"cannot compute {item.title!r}: the expression divides by zero "
                            f"for your kernel ({used}).{tail}")
-    unit = p.get("unit", "")
-    ok = passes(p["op"], value, threshold)
-    inputs = "; ".join(f"{m} = {fmt(float(o.ncu[m]))}" for m in dict.fromkeys(METRIC_RE.findall(str(p["expr"]))))
+    unit = (p.unit or "")
+    ok = passes(_req(p.op, 'op'), value, threshold)
+    # every metric of the expression has a number here: evaluate_expr raised MissingMetric otherwise
+    inputs = _metric_values(o.ncu, dict.fromkeys(METRIC_RE.findall(str(_req(p.expr, 'expr')))), "; ")
     verdict = "passed" if ok else "not met"
-    ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in str(p["expr"]) and p["op"] == "==" and n else ""
+    ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in str(_req(p.expr, 'expr')) and _req(p.op, 'op') == "==" and n else ""
     # The explanation ends with what to look at next: it belongs to a failed item only.
     # A declared curve gives part of the points short of the threshold (its value is a number then).
-    c = REGISTRY[NCU].curve(item)
+    c = kind.curve(item)
     frac = 1.0 if ok else c.fraction(value) if c.knees else 0.0
     note = "" if ok or not c.knees else c.note(item.points, value, lambda v: _with_unit(v, unit))
-    message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {p['op']} {_with_unit(threshold, unit)} "
+    message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {_req(p.op, 'op')} {_with_unit(threshold, unit)} "
                f"(Nsight Compute, one launch at N={n}; {inputs}){note}." + ("" if ok else tail))
-    return _ncu_result(o, item, Status.PASSED if ok else Status.FAILED, message, fraction=frac, value=value,
-                       threshold=threshold)
+    return _ncu_result(o, item, Status.PASSED if ok else Status.FAILED, message, fraction=frac,
+                       values=Measured(value=value, threshold=threshold))
 
 
 def _validate_ncu(item: Item, r: Reader) -> None:
     params = item.params
     r.choice("op", NCU_OPS)
     for key in ("expr", "value"):
-        problem = check_expression(params[key]) if isinstance(params[key], str) else ""
+        text = params.get(key)
+        problem = check_expression(text) if isinstance(text, str) else ""
         if problem:
             raise RubricError(r.path(key), problem, "arithmetic over ncu metric names, numbers and N")
-    value = params["value"]
-    check_curve(params, None if isinstance(value, str) else float(value), params["op"], r.path)
-    if params.get("technique") and params.get("integrity"):
+    value = params.value
+    if value is None:
+        raise KeyError("value")
+    check_curve(params, None if isinstance(value, str) else float(value), _req(params.op, 'op'), r.path)
+    if params.technique and params.integrity:
         raise RubricError(r.path("technique"), "is given beside integrity: true",
                           "one of them: technique evidence tells a stage from the one before, integrity does not")
 
 
-def _handout_ncu(item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_ncu(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
     p = item.params
-    unit = p.get("unit", "")
+    unit = (p.unit or "")
     unit = "%" if unit == "%" else (f" {unit}" if unit else "")
-    value = str(p["value"]).replace("**", "^")
-    words = _curve_words(NCU, item, lambda v: f"{v:g}{unit}") if not isinstance(p["value"], str) else ""
+    value = str(_req(p.value, 'value')).replace("**", "^")
+    words = _curve_words(kind, item, lambda v: f"{v:g}{unit}") if not isinstance(_req(p.value, 'value'), str) else ""
     mark = "*technique*: " if is_technique(item) else ""
-    return (f"{mark}`{p['expr']}` {p['op']} {value}{unit} (Nsight Compute, one launch at N = "
+    return (f"{mark}`{_req(p.expr, 'expr')}` {_req(p.op, 'op')} {value}{unit} (Nsight Compute, one launch at N = "
             f"{rubric.profile.n}){words}")
 
 
 def _axis_ncu(item: Item, stages: Mapping[str, Stage]) -> str:
-    unit = item.params.get("unit", "")
-    return f"{item.params.get('expr')}" + (f" ({unit})" if unit else "")
+    unit = (item.params.unit or "")
+    return f"{item.params.expr}" + (f" ({unit})" if unit else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -748,7 +790,7 @@ REGISTRY = Registry({k.name: k for k in (
         "explain": Param(str, False, "what to look at next, shown when the item fails"),
         "unit": Param(str, False, "the unit the values are shown in"),
         "integrity": Param(bool, False, "the criterion checks honest work, so the previous stage may pass it"),
-        **_TECHNIQUE, **_CURVE}, judge_ncu, _handout_ncu, validate=_validate_ncu, measured_key="value",
+        **_TECHNIQUE, **_CURVE}, _judge_ncu, _handout_ncu, validate=_validate_ncu, measured_key="value",
          level_param="value", expression_params=("expr", "value"), calibrated=True, axis=_axis_ncu,
          title_percent=1.0, title_bounds=True),
 )})
@@ -764,12 +806,13 @@ def stage_item(raw: Any, where: str, registry: Registry = REGISTRY) -> Item:
     r = Reader(raw, where)
     item_id = r.text("id")
     kind = registry[r.choice("kind", registry.names)]
-    params = {}
+    params: dict[str, ParamValue] = {}
     for name, param in kind.params.items():
         value = r.get(name, param.types) if param.required else r.get(name, param.types, None)
         if value is not None:
             params[name] = value
-    item = read_item(r, item_id, kind.name, params=params)
+    # The reader checked each value against the kind's Param types; the kind's own checks (below) the rest.
+    item = read_item(r, item_id, kind.name, params=Params(**params))  # type: ignore[arg-type]
     r.done()
     kind.validate(item, r)
     return item

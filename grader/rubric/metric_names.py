@@ -25,9 +25,11 @@ from __future__ import annotations
 import difflib
 import functools
 import gzip
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.model import NcuValue
 from grader.rubric.ncu_list import BASE_RE, ChipMetrics, MetricType
 
 DATA = Path(__file__).resolve().parent / "ncu_metrics.txt.gz"
@@ -192,7 +194,7 @@ def missing_on(names: list[str], chip: str | None, known: MetricList | None = No
 NOT_PROFILED_PREFIX = "not profiled:"
 
 
-def missing_metric_message(metric: str, row: dict | None) -> str:
+def missing_metric_message(metric: str, row: Mapping[str, NcuValue] | None) -> str:
     """Why an ncu item's metric has no value for a kernel: the chip's ncu lacks it (``row["CC"]`` is
     the compute capability ncu reported for the kernel's GPU), or ncu did not report it."""
     chip = chip_for_cc((row or {}).get("CC"))

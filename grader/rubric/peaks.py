@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from grader.children.protocol import ProbeResult
+
 # The two ceilings, by the names the rubric uses (a stage's `peak`, a fraction_of_peak item's `peak`).
 PEAKS = ("fp32", "fp16_tensor")
 
@@ -33,20 +35,20 @@ class PeakOverride:
 
 
 def device_peaks(overrides: Sequence[PeakOverride], per_sm_clock: Mapping[str, Mapping[str, float]],
-                 device: dict | None) -> Peaks:
+                 device: ProbeResult | None) -> Peaks:
     """The device's peaks: a rubric override by name first, else derived (rubric.yaml's ``peaks``:
     Rubric.peak_overrides and Rubric.peak_per_sm_clock)."""
-    if not device or not device.get("ok"):
+    if device is None or not device.ok:
         return Peaks(None, None, "no device")
-    name = device.get("name", "")
+    name = device.name
     for o in overrides:
         if o.match.lower() in name.lower():
             return Peaks(o.fp32, o.fp16_tensor, f"rubric override for '{o.match}'")
-    cc = "{}.{}".format(*device.get("cc", (0, 0)))
+    cc = "{}.{}".format(*(device.cc if len(device.cc) == 2 else (0, 0)))
     rates = per_sm_clock.get(cc)
-    if not rates or not device.get("clock_khz") or not device.get("sms"):
+    if not rates or not device.clock_khz or not device.sms:
         return Peaks(None, None, f"no peak known for compute capability {cc}; add one to rubric.yaml peaks")
-    hz_sms = device["clock_khz"] * 1e3 * device["sms"]
+    hz_sms = device.clock_khz * 1e3 * device.sms
     return Peaks(rates["fp32"] * hz_sms / 1e12, rates["fp16_tensor"] * hz_sms / 1e12,
-                 f"this GPU's own peaks, derived: {device['sms']} SMs x {device['clock_khz'] / 1e6:.2f} GHz x "
+                 f"this GPU's own peaks, derived: {device.sms} SMs x {device.clock_khz / 1e6:.2f} GHz x "
                  f"per-SM rate for CC {cc}")

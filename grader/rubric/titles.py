@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from grader.rubric.items import Item
+from grader.rubric.items import Item, Params
 from grader.rubric.kinds import REGISTRY, Kind
 from grader.rubric.types import Rubric
 
@@ -36,13 +36,13 @@ class TitleProblem:
     message: str
 
 
-def _thresholds(params: dict, full: float) -> list[float]:
+def _thresholds(params: Params, full: float) -> list[float]:
     """The item's threshold and the knees of its curve, in the units of ``min`` / ``value``."""
     out = [full]
-    if "partial_from" in params:
-        out.append(float(params["partial_from"]))
-    for key in ("curve", "steps"):
-        out += [float(v) for v, _ in params.get(key, [])]
+    if params.partial_from is not None:
+        out.append(float(params.partial_from))
+    for knees in (params.curve, params.steps):
+        out += [float(v) for v, _ in knees or []]
     return out
 
 

@@ -44,7 +44,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import gate_files, release_file, write_result
+from grader.children.protocol import ProbeResult, gate_files, release_file, write_result
 from grader.sandbox.launch import ChildResult
 from grader.sandbox.process import Control, usable_cpus
 
@@ -136,11 +136,11 @@ class Party:
         return None if self.future is None else self.future.result()
 
 
-def parallel_children(device: dict | None) -> int:
+def parallel_children(device: ProbeResult | None) -> int:
     """How many children may run at once: one per CPU, and about 2 GiB of the GPU's memory each
     (a CUDA context with CuPy takes about 0.5 GiB; a stage run at N=4096 a few hundred MiB more)."""
     cpus = usable_cpus()
-    mem_gib = int((device or {}).get("total_mem", 0)) // (1 << 30)
+    mem_gib = (device.total_mem if device is not None else 0) // (1 << 30)
     by_memory = max(2, mem_gib // 2) if mem_gib else 4
     return max(2, min(cpus, by_memory, 32))
 

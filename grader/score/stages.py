@@ -26,7 +26,7 @@ def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], pea
     if kind.needs_compile and (c is None or not c.ok or c.kernel is None):
         return result(st, item, Status.FAILED, 0, "no credit: the stage did not compile; its compile item shows "
                       "why, and every other item of the stage waits on it")
-    return kind.judge(item, o, JudgeContext(outcomes, peaks))
+    return kind.judged(item, o, JudgeContext(outcomes, peaks))
 
 
 def gate_speed(stage: Stage, results: list[ItemResult], registry: Registry = REGISTRY) -> list[ItemResult]:
@@ -40,19 +40,19 @@ def gate_speed(stage: Stage, results: list[ItemResult], registry: Registry = REG
     names = ", ".join(r.number for r in waiting)
     out = []
     for r, it in zip(results, stage.items):
-        if not registry.of(it).speed or r.status not in (Status.PASSED, Status.FAILED) or not r.values:
+        if not registry.of(it).speed or r.status not in (Status.PASSED, Status.FAILED) or r.values.empty:
             out.append(r)
             continue
         would = f" (the speed alone would earn {r.score:g} of {r.max_score:g} points)" if r.score else ""
         if unread:
             why = "; ".join(dict.fromkeys(u.message for u in unread))
             out.append(replace(r, status=Status.NOT_EVALUATED, score=0.0, needs_gpu=any(u.needs_gpu for u in unread),
-                               values={**r.values, "gated_by": [u.number for u in waiting]},
+                               values=replace(r.values, gated_by=[u.number for u in waiting]),
                                message=f"{r.message}. Speed points wait on this stage's technique evidence "
                                        f"({names}), which could not be read: {why}{would}"))
             continue
         out.append(replace(r, status=Status.FAILED, score=0.0,
-                           values={**r.values, "gated_by": [u.number for u in waiting]},
+                           values=replace(r.values, gated_by=[u.number for u in waiting]),
                            message=f"{r.message}. No speed points yet: they count once this stage's technique "
                                    f"items pass ({names}: see those items){would}"))
     return out

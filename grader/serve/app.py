@@ -41,6 +41,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from grader.grading import Grading
 from grader.serve import job_page as pages
 from grader.serve import limits, results, retention, signing, views
 from grader.serve.auth import Secrets, Tokens
@@ -438,11 +439,11 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
         if job.state.value in ("done", "failed"):
             raw = svc.file(job, "grading.json") if "grading.json" in job.files else None
             try:
-                grading = json.loads(raw) if raw is not None else None
-            except ValueError:
+                grading = Grading.from_json(json.loads(raw)) if raw is not None else None
+            except (ValueError, RecursionError):  # GradingFormatError is a ValueError: the page shows no table
                 grading = None
             summary = svc.summary_html(job)
-        return HTMLResponse(pages.render(view, grading if isinstance(grading, dict) else None, summary, time.time()))
+        return HTMLResponse(pages.render(view, grading, summary, time.time()))
 
     @app.api_route("/jobs/{job_id}/summary", methods=["GET", "HEAD"])
     def summary_page(job_id: str):

@@ -1,5 +1,5 @@
 """One job's page (/jobs/<id>), rendered on the server: the state, the score, the per-stage table with % of
-cuBLAS (from grading.json), the items not passed, those not evaluated and those graded by hand (each
+cuBLAS (from grading.json, read as the Grading record), the items not passed, those not evaluated and those graded by hand (each
 apart), summary.md rendered, the plots and the files. It reads whole without JavaScript; static/job.js
 only refreshes it while the job is queued or running (it fetches this page again and swaps its parts).
 
@@ -12,10 +12,13 @@ from __future__ import annotations
 import datetime as dt
 import html
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from markdown_it import MarkdownIt
 
+from grader.grading import Grading
+from grader.model import ItemResult, Status
 from grader.serve.views import about
 
 COLUMNS = ["stage", "correct", "ms", "TFLOP/s", "% of peak", "% of cuBLAS", "vs first", "regs", "spills", "points"]
@@ -48,42 +51,36 @@ def _ago(iso: str | None, now: float) -> str:
     return f"{s} s ago" if s < 90 else f"{round(s / 60)} min ago" if s < 5400 else f"{round(s / 3600)} h ago"
 
 
-def stage_rows(grading: dict) -> list[tuple[str, str, list[str]]]:
+def stage_rows(grading: Grading) -> list[tuple[str, str, list[str]]]:
     """(stage label, correct's class, the other cells) per stage, as the terminal's table gives them."""
-    raw = grading.get("stages")
-    stages: dict = raw if isinstance(raw, dict) else {}
-    items = [i for i in grading.get("items") or [] if isinstance(i, dict)]
-    outcomes = list(stages.items())
-    first = (outcomes[0][1] or {}).get("timing") if outcomes and isinstance(outcomes[0][1], dict) else None
+    outcomes = list(grading.outcomes.items())
+    first = outcomes[0][1].timing if outcomes else None
     rows = []
     for sid, o in outcomes:
-        o = o if isinstance(o, dict) else {}
-        t, comp = o.get("timing") or None, o.get("compile") or None
-        k = comp.get("kernel") if isinstance(comp, dict) and comp.get("ok") else None
-        mine = [i for i in items if i.get("stage") == sid]
-        got = sum(float(i.get("score") or 0) for i in mine)
-        top = sum(float(i.get("max_score") or 0) for i in mine)
-        number = mine[0]["number"].split(".")[0] + " " if mine and isinstance(mine[0].get("number"), str) else ""
-        correct = "yes" if o.get("correct") is True else "NO" if o.get("correct") is False else "n/e"
-        if not isinstance(comp, dict) or not comp.get("ok"):
+        t, comp = o.timing, o.compile
+        k = comp.kernel if comp is not None and comp.ok else None
+        mine = [i for i in grading.items if i.stage == sid]
+        got = sum(i.score for i in mine)
+        top = sum(i.max_score for i in mine)
+        number = mine[0].number.split(".")[0] + " " if mine and mine[0].number else ""
+        correct = "yes" if o.correct is True else "NO" if o.correct is False else "n/e"
+        if comp is None or not comp.ok:
             correct = "no build"
         cls = "good" if correct == "yes" else "bad" if correct in ("NO", "no build") else "muted"
-        t = t if isinstance(t, dict) else None
         vs = "-"
-        if t and isinstance(first, dict) and isinstance(t.get("median_ms"), (int, float)) and t["median_ms"] > 0:
-            vs = f"{first['median_ms'] / t['median_ms']:.1f}x"
+        if t is not None and first is not None and t.median_ms > 0:
+            vs = f"{first.median_ms / t.median_ms:.1f}x"
         rows.append((number + sid, cls, [
-            correct, _num(t.get("median_ms"), 3) if t else "-", _num(t.get("tflops"), 2) if t else "-",
-            _num(100 * t["fraction_of_peak"], 1) if t and isinstance(t.get("fraction_of_peak"), (int, float)) else "-",
-            _num(100 * t["fraction_of_baseline"], 1) if t and isinstance(t.get("fraction_of_baseline"), (int, float))
-            else "-", vs,
-            str(k.get("registers")) if isinstance(k, dict) else "-",
-            f"{k.get('spill_stores')}/{k.get('spill_loads')}" if isinstance(k, dict) else "-",
+            correct, _num(t.median_ms, 3) if t else "-", _num(t.tflops, 2) if t else "-",
+            _num(100 * t.fraction_of_peak, 1) if t and t.fraction_of_peak is not None else "-",
+            _num(100 * t.fraction_of_baseline, 1) if t else "-", vs,
+            str(k.registers) if k is not None else "-",
+            f"{k.spill_stores}/{k.spill_loads}" if k is not None else "-",
             f"{_points(got)}/{_points(top)}"]))
     return rows
 
 
-def _stage_table(grading: dict) -> str:
+def _stage_table(grading: Grading) -> str:
     head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
     body = "".join(f"<tr><td>{e(label)}</td><td class=\"{cls}\">{e(cells[0])}</td>"
                    + "".join(f"<td>{e(c)}</td>" for c in cells[1:]) + "</tr>"
@@ -99,29 +96,27 @@ def _rest(text: str) -> str:
     return _INLINE.render(text).replace("<pre>", "<pre class=\"message\">")
 
 
-PARTS = {"notPassed": lambda s: s not in ("passed", "not_evaluated", "manual"),
-         "notEvaluated": lambda s: s == "not_evaluated", "hand": lambda s: s == "manual"}
+PARTS = {"notPassed": lambda s: s not in (Status.PASSED, Status.NOT_EVALUATED, Status.MANUAL),
+         "notEvaluated": lambda s: s is Status.NOT_EVALUATED, "hand": lambda s: s is Status.MANUAL}
 
 
-def item_list(grading: dict, part: str) -> str:
+def item_list(items: Sequence[ItemResult], part: str) -> str:
     """The items of one kind as a list ("" when none; the items not passed say when every one passed)."""
-    items = [i for i in grading.get("items") or [] if isinstance(i, dict) and PARTS[part](i.get("status"))]
+    items = [i for i in items if PARTS[part](i.status)]
     if not items:
         return "<p class=\"good\">every graded item passed</p>" if part == "notPassed" else ""
     out = []
     for i in items:
-        message = i.get("message")
-        text = message if isinstance(message, str) else ""
-        first, _, rest = text.partition("\n")
+        first, _, rest = i.message.partition("\n")
         rest = rest[:MESSAGE_CHARS]
-        status = str(i.get("status"))
+        status = i.status.value
         out.append(f"<li><span class=\"{'bad' if status == 'failed' else 'muted'}\">{e(MARKS.get(status, status))} "
-                   f"</span><span class=\"num\">{e(str(i.get('number') or ''))}</span> {e(str(i.get('title') or ''))}: "
+                   f"</span><span class=\"num\">{e(i.number)}</span> {e(i.title)}: "
                    f"{_INLINE.renderInline(first)}" + (_rest(rest) if rest.strip() else "") + "</li>")
     return "<ul class=\"items\">" + "".join(out) + "</ul>"
 
 
-def render(view: dict, grading: dict | None, summary: str | None, now: float) -> str:
+def render(view: dict, grading: Grading | None, summary: str | None, now: float) -> str:
     """The page of the job ``view`` (views.job_view), with its grading.json and summary.md rendered
     (views.summary_html) when done."""
     jid = str(view.get("id", ""))
@@ -160,14 +155,14 @@ def render(view: dict, grading: dict | None, summary: str | None, now: float) ->
                             "</figcaption></figure>" for n, alt in plots) or \
             ("<p class=\"muted\">no plots: nothing was timed or profiled (graded without a GPU, or no stage "
              "passed)</p>")
-        g = grading or {}
-        not_eval, hand = item_list(g, "notEvaluated"), item_list(g, "hand")
+        items = grading.items if grading is not None else []
+        not_eval, hand = item_list(items, "notEvaluated"), item_list(items, "hand")
         results = f"""<div id="results">
   <h2>The ladder</h2>
   <p class="muted">% of cuBLAS: the stage's cuBLAS baseline time over its own (100 = as fast as cuBLAS).</p>
-  <div id="stages">{_stage_table(g) if grading is not None else ""}</div>
+  <div id="stages">{_stage_table(grading) if grading is not None else ""}</div>
   <h2>Items not passed</h2>
-  <div id="items">{item_list(g, "notPassed") if grading is not None else ""}</div>
+  <div id="items">{item_list(items, "notPassed") if grading is not None else ""}</div>
   <div id="not-evaluated-part"{"" if not_eval else " hidden"}>
     <h2>Not evaluated</h2>
     <p class="muted">The grader could not look at these (no GPU, or a tool missing): 0 points for now, never a

@@ -17,6 +17,9 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.grading import GradingFormatError, load_grading
+from grader.outputs.results import Results
+from grader.records import to_jsonable
 from grader.serve.child import ChildOutcome
 from grader.serve.store import State
 
@@ -86,41 +89,36 @@ def member(blob: bytes, name: str) -> bytes | None:
         return public(name, f.read()) if f is not None else None
 
 
-def _summary(results: dict) -> tuple[float | None, float | None, list[dict]]:
-    score = results.get("score")
-    tests = results.get("tests")
-    tests = tests if isinstance(tests, list) else []
-    max_score = sum(float(t.get("max_score") or 0) for t in tests if isinstance(t, dict))
-    board = results.get("leaderboard")
-    board = [e for e in board if isinstance(e, dict)] if isinstance(board, list) else []
-    return (float(score) if isinstance(score, (int, float)) else None), max_score, board
+def read_results(out: Path) -> Results | None:
+    """The grading's results.json as its record (grader/outputs/results.py), or None when there is none or it
+    is not that record."""
+    try:
+        return Results.from_json(json.loads((out / "results.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, RecursionError):  # RecordError is a ValueError
+        return None
 
 
 def without_gpu(out: Path) -> str:
     """Why the grading in ``out`` had no GPU, from its grading.json ("" when it had one or there is none)."""
     try:
-        grading = json.loads((out / "grading.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        grading = load_grading(out / "grading.json")
+    except GradingFormatError:
         return ""
-    if not isinstance(grading, dict) or grading.get("gpu_graded") is not False:
-        return ""
-    return str(grading.get("device_reason") or "no CUDA device")[:300]
+    return "" if grading.gpu_graded else (grading.env.device_reason or "no CUDA device")[:300]
 
 
 def collect(out: Path, outcome: ChildOutcome, timeout_s: float) -> Packed:
     """The job's outcome from the grading child's folder and exit."""
     names = _names(out)
     blob, names = pack(out, names) if names else (None, [])
-    try:
-        parsed = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        parsed = None
-    score, max_score, board = _summary(parsed) if isinstance(parsed, dict) else (None, None, [])
+    parsed = read_results(out)
+    score = parsed.score if parsed is not None else None
+    max_score = sum(t.max_score or 0.0 for t in parsed.tests) if parsed is not None else None
     packed = Packed(State.FAILED, blob, score=score, max_score=max_score, files=names, without_gpu=without_gpu(out))
     if outcome.timed_out:
         packed.error = f"the grading took longer than {timeout_s:g} s and was stopped"
     elif outcome.returncode == 0 and parsed is not None:
-        packed.state, packed.leaderboard = State.DONE, board
+        packed.state, packed.leaderboard = State.DONE, [to_jsonable(e) for e in parsed.leaderboard or []]
     else:
         last = [line for line in outcome.log_tail.splitlines() if line.strip()][-1:] or ["(no output)"]
         why = f"exit code {outcome.returncode}" if outcome.returncode is not None else "it could not start"

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.children.protocol import ProbeResult
 from grader.compile.locate import locate
 from grader.grading import Grading
-from grader.model import Cause, Gap, ItemResult, Status
+from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.rubric.expr import ExprError, MissingMetric, evaluate_expr, fmt
 from grader.rubric.items import Item
 from grader.rubric.report import STAGE, ReportConfig, Transition, metric_unit
@@ -41,11 +42,11 @@ MAX_BYTES = 64 * 1024  # a report is a few pages (the reference one is 7 KB); pa
 
 
 def _result(spec: Item, status: Status, fraction: float, message: str, *, needs_gpu: bool = False,
-            **values) -> ItemResult:
+            values: Measured | None = None) -> ItemResult:
     score = round(spec.points * fraction, 4) if status in (Status.PASSED, Status.FAILED) else 0.0
     return ItemResult(stage=STAGE, item=spec.id, title=spec.title, status=status, score=score,
                       max_score=spec.points, message=message, visibility=spec.visibility, number=spec.number,
-                      values=values, needs_gpu=needs_gpu)
+                      values=values or Measured(), needs_gpu=needs_gpu)
 
 
 def _status_unless_hand_graded(spec: Item, status: Status) -> Status:
@@ -59,7 +60,7 @@ class Gradings:
     not ok: no GPU) and other gradings of the student's kernels (``grade --citations-from``: the
     student's self-checks the course's GPU service stored), each on the device its grading.json names."""
 
-    device: dict | None = None
+    device: ProbeResult | None = None
     stored: Sequence[Grading] = ()
 
 
@@ -74,8 +75,8 @@ class Evidence:
     note: str = ""  # said under the values items (a report that names no GPU)
 
 
-def _device_name(device: dict | None) -> str | None:
-    return str(device.get("name") or "") or None if device and device.get("ok") else None
+def _device_name(device: ProbeResult | None) -> str | None:
+    return device.name or None if device is not None and device.ok else None
 
 
 def choose_evidence(gpu: ReportGpu | None, outcomes: dict, gradings: Gradings | None) -> Evidence:
@@ -186,7 +187,7 @@ def _unit_value(cit: Citation, q: Quantity, unit: str) -> tuple[float | None, st
 
 
 
-def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[Status, float, str, dict, bool]:
+def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[Status, float, str, Measured, bool]:
     """A values item without a grading on the report's GPU: what holds on any GPU is checked (the value
     reads as a number in the metric's unit, and lies in the metric's range: no count, ratio, time or size
     below 0, no percentage above 100); a value that fails that fails the item, and the rest is left to a
@@ -204,7 +205,7 @@ def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[S
             implausible.append(f"line {cit.line}: {quote_code(cit.text)}: above 100%, which no GPU measures")
         else:
             plausible += 1
-    values = {"matched": 0, "mismatched": len(implausible), "unreadable": len(unreadable), "unchecked": plausible}
+    values = Measured(matched=0, mismatched=len(implausible), unreadable=len(unreadable), unchecked=plausible)
     if implausible or unreadable:
         parts = (["Values no GPU measures:", *some(implausible)] if implausible else []) + (
             ["Values the grader cannot read:", *some(unreadable)] if unreadable else [])
@@ -220,7 +221,7 @@ def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[S
 
 
 def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
-                  outcomes: dict, source: str = "") -> tuple[Status, float, str, dict, bool]:
+                  outcomes: dict, source: str = "") -> tuple[Status, float, str, Measured, bool]:
     """(status, fraction, message, values, needs_gpu) of a transition's values item; the causes of the
     stages' missing metrics decide between failed and not evaluated (``needs_gpu``: for want of a GPU).
     ``source``: which stored grading ``outcomes`` come from ("" for this one), said in the message."""
@@ -266,7 +267,7 @@ def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
                    "the grader "
                    f"measured {shown} (Nsight Compute, one launch at N={o.profile_n}{', ' + source if source else ''}; allowed difference "
                    f"{100 * cfg.rel_tol:g}%).{value_hint(cited, measured, q.resolution, others)}")
-    values = {"matched": len(ok), "mismatched": len(bad), "unreadable": len(unreadable), "unchecked": len(unchecked)}
+    values = Measured(matched=len(ok), mismatched=len(bad), unreadable=len(unreadable), unchecked=len(unchecked))
     tail = ("\nNot checked:\n" + "\n".join(some(unchecked))) if unchecked else ""
     if bad or unreadable:
         parts = (["Values your own kernels do not produce:", *some(bad)] if bad else []) + (
@@ -380,9 +381,9 @@ def _grade(cfg: ReportConfig, text: str | None, problem: str, rubric: Rubric, ou
                 status, frac, msg, vals, needs_gpu = _check_any_gpu(par.citations, cfg, ev.why)
             else:
                 status, frac, msg, vals, needs_gpu = _check_values(par.citations, t, cfg, ev.outcomes, ev.source)
-            compared = vals["matched"] + vals["mismatched"] > 0  # the note concerns compared values only
+            compared = (vals.matched or 0) + (vals.mismatched or 0) > 0  # the note concerns compared values only
             out.append(_result(vspec, status, frac, msg + (f"\n{ev.note}" if ev.note and compared else ""),
-                               needs_gpu=needs_gpu, **vals))
+                               needs_gpu=needs_gpu, values=vals))
     checks = check_tables(cfg, text, rubric)
     for spec, chk in zip(cfg.tables, checks):
         need = len(chk.required)
@@ -450,5 +451,5 @@ def grade_report_submission(root: Path, rubric: Rubric, outcomes: dict,
         tb = traceback.format_exc()
         return _counted(cfg, [_result(spec, _status_unless_hand_graded(spec, Status.NOT_EVALUATED), 0.0,
                                       "not evaluated: the grader failed while checking the report (not a judgement "
-                                      "of your work; course staff have the details)", traceback=tb[-4000:])
+                                      "of your work; course staff have the details)", values=Measured(traceback=tb[-4000:]))
                               for spec in cfg.items()])

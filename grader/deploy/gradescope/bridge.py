@@ -38,13 +38,22 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grader.deploy.gradescope.metadata import SubmissionMetadata
 from grader.deploy.gradescope.policy import CONFIG_FILE, is_gpu_item, read_config
-from grader.outputs.results import Results, ResultsTest, write_results
+from grader.outputs.results import (
+    LeaderboardEntry,
+    Results,
+    ResultsExtra,
+    ResultsTest,
+    ResultsTestExtra,
+    ServiceOutcome,
+    write_results,
+)
+from grader.records import RecordError, from_jsonable
 
 SECRET_FILE = "service.secret"  # in the package's root, mode 0600: readable by the grader (root) only
 URL_KEY, ASSIGNMENT_KEY, WAIT_KEY = "GRADER_SERVICE_URL", "GRADER_SERVICE_ASSIGNMENT", "GRADER_SERVICE_WAIT_S"
@@ -65,18 +74,9 @@ class BridgeConfig:
     wait_s: float | None = None
 
 
-@dataclass
-class Outcome:
-    """What happened, for extra_data.gpu_service and the log (typed: tests and people read the state)."""
-
-    state: str  # merged | without_gpu | queued | running | failed | superseded | refused | unreachable | misconfigured | skipped
-    reason: str = ""
-    job: str | None = None
-    url: str | None = None
-    deduplicated: bool = False
-    merged_items: int = 0
-    still_pending: int = 0
-    files: list[str] = field(default_factory=list)
+# What happened, for extra_data.gpu_service and the log (typed: tests and people read the state); the record
+# lives with results.json's (grader/outputs/results.py), which holds it.
+Outcome = ServiceOutcome
 
 
 def read_bridge_config(source_dir: Path, env: Mapping[str, str]) -> BridgeConfig | None | str:
@@ -130,8 +130,8 @@ def wait_budget(config: BridgeConfig, env: Mapping[str, str], now: float | None 
 def pending_tests(results: Results) -> list[ResultsTest]:
     """The tests the static run left for a GPU (marked by the pending policy, or with policy keep by the
     grader) and no service verdict merged since."""
-    return [t for t in results.tests if not t.extra_data.get("gpu_service_job")  # merged: the service's stands
-            and (t.extra_data.get("pending_gpu") is True or is_gpu_item(t.extra_data))]
+    return [t for t in results.tests if not t.extra_data.gpu_service_job  # merged: the service's stands
+            and (t.extra_data.pending_gpu is True or is_gpu_item(t.extra_data))]
 
 
 def submission_id(autograder_dir: Path) -> str | None:
@@ -170,7 +170,7 @@ class ServiceVerdict:
     output_format: str | None = None
     visibility: str | None = None
     tags: tuple[str, ...] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: ResultsTestExtra = field(default_factory=ResultsTestExtra)
     lacks_gpu: bool = False  # the service could not evaluate it for want of a GPU: never merged
 
     def apply(self, test: ResultsTest, job: str | None) -> ResultsTest:
@@ -186,7 +186,7 @@ class ServiceVerdict:
             output_format=test.output_format if self.output_format is None else self.output_format,
             visibility=test.visibility if self.visibility is None else self.visibility,
             tags=test.tags if self.tags is None else list(self.tags),
-            extra_data={**self.extra, "gpu_service_job": job, "pending_gpu": False})
+            extra_data=dataclasses.replace(self.extra, gpu_service_job=job, pending_gpu=False))
 
 
 def _number(value: Any, where: str) -> float | None:
@@ -217,12 +217,15 @@ def service_verdict(test: Any, index: int) -> ServiceVerdict:
     extra = test.get("extra_data")
     if extra is not None and not isinstance(extra, dict):
         raise ValueError(f"{where}: extra_data is {type(extra).__name__}, expected an object")
+    try:  # the grader's own marks (a key another grader version added is not kept)
+        marks = from_jsonable(ResultsTestExtra, extra or {}, strict=False)
+    except RecordError as exc:
+        raise ValueError(f"{where}: extra_data: {exc}") from None
     return ServiceVerdict(number=number, name=test.get("name"), output=test.get("output"),
                           score=_number(test.get("score"), f"{where}: score"),
                           max_score=_number(test.get("max_score"), f"{where}: max_score"), status=status,
                           output_format=test.get("output_format"), visibility=test.get("visibility"),
-                          tags=None if tags is None else tuple(tags), extra=dict(extra or {}),
-                          lacks_gpu=is_gpu_item(extra))
+                          tags=None if tags is None else tuple(tags), extra=marks, lacks_gpu=is_gpu_item(marks))
 
 
 def service_verdicts(service: Mapping[str, Any]) -> tuple[dict[str, ServiceVerdict], list[str]]:
@@ -240,7 +243,7 @@ def service_verdicts(service: Mapping[str, Any]) -> tuple[dict[str, ServiceVerdi
 
 
 def merge(results: Results, service: Mapping[str, Any], outcome: Outcome,
-          leaderboard: list[dict] | None) -> Results:
+          leaderboard: list[LeaderboardEntry] | None) -> Results:
     """``results`` with the service's verdicts in every pending test (a changed copy; ``outcome`` counts them).
     Static items are never touched; a pending test the service did not grade, graded with a malformed
     entry, or could not evaluate for want of a GPU, stays pending."""
@@ -261,11 +264,13 @@ def merge(results: Results, service: Mapping[str, Any], outcome: Outcome,
     if problems:
         note += (f">\n> {len(problems)} of the service's tests were malformed and left out (they stay pending): "
                  + "; ".join(problems[:3]) + ".\n")
-    points = sum(float(t.extra_data.get("pending_gpu_points", t.max_score) or 0) for t in left)
+    points = sum(float((t.max_score if t.extra_data.pending_gpu_points is None else t.extra_data.pending_gpu_points)
+                       or 0) for t in left)
     return dataclasses.replace(
         after, score=after.total(), output=note + "\n" + str(service.get("output") or ""),
         leaderboard=results.leaderboard if leaderboard is None else leaderboard,
-        extra_data={**(results.extra_data or {}), "pending_gpu_items": len(left), "pending_gpu_points": points})
+        extra_data=dataclasses.replace(results.extra_data or ResultsExtra(), pending_gpu_items=len(left),
+                                       pending_gpu_points=points))
 
 
 def not_merged_note(outcome: Outcome) -> str:
@@ -296,7 +301,7 @@ def not_merged_note(outcome: Outcome) -> str:
             "again), or submit again later.\n\n")
 
 
-def _leaderboard(grading_bytes: bytes | None, service: Mapping[str, Any]) -> list[dict] | None:
+def _leaderboard(grading_bytes: bytes | None, service: Mapping[str, Any]) -> list[LeaderboardEntry] | None:
     """The leaderboard from the service's grading.json (this package's stages), else its results.json's."""
     if grading_bytes:
         from grader.grading import Grading, GradingFormatError
@@ -307,9 +312,12 @@ def _leaderboard(grading_bytes: bytes | None, service: Mapping[str, Any]) -> lis
         except (GradingFormatError, ValueError):
             pass
     board = service.get("leaderboard")
-    if isinstance(board, list) and all(isinstance(e, dict) and {"name", "value"} <= e.keys() for e in board):
-        return board
-    return None
+    if not isinstance(board, list):
+        return None
+    try:
+        return [from_jsonable(LeaderboardEntry, e) for e in board]
+    except RecordError:
+        return None
 
 
 def _submit(client, archive: bytes, sub_id: str | None, who: str | None, give_up_at: float):
@@ -418,7 +426,8 @@ def bridge_results(results: Results, results_dir: Path, submission: Path, source
             outcome = Outcome("unreachable", f"the bridge failed: {type(exc).__name__}: {exc}")
     if outcome.state != "merged":
         bridged = dataclasses.replace(bridged, output=not_merged_note(outcome) + bridged.output)
-    bridged = dataclasses.replace(bridged, extra_data={**(bridged.extra_data or {}), "gpu_service": asdict(outcome)})
+    bridged = dataclasses.replace(bridged, extra_data=dataclasses.replace(bridged.extra_data or ResultsExtra(),
+                                                                          gpu_service=outcome))
     print(f"gpu service: {outcome.state}" + (f" ({outcome.reason})" if outcome.reason else "")
           + (f"; merged {outcome.merged_items} items" if outcome.state == "merged" else "")
           + (f"; {outcome.still_pending} items still pending" if outcome.state == "without_gpu" else ""), flush=True)

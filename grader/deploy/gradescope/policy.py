@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grader.outputs.results import Results, ResultsTest, make_neutral
+from grader.outputs.results import Results, ResultsExtra, ResultsTest, ResultsTestExtra, make_neutral
 
 POLICIES = ("pending", "hide", "keep")
 DEFAULT_POLICY = "pending"
@@ -106,12 +106,10 @@ def resolve_policy(source_dir: str | os.PathLike[str] | None = None,
     return DEFAULT_POLICY, "default"
 
 
-def is_gpu_item(extra_data: object) -> bool:
+def is_gpu_item(extra_data: ResultsTestExtra) -> bool:
     """A test (given by its ``extra_data``) the run could not evaluate because it had no GPU (the grader's typed
     mark, not its text)."""
-    if not isinstance(extra_data, Mapping):
-        return False
-    return extra_data.get("status") == "not_evaluated" and extra_data.get("needs_gpu") is True
+    return extra_data.status == "not_evaluated" and extra_data.needs_gpu is True
 
 
 def _pending(test: ResultsTest, message: str, policy: str) -> ResultsTest:
@@ -121,7 +119,7 @@ def _pending(test: ResultsTest, message: str, policy: str) -> ResultsTest:
     return dataclasses.replace(
         neutral, name=name, output=f"{message}\n\nGrader note: {test.output}" if test.output else message,
         visibility=HIDDEN_VISIBILITY if policy == "hide" else test.visibility,
-        extra_data={**neutral.extra_data, "pending_gpu": True, "no_gpu_policy": policy})
+        extra_data=dataclasses.replace(neutral.extra_data, pending_gpu=True, no_gpu_policy=policy))
 
 
 def apply_no_gpu_policy(results: Results, detail: Mapping[str, Any] | None, policy: str,
@@ -139,7 +137,7 @@ def apply_no_gpu_policy(results: Results, detail: Mapping[str, Any] | None, poli
     message = pending_message(service)
     tests = [_pending(t, message, policy) if is_gpu_item(t.extra_data) else t for t in results.tests]
     pending = [t for t, before in zip(tests, results.tests) if t is not before]
-    points = sum(float(t.extra_data["pending_gpu_points"]) for t in pending)
+    points = sum(t.extra_data.pending_gpu_points or 0.0 for t in pending)
     shown = ("shown neither passed nor failed" if policy == "pending"
              else "hidden until grades are published")
     when = ("the course's GPU grading service grades them in this same run (the note above says how that went)"
@@ -151,6 +149,7 @@ def apply_no_gpu_policy(results: Results, detail: Mapping[str, Any] | None, poli
             "not part of this score at all: course staff grade them after the deadline.\n"
             f">\n> (Why no GPU: {reason}.)\n\n")
     policed = dataclasses.replace(results, output=note + results.output, tests=tests,
-                                  extra_data={**(results.extra_data or {}), "pending_gpu_items": len(pending),
-                                              "pending_gpu_points": points, "no_gpu_policy": policy})
+                                  extra_data=dataclasses.replace(results.extra_data or ResultsExtra(),
+                                                                 pending_gpu_items=len(pending),
+                                                                 pending_gpu_points=points, no_gpu_policy=policy))
     return dataclasses.replace(policed, score=policed.total())

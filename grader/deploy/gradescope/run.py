@@ -38,7 +38,7 @@ from grader.deploy.gradescope.metadata import SubmissionMetadata
 from grader.deploy.gradescope.policy import CONFIG_FILE, apply_no_gpu_policy, read_config, resolve_policy
 from grader.grading import Grading, GradingFormatError, load_grading
 from grader.model import ProcRecord
-from grader.outputs.results import Results, error_results, write_results
+from grader.outputs.results import Results, ResultsExtra, error_results, write_results
 from grader.outputs.summary import summary_markdown
 from grader.outputs.write import results_for
 from grader.sandbox import guard as sandbox
@@ -212,7 +212,8 @@ def _with_policy(results: Results, grading: Grading, s: Settings, source_dir: Pa
             f"> **The no-GPU policy was not applied**: {exc}. Items that need a GPU show the "
             "grader's own words. Please tell course staff.\n\n" + results.output))
         where = f"not applied: {exc}"
-    return dataclasses.replace(results, extra_data={**(results.extra_data or {}), "no_gpu_policy_source": where})
+    return dataclasses.replace(results, extra_data=dataclasses.replace(results.extra_data or ResultsExtra(),
+                                                                        no_gpu_policy_source=where))
 
 
 def results_of(run: ChildRun, submission: Path, results_dir: Path, source_dir: Path, s: Settings,
@@ -228,9 +229,9 @@ def results_of(run: ChildRun, submission: Path, results_dir: Path, source_dir: P
             "static grading.\n\n" + results.output))
     else:
         results, _ = bridge_results(results, results_dir, submission, source_dir, env)
-    extra = results.extra_data or {}
-    print(f"score {results.score} (no-GPU policy {extra.get('no_gpu_policy', 'n/a')}, "
-          f"pending GPU items {extra.get('pending_gpu_items', 0)})", flush=True)
+    extra = results.extra_data or ResultsExtra()
+    print(f"score {results.score} (no-GPU policy {extra.no_gpu_policy or 'n/a'}, "
+          f"pending GPU items {extra.pending_gpu_items or 0})", flush=True)
     return results
 
 

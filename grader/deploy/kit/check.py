@@ -24,13 +24,16 @@ import tempfile
 import time
 import traceback
 from pathlib import Path, PurePosixPath
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from grader import DEFAULT_RUBRIC
 from grader.compile.intake import Intake, Skip, Skipped
 from grader.deploy.kit.checks import Mark, Row, answers, expected_files, kernels, layout, report
 from grader.rubric.errors import ConfigError
 from grader.untrusted.safe_copy import member_parts
+
+if TYPE_CHECKING:
+    from grader.children.protocol import ProbeResult
 
 EXIT_OK, EXIT_FIX, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_SKIPPED = 10  # entries the intake left out, one row each
@@ -50,7 +53,7 @@ def _not_expected(taken: Intake, rubric) -> list[Skipped]:
     return out
 
 
-def local_device(rubric) -> dict | None:
+def local_device(rubric) -> ProbeResult | None:
     """This machine's GPU as the grader's probe describes it (kept from an earlier grading, or probed
     now), when it shows an NVIDIA GPU at all; None otherwise (no CuPy start on a laptop)."""
     from grader.children.probe import nvidia_gpu_visible
@@ -59,29 +62,29 @@ def local_device(rubric) -> dict | None:
     if not nvidia_gpu_visible():
         return None
     device, _reason, _kept = kept_probe(rubric.timeouts.probe_s)
-    return device if device and device.get("ok") else None
+    return device if device is not None and device.ok else None
 
 
-def arch_flags(rubric, device: dict | None) -> list[str]:
+def arch_flags(rubric, device: ProbeResult | None) -> list[str]:
     """What the kernels are built for: this machine's GPU's architecture, else the rubric's."""
     from grader.compile import toolchain
 
-    cc = tuple(device["cc"]) if device and device.get("ok") else None
+    cc = device.capability if device is not None else None
     return toolchain.nvcc_arch_flags(cc, rubric.arch_without_device)
 
 
-def gpu_line(rubric, device: dict | None) -> str:
+def gpu_line(rubric, device: ProbeResult | None) -> str:
     """The line above the table that says which GPU the kernels were built for ("" without one)."""
     from grader.compile import toolchain
 
-    if not device or not device.get("ok"):
+    if device is None or not device.ok:
         return ""
-    cc = device.get("cc") or [0, 0]
-    return (f"GPU: {device.get('name')} (CC {cc[0]}.{cc[1]}): kernels built for "
+    cc = device.cc or [0, 0]
+    return (f"GPU: {device.name} (CC {cc[0]}.{cc[1]}): kernels built for "
             f"{toolchain.target_arch(arch_flags(rubric, device))}, as run_local.py builds them on this GPU")
 
 
-def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: dict | None = None) -> list[Row]:
+def run_checks(submission: Path, rubric, compile_kernels: bool = True, device: ProbeResult | None = None) -> list[Row]:
     """Every row for one submission (a folder or a zip); never raises for its content. ``device``: this
     machine's GPU (the probe's description): the kernels are built for its architecture, as
     run_local.py builds them here; None: for the rubric's ``arch_without_device``."""

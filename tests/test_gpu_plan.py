@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import StageResult
+from grader.children.protocol import ProbeResult, StageResult
 from grader.compile.ptxas import KernelResources
 from grader.compile.stage import CompileResult
 from grader.gpu import session as gpu_session
@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RUBRIC = load_rubric(ROOT / "rubric.yaml")
 STAGES = [st.id for st in RUBRIC.stages]  # naive, coalesced, tiled, blocktiling_1d, blocktiling_2d, wmma, hopper
 SHARED = ["tiled", "blocktiling_1d", "blocktiling_2d", "wmma", "hopper"]  # the solutions' files that declare __shared__
-H200 = Environment({"ok": True, "name": "NVIDIA H200", "cc": [9, 0]}, "", None, None, ["-arch=sm_90a"],
+H200 = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0]), "", None, None, ["-arch=sm_90a"],
                    Peaks(66.9, 989.0, "test"))
-ADA = Environment({"ok": True, "name": "NVIDIA L4", "cc": [8, 9]}, "", None, None, ["-arch=sm_89"],
+ADA = Environment(ProbeResult(ok=True, name="NVIDIA L4", cc=[8, 9]), "", None, None, ["-arch=sm_89"],
                   Peaks(30.0, 121.0, "test"))
 
 

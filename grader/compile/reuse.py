@@ -56,6 +56,9 @@ FORMAT = 1  # bump when what an entry holds or how the key is made changes
 _ENV_NAMES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "COMPILER_PATH", "LIBRARY_PATH", "PATH", "LANG")
 _ENV_PREFIXES = ("NVCC_", "CUDA", "GCC_", "LD_", "LC_")
 _SUFFIX = ".entry"
+# The fence's fields that change nothing a compile reads or writes: its folder (the build folder's bytes are
+# keyed instead), its scheduling priority and how often its watchdog looks. Its limits are keyed.
+_NOT_KEYED = frozenset({"scratch", "nice", "student_host_code"})
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,7 @@ def key(nvcc: Tool, folder: Path, command: Sequence[str], env: Mapping[str, str]
         contents = {name: _sha((folder / name).read_bytes()) for name in sorted(files)}
     except OSError:
         return None
-    limits = {f.name: getattr(fence, f.name) for f in dataclasses.fields(fence) if f.name not in ("scratch", "readonly")}
+    limits = {f.name: getattr(fence, f.name) for f in dataclasses.fields(fence) if f.name not in _NOT_KEYED}
     what = {
         "format": FORMAT,
         "command": list(command),
@@ -168,7 +171,6 @@ def key(nvcc: Tool, folder: Path, command: Sequence[str], env: Mapping[str, str]
         "toolchain": list(_toolchain(nvcc.path, nvcc.host_compiler, env.get("PATH", os.defpath))),
         "env": _env_part(env),
         "fence": limits,
-        "readonly": sorted(str(p) for p in fence.readonly),
         "output_limit": output_limit,
         "user": user,
     }

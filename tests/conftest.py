@@ -73,10 +73,60 @@ def probe() -> dict:
 
 def pytest_configure(config):
     _Probe.start()
+    _CompileReuse.start()
 
 
 def pytest_unconfigure(config):
     _Probe.close()
+    _CompileReuse.close()
+
+
+# ---- compile reuse (grader.compile.reuse, GRADER_COMPILE_REUSE) -------------------------------------------
+# The session's gradings keep their compiles in one temporary folder, so the same sources compiled with the same
+# flags by many files (solutions/, starter/, the textbook and known-wrong submissions, graded by the kit, the
+# README's commands, the batch, rescore, the Gradescope package...) compile once. Off in the files that test
+# compile limits, the sandbox, timing or the reuse itself: their compiles run for real every time.
+NO_REUSE_FILES = frozenset({
+    "test_attacks.py", "test_hostile.py", "test_sandbox.py", "test_sandbox_recorded.py", "test_fence.py",
+    "test_fence_limits.py", "test_static_deadline.py", "test_stage_limits.py", "test_student_build.py",
+    "test_compile_overlap.py", "test_compile_reuse.py", "test_phase_times.py", "test_stop_signals.py",
+    "test_clock.py", "test_children.py", "test_process_tree.py",
+})
+
+
+class _CompileReuse:
+    """The session's reuse folder: made by the process pytest started (pytest-xdist's workers inherit its
+    environment), removed at its end. A folder already set in the environment is used as it is; set empty
+    (``GRADER_COMPILE_REUSE= pytest ...``), every compile runs for real."""
+
+    owned: str | None = None
+
+    @classmethod
+    def start(cls) -> None:
+        if "GRADER_COMPILE_REUSE" in os.environ or os.environ.get("PYTEST_XDIST_WORKER"):
+            return
+        cls.owned = os.environ["GRADER_COMPILE_REUSE"] = tempfile.mkdtemp(prefix="grader-compile-reuse-")
+
+    @classmethod
+    def close(cls) -> None:
+        if cls.owned is not None:
+            shutil.rmtree(cls.owned, ignore_errors=True)
+            os.environ.pop("GRADER_COMPILE_REUSE", None)
+            cls.owned = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_reuse_where_allowed(request):
+    """Reuse off for the whole of a NO_REUSE_FILES module (its module fixtures' gradings included)."""
+    if request.path.name not in NO_REUSE_FILES:
+        yield
+        return
+    kept = os.environ.pop("GRADER_COMPILE_REUSE", None)
+    try:
+        yield
+    finally:
+        if kept is not None:
+            os.environ["GRADER_COMPILE_REUSE"] = kept
 
 
 # The fast tier (``bash grader/bootstrap.sh test -n 0 -m fast``; README, docs/design.md "Testing"): the files of the pure parsers (nvcc, ptxas, SASS,

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from grader.compile import reuse
 from grader.compile.includes import (
     diagnostic_paths,
     header_dirs,
@@ -49,7 +50,7 @@ from grader.compile.locate import MAX_SOURCE_BYTES
 from grader.compile.tool_search import Tool
 from grader.model import ProcRecord
 from grader.sandbox import guard as sandbox
-from grader.sandbox.fence import Fence
+from grader.sandbox.fence import Fence, is_visible
 from grader.sandbox.guard import STUDENT_USER_VAR, run_guarded, student_user
 from grader.sandbox.process import usable_cpus
 from grader.untrusted.quote import fence_block, quote_code, show_name
@@ -254,11 +255,92 @@ def compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[s
     """
     if deadline is not None and deadline.left() <= 0:
         return CompileRecord(CompileStatus.FAILED, f"not compiled: {deadline.message()}")
-    record = _compile_student(nvcc, scratch, output, flags, timeout_s=timeout_s, output_limit=output_limit,
-                              fence=fence, deadline=deadline)
+    kept = _reusable(nvcc, scratch, output, flags, output_limit, fence)
+    record = _reused(kept, scratch, timeout_s, deadline) if kept is not None else None
+    if record is None:
+        record = _compile_student(nvcc, scratch, output, flags, timeout_s=timeout_s, output_limit=output_limit,
+                                  fence=fence, deadline=deadline)
+        if kept is not None:
+            _keep(kept, record, scratch)
     if deadline is not None and record.status is CompileStatus.FAILED and deadline.left() <= 0:
         record.problem = f"stopped: {deadline.message()}; {record.problem}"
     return record
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """Where this compile may be reused from or kept (grader.compile.reuse): the store, the entry's name,
+    and the build folder's files before the compile."""
+
+    store: reuse.Store
+    name: str
+    was: dict[str, tuple[int, int]]
+
+
+def _compile_command(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str]) -> list[str]:
+    assert nvcc.path is not None
+    return [nvcc.path, *flags, *nvcc.include_flags(), "-MD", "-MF", f"{Path(output).name}.d", "-o", output,
+            scratch.source]
+
+
+def _reusable(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], output_limit: int,
+              fence: Fence | None) -> _Kept | None:
+    """The reuse entry for this compile when reuse is on (GRADER_COMPILE_REUSE) and the compile runs inside
+    bubblewrap, whose fence does not show the store's folder; else None."""
+    store = reuse.configured()
+    if store is None or fence is None or nvcc.path is None or not sandbox.confines(fence, scratch.user):
+        return None
+    env = {**os.environ, **nvcc.env}
+    if is_visible(store.folder, fence, env):
+        return None
+    was = reuse.before(scratch.folder)
+    name = reuse.key(nvcc, scratch.folder, [scratch.display, *_compile_command(nvcc, scratch, output, flags)], env,
+                     fence, output_limit, scratch.user)
+    return None if name is None or was is None else _Kept(store, name, was)
+
+
+def _reused(kept: _Kept, scratch: Scratch, timeout_s: float, deadline: Deadline | None) -> CompileRecord | None:
+    """The stored compile's record, its files written into the build folder, when each of its processes
+    took less than the limit it would run under now; else None (compile for real)."""
+    hit = reuse.load(kept.store, kept.name)
+    if hit is None:
+        return None
+    limit_s = timeout_s if deadline is None else max(0.1, round(min(timeout_s, deadline.left()), 1))
+    try:
+        data = hit.record
+        proc = reuse.proc_from_json(data["proc"])
+        status = CompileStatus(data["status"])
+        output = data["output"]
+        record = CompileRecord(status, str(data["problem"]), proc,
+                               None if output is None else scratch.folder / str(output),
+                               [str(d) for d in data["dependencies"]],
+                               {str(k): float(v) for k, v in data["seconds"].items()})
+    except (KeyError, TypeError, ValueError):
+        return None
+    if proc.wall_s >= limit_s:
+        return None
+    owner = None
+    if scratch.user and os.geteuid() == 0:
+        import pwd
+
+        ids = pwd.getpwnam(scratch.user)
+        owner = (ids.pw_uid, ids.pw_gid)
+    if not reuse.restore(hit, scratch.folder, owner) or (record.output is not None and not record.output.is_file()):
+        return None
+    proc.timeout_s = limit_s
+    return record
+
+
+def _keep(kept: _Kept, record: CompileRecord, scratch: Scratch) -> None:
+    """Store a compile that ended by itself (not refused, timed out, killed or stopped by a limit)."""
+    proc = record.proc
+    if (record.status is CompileStatus.REFUSED or proc is None or proc.returncode is None or proc.returncode < 0
+            or proc.timed_out or proc.limit is not None or not record.dependencies):
+        return
+    data = {"status": record.status.value, "problem": record.problem, "proc": reuse.proc_to_json(proc),
+            "output": None if record.output is None else record.output.name, "dependencies": record.dependencies,
+            "seconds": record.seconds}
+    reuse.save(kept.store, kept.name, data, scratch.folder, kept.was, record.dependencies)
 
 
 def _compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], *, timeout_s: float,

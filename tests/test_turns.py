@@ -56,7 +56,10 @@ def child_party(tmp: Path, name: str, work: float, gate: str | tuple[str, ...] |
                 timeout_s: float = 30.0, linger: float | None = None) -> Party:
     result = tmp / f"{name}_result.json"
     script = tmp / "child.py"
-    script.write_text(CHILD)
+    if not script.exists():  # written once, whole: a child already started may be reading it
+        staged = tmp / "child.py.part"
+        staged.write_text(CHILD)
+        staged.replace(script)
     gates = (gate,) if isinstance(gate, str) else tuple(gate or ())
 
     def run(control: Control) -> ChildResult:

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from grader.children.protocol import ProbeResult
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult
 from grader.gpu.job import Job
 from grader.grading import StageOutcome
 from grader.pipeline import detect_environment, gpu_steps_have_work, grade

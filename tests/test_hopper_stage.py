@@ -18,6 +18,7 @@ from grader.children.protocol import CheckSpec
 from grader.children.tma import Boxes, check_boxes
 from grader.compile import toolchain
 from grader.compile.stage import compile_stage
+from grader.evidence.limits import Peaks
 from grader.grading import StageOutcome
 from grader.instructor.shifted import write_shifted
 from grader.model import Bonus, ItemResult, Status
@@ -25,7 +26,6 @@ from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.results import build_results
 from grader.records import from_jsonable
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import score
 from grader.writeup.run import grade as grade_report
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from grader.children.protocol import ProbeResult
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult
 from grader.gpu.ncu_run import profile_stages
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict

@@ -11,6 +11,7 @@ import unittest
 import pytest
 
 from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
 from grader.model import ItemResult, Measured, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,
@@ -24,7 +25,6 @@ from grader.outputs.results import (
     error_results,
     write_results,
 )
-from grader.rubric.peaks import Peaks
 
 TOP_KEYS = {"score", "execution_time", "output", "output_format", "visibility",
             "stdout_visibility", "tests"}

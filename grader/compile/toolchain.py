@@ -37,18 +37,17 @@ if __package__ in (None, ""):  # run as a script (python grader/compile/toolchai
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from grader.compile.nvcc_tree import check_nvcc_tree, host_compiler  # noqa: E402
-from grader.compile.tool_search import (  # noqa: E402,F401  (Tool and the parsers are this module's API)
-    Tool,
+from grader.compile.tool_search import (
     cuda_home,
     env_or_os,
     is_exe,
     locate,
     locate_cuda_tool,
-    parse_cuda_tool_version,
     parse_nsight_version,
     pip_nvidia_roots,
     version_key,
 )
+from grader.evidence.tools import Tool
 
 # The course's GPU is an H200 (CC 9.0); cubins are built for it when no device is visible.
 DEFAULT_ARCH = "sm_90a"

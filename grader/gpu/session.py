@@ -57,6 +57,7 @@ from grader.children.protocol import (
 )
 from grader.compile import toolchain
 from grader.compile.sass import SassDumps
+from grader.evidence.sandbox import PartyTimeline
 from grader.gpu import warm
 from grader.gpu.job import Job
 from grader.gpu.ncu_run import EarlyProfile, wanted_metrics
@@ -78,7 +79,7 @@ from grader.rubric.types import Rubric, Stage
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
-from grader.sandbox.turns import Party, PartyTimeline, Schedule, parallel_children
+from grader.sandbox.turns import Party, Schedule, parallel_children
 
 __all__ = ["GpuSession", "checker_expectations", "plan_for", "stage_party_spec", "start_beside_runs",
            "start_gpu_children", "start_planned", "occupancy_parties", "start_profile"]

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
 from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
 from grader.profile.diagnosis import Diagnosis, diagnose
-from grader.rubric.peaks import Peaks
 from grader.rubric.types import BASELINES, Stage
 
 # HBM bandwidth (TB/s) by device-name substring, for the roofline's memory roof. Vendor figures.

@@ -39,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
 from grader.files import replace_whole
 from grader.model import Bonus, ItemResult, Measured, Status
 from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.items import VISIBILITIES
-from grader.rubric.peaks import Peaks
 from grader.untrusted.quote import fence_block, markdown_safe
 
 OUTPUT_FORMATS = ("text", "html", "md", "simple_format", "ansi")

@@ -31,7 +31,7 @@ from grader.sandbox.launch import ChildResult, launch
 from grader.untrusted.quote import quote_code
 
 if TYPE_CHECKING:
-    from grader.compile.toolchain import Tool
+    from grader.evidence.tools import Tool
 
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _HEADER_RE = re.compile(r'^"?ID"?,')

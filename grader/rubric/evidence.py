@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from grader.evidence.compile import Launch
 from grader.model import Cause, Gap, NcuValue
-from grader.rubric.types import Launch, Stage
+from grader.rubric.types import Stage
 
 
 class KernelView(Protocol):

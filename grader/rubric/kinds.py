@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from grader.evidence.limits import Peaks
 from grader.model import Cause, Gap, ItemResult, Measured, NcuValue, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
@@ -58,7 +59,7 @@ from grader.rubric.expr import (
 )
 from grader.rubric.items import Item, Params, ParamValue, is_technique, read_item
 from grader.rubric.metric_names import NOT_PROFILED_PREFIX, missing_metric_message
-from grader.rubric.peaks import PEAKS, Peaks
+from grader.rubric.peaks import PEAKS
 from grader.rubric.reader import Reader, Types
 from grader.rubric.types import BASELINES, Rubric, Stage
 

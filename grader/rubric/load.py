@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from grader import DEFAULT_RUBRIC
+from grader.evidence.compile import Launch
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, stage_item
@@ -27,7 +28,6 @@ from grader.rubric.types import (
     INPUTS,
     OPERANDS,
     Bench,
-    Launch,
     Profile,
     Rubric,
     RunLimits,

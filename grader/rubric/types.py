@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grader.evidence.compile import Launch
 from grader.model import Bonus
 from grader.rubric.items import Item
 from grader.rubric.occupancy import OccupancyConfig
@@ -40,13 +41,6 @@ BASELINES: dict[str, Baseline] = {
 }
 # The parts of a rubric besides its stages, by the id --stages selects them with.
 SECTIONS = ("occupancy", "report")
-
-
-@dataclass(frozen=True)
-class Launch:
-    block: tuple[int, int]
-    tile: tuple[int, int]  # (BM rows, BN cols) of C per block
-    smem: int = 0
 
 
 @dataclass(frozen=True)

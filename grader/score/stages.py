@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from grader.evidence.limits import Peaks
 from grader.grading import StageOutcome
 from grader.model import ItemResult, Status
 from grader.rubric.items import Item, is_technique
 from grader.rubric.kinds import REGISTRY, JudgeContext, Registry, result
-from grader.rubric.peaks import Peaks
 from grader.rubric.types import Stage
 
 

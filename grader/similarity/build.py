@@ -14,8 +14,8 @@ from pathlib import Path
 
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers
-from grader.compile.tool_search import Tool
 from grader.compile.toolchain import nvcc_arch_flags
+from grader.evidence.tools import Tool
 from grader.rubric.load import Rubric, Stage
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grader import REPO_ROOT
 from grader.compile.locate import locate
-from grader.compile.tool_search import Tool
+from grader.evidence.tools import Tool
 from grader.files import replace_whole
 from grader.rubric.load import Rubric, Stage
 from grader.similarity.build import Sass, compile_all, file_key

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
 from grader.clock import Phase
 from grader.evidence.compile import CompileResult, SassResult
 from grader.evidence.limits import Peaks, StageLimit
 from grader.evidence.profile import Agreement, TimingSummary
+from grader.evidence.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
 from grader.evidence.sandbox import Mode, PartyTimeline
 from grader.evidence.tools import Tool
 from grader.model import Bonus, Gap, ItemResult, NcuMetrics, Verdict

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
@@ -25,6 +24,7 @@ from grader.compile.resources import add_spills
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
+from grader.evidence.protocol import ProbeResult
 from grader.gpu.device import kept_probe, read_device_file
 from grader.gpu.job import Job, Progress
 from grader.gpu.ncu_run import profile_stages

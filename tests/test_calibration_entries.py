@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.children.protocol import ProbeResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Environment
 from grader.instructor.calibrate import analyse, load_populations
 from grader.instructor.entry import propose

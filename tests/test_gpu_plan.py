@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import ProbeResult, StageResult
 from grader.evidence.compile import CompileResult, KernelResources
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult, StageResult
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job
 from grader.gpu.plan import GateKind, GpuPlan, Role, Starts

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import BenchRun, CaseVerdict, ProbeResult
-from grader.children.tma import Boxes
 from grader.compile import toolchain
 from grader.evidence.compile import CompileResult, KernelResources, SassResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import BenchRun, Boxes, CaseVerdict, ProbeResult
 from grader.evidence.tools import Tool
 from grader.grading import Environment, Grading, GradingFormatError, ProfileRun, StageOutcome, load_grading
 from grader.model import Cause, Gap, ItemResult, Measured, ProcRecord, Status, Verdict

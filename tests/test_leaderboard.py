@@ -5,9 +5,9 @@ import json
 import math
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.deploy.gradescope import leaderboard_entries
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Environment, Grading, StageOutcome, load_grading
 from grader.model import Verdict
 from grader.outputs.leaderboard import LEADERBOARD_STAGES, leaderboard_stages

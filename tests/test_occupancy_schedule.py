@@ -21,9 +21,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import ProbeResult
 from grader.clock import Clock
 from grader.evidence.compile import KernelResources
+from grader.evidence.protocol import ProbeResult
 from grader.gpu import session as gpu_session
 from grader.model import Limit, Status
 from grader.occupancy import run as occ_run

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.protocol import ProbeResult
 from grader.evidence.sandbox import Confinement
 from grader.gpu import device
 from grader.records import to_jsonable

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import ProbeResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Environment, Grading, StageOutcome
 from grader.model import Cause, Gap, Verdict
 from grader.outputs.profile_page import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report

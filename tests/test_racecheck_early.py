@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import GateClosed, Kernel, ProbeResult, gate_files, wait_at_gate, write_result
+from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write_result
 from grader.evidence.compile import CompileResult, KernelResources
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import Kernel, ProbeResult
 from grader.gpu import racecheck, sanitize
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job

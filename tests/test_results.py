@@ -10,8 +10,8 @@ import unittest
 
 import pytest
 
-from grader.children.protocol import ProbeResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.model import ItemResult, Measured, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,

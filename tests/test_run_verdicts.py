@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import CaseRun, CaseVerdict, ProbeResult, StageResult, StageVerdict
 from grader.evidence.compile import CompileResult, KernelResources
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import CaseRun, CaseVerdict, ProbeResult, StageResult, StageVerdict
 from grader.gpu import racecheck
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job

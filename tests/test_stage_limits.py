@@ -17,10 +17,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import BenchRun, CaseRun, ProbeResult, StageResult
 from grader.clock import Phase
 from grader.evidence.compile import CompileResult, KernelResources
 from grader.evidence.limits import LimitSource, Peaks
+from grader.evidence.protocol import BenchRun, CaseRun, ProbeResult, StageResult
 from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job

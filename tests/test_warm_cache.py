@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import ProbeResult, WarmResult, wait_at_gate
+from grader.children.protocol import wait_at_gate
 from grader.evidence.compile import CompileResult, KernelResources
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult, WarmResult
 from grader.evidence.sandbox import Confinement
 from grader.gpu import racecheck, warm
 from grader.gpu import session as run_early

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from grader.children.tma import Boxes
+from grader.evidence.protocol import Boxes
 from grader.model import Cause, ProcRecord
 
 

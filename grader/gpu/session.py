@@ -35,10 +35,10 @@ from pathlib import Path
 from types import TracebackType
 
 from grader import pyplot
-from grader.children.protocol import (
-    CHECK,
-    PROFILE,
-    STAGE,
+from grader.children.protocol import CHECK, PROFILE, STAGE
+from grader.compile import toolchain
+from grader.compile.sass import SassDumps
+from grader.evidence.protocol import (
     BenchSpec,
     Case,
     CheckResult,
@@ -55,8 +55,6 @@ from grader.children.protocol import (
     StagesGo,
     StageSpec,
 )
-from grader.compile import toolchain
-from grader.compile.sass import SassDumps
 from grader.evidence.sandbox import PartyTimeline
 from grader.gpu import warm
 from grader.gpu.job import Job

@@ -12,8 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from grader.children.protocol import (
-    CHECK,
+from grader.children.protocol import CHECK
+from grader.compile import toolchain
+from grader.evidence.limits import StageLimit
+from grader.evidence.protocol import (
     CheckCase,
     CheckGo,
     CheckRequest,
@@ -23,8 +25,6 @@ from grader.children.protocol import (
     StageResult,
     StageVerdict,
 )
-from grader.compile import toolchain
-from grader.evidence.limits import StageLimit
 from grader.gpu import racecheck
 from grader.gpu.job import Job
 from grader.gpu.sanitize import race_message

@@ -13,8 +13,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
 from grader.profile.diagnosis import Diagnosis, diagnose

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import ProbeResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.files import replace_whole
 from grader.model import Bonus, ItemResult, Measured, Status
 from grader.records import RecordError, from_jsonable, to_jsonable

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from grader.children.protocol import ProbeResult
 from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 
 # The two ceilings, by the names the rubric uses (a stage's `peak`, a fraction_of_peak item's `peak`).
 PEAKS = ("fp32", "fp16_tensor")

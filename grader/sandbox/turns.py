@@ -44,7 +44,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import ProbeResult, gate_files, release_file, write_result
+from grader.children.protocol import gate_files, release_file, write_result
+from grader.evidence.protocol import ProbeResult
 from grader.evidence.sandbox import PartyTimeline
 from grader.sandbox.launch import ChildResult
 from grader.sandbox.process import Control, usable_cpus

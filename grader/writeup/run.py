@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.compile.locate import locate
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Grading
 from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.rubric.expr import ExprError, MissingMetric, evaluate_expr, fmt

@@ -114,7 +114,7 @@ def child(spec_path: Path, mode: str) -> int:
         if mode == "lean":
             cp.get_default_memory_pool().free_all_blocks()
         if st.get("operands") == "tensor_maps":
-            from grader.children.protocol import Kernel
+            from grader.evidence.protocol import Kernel
             from grader.children.tma import MapLauncher
             from grader.records import from_jsonable
 

@@ -22,11 +22,11 @@ from grader.evidence.compile import CompileResult, SassResult
 from grader.evidence.limits import Peaks, StageLimit
 from grader.evidence.profile import Agreement, TimingSummary
 from grader.evidence.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
+from grader.evidence.rubric import Stage
 from grader.evidence.sandbox import Mode, PartyTimeline
 from grader.evidence.tools import Tool
 from grader.model import Bonus, Gap, ItemResult, NcuMetrics, Verdict
 from grader.records import RecordError, from_jsonable, to_jsonable
-from grader.rubric.types import Stage
 
 FORMAT = 2  # grading.json's layout; 1 was the untyped dump, which cannot be read back
 

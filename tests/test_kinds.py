@@ -8,6 +8,7 @@ import pytest
 
 from grader.evidence.compile import CompileResult, KernelResources, SassResult
 from grader.evidence.limits import Peaks
+from grader.evidence.rubric import PARAM_NAMES
 from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
@@ -16,7 +17,6 @@ from grader.model import ItemResult, Measured, Status, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
-from grader.rubric.items import PARAM_NAMES
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
 from grader.rubric.load import load_rubric
 from grader.score.stages import evaluate, score

@@ -12,14 +12,12 @@ import pytest
 
 from grader.evidence.limits import Peaks
 from grader.evidence.protocol import ProbeResult
+from grader.evidence.results import LeaderboardEntry, Results, ResultsExtra
 from grader.model import ItemResult, Measured, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
     VISIBILITIES,
-    LeaderboardEntry,
-    Results,
-    ResultsExtra,
     build_results,
     dumps,
     error_results,

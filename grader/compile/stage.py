@@ -26,9 +26,10 @@ from grader.compile.student import (
     prepare_scratch,
 )
 from grader.evidence.compile import CompileResult, Launch
+from grader.evidence.rubric import Stage
 from grader.evidence.tools import Tool
 from grader.model import Cause
-from grader.rubric.load import Rubric, Stage
+from grader.rubric.load import Rubric
 from grader.untrusted.quote import quote_code
 
 # The kernel's parameters, in bytes, by the stage's operands (grader/rubric/types.py: OPERANDS).

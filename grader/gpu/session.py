@@ -55,6 +55,7 @@ from grader.evidence.protocol import (
     StagesGo,
     StageSpec,
 )
+from grader.evidence.rubric import Stage
 from grader.evidence.sandbox import PartyTimeline
 from grader.gpu import warm
 from grader.gpu.job import Job
@@ -73,7 +74,7 @@ from grader.profile.ncu import OUTPUT_LIMIT, command
 from grader.records import from_jsonable, to_jsonable
 from grader.rubric.limits import stage_limit
 from grader.rubric.occupancy import OccupancyConfig
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control

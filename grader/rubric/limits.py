@@ -38,7 +38,8 @@ from __future__ import annotations
 import math
 
 from grader.evidence.limits import LimitSource, StageLimit
-from grader.rubric.types import Bench, Rubric, Stage
+from grader.evidence.rubric import Bench, Stage
+from grader.rubric.types import Rubric
 
 
 def bench_seconds(per_rep_s: float, bench: Bench) -> float:

@@ -15,6 +15,7 @@ import yaml
 
 from grader import DEFAULT_RUBRIC
 from grader.evidence.compile import Launch
+from grader.evidence.rubric import Bench, Stage, StageLimits
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, stage_item
@@ -27,13 +28,10 @@ from grader.rubric.types import (
     BONUS_MODES,
     INPUTS,
     OPERANDS,
-    Bench,
     Profile,
     Rubric,
     RunLimits,
     Sanitizer,
-    Stage,
-    StageLimits,
     Timeouts,
 )
 from grader.rubric.where import located

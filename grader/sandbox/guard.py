@@ -46,7 +46,7 @@ from grader.sandbox.fence import (
 )
 from grader.sandbox.process import DRAIN_GRACE_S, KILL_WAIT_S, WATCH_EVERY_S, Control, PopenExtra, run_process
 
-__all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
+__all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Fence", "Limit",
            "confines", "mode", "reset_mode", "run", "runtime_folder", "student_user"]
 
 STUDENT_USER_VAR = "GRADER_STUDENT_USER"

@@ -43,6 +43,7 @@ from grader.compile.tool_search import (  # noqa: E402,F401  (the parsers are th
     is_exe,
     locate,
     locate_cuda_tool,
+    parse_cuda_tool_version,
     parse_nsight_version,
     pip_nvidia_roots,
     version_key,

@@ -17,20 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
 from grader.clock import Phase
-from grader.compile.sass import SassResult
-from grader.compile.stage import CompileResult
-from grader.compile.toolchain import Tool
+from grader.evidence.compile import CompileResult, SassResult
+from grader.evidence.limits import Peaks, StageLimit
+from grader.evidence.profile import Agreement, TimingSummary
+from grader.evidence.protocol import BenchRun, CaseVerdict, Kernel, LaunchShape, ProbeResult
+from grader.evidence.rubric import Stage
+from grader.evidence.sandbox import Mode, PartyTimeline
+from grader.evidence.tools import Tool
 from grader.model import Bonus, Gap, ItemResult, NcuMetrics, Verdict
-from grader.profile.agreement import Agreement
-from grader.profile.timing import TimingSummary
 from grader.records import RecordError, from_jsonable, to_jsonable
-from grader.rubric.limits import StageLimit
-from grader.rubric.peaks import Peaks
-from grader.rubric.types import Stage
-from grader.sandbox.guard import Mode
-from grader.sandbox.turns import PartyTimeline
 
 FORMAT = 2  # grading.json's layout; 1 was the untyped dump, which cannot be read back
 

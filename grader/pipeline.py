@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
@@ -25,6 +24,8 @@ from grader.compile.resources import add_spills
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.rubric import Stage
 from grader.gpu.device import kept_probe, read_device_file
 from grader.gpu.job import Job, Progress
 from grader.gpu.ncu_run import profile_stages
@@ -40,7 +41,7 @@ from grader.outputs.profile_page import ladder_plot
 from grader.rubric.calibration import for_device
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.peaks import device_peaks
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence
 from grader.sandbox.lock import held_in_turn

@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from grader.evidence.sandbox import Confinement, Mode
 from grader.sandbox import guard as sandbox
 
 PY = sys.executable
@@ -20,10 +21,10 @@ def py(code: str) -> list[str]:
     return [PY, "-c", textwrap.dedent(code)]
 
 
-def need_bwrap() -> sandbox.Mode:
+def need_bwrap() -> Mode:
     """Skip (with the mode's reason) where bwrap cannot make a sandbox: CI installs it (.ci/run)."""
     m = sandbox.mode()
-    if m.confinement is not sandbox.Confinement.BWRAP:
+    if m.confinement is not Confinement.BWRAP:
         pytest.skip(f"no bwrap sandbox on this machine: {m.reason}")
     return m
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grader.evidence.profile import TimingSummary
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Verdict
 from grader.profile.ncu import parse_raw_csv
-from grader.profile.timing import TimingSummary
 from grader.rubric.load import load_rubric
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,7 +32,7 @@ if _root and sys.argv[1:2] == ["grade"]:
     from grader.model import Verdict
     from grader.outputs import write
     from grader.profile.ncu import parse_raw_csv
-    from grader.profile.timing import TimingSummary
+    from grader.evidence.profile import TimingSummary
     _timings = json.loads(Path(_root, "docs/measurements/2026-11-29-h200-stability.json").read_text())
     _timings = _timings["runs"][0]["stages"]
     _ncu = parse_raw_csv(Path(_root, "tests/fixtures/ncu/ncu2025.3.1_raw_grader_solutions_h200_n2048.csv").read_text())

@@ -118,8 +118,8 @@ def write_results(out: Path, score: float, stages: str, reason: str) -> None:
                                     f"{MAX_SCORE}\n", encoding="utf-8")
     # A grading.json the service reads through the record (grader/grading.py), as it reads the grader's.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from grader.evidence.limits import Peaks
     from grader.grading import Environment, Grading
-    from grader.rubric.peaks import Peaks
 
     env = Environment(device=None, device_reason=reason, nvcc=None, cuobjdump=None, arch_flags=[],
                       peaks=Peaks(None, None, "no device"))

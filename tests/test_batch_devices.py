@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import ProbeResult
 from grader.deploy import batch
 from grader.deploy.batch.pool import device_file, probe_gpus
+from grader.evidence.protocol import ProbeResult
 from grader.gpu import device as device_module
 from grader.gpu.device import read_device_file, write_device_file
 from grader.rubric.load import load_rubric

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.protocol import ProbeResult
 from grader.grading import load_grading
 from grader.instructor.calibrate import (
     MIN_MARGIN,

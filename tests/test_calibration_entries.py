@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Environment
 from grader.instructor.calibrate import analyse, load_populations
 from grader.instructor.entry import propose
@@ -21,7 +22,6 @@ from grader.pipeline import grade
 from grader.rubric.calibration import FOLDER, apply, for_device, load_entries, slug
 from grader.rubric.errors import RubricError
 from grader.rubric.load import load_rubric, rubric_from_text
-from grader.rubric.peaks import Peaks
 from tests.gradings_helpers import FIXTURES, ROOT, fixture, graded_with
 
 H200 = ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0], sms=132, runtime_version=13000, cupy_version="x")

@@ -9,7 +9,7 @@ import pytest
 
 from grader.children import check as check_child
 from grader.children.inputs import fresh_input_seed, fresh_vector_seed, integrity_vector, make_inputs_xp
-from grader.children.protocol import CheckSpec, Expect
+from grader.evidence.protocol import CheckSpec, Expect
 from grader.records import RecordError, from_jsonable, to_jsonable
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,8 @@ import pytest
 from grader import PACKAGE_DIR
 from grader.children import RUNTIME_FILES
 from grader.children.inputs import make_inputs_xp
-from grader.children.protocol import CHECK, MODES, ProbeSpec, ProfileSpec
+from grader.children.protocol import CHECK, MODES
+from grader.evidence.protocol import ProbeSpec, ProfileSpec
 from grader.records import from_jsonable
 from grader.sandbox.launch import child_command, child_env, launch
 from tests.child_helpers import launch_json
@@ -210,8 +211,8 @@ def _stage_run(tmp_path: Path, monkeypatch, name: str, gemm: dict,
 def _checked(spec: dict, report: dict) -> list[dict]:
     """The checker's verdicts on a stage run (spec and report in their JSON forms), as the grader asks for them."""
     from grader.children.check import check
-    from grader.children.protocol import CheckSpec, StageResult, StageSpec
     from grader.children.warm import _check_entry
+    from grader.evidence.protocol import CheckSpec, StageResult, StageSpec
     from grader.records import to_jsonable
 
     entry = _check_entry("tiled", from_jsonable(StageSpec, spec), from_jsonable(StageResult, report), 1e-3)
@@ -280,8 +281,8 @@ def test_the_baseline_is_timed_on_its_own_pristine_inputs_whatever_the_kernel_wr
     student's kernel just had; when the originals no longer match their sums (a kernel wrote over them),
     they are drawn again from the benchmark's seed, and the run counts it."""
     from grader.children.inputs import make_inputs_xp
-    from grader.children.protocol import BenchRun, BenchSpec, StageSpec
     from grader.children.stage import Runner
+    from grader.evidence.protocol import BenchRun, BenchSpec, StageSpec
 
     n, seed = 64, 9
     runner = object.__new__(Runner)

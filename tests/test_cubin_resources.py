@@ -17,7 +17,7 @@ from grader.compile.cubin import CubinFormatError, kernel_resources, static_glob
 from grader.compile.ptxas import entry_names, parse_ptxas
 from grader.compile.resources import add_spills, cubin_kernels
 from grader.compile.sass import SassCounter, dump_sass
-from grader.compile.tool_search import Tool
+from grader.evidence.tools import Tool
 
 FIX = Path(__file__).parent / "fixtures"
 CUBINS = FIX / "cubin"

@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from grader.compile import toolchain
-from grader.compile.ptxas import KernelResources, parse_ptxas
-from grader.compile.sass import SassResult, parse_sass
-from grader.compile.stage import CompileResult
+from grader.compile.ptxas import parse_ptxas
+from grader.compile.sass import parse_sass
 from grader.deploy.gradescope.policy import apply_no_gpu_policy
+from grader.evidence.compile import CompileResult, KernelResources, SassResult
+from grader.evidence.limits import Peaks
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, ItemResult, Status, Verdict
 from grader.occupancy import run as occ_run
@@ -37,7 +38,6 @@ from grader.outputs.results import build_results
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
 from grader.rubric.occupancy import HAND_GRADED, OccupancyConfig
-from grader.rubric.peaks import Peaks
 from grader.rubric.report import ReportConfig
 from grader.score.hand import hand_graded_items
 from grader.score.stages import score

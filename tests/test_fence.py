@@ -12,6 +12,7 @@ import pytest
 
 from grader import REPO_ROOT
 from grader.compile import toolchain
+from grader.evidence.sandbox import Confinement
 from grader.sandbox import guard as sandbox
 from grader.sandbox.guard import Fence, Limit, run
 from tests.child_helpers import launch_json
@@ -266,17 +267,17 @@ def test_mode_names_the_fallback_reason(monkeypatch):
         monkeypatch.setenv("PATH", "/nonexistent")
         sandbox.reset_mode()
         m = sandbox.mode()
-        assert m.confinement is sandbox.Confinement.WEAK and "bwrap is not installed" in m.reason
+        assert m.confinement is Confinement.WEAK and "bwrap is not installed" in m.reason
         monkeypatch.undo()
         monkeypatch.setenv(sandbox.SANDBOX_VAR, "weak")
         sandbox.reset_mode()
         m = sandbox.mode()
-        assert m.confinement is sandbox.Confinement.WEAK and m.reason == "GRADER_SANDBOX=weak"
+        assert m.confinement is Confinement.WEAK and m.reason == "GRADER_SANDBOX=weak"
         assert "weak sandbox (GRADER_SANDBOX=weak)" in m.describe()
     finally:
         monkeypatch.undo()
         sandbox.reset_mode()
-    assert sandbox.mode().confinement is sandbox.Confinement.BWRAP
+    assert sandbox.mode().confinement is Confinement.BWRAP
 
 
 def test_weak_fallback_still_runs_and_limits(scratch: Path, monkeypatch):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.evidence.sandbox import LimitMethod
 from grader.sandbox import cgroup, limits
 from grader.sandbox import guard as sandbox
 from grader.sandbox.guard import MIB, Fence, Limit, run
@@ -152,7 +153,7 @@ def test_cgroup_limits_where_available(scratch: Path):
     support = cgroup.cgroup_support()
     if not support.memory:
         pytest.skip(f"no cgroup v2 memory limit here ({support.reason}); rlimits and the watchdog were tested")
-    assert sandbox.mode().limits is sandbox.LimitMethod.CGROUP
+    assert sandbox.mode().limits is LimitMethod.CGROUP
     before = {p.name for p in support.parent.iterdir() if p.name.startswith("gemm-grader-")}
     rec = run(py(HOG), timeout_s=30, fence=Fence(scratch=scratch, memory_bytes=128 * MIB))
     assert rec.limit is Limit.MEMORY

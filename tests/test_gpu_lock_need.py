@@ -9,8 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult
+from grader.evidence.protocol import ProbeResult
 from grader.gpu.job import Job
 from grader.grading import StageOutcome
 from grader.pipeline import detect_environment, gpu_steps_have_work, grade

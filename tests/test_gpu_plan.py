@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import ProbeResult, StageResult
-from grader.compile.ptxas import KernelResources
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult, KernelResources
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult, StageResult
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job
 from grader.gpu.plan import GateKind, GpuPlan, Role, Starts
@@ -25,7 +25,6 @@ from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord
 from grader.pipeline import detect_environment
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.sandbox.launch import ChildResult
 from grader.sandbox.process import Control
 from grader.sandbox.turns import Party, Schedule, State

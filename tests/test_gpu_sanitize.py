@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import Kernel
 from grader.compile import toolchain
+from grader.evidence.protocol import Kernel
 from grader.gpu.sanitize import run_tool
 from grader.records import from_jsonable
 

@@ -28,7 +28,8 @@ from grader.deploy.gradescope.policy import (
     read_config,
     resolve_policy,
 )
-from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES, Results, ResultsTestExtra
+from grader.evidence.results import Results, ResultsTestExtra
+from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")

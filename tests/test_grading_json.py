@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import BenchRun, CaseVerdict, ProbeResult
-from grader.children.tma import Boxes
 from grader.compile import toolchain
-from grader.compile.ptxas import KernelResources
-from grader.compile.sass import SassResult
-from grader.compile.stage import CompileResult
-from grader.compile.toolchain import Tool
+from grader.evidence.compile import CompileResult, KernelResources, SassResult
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import BenchRun, Boxes, CaseVerdict, ProbeResult
+from grader.evidence.tools import Tool
 from grader.grading import Environment, Grading, GradingFormatError, ProfileRun, StageOutcome, load_grading
 from grader.model import Cause, Gap, ItemResult, Measured, ProcRecord, Status, Verdict
 from grader.outputs.leaderboard import leaderboard_entries
@@ -22,7 +20,6 @@ from grader.outputs.write import write_outputs
 from grader.profile.ncu import parse_raw_csv
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import score
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,10 +14,11 @@ import pytest
 from grader import REPO_ROOT as ROOT
 from grader.children.check import check
 from grader.children.inputs import bf16_values, make_inputs, product_operands, to_bf16
-from grader.children.protocol import CheckSpec
-from grader.children.tma import Boxes, check_boxes
+from grader.children.tma import check_boxes
 from grader.compile import toolchain
 from grader.compile.stage import compile_stage
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import Boxes, CheckSpec
 from grader.grading import StageOutcome
 from grader.instructor.shifted import write_shifted
 from grader.model import Bonus, ItemResult, Status
@@ -25,7 +26,6 @@ from grader.outputs.leaderboard import leaderboard_entries
 from grader.outputs.results import build_results
 from grader.records import from_jsonable
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import score
 from grader.writeup.run import grade as grade_report
 

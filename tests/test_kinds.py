@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.compile.ptxas import KernelResources
-from grader.compile.sass import SassResult
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult, KernelResources, SassResult
+from grader.evidence.limits import Peaks
+from grader.evidence.rubric import PARAM_NAMES
 from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
@@ -17,10 +17,8 @@ from grader.model import ItemResult, Measured, Status, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
-from grader.rubric.items import PARAM_NAMES
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import evaluate, score
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,15 +5,16 @@ import json
 import math
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.deploy.gradescope import leaderboard_entries
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.results import LeaderboardEntry
 from grader.grading import Environment, Grading, StageOutcome, load_grading
 from grader.model import Verdict
 from grader.outputs.leaderboard import LEADERBOARD_STAGES, leaderboard_stages
-from grader.outputs.results import LeaderboardEntry, build_results, dumps
+from grader.outputs.results import build_results, dumps
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 
 ROOT = Path(__file__).resolve().parent.parent
 

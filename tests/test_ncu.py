@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader.children.protocol import Kernel
+from grader.evidence.protocol import Kernel
 from grader.model import Cause, Gap
 from grader.profile import ncu
 from grader.profile.ncu import (

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.compile.ptxas import KernelResources
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult, KernelResources
+from grader.evidence.limits import Peaks
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Measured, Status, Verdict
 from grader.profile.ncu import parse_raw_csv
@@ -12,7 +12,6 @@ from grader.rubric.errors import RubricError
 from grader.rubric.expr import ExprError, MissingMetric, check_expression, evaluate_expr, fmt
 from grader.rubric.kinds import judge_ncu, measure, stage_item
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import evaluate
 
 ROOT = Path(__file__).resolve().parent.parent

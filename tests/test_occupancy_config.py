@@ -7,10 +7,11 @@ import pytest
 import yaml
 
 from grader import REPO_ROOT
+from grader.evidence.rubric import Params
 from grader.model import Bonus
 from grader.occupancy.calculator import KIB
 from grader.rubric.errors import RubricError
-from grader.rubric.items import VISIBILITIES, Params
+from grader.rubric.items import VISIBILITIES
 from grader.rubric.load import load_default_occupancy, load_rubric, parse_rubric
 from grader.rubric.occupancy import ITEM_IDS, load_occupancy_config
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grader.compile.ptxas import KernelResources, parse_ptxas
+from grader.compile.ptxas import parse_ptxas
+from grader.evidence.compile import KernelResources
 from grader.model import Cause, Gap, Status
 from grader.occupancy.answers import answer_schema, parse_answers
 from grader.occupancy.exercises import api_points, grade_occupancy, simulated_api

@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import OccupancyResult
 from grader.compile.locate import locate
 from grader.compile.toolchain import find_nvcc
+from grader.evidence.protocol import OccupancyResult
 from grader.model import Cause, Gap, ProcRecord, Status
 from grader.occupancy import run as occ_run
 from grader.occupancy.exercises import api_points, simulated_api

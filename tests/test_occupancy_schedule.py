@@ -21,9 +21,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import ProbeResult
 from grader.clock import Clock
-from grader.compile.ptxas import KernelResources
+from grader.evidence.compile import KernelResources
+from grader.evidence.protocol import ProbeResult
 from grader.gpu import session as gpu_session
 from grader.model import Limit, Status
 from grader.occupancy import run as occ_run
@@ -263,7 +263,8 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     runs once the timed turns are over, the profile step's wait finds it ended, and the occupancy step
     grades what they found; the stages keep their verdicts and timings."""
     from grader.children.protocol import wait_at_gate
-    from grader.compile.stage import CompileResult
+    from grader.evidence.compile import CompileResult
+    from grader.evidence.limits import Peaks
     from grader.gpu import session as run_early
     from grader.gpu import stages as run_stages
     from grader.gpu.job import Job
@@ -272,7 +273,6 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     from grader.grading import Environment, StageOutcome
     from grader.model import ProcRecord, Verdict
     from grader.rubric.load import load_rubric
-    from grader.rubric.peaks import Peaks
     from grader.sandbox.launch import ChildResult
 
     log = _fake_gpu(monkeypatch, tmp_path, launch_s=0.001)
@@ -341,11 +341,11 @@ def test_the_pipeline_grades_the_occupancy_items_while_ncu_runs_once_their_runs_
     for ncu; grade_occupancy then only collects those items. Runs that have not ended are left to the
     occupancy step."""
     from grader import pipeline
+    from grader.evidence.limits import Peaks
     from grader.gpu.job import Job
     from grader.gpu.session import GpuSession
     from grader.grading import Environment
     from grader.rubric.load import load_rubric
-    from grader.rubric.peaks import Peaks
 
     rubric = load_rubric(ROOT / "rubric.yaml")
     env = Environment(ProbeResult(ok=True, name="NVIDIA H200", cc=[9, 0]), "", None, None, ["-arch=sm_90a"],

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from grader.clock import Phase
-from grader.sandbox.turns import PartyTimeline
+from grader.evidence.sandbox import PartyTimeline
 from tests.test_grading_json import synthetic_grading
 
 ROOT = Path(__file__).resolve().parent.parent

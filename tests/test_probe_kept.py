@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.sandbox import Confinement
 from grader.gpu import device
 from grader.records import to_jsonable
 from grader.sandbox import guard as sandbox
@@ -23,7 +24,7 @@ H200 = ProbeResult(ok=True, reason="", index=0, count=1, name="NVIDIA H200", cc=
 def machine(tmp_path, monkeypatch):
     """A driver folder of our own (version, one GPU's information), a kept folder, and a probe that
     counts its calls."""
-    if sandbox.mode().confinement is not sandbox.Confinement.BWRAP:
+    if sandbox.mode().confinement is not Confinement.BWRAP:
         pytest.skip(f"a kept folder is used only with the bwrap fence or a student user: {sandbox.mode()}")
     driver = tmp_path / "driver"
     (driver / "gpus" / "0000:19:00.0").mkdir(parents=True)

@@ -3,14 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 from grader.grading import Environment, Grading, StageOutcome
 from grader.model import Cause, Gap, Verdict
 from grader.outputs.profile_page import hbm_bandwidth, ladder_inputs, report_markdown, write_profile_report
 from grader.profile.ncu import parse_raw_csv
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 
 ROOT = Path(__file__).resolve().parent.parent
 RUBRIC = load_rubric(ROOT / "rubric.yaml")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult
 from grader.gpu.ncu_run import profile_stages
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Status, Verdict

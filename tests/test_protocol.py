@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import BY_NAME, MODES, StageResult
+from grader.children.protocol import BY_NAME, MODES
+from grader.evidence.protocol import StageResult
 from grader.records import to_jsonable
 from grader.sandbox.launch import MAX_RESULT_BYTES, read_result
 

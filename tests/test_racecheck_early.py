@@ -14,9 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from grader import pipeline
-from grader.children.protocol import GateClosed, Kernel, ProbeResult, gate_files, wait_at_gate, write_result
-from grader.compile.ptxas import KernelResources
-from grader.compile.stage import CompileResult
+from grader.children.protocol import GateClosed, gate_files, wait_at_gate, write_result
+from grader.evidence.compile import CompileResult, KernelResources
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import Kernel, ProbeResult
 from grader.gpu import racecheck, sanitize
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job
@@ -27,7 +28,6 @@ from grader.grading import Environment, StageOutcome
 from grader.model import Verdict
 from grader.records import from_jsonable
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.sandbox.turns import Schedule, State
 from tests.test_sanitize_child import STAGE, _calls, _stand_in, _use_fake
 

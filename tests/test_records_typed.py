@@ -7,8 +7,8 @@ import dataclasses
 import typing
 
 from grader.children.protocol import BY_NAME
+from grader.evidence.results import Results
 from grader.grading import Grading
-from grader.outputs.results import Results
 
 ROOTS = (Grading, Results, *(t for m in BY_NAME.values() for t in (m.spec, m.result)))
 

@@ -4,11 +4,11 @@ import copy
 import pytest
 import yaml
 
+from grader.evidence.rubric import Params
 from grader.model import Bonus
 from grader.profile.ncu import metrics_needed
 from grader.rubric.errors import RubricError
 from grader.rubric.expr import METRIC_RE
-from grader.rubric.items import Params
 from grader.rubric.load import parse_rubric
 from grader.rubric.report import load_report_config, metric_unit, normalize_name
 from tests.report_check_helpers import CFG, ROOT, RUBRIC, TABLE

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.protocol import ProbeResult
 from grader.grading import load_grading
 from grader.model import Cause, Gap, Status
 from grader.rubric.load import load_rubric

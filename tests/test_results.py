@@ -10,21 +10,19 @@ import unittest
 
 import pytest
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.results import LeaderboardEntry, Results, ResultsExtra
 from grader.model import ItemResult, Measured, Status
 from grader.outputs.results import (
     OUTPUT_FORMATS,
     TEST_STATUSES,
     VISIBILITIES,
-    LeaderboardEntry,
-    Results,
-    ResultsExtra,
     build_results,
     dumps,
     error_results,
     write_results,
 )
-from grader.rubric.peaks import Peaks
 
 TOP_KEYS = {"score", "execution_time", "output", "output_format", "visibility",
             "stdout_visibility", "tests"}

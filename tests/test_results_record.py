@@ -10,9 +10,10 @@ import pytest
 
 from grader.deploy.gradescope import bridge
 from grader.deploy.gradescope.policy import apply_no_gpu_policy
+from grader.evidence.results import Results
 from grader.grading import Grading
 from grader.model import Status
-from grader.outputs.results import Results, dumps, error_results, write_results
+from grader.outputs.results import dumps, error_results, write_results
 from grader.outputs.summary import summary_markdown
 from grader.outputs.write import results_for
 from grader.records import RecordError

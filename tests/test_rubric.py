@@ -161,7 +161,7 @@ def test_item_parameters_are_checked_when_the_rubric_loads(raw):
 
 
 def test_the_rubric_holds_typed_sections_and_one_item_type(raw):
-    from grader.rubric.items import Item
+    from grader.evidence.rubric import Item
 
     r = parse_rubric(copy.deepcopy(raw))
     assert all(type(it) is Item and it.kind for st in r.stages for it in st.items)

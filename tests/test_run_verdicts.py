@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import CaseRun, CaseVerdict, ProbeResult, StageResult, StageVerdict
-from grader.compile.ptxas import KernelResources
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult, KernelResources
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import CaseRun, CaseVerdict, ProbeResult, StageResult, StageVerdict
 from grader.gpu import racecheck
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job
@@ -21,7 +21,6 @@ from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Status, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import score
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,9 @@ import pytest
 from grader.children import RUNTIME_FILES
 from grader.children.driver import LIBRARY_VAR, NOT_LOADED, Driver, DriverError, KernelArg, pack_params
 from grader.children.inputs import make_inputs
-from grader.children.protocol import MODES, Kernel
+from grader.children.protocol import MODES
 from grader.children.sanitize import NAN_BITS, gemm_args
+from grader.evidence.protocol import Kernel
 from grader.gpu import sanitize
 from grader.records import from_jsonable
 from grader.sandbox.launch import child_command

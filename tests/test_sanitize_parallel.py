@@ -10,7 +10,7 @@ import sys
 import time
 from types import SimpleNamespace
 
-from grader.children.protocol import Kernel, LaunchShape
+from grader.evidence.protocol import Kernel, LaunchShape
 from grader.gpu import sanitize
 
 STAND_IN = """#!/bin/sh

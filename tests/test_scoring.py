@@ -4,14 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from grader.compile.ptxas import KernelResources
-from grader.compile.sass import SassResult
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult, KernelResources, SassResult
+from grader.evidence.limits import Peaks
 from grader.grading import StageOutcome
 from grader.model import Status, Verdict
 from grader.profile.timing import summarize
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.score.stages import score
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,7 @@ from grader.deploy.gradescope import bridge
 from grader.deploy.gradescope import build as gbuild
 from grader.deploy.gradescope.bridge import BridgeConfig, Outcome
 from grader.deploy.gradescope.policy import PENDING_PREFIX, apply_no_gpu_policy
-from grader.outputs.results import LeaderboardEntry, Results
+from grader.evidence.results import LeaderboardEntry, Results
 from tests.serve_helpers import slow_service
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from grader.children.protocol import BenchRun, CaseRun, ProbeResult, StageResult
 from grader.clock import Phase
-from grader.compile.ptxas import KernelResources
-from grader.compile.stage import CompileResult
+from grader.evidence.compile import CompileResult, KernelResources
+from grader.evidence.limits import LimitSource, Peaks
+from grader.evidence.protocol import BenchRun, CaseRun, ProbeResult, StageResult
+from grader.evidence.rubric import Bench
 from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
 from grader.gpu.job import Job
@@ -29,10 +30,9 @@ from grader.grading import Environment, Grading, StageOutcome
 from grader.instructor.stage_limits import limit_proposals, render_lines
 from grader.model import Limit, ProcRecord, Verdict
 from grader.rubric.errors import RubricError
-from grader.rubric.limits import LimitSource, bench_seconds, derived_seconds, stage_limit
+from grader.rubric.limits import bench_seconds, derived_seconds, stage_limit
 from grader.rubric.load import load_rubric, parse_rubric
-from grader.rubric.peaks import Peaks
-from grader.rubric.types import Bench, Rubric
+from grader.rubric.types import Rubric
 from grader.sandbox.launch import ChildResult
 from grader.sandbox.process import run_process
 

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.protocol import ProbeResult
 from grader.profile.timing import gemm_tflops, summarize
 from grader.rubric.load import load_rubric
 from grader.rubric.peaks import device_peaks

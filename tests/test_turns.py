@@ -263,7 +263,8 @@ def test_the_real_checker_starts_early_and_judges_what_its_gate_hands_it(tmp_pat
     import numpy as np
 
     from grader.children.inputs import make_inputs_xp
-    from grader.children.protocol import CHECK, CheckSpec
+    from grader.children.protocol import CHECK
+    from grader.evidence.protocol import CheckSpec
     from grader.sandbox.launch import launch
     n = 32
     a, b = make_inputs_xp(np, n, 3, "fp32")

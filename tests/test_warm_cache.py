@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from grader.children.protocol import ProbeResult, WarmResult, wait_at_gate
-from grader.compile.ptxas import KernelResources
-from grader.compile.stage import CompileResult
+from grader.children.protocol import wait_at_gate
+from grader.evidence.compile import CompileResult, KernelResources
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult, WarmResult
+from grader.evidence.sandbox import Confinement
 from grader.gpu import racecheck, warm
 from grader.gpu import session as run_early
 from grader.gpu import stages as run_stages
@@ -28,7 +30,6 @@ from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord, Verdict
 from grader.records import from_jsonable, to_jsonable
 from grader.rubric.load import load_rubric
-from grader.rubric.peaks import Peaks
 from grader.sandbox import guard as sandbox
 from grader.sandbox.launch import ChildResult, seed_cache
 from tests.hang_guard import no_hang
@@ -63,7 +64,7 @@ def warm_child(monkeypatch):
 
 @pytest.fixture
 def bwrap_mode():
-    if sandbox.mode().confinement is not sandbox.Confinement.BWRAP:
+    if sandbox.mode().confinement is not Confinement.BWRAP:
         pytest.skip(f"the per-machine cache is kept only with the bwrap fence or a student user: {sandbox.mode()}")
 
 

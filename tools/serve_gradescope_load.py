@@ -54,7 +54,8 @@ from serve_load import DEFAULT_SUBMISSIONS, percentile, report, spawn, stop_spaw
 from grader.deploy.gradescope import build as gbuild  # noqa: E402
 from grader.deploy.gradescope.bridge import pending_tests  # noqa: E402
 from grader.deploy.gradescope.policy import PENDING_PREFIX  # noqa: E402
-from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES, Results  # noqa: E402
+from grader.evidence.results import Results  # noqa: E402
+from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES  # noqa: E402
 from grader.records import RecordError  # noqa: E402
 
 ASSIGNMENT = "gemm-ladder-load"

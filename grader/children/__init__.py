@@ -11,12 +11,15 @@ from the grading process (it is not a runtime file: children never import it).
 """
 
 # The files (relative to the grader package) a child process imports, and all of them: children
-# import nothing else of the grader (no rubric, no yaml; grader/records.py, the records' JSON codec, is theirs too), so the sandbox shows exactly these in a
+# import nothing else of the grader (no rubric, no yaml; grader/records.py, the records' JSON codec, and
+# grader/evidence/protocol.py, the protocol's records, are theirs too), so the sandbox shows exactly these in a
 # read-only runtime folder (grader.sandbox.fence.runtime_folder) and the grader's source stays hidden.
 # tests/test_children.py checks that the list is closed under the children's imports.
 RUNTIME_FILES: tuple[str, ...] = (
     "__init__.py",
     "records.py",
+    "evidence/__init__.py",
+    "evidence/protocol.py",
     "children/__init__.py",
     "children/__main__.py",
     "children/protocol.py",

@@ -17,7 +17,8 @@ import numpy as np
 
 from grader.children.inputs import integrity_vector, make_inputs_xp, product_operands
 from grader.children.numerics import compare
-from grader.children.protocol import (
+from grader.children.protocol import GateClosed, wait_at_gate, write_result
+from grader.evidence.protocol import (
     CaseVerdict,
     CheckCase,
     CheckGo,
@@ -25,10 +26,7 @@ from grader.children.protocol import (
     CheckSpec,
     Expect,
     Fingerprints,
-    GateClosed,
     StageVerdict,
-    wait_at_gate,
-    write_result,
 )
 from grader.records import from_jsonable
 

@@ -77,7 +77,7 @@ def fresh_input_seed() -> int:
     launch before it has ended. :func:`hashed_uniform` is invertible, so a kernel can read the seed of
     the inputs it is given; nothing it sees tells it the next one. 31 bits: :func:`make_inputs_xp` uses
     ``seed * 2 + 1`` and ``seed * 2 + 2`` modulo 2^32, so larger seeds would alias. The child reports
-    every seed with its launch's record (grader/children/protocol.py: BenchRun.input_seeds)."""
+    every seed with its launch's record (grader/evidence/protocol.py: BenchRun.input_seeds)."""
     return int.from_bytes(os.urandom(4), "little") >> 1
 
 

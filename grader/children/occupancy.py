@@ -28,7 +28,8 @@ import time
 import traceback
 from pathlib import Path
 
-from grader.children.protocol import GateClosed, OccupancySpec, wait_at_gate, write_result
+from grader.children.protocol import GateClosed, wait_at_gate, write_result
+from grader.evidence.protocol import OccupancySpec
 
 # CUfunction_attribute (cuda.h)
 ATTR_MAX_DYNAMIC_SHARED = 8

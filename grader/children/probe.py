@@ -10,7 +10,8 @@ import glob
 import shutil
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult, ProbeSpec, write_result
+from grader.children.protocol import write_result
+from grader.evidence.protocol import ProbeResult, ProbeSpec
 
 # cudaDeviceAttr values (stable across CUDA 12 and 13; CUDA 13 dropped clockRate
 # from cudaDeviceProp, so attributes are read one by one).

@@ -13,15 +13,8 @@ from typing import Any
 import numpy as np
 
 from grader.children.inputs import make_inputs_xp
-from grader.children.protocol import (
-    GateClosed,
-    LaunchResult,
-    ProfileSpec,
-    StagesGo,
-    launch_grid,
-    wait_at_gate,
-    write_result,
-)
+from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
+from grader.evidence.protocol import LaunchResult, ProfileSpec, StagesGo
 from grader.records import from_jsonable
 
 

@@ -25,16 +25,9 @@ from pathlib import Path
 
 from grader.children.driver import Driver, DriverError, KernelArg
 from grader.children.inputs import make_inputs
-from grader.children.protocol import (
-    GateClosed,
-    LaunchResult,
-    SanitizeSpec,
-    StagesGo,
-    launch_grid,
-    wait_at_gate,
-    write_result,
-)
+from grader.children.protocol import GateClosed, launch_grid, wait_at_gate, write_result
 from grader.children.tma import boxes_of, operand_args
+from grader.evidence.protocol import LaunchResult, SanitizeSpec, StagesGo
 from grader.records import from_jsonable
 
 NAN_BITS = 0x7FC00000  # float32 quiet NaN: an element the kernel never writes stays NaN

@@ -46,20 +46,8 @@ from grader.children.inputs import (  # noqa: E402
     integrity_vector,
     make_inputs_xp,
 )
-from grader.children.protocol import (  # noqa: E402
-    BenchRun,
-    BenchSpec,
-    CaseRun,
-    GateClosed,
-    Kernel,
-    KernelGo,
-    StageResult,
-    StageSpec,
-    launch_grid,
-    release_turn,
-    wait_at_gate,
-    write_result,
-)
+from grader.children.protocol import GateClosed, launch_grid, release_turn, wait_at_gate, write_result  # noqa: E402
+from grader.evidence.protocol import BenchRun, BenchSpec, CaseRun, Kernel, KernelGo, StageResult, StageSpec  # noqa: E402
 from grader.records import from_jsonable  # noqa: E402
 
 # cuBLAS enums (cublas_api.h / library_types.h)

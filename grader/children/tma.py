@@ -16,10 +16,10 @@ process and context.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from grader.children.driver import Driver, KernelArg
-from grader.children.protocol import Kernel, launch_grid
+from grader.children.protocol import launch_grid
+from grader.evidence.protocol import Boxes, Kernel
 
 TMA_FIELDS = "{box k-width (elements), A box rows, B box rows, swizzle bytes}"
 SWIZZLE_MODES = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CUtensorMapSwizzle
@@ -27,15 +27,6 @@ MAX_BOX = 256  # elements per box dimension
 ELEMENT_BYTES = 2  # BF16
 BFLOAT16 = 9  # CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
 MAP_ALIGN = 64  # a CUtensorMap parameter's alignment
-
-
-@dataclass(frozen=True)
-class Boxes:
-    """What a Hopper kernel declared: both operands are K-major (row-major N x K)."""
-    k: int  # box width along K, in elements
-    a_rows: int
-    b_rows: int
-    swizzle: int  # bytes: 0, 32, 64 or 128
 
 
 def check_boxes(values: Sequence[int] | None, symbol: str, sizes: Sequence[int]) -> tuple[Boxes | None, str]:

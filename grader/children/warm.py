@@ -26,7 +26,9 @@ from pathlib import Path
 
 from grader.children.check import check
 from grader.children.inputs import make_inputs_xp
-from grader.children.protocol import (
+from grader.children.protocol import write_result
+from grader.children.stage import Runner
+from grader.evidence.protocol import (
     CheckCase,
     CheckRequest,
     CheckSpec,
@@ -36,9 +38,7 @@ from grader.children.protocol import (
     WarmResult,
     WarmRun,
     WarmSpec,
-    write_result,
 )
-from grader.children.stage import Runner
 
 KERNEL_NAME = "warm_gemm"
 # The stage contract's signature (A, B, C, N); the inputs are float or half, so they are untyped here.

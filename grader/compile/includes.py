@@ -21,7 +21,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from grader.compile.nvcc_tree import include_dirs_of, toolkit_root
-from grader.compile.tool_search import Tool, run_version
+from grader.compile.tool_search import run_version
+from grader.evidence.tools import Tool
 from grader.untrusted.quote import quote_code
 
 _DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:)[ \t]*(include_next|include|import)\b[ \t]*(.*)$", re.M)

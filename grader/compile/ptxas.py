@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
 
+from grader.evidence.compile import KernelResources
 from grader.untrusted.quote import quote_code
 
 # "ptxas info    : ", "ptxas . ", "ptxas         : " -- the prefix varies by tool.
@@ -24,31 +24,6 @@ _USED = re.compile(_PREFIX + r"Used (\d+) registers(.*)$", re.M)
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[(\d+)\]")
 _BARRIERS = re.compile(r"used (\d+) barriers")
-
-
-@dataclass
-class KernelResources:
-    """What ptxas reports for one entry function."""
-
-    name: str
-    arch: str
-    registers: int | None = None
-    stack_frame: int = 0
-    spill_stores: int = 0
-    spill_loads: int = 0
-    shared_bytes: int = 0  # static shared memory only; dynamic is chosen at launch
-    const_bytes: int = 0  # sum of cmem banks, where the compiler prints them
-    barriers: int | None = None
-    # The spill bytes are known: read from the SASS's local-memory instructions, or 0 because the
-    # kernel has no stack frame (grader/compile/resources.py). False: not read yet.
-    spills_read: bool = True
-    # Where these values were read (what the no_spills item's message names): the cubin for every grading
-    # now; "ptxas -v" in gradings stored before the cubin was read, and for parse_ptxas's own records.
-    source: str = "ptxas -v"
-
-    @property
-    def spills(self) -> bool:
-        return bool(self.spill_stores or self.spill_loads)
 
 
 def parse_ptxas(text: str) -> dict[str, KernelResources]:

@@ -9,7 +9,7 @@ A kernel with no stack frame has no local memory, so it spills nothing without a
 from __future__ import annotations
 
 from grader.compile.cubin import kernel_resources
-from grader.compile.ptxas import KernelResources
+from grader.evidence.compile import KernelResources
 
 FROM_CUBIN = "read from the cubin and its SASS"  # KernelResources.source
 

@@ -12,8 +12,8 @@ import re
 import time
 from collections import Counter
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 
+from grader.evidence.compile import SassResult
 from grader.sandbox import guard as sandbox
 from grader.untrusted.quote import quote_code
 
@@ -98,18 +98,6 @@ def parse_sass(text: str) -> dict[str, Counter]:
     counter = SassCounter(max_bytes=len(text.encode()) + 1)
     counter.feed(text.encode())
     return counter.close()
-
-
-@dataclass
-class SassResult:
-    opcodes: dict[str, Counter] = field(default_factory=dict)
-    reason: str = ""  # why there are no opcodes (tool missing, tool failed, listing too large)
-    # function -> (bytes of local-memory stores, loads): STL/LDL widths summed, what ptxas -v calls spills
-    local_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def available(self) -> bool:
-        return not self.reason
 
 
 # The dumps run while the grading's children start and the other stages compile, when every CPU is busy;

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.tma import Boxes, check_boxes
+from grader.children.tma import check_boxes
 from grader.compile.cubin import CubinFormatError, kernel_param_sizes, read_int_array, static_global_bytes
 from grader.compile.locate import Problem, locate
-from grader.compile.ptxas import KernelResources, name_hint
+from grader.compile.ptxas import name_hint
 from grader.compile.resources import cubin_kernels
 from grader.compile.student import (
     CompileRecord,
@@ -26,9 +25,11 @@ from grader.compile.student import (
     compile_student,
     prepare_scratch,
 )
-from grader.compile.tool_search import Tool
-from grader.model import Cause, ProcRecord
-from grader.rubric.load import Launch, Rubric, Stage
+from grader.evidence.compile import CompileResult, Launch
+from grader.evidence.rubric import Stage
+from grader.evidence.tools import Tool
+from grader.model import Cause
+from grader.rubric.load import Rubric
 from grader.untrusted.quote import quote_code
 
 # The kernel's parameters, in bytes, by the stage's operands (grader/rubric/types.py: OPERANDS).
@@ -44,26 +45,6 @@ SIGNATURES = {
 ELEMENT_TYPES = {"fp32": "float", "fp16": "half", "bf16": "__nv_bfloat16"}
 MAX_THREADS_PER_BLOCK = 1024
 MAX_DYNAMIC_SMEM = 227 * 1024  # Hopper's per-block opt-in limit
-
-
-@dataclass
-class CompileResult:
-    stage: str
-    ok: bool  # the cubin exists, holds the kernel, and its launch shape is usable
-    problem: str = ""  # why not, in words for the student
-    cause: Cause = Cause.STUDENT  # GRADER when the grader could not compile (no nvcc): not evaluated
-    proc: ProcRecord | None = None
-    cubin: str | None = None
-    kernel: KernelResources | None = None
-    found_kernels: list[str] = field(default_factory=list)
-    launch: Launch | None = None
-    launch_source: str = ""  # "declared in <file>" or "rubric default"
-    boxes: Boxes | None = None  # a tensor-map stage's declared TMA boxes (<kernel>_tma)
-    notes: list[str] = field(default_factory=list)
-    # Where the compile step's time went: "scratch" (copy, #include checks), "deps" (nvcc -M; only
-    # outside bwrap: grader.compile.student), "nvcc" (the compile, bwrap's start included), "cubin"
-    # (reading the cubin and ptxas' report).
-    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def check_launch(values: list[int] | None, stage: Stage, sizes: list[int]) -> tuple[Launch | None, str]:

@@ -47,7 +47,7 @@ from grader.compile.includes import (
     scan_includes,
 )
 from grader.compile.locate import MAX_SOURCE_BYTES
-from grader.compile.tool_search import Tool
+from grader.evidence.tools import Tool
 from grader.model import ProcRecord
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence, is_visible

@@ -37,8 +37,7 @@ if __package__ in (None, ""):  # run as a script (python grader/compile/toolchai
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from grader.compile.nvcc_tree import check_nvcc_tree, host_compiler  # noqa: E402
-from grader.compile.tool_search import (  # noqa: E402,F401  (Tool and the parsers are this module's API)
-    Tool,
+from grader.compile.tool_search import (  # noqa: E402,F401  (the parsers are this module's API)
     cuda_home,
     env_or_os,
     is_exe,
@@ -49,6 +48,7 @@ from grader.compile.tool_search import (  # noqa: E402,F401  (Tool and the parse
     pip_nvidia_roots,
     version_key,
 )
+from grader.evidence.tools import Tool  # noqa: E402
 
 # The course's GPU is an H200 (CC 9.0); cubins are built for it when no device is visible.
 DEFAULT_ARCH = "sm_90a"

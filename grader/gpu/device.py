@@ -28,7 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.children.protocol import PROBE, ProbeResult, ProbeSpec
+from grader.children.protocol import PROBE
+from grader.evidence.protocol import ProbeResult, ProbeSpec
 from grader.files import replace_whole
 from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.sandbox.kept import kept_root, private_file

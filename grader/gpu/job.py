@@ -12,16 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.protocol import CheckRequest
 from grader.clock import Clock
 from grader.compile.intake import Intake
 from grader.compile.student import Deadline
+from grader.evidence.protocol import CheckRequest
+from grader.evidence.sandbox import PartyTimeline
 from grader.grading import Environment, Grading, ProfileRun, StageOutcome
 from grader.model import ItemResult
 from grader.occupancy.build import Prebuilt
 from grader.occupancy.variants import Variant
 from grader.rubric.types import Rubric
-from grader.sandbox.turns import PartyTimeline
 
 Progress = Callable[[str], None]
 

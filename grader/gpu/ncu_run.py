@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import Kernel, LaunchResult, ProbeResult, StagesGo
 from grader.compile import toolchain
+from grader.evidence.protocol import Kernel, LaunchResult, ProbeResult, StagesGo
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
 from grader.profile import agreement

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from grader.compile.toolchain import unsupported_reason
-from grader.rubric.types import Rubric, Stage
+from grader.evidence.rubric import Stage
+from grader.rubric.types import Rubric
 
 __all__ = ["Gate", "GateKind", "GpuPlan", "PartyPlan", "Role", "Starts", "gpu_plan"]
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from grader.evidence.rubric import Stage
 from grader.gpu.job import Job
 from grader.gpu.ncu_run import stage_spec
 from grader.gpu.sanitize import SanitizerRun, run_many
 from grader.grading import StageOutcome
-from grader.rubric.types import Stage
 from grader.sandbox.fence import GIB, Fence
 from grader.sandbox.turns import Party, Schedule
 

@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.protocol import SANITIZE, Kernel, LaunchResult, SanitizeSpec
+from grader.children.protocol import SANITIZE
+from grader.evidence.protocol import Kernel, LaunchResult, SanitizeSpec
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control

@@ -35,10 +35,10 @@ from pathlib import Path
 from types import TracebackType
 
 from grader import pyplot
-from grader.children.protocol import (
-    CHECK,
-    PROFILE,
-    STAGE,
+from grader.children.protocol import CHECK, PROFILE, STAGE
+from grader.compile import toolchain
+from grader.compile.sass import SassDumps
+from grader.evidence.protocol import (
     BenchSpec,
     Case,
     CheckResult,
@@ -55,8 +55,8 @@ from grader.children.protocol import (
     StagesGo,
     StageSpec,
 )
-from grader.compile import toolchain
-from grader.compile.sass import SassDumps
+from grader.evidence.rubric import Stage
+from grader.evidence.sandbox import PartyTimeline
 from grader.gpu import warm
 from grader.gpu.job import Job
 from grader.gpu.ncu_run import EarlyProfile, wanted_metrics
@@ -74,11 +74,11 @@ from grader.profile.ncu import OUTPUT_LIMIT, command
 from grader.records import from_jsonable, to_jsonable
 from grader.rubric.limits import stage_limit
 from grader.rubric.occupancy import OccupancyConfig
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
-from grader.sandbox.turns import Party, PartyTimeline, Schedule, parallel_children
+from grader.sandbox.turns import Party, Schedule, parallel_children
 
 __all__ = ["GpuSession", "checker_expectations", "plan_for", "stage_party_spec", "start_beside_runs",
            "start_gpu_children", "start_planned", "occupancy_parties", "start_profile"]

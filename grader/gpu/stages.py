@@ -12,8 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from grader.children.protocol import (
-    CHECK,
+from grader.children.protocol import CHECK
+from grader.compile import toolchain
+from grader.evidence.limits import StageLimit
+from grader.evidence.protocol import (
     CheckCase,
     CheckGo,
     CheckRequest,
@@ -23,7 +25,6 @@ from grader.children.protocol import (
     StageResult,
     StageVerdict,
 )
-from grader.compile import toolchain
 from grader.gpu import racecheck
 from grader.gpu.job import Job
 from grader.gpu.sanitize import race_message
@@ -32,7 +33,6 @@ from grader.grading import StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.timing import summarize
 from grader.records import to_jsonable
-from grader.rubric.limits import StageLimit
 from grader.rubric.types import Rubric
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.turns import STARTUP_LIMIT_S, Party, State

@@ -45,7 +45,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import WARM, BenchSpec, Case, Draw, Kernel, LaunchShape, ProbeResult, WarmSpec, WarmStage
+from grader.children.protocol import WARM
+from grader.evidence.protocol import BenchSpec, Case, Draw, Kernel, LaunchShape, ProbeResult, WarmSpec, WarmStage
 from grader.records import to_jsonable
 from grader.rubric.types import Rubric
 from grader.sandbox.kept import kept_root, private_dir

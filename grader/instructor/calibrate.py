@@ -47,11 +47,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.evidence.rubric import Item
 from grader.grading import Environment, Grading, GradingFormatError, load_grading
 from grader.instructor.stage_limits import LimitProposal, limit_proposals
 from grader.instructor.stage_limits import render_lines as limit_lines
 from grader.instructor.stored import GRADING_FILE
-from grader.rubric.items import Item, is_technique
+from grader.rubric.items import is_technique
 from grader.rubric.kinds import REGISTRY, Reading, Registry
 from grader.rubric.types import Rubric
 

@@ -20,12 +20,13 @@ from pathlib import Path
 
 from grader import REPO_ROOT as ROOT  # noqa: E402
 from grader.compile.stage import ELEMENT_TYPES, SIGNATURES
+from grader.evidence.rubric import Item, Stage
 from grader.model import Bonus
 from grader.rubric.errors import ConfigError
-from grader.rubric.items import Item, is_technique
+from grader.rubric.items import is_technique
 from grader.rubric.kinds import REGISTRY, Registry, sizes_words
 from grader.rubric.load import load_rubric
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 
 HANDOUT = ROOT / "assignment" / "README.md"
 RUBRIC = ROOT / "rubric.yaml"

@@ -42,16 +42,16 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from grader.evidence.rubric import Item, Stage
 from grader.grading import Grading, GradingFormatError, StageOutcome, load_grading
 from grader.instructor.stored import GRADING_FILE, SUBMISSIONS, Collection, Layout, find_gradings, read_json
 from grader.model import Bonus, ItemResult, Status
 from grader.rubric.calibration import reapply
 from grader.rubric.errors import ConfigError
 from grader.rubric.expr import METRIC_RE
-from grader.rubric.items import Item
 from grader.rubric.kinds import REGISTRY, Kind
 from grader.rubric.peaks import device_peaks
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 
 REGRADE = "needs a real re-grade"
 RESCORE_FILE = "rescore.json"

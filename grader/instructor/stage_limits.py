@@ -17,9 +17,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from grader.evidence.rubric import Stage
 from grader.grading import Grading
 from grader.rubric.limits import stage_limit
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 
 PHASE = "run.bench"  # the stage child's own timing of its benchmark (grader/children/stage.py)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.evidence.rubric import Item
 from grader.model import ItemResult
 from grader.rubric.errors import ConfigError
-from grader.rubric.items import Item
 from grader.rubric.kinds import REGISTRY, Registry
 
 GRADING_FILE = "grading.json"

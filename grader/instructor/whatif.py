@@ -28,13 +28,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.evidence.rubric import Item, Stage
 from grader.grading import Grading, GradingFormatError
 from grader.instructor.rescore import REGRADE, Compared, comparable_score, load_one, measured_under, under
 from grader.instructor.stored import find_gradings, is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Status
-from grader.rubric.items import Item
 from grader.rubric.kinds import REGISTRY
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 
 REPORT = "report.md"
 SCORES_PNG = "scores.png"

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from grader.compile import toolchain
 from grader.compile.cubin import CubinFormatError
-from grader.compile.ptxas import KernelResources, name_hint
+from grader.compile.ptxas import name_hint
 from grader.compile.resources import add_spills, cubin_kernels
 from grader.compile.sass import dump_sass
 from grader.compile.student import CompileStatus, Deadline, Fence, compile_student, prepare_scratch
-from grader.compile.tool_search import Tool
+from grader.evidence.compile import KernelResources
+from grader.evidence.tools import Tool
 from grader.model import ProcRecord
 from grader.occupancy.variants import program_defines
 from grader.rubric.occupancy import OccupancyConfig

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.children.protocol import OCCUPANCY, HeavySpec, OccupancyResult, OccupancySpec, SweepsSpec
+from grader.children.protocol import OCCUPANCY
 from grader.compile.student import Fence
+from grader.evidence.protocol import HeavySpec, OccupancyResult, OccupancySpec, SweepsSpec
 from grader.model import Cause, Gap, ProcRecord
 from grader.occupancy.build import Build
 from grader.occupancy.exercises import api_points

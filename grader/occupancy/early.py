@@ -30,8 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import OccupancyResult
 from grader.compile.student import Fence
+from grader.evidence.protocol import OccupancyResult
 from grader.model import ProcRecord
 from grader.occupancy.build import Build, ptxas_measurements
 from grader.occupancy.program import run_program

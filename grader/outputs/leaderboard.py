@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: grader.deploy.gradescope imports this at startup, standard library only
+    from grader.evidence.results import LeaderboardEntry
     from grader.grading import Grading
-    from grader.outputs.results import LeaderboardEntry
 
 # The stages on the leaderboard (rubric stage ids); GRADER_LEADERBOARD_STAGES=a,b overrides.
 # Ids that the grading does not have are skipped.
@@ -40,7 +40,7 @@ def leaderboard_entries(grading: Grading, stages: Iterable[str] | None = None) -
     ``"<title>: TFLOP/s"`` and ``"<title>: % of cuBLAS"`` (``order: desc``, higher ranks first).
     An empty list when no stage qualifies (e.g. graded without a GPU).
     """
-    from grader.outputs.results import LeaderboardEntry
+    from grader.evidence.results import LeaderboardEntry
 
     entries: list[LeaderboardEntry] = []
     for sid in (leaderboard_stages() if stages is None else tuple(stages)):

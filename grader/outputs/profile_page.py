@@ -13,12 +13,13 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.rubric import Stage
 from grader.grading import Grading, StageOutcome
 from grader.outputs.plots import ladder_png, roofline_png, roofline_points
 from grader.profile.diagnosis import Diagnosis, diagnose
-from grader.rubric.peaks import Peaks
-from grader.rubric.types import BASELINES, Stage
+from grader.rubric.types import BASELINES
 
 # HBM bandwidth (TB/s) by device-name substring, for the roofline's memory roof. Vendor figures.
 KNOWN_HBM_TBS = {"H200": 4.8, "H100 SXM": 3.35, "H100 PCIe": 2.0, "H100": 3.35}

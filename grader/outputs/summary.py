@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from grader.evidence.sandbox import Confinement
 from grader.grading import Grading
 from grader.model import Bonus, ItemResult, Status
-from grader.sandbox.guard import Confinement
 
 if TYPE_CHECKING:
     from grader.outputs.profile_page import ProfileReport

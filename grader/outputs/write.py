@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 from grader.clock import Phase
+from grader.evidence.results import Results, ResultsExtra
 from grader.grading import Grading
 from grader.outputs.leaderboard import leaderboard_entries
-from grader.outputs.results import Results, ResultsExtra, build_results, write_results
+from grader.outputs.results import build_results, write_results
 from grader.outputs.summary import summary_markdown
 
 

@@ -18,23 +18,10 @@ docs/measurements/2026-12-06-integrity-round3.md; the factors leave room for the
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+
+from grader.evidence.profile import Agreement
 
 DURATION_METRIC = "gpu__time_duration.sum"  # ns, as ncu --print-units base prints it
-
-
-@dataclass
-class Agreement:
-    """The two comparisons of one stage, and what is wrong with them ("" when they agree)."""
-
-    profile_n: int
-    ncu_ms: float
-    profile_ms: float  # the median of the stage child's launches at profile_n
-    bench_n: int
-    bench_ms: float  # the timed launches' median at bench_n
-    duration_ratio: float  # ncu_ms / profile_ms
-    rate_ratio: float  # FLOP/s at profile_n / FLOP/s at bench_n
-    problem: str = ""
 
 
 def _outside(ratio: float, factor: float) -> bool:

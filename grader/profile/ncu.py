@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.children.protocol import PROFILE, Kernel, LaunchResult, ProfileSpec
+from grader.children.protocol import PROFILE
+from grader.evidence.protocol import Kernel, LaunchResult, ProfileSpec
 from grader.model import Cause, Gap, NcuMetrics, ProcRecord
 from grader.rubric.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
 from grader.rubric.kinds import REGISTRY
@@ -31,7 +32,7 @@ from grader.sandbox.launch import ChildResult, launch
 from grader.untrusted.quote import quote_code
 
 if TYPE_CHECKING:
-    from grader.compile.toolchain import Tool
+    from grader.evidence.tools import Tool
 
 _NUMBER_RE = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _HEADER_RE = re.compile(r'^"?ID"?,')

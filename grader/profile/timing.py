@@ -7,23 +7,8 @@ says how much to trust it.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 
-
-@dataclass
-class TimingSummary:
-    n: int
-    reps: int
-    median_ms: float
-    min_ms: float
-    baseline_median_ms: float
-    tflops: float
-    baseline_tflops: float
-    fraction_of_baseline: float  # baseline time / student time (1.0 = as fast as cuBLAS)
-    ratio_iqr: float  # inter-quartile range of the per-pair ratios
-    fraction_of_peak: float | None = None  # against the stage's own ceiling
-    peak_tflops: float | None = None
-    warmup_ms: list[float] | None = None  # each warm-up launch's time (fresh inputs, as the timed ones)
+from grader.evidence.profile import TimingSummary
 
 
 def gemm_tflops(n: int, ms: float) -> float:

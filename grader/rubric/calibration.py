@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.protocol import ProbeResult
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.reader import Reader

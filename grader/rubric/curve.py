@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from grader.evidence.rubric import Params
 from grader.rubric.errors import RubricError
-from grader.rubric.items import Params
 
 CURVE_KEYS = ("partial_from", "curve", "steps")
 

@@ -1,9 +1,8 @@
 """What a stage item's judge reads of a stage's grading, as read-only views.
 
-The judges (grader/rubric/kinds.py) sit on the rubric floor, below the records the grading builds
-(grader/grading.py: StageOutcome, grader/compile: CompileResult, KernelResources, SassResult,
-grader/profile/timing.py: TimingSummary). They read those records through these Protocols, which
-the records satisfy structurally: a judge sees what it may read, and the floors stay in order.
+The judges (grader/rubric/kinds.py) read the records the grading builds (grader/grading.py: StageOutcome;
+grader/evidence: CompileResult, KernelResources, SassResult, TimingSummary) through these Protocols, which
+the records satisfy structurally: a judge sees what it may read.
 Every member is a read-only property, so a record whose field is a subtype (a CompileResult where a
 CompiledView is asked for) still fits.
 """
@@ -12,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from grader.evidence.compile import Launch
+from grader.evidence.rubric import Stage
 from grader.model import Cause, Gap, NcuValue
-from grader.rubric.types import Launch, Stage
 
 
 class KernelView(Protocol):
@@ -38,7 +38,7 @@ class KernelView(Protocol):
 
 
 class CompiledView(Protocol):
-    """The stage's compile (grader/compile/stage.py: CompileResult)."""
+    """The stage's compile (grader/evidence/compile.py: CompileResult)."""
 
     @property
     def ok(self) -> bool: ...
@@ -68,7 +68,7 @@ class SassView(Protocol):
 
 
 class TimingView(Protocol):
-    """The stage's interleaved timing against its baseline (grader/profile/timing.py: TimingSummary)."""
+    """The stage's interleaved timing against its baseline (grader/evidence/profile.py: TimingSummary)."""
 
     @property
     def n(self) -> int: ...

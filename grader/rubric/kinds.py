@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from grader.evidence.limits import Peaks
+from grader.evidence.rubric import Item, Params, ParamValue, Stage
 from grader.model import Cause, Gap, ItemResult, Measured, NcuValue, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
@@ -56,11 +58,11 @@ from grader.rubric.expr import (
     fmt,
     passes,
 )
-from grader.rubric.items import Item, Params, ParamValue, is_technique, read_item
+from grader.rubric.items import is_technique, read_item
 from grader.rubric.metric_names import NOT_PROFILED_PREFIX, missing_metric_message
-from grader.rubric.peaks import PEAKS, Peaks
+from grader.rubric.peaks import PEAKS
 from grader.rubric.reader import Reader, Types
-from grader.rubric.types import BASELINES, Rubric, Stage
+from grader.rubric.types import BASELINES, Rubric, baseline_label
 
 NCU_OPS = tuple(COMPARE)
 T = TypeVar("T")
@@ -322,7 +324,7 @@ def _untimed(item: Item, o: StageView) -> ItemResult | None:
     t = o.timing
     assert t is not None  # timing_gap said it is timed
     if t.fraction_of_baseline > st.plausible_max:
-        base = st.baseline_label
+        base = baseline_label(st)
         return result(st, item, Status.REVIEW, 0, f"flagged for review, not scored: {t.tflops:.1f} TFLOP/s is "
                       f"{t.fraction_of_baseline:.2f}x {base} on the same inputs, more than the plausible "
                       f"{st.plausible_max:g}x; course staff will look at this kernel",
@@ -505,7 +507,7 @@ def _judge_fraction_of_baseline(kind: Kind, item: Item, o: StageView, context: J
     st, t = o.stage, o.timing
     assert t is not None  # _untimed said it is timed
     status, frac = _on_curve(kind, item, t.fraction_of_baseline)
-    base = st.baseline_label
+    base = baseline_label(st)
     msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
            f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
            f"runs at N={t.n}); needs at least {100 * _req(item.params.min, 'min'):.0f}% for full points"

@@ -36,32 +36,10 @@ every stage; a stage with no ``reference_s`` gets ``settings.stage_limits.unmeas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from enum import Enum
 
-from grader.rubric.types import Bench, Rubric, Stage
-
-
-class LimitSource(str, Enum):
-    """Where a stage child's time limit came from (recorded in grading.json)."""
-
-    STAGE = "stage"  # stages[].limits.run_s, set by hand
-    RUBRIC = "rubric"  # settings.timeouts.stage_run_s, set by hand for every stage
-    DERIVED = "derived"  # from stages[].limits.reference_s and settings.stage_limits
-    UNMEASURED = "unmeasured"  # no reference_s: settings.stage_limits.unmeasured_s
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class StageLimit:
-    """The time limit in force for one stage child, and why (for people: ``why``)."""
-
-    seconds: float
-    source: LimitSource
-    reference_s: float | None = None  # the measured reference time it derives from (DERIVED only)
-    why: str = ""
+from grader.evidence.limits import LimitSource, StageLimit
+from grader.evidence.rubric import Bench, Stage
+from grader.rubric.types import Rubric
 
 
 def bench_seconds(per_rep_s: float, bench: Bench) -> float:

@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from grader import DEFAULT_RUBRIC
+from grader.evidence.compile import Launch
+from grader.evidence.rubric import Bench, Stage, StageLimits
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, stage_item
@@ -26,14 +28,10 @@ from grader.rubric.types import (
     BONUS_MODES,
     INPUTS,
     OPERANDS,
-    Bench,
-    Launch,
     Profile,
     Rubric,
     RunLimits,
     Sanitizer,
-    Stage,
-    StageLimits,
     Timeouts,
 )
 from grader.rubric.where import located

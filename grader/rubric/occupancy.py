@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from grader.evidence.rubric import Item
 from grader.rubric.errors import RubricError
-from grader.rubric.items import Item, read_item
+from grader.rubric.items import read_item
 from grader.rubric.reader import Reader
 from grader.rubric.sm_limits import KIB, LIMITS
 

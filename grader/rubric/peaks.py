@@ -9,20 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from grader.children.protocol import ProbeResult
+from grader.evidence.limits import Peaks
+from grader.evidence.protocol import ProbeResult
 
 # The two ceilings, by the names the rubric uses (a stage's `peak`, a fraction_of_peak item's `peak`).
 PEAKS = ("fp32", "fp16_tensor")
-
-
-@dataclass(frozen=True)
-class Peaks:
-    fp32: float | None  # TFLOP/s
-    fp16_tensor: float | None
-    source: str
-
-    def get(self, which: str) -> float | None:
-        return getattr(self, which)
 
 
 @dataclass(frozen=True)

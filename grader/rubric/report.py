@@ -25,10 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from grader.evidence.rubric import Item
 from grader.model import Bonus
 from grader.rubric.errors import RubricError
 from grader.rubric.expr import METRIC_RE, check_expression
-from grader.rubric.items import VISIBILITIES, Item, read_item
+from grader.rubric.items import VISIBILITIES, read_item
 from grader.rubric.peaks import PEAKS
 from grader.rubric.reader import Reader
 

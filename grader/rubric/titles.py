@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from grader.rubric.items import Item, Params
+from grader.evidence.rubric import Item, Params
 from grader.rubric.kinds import REGISTRY, Kind
 from grader.rubric.types import Rubric
 

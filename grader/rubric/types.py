@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grader.evidence.rubric import Stage
 from grader.model import Bonus
-from grader.rubric.items import Item
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.peaks import PeakOverride
 from grader.rubric.report import ReportConfig
@@ -43,37 +43,6 @@ SECTIONS = ("occupancy", "report")
 
 
 @dataclass(frozen=True)
-class Launch:
-    block: tuple[int, int]
-    tile: tuple[int, int]  # (BM rows, BN cols) of C per block
-    smem: int = 0
-
-
-@dataclass(frozen=True)
-class Bench:
-    n: int = 4096
-    warmup: int = 2
-    reps: int = 20
-    min_reps: int = 5
-    max_seconds: float = 20.0
-    flush_l2: bool = True
-    # A warm-up launch this many times longer than the timed launches' median holds the stage's speed
-    # items for review (a kernel may spend its warm-up preparing for the timed launches); every launch
-    # gets fresh inputs, so an honest warm-up does what a timed launch does: the reference kernels'
-    # warm-ups took 0.99-1.00x their timed median on an H100 (docs/measurements/2026-12-06-integrity-round3.md).
-    warmup_review_multiple: float = 3.0
-
-
-@dataclass(frozen=True)
-class StageLimits:
-    """A stage's own time-limit keys (``stages[].limits``); grader/rubric/limits.py turns them into the limit."""
-    # The reference kernel's timed benchmark, measured (the ``run.bench`` phase of grading.json on the
-    # reference GPU); None: not measured, the stage gets ``stage_limits.unmeasured_s``.
-    reference_s: float | None = None
-    run_s: float | None = None  # set by hand: the stage child's limit, whatever the derivation says
-
-
-@dataclass(frozen=True)
 class RunLimits:
     """How a stage child's time limit derives from its reference (``settings.stage_limits``)."""
     multiple: float = 5.0  # a correct kernel this many times slower than the reference is never stopped
@@ -82,47 +51,9 @@ class RunLimits:
     unmeasured_s: float = 240.0  # a stage without a measured reference_s
 
 
-@dataclass(frozen=True)
-class Stage:
-    id: str
-    number: str
-    title: str
-    file: str
-    kernel: str
-    inputs: str
-    baseline: str
-    peak: str
-    launch: Launch
-    rtol: float
-    bench: Bench
-    items: tuple[Item, ...]
-    summary: str = ""
-    # A result this many times faster than the cuBLAS baseline is implausible: its speed items
-    # go to a person for review instead of scoring (settings.plausible_max_fraction_of_baseline).
-    plausible_max: float = 1.2
-    limits: StageLimits = StageLimits()  # stages[].limits: the measured reference time, a hand-set limit
-    operands: str = "pointers"  # one of OPERANDS
-    # A GPU architecture the stage needs ("sm_90a": WGMMA and TMA exist on Hopper only); on a GPU of
-    # another one its items are "not evaluated" and score 0. "": any GPU.
-    requires_arch: str = ""
-    bonus: Bonus = Bonus.NONE  # a bonus stage's points count as settings.bonus says, never in max_points
-
-    @property
-    def launch_symbol(self) -> str:
-        return f"{self.kernel}_launch"
-
-    @property
-    def tma_symbol(self) -> str:
-        """The array declaring a tensor-map stage's TMA boxes (grader/children/tma.py: check_boxes)."""
-        return f"{self.kernel}_tma"
-
-    @property
-    def max_points(self) -> float:
-        return sum(i.points for i in self.items)
-
-    @property
-    def baseline_label(self) -> str:
-        return BASELINES[self.baseline].label
+def baseline_label(stage: Stage) -> str:
+    """The name of the stage's baseline, as messages show it."""
+    return BASELINES[stage.baseline].label
 
 
 @dataclass(frozen=True)

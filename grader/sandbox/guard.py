@@ -27,11 +27,10 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from functools import cache
 from pathlib import Path
 
+from grader.evidence.sandbox import Confinement, LimitMethod, Mode
 from grader.model import Limit, ProcRecord
 from grader.sandbox import cgroup as _cgroup
 from grader.sandbox import limits as _limits
@@ -47,41 +46,12 @@ from grader.sandbox.fence import (
 )
 from grader.sandbox.process import DRAIN_GRACE_S, KILL_WAIT_S, WATCH_EVERY_S, Control, PopenExtra, run_process
 
-__all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Confinement", "Fence", "Limit", "LimitMethod", "Mode",
+__all__ = ["DRAIN_GRACE_S", "KILL_WAIT_S", "GIB", "MIB", "Fence", "Limit",
            "confines", "mode", "reset_mode", "run", "runtime_folder", "student_user"]
 
 STUDENT_USER_VAR = "GRADER_STUDENT_USER"
 SANDBOX_VAR = "GRADER_SANDBOX"  # "weak": never use bwrap (the mode then says so)
 NO_USER = "none"  # GRADER_STUDENT_USER=none / user="none": no user switch
-
-
-class Confinement(str, Enum):
-    BWRAP = "bwrap"  # namespaces: only the fence's paths, no network, own PID namespace
-    WEAK = "weak"  # the session-kill fence: sees the whole machine; a setsid'd daemon may survive
-
-
-class LimitMethod(str, Enum):
-    CGROUP = "cgroup"  # per-step cgroup v2: memory.max, pids.max, cgroup.kill
-    RLIMIT = "rlimit"  # RLIMIT_DATA/NPROC/FSIZE and the watchdog
-
-
-@dataclass(frozen=True)
-class Mode:
-    """How fenced steps run on this machine, and why not better. Read it; never parse ``describe``."""
-
-    confinement: Confinement
-    reason: str  # why WEAK ("" for BWRAP)
-    limits: LimitMethod  # CGROUP when a per-step cgroup has at least the memory controller
-    limits_reason: str  # why no cgroup, or which controller it lacks ("" when it has both)
-    user: str | None  # the student user fenced steps run as (None: the grader's own user)
-    bwrap: str | None = None
-
-    def describe(self) -> str:
-        who = f"as user {self.user}" if self.user else "as the grader's own user"
-        what = "bwrap sandbox" if self.confinement is Confinement.BWRAP else f"weak sandbox ({self.reason})"
-        how = "cgroup v2 limits" if self.limits is LimitMethod.CGROUP else "rlimit limits"
-        how += f" ({self.limits_reason})" if self.limits_reason else ""
-        return f"{what}, {how}, {who}"
 
 
 def student_user() -> str | None:

@@ -13,6 +13,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.evidence.sandbox import Confinement
 from grader.sandbox import guard as sandbox
 
 OFF = "off"  # a kept folder's variable set to this: none is kept
@@ -45,7 +46,7 @@ def kept_root(variable: str, name: str) -> Path | None:
     if value.lower() == OFF:
         return None
     mode = sandbox.mode()
-    if mode.confinement is not sandbox.Confinement.BWRAP and mode.user is None:
+    if mode.confinement is not Confinement.BWRAP and mode.user is None:
         return None  # a student's program runs as the grader's own user, unconfined: it could write there
     root = Path(value) if value else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gemm-grader" / name
     try:

@@ -44,7 +44,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.children.protocol import ProbeResult, gate_files, release_file, write_result
+from grader.children.protocol import gate_files, release_file, write_result
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.sandbox import PartyTimeline
 from grader.sandbox.launch import ChildResult
 from grader.sandbox.process import Control, usable_cpus
 
@@ -58,14 +60,6 @@ class State(str, Enum):
     TURN = "turn"  # a gate opened: measuring, or doing the work its turn allows
     RELEASED = "released"  # its last turn said it is done with the GPU (protocol.release_turn); exiting
     DONE = "done"  # exited, whatever the way
-
-
-@dataclass(frozen=True)
-class PartyTimeline:
-    """One party's events on the schedule (grading.json's ``timeline``): (wall-clock time, what)."""
-
-    party: str
-    events: list[tuple[float, str]]
 
 
 @dataclass

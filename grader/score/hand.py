@@ -7,7 +7,7 @@ This list is what the instructor puts in that outline.
 """
 from __future__ import annotations
 
-from grader.rubric.items import Item
+from grader.evidence.rubric import Item
 from grader.rubric.occupancy import HAND_GRADED
 from grader.rubric.types import Rubric
 

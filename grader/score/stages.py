@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from grader.evidence.limits import Peaks
+from grader.evidence.rubric import Item, Stage
 from grader.grading import StageOutcome
 from grader.model import ItemResult, Status
-from grader.rubric.items import Item, is_technique
+from grader.rubric.items import is_technique
 from grader.rubric.kinds import REGISTRY, JudgeContext, Registry, result
-from grader.rubric.peaks import Peaks
-from grader.rubric.types import Stage
 
 
 def evaluate(item: Item, o: StageOutcome, outcomes: dict[str, StageOutcome], peaks: Peaks,

@@ -17,8 +17,8 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.evidence.results import Results
 from grader.grading import GradingFormatError, load_grading
-from grader.outputs.results import Results
 from grader.records import to_jsonable
 from grader.serve.child import ChildOutcome
 from grader.serve.store import State

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers
-from grader.compile.tool_search import Tool
 from grader.compile.toolchain import nvcc_arch_flags
-from grader.rubric.load import Rubric, Stage
+from grader.evidence.rubric import Stage
+from grader.evidence.tools import Tool
+from grader.rubric.load import Rubric
 from grader.sandbox import guard as sandbox
 from grader.sandbox.fence import Fence
 from grader.similarity.sass_tokens import kernel_instructions, run_length

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from grader import REPO_ROOT
 from grader.compile.locate import locate
-from grader.compile.tool_search import Tool
+from grader.evidence.rubric import Stage
+from grader.evidence.tools import Tool
 from grader.files import replace_whole
-from grader.rubric.load import Rubric, Stage
+from grader.rubric.load import Rubric
 from grader.similarity.build import Sass, compile_all, file_key
 from grader.similarity.collect import Entry, load_class, load_references
 from grader.similarity.defaults import DEFAULT_FLAG_AT, DEFAULT_TOP

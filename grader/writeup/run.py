@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.children.protocol import ProbeResult
 from grader.compile.locate import locate
+from grader.evidence.protocol import ProbeResult
+from grader.evidence.rubric import Item
 from grader.grading import Grading
 from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.rubric.expr import ExprError, MissingMetric, evaluate_expr, fmt
-from grader.rubric.items import Item
 from grader.rubric.report import STAGE, ReportConfig, Transition, metric_unit
 from grader.rubric.types import Rubric
 from grader.untrusted.quote import quote_code

@@ -114,8 +114,8 @@ def child(spec_path: Path, mode: str) -> int:
         if mode == "lean":
             cp.get_default_memory_pool().free_all_blocks()
         if st.get("operands") == "tensor_maps":
-            from grader.children.protocol import Kernel
             from grader.children.tma import MapLauncher
+            from grader.evidence.protocol import Kernel
             from grader.records import from_jsonable
 
             MapLauncher(from_jsonable(Kernel, st))(kernel, a, b, c, n)

@@ -141,8 +141,8 @@ def run_one(cubin: Path, launch_n: int = 0, with_cublas: bool = False) -> dict:
     from grader.children import tma
     from grader.children.inputs import make_inputs_xp, product_operands
     from grader.children.numerics import compare
-    from grader.children.protocol import Kernel, LaunchShape
     from grader.compile.cubin import read_int_array
+    from grader.evidence.protocol import Kernel, LaunchShape
     data = cubin.read_bytes()
     bx, by, bm, bn, smem = read_int_array(data, f"{KERNEL}_launch")
     boxes, problem = tma.check_boxes(read_int_array(data, f"{KERNEL}_tma"), f"{KERNEL}_tma", [1024, 4096])

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from grader.evidence.sandbox import Confinement
 from grader.sandbox import guard as sandbox
 from grader.untrusted.export import BatchError, Submission
 
@@ -96,7 +97,7 @@ def sandbox_weakness() -> str:
     ``grader.sandbox.guard.mode()`` says whether fenced steps run inside bubblewrap (BWRAP) or only
     under the session-kill fence and limits (WEAK, with its reason)."""
     mode = sandbox.mode()
-    if mode.confinement is sandbox.Confinement.BWRAP:
+    if mode.confinement is Confinement.BWRAP:
         return ""
     return mode.reason or "the sandbox runs without bubblewrap"
 

@@ -44,15 +44,15 @@ from typing import Any
 
 from grader.deploy.gradescope.metadata import SubmissionMetadata
 from grader.deploy.gradescope.policy import CONFIG_FILE, is_gpu_item, read_config
-from grader.outputs.results import (
+from grader.evidence.results import (
     LeaderboardEntry,
     Results,
     ResultsExtra,
     ResultsTest,
     ResultsTestExtra,
     ServiceOutcome,
-    write_results,
 )
+from grader.outputs.results import write_results
 from grader.records import RecordError, from_jsonable
 
 SECRET_FILE = "service.secret"  # in the package's root, mode 0600: readable by the grader (root) only

@@ -27,7 +27,7 @@ GPU (``extra_data.needs_gpu``, from :attr:`grader.model.ItemResult.needs_gpu`: s
 is made, when what is missing is missing because the run had no usable GPU). The item's text is
 never read for this. Items not evaluated for other reasons (no cuobjdump, say) are left alone.
 grading.json only gives the reason the run had no GPU, for the note on top. Pure functions on
-results.json's record (grader/outputs/results.py: Results): the policy returns a changed copy.
+results.json's record (grader/evidence/results.py: Results): the policy returns a changed copy.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from grader.outputs.results import Results, ResultsExtra, ResultsTest, ResultsTestExtra, make_neutral
+from grader.evidence.results import Results, ResultsExtra, ResultsTest, ResultsTestExtra
+from grader.outputs.results import make_neutral
 
 POLICIES = ("pending", "hide", "keep")
 DEFAULT_POLICY = "pending"

@@ -9,7 +9,7 @@
    SIGTERM (grader/sandbox/process.py: run_process). Its files but its own results.json join the
    results folder.
 2. The child's grading.json is read back into a typed :class:`~grader.grading.Grading`; results.json's
-   record (grader/outputs/results.py: Results) is built from it in memory (grader/outputs/write.py:
+   record (grader/evidence/results.py: Results) is built from it in memory (grader/outputs/write.py:
    results_for), the no-GPU policy (:mod:`.policy`) applied to it and, when the package names a GPU
    grading service, the service's verdicts merged into it (:mod:`.bridge`: bridge_results), each step
    returning the changed record.
@@ -36,9 +36,10 @@ from grader.deploy.batch.pool import DEFAULT_TIMEOUT_S, LOG_LIMIT, Options, chil
 from grader.deploy.gradescope.bridge import MARGIN_S, URL_KEY, bridge_results, run_deadline
 from grader.deploy.gradescope.metadata import SubmissionMetadata
 from grader.deploy.gradescope.policy import CONFIG_FILE, apply_no_gpu_policy, read_config, resolve_policy
+from grader.evidence.results import Results, ResultsExtra
 from grader.grading import Grading, GradingFormatError, load_grading
 from grader.model import ProcRecord
-from grader.outputs.results import Results, ResultsExtra, error_results, write_results
+from grader.outputs.results import error_results, write_results
 from grader.outputs.summary import summary_markdown
 from grader.outputs.write import results_for
 from grader.sandbox import guard as sandbox

@@ -33,7 +33,7 @@ from grader.rubric.errors import ConfigError
 from grader.untrusted.safe_copy import member_parts
 
 if TYPE_CHECKING:
-    from grader.children.protocol import ProbeResult
+    from grader.evidence.protocol import ProbeResult
 
 EXIT_OK, EXIT_FIX, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_SKIPPED = 10  # entries the intake left out, one row each

@@ -27,11 +27,13 @@ from pathlib import Path
 
 from grader.compile.intake import Intake
 from grader.compile.locate import Problem, locate
-from grader.compile.stage import CompileResult, compile_stage
-from grader.compile.tool_search import Tool
+from grader.compile.stage import compile_stage
+from grader.evidence.compile import CompileResult
+from grader.evidence.rubric import Stage
+from grader.evidence.tools import Tool
 from grader.model import Bonus, Cause
 from grader.rubric import metric_names
-from grader.rubric.types import Rubric, Stage
+from grader.rubric.types import Rubric
 from grader.untrusted.quote import quote_code
 
 MAX_LINES = 12  # detail lines shown under one row; the rest are counted

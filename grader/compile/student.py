@@ -382,7 +382,7 @@ def _compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[
     target = folder / output
     target.unlink(missing_ok=True)
     read = folder / f"{label}.d"
-    proc = run([*base, "-MD", "-MF", read.name, "-o", output, scratch.source], timeout_s)
+    proc = run(_compile_command(nvcc, scratch, output, flags), timeout_s)  # the command reuse keys on
     seconds["nvcc"] = round(proc.wall_s, 3)
     listed = _read_deps(read)
     if listed is None and not proc.ok and (refused := _refused_by_diagnostics(proc, scratch, allowed, seconds)):

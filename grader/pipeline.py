@@ -163,7 +163,7 @@ def _follow_compiles(job: Job, gpu: GpuSession, selected: list[Stage], futures: 
                           return_when=FIRST_COMPLETED)
         for future in done:
             o, _times = future.result()
-            gpu.hand_racecheck_kernel(o)
+            gpu.hand_kernel(o)
             if o.compile is not None and o.compile.ok and o.compile.cubin and gpu.sass_dumps is not None:
                 gpu.sass_dumps.start(o.stage.id, o.compile.cubin)
         while recorded < len(futures) and futures[recorded].done() and futures[recorded] not in left:

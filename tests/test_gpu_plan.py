@@ -17,10 +17,12 @@ from grader import pipeline
 from grader.evidence.compile import CompileResult, KernelResources
 from grader.evidence.limits import Peaks
 from grader.evidence.protocol import ProbeResult, StageResult
+from grader.gpu import launch_plan
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job
+from grader.gpu.launch_plan import plan_for
 from grader.gpu.plan import GateKind, GpuPlan, Role, Starts
-from grader.gpu.session import GpuSession, plan_for, start_gpu_children
+from grader.gpu.session import GpuSession, start_gpu_children
 from grader.grading import Environment, StageOutcome
 from grader.model import ProcRecord
 from grader.pipeline import detect_environment
@@ -41,7 +43,7 @@ ADA = Environment(ProbeResult(ok=True, name="NVIDIA L4", cc=[8, 9]), "", None, N
 
 @pytest.fixture
 def ncu_found(monkeypatch):
-    monkeypatch.setattr(gpu_session, "_ncu_found", lambda: True)
+    monkeypatch.setattr(launch_plan, "_ncu_found", lambda: True)
 
 
 def _job(tmp_path: Path, env: Environment, submission: Path = ROOT / "solutions", parts: list[str] | None = None,
@@ -136,7 +138,7 @@ def test_the_hopper_stage_is_not_planned_on_a_gpu_that_cannot_run_it(tmp_path, n
 def test_a_grading_of_some_stages_with_profiling_off_and_no_racecheck(tmp_path, monkeypatch):
     import dataclasses
 
-    monkeypatch.setattr(gpu_session, "_ncu_found", lambda: True)
+    monkeypatch.setattr(launch_plan, "_ncu_found", lambda: True)
     rubric = dataclasses.replace(RUBRIC, profile=dataclasses.replace(RUBRIC.profile, enabled=False),
                                  sanitizer=dataclasses.replace(RUBRIC.sanitizer, racecheck=False))
     job = Job(rubric, ROOT / "solutions", tmp_path / "work", H200, ["tiled", "occupancy"], False, lambda _m: None)
@@ -158,13 +160,13 @@ def _stand_ins(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(gpu_session, "launch", launch)
     monkeypatch.setattr(gpu_session, "run_gated", lambda tool, _s, known, *_a, **_k: None)
-    monkeypatch.setattr(gpu_session, "_prepare_cupy_cache", lambda _job: None)
+    monkeypatch.setattr(gpu_session.warm, "prepare_request", lambda _req: (None, "not made in this test"))
     return launched
 
 
 def test_the_session_puts_the_plans_parties_on_the_schedule_in_its_order_with_its_gates(tmp_path, monkeypatch):
     _stand_ins(monkeypatch)
-    monkeypatch.setattr(gpu_session, "_ncu_found", lambda: False)  # no profiler on this machine
+    monkeypatch.setattr(launch_plan, "_ncu_found", lambda: False)  # no profiler on this machine
     job = _job(tmp_path, H200, parts=["naive", "tiled", "wmma"])
     with GpuSession() as gpu:
         start_gpu_children(job, gpu)

@@ -301,8 +301,10 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     monkeypatch.setattr(run_early, "launch", child)
     monkeypatch.setattr(run_early, "run_tool", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec.id))
     monkeypatch.setattr(run_early, "run_gated", lambda tool, _s, spec, *_a, **_k: SanitizerRun(tool, spec.id))
-    monkeypatch.setattr(run_early, "start_profile", lambda *_a, **_k: None)
-    monkeypatch.setattr(run_early, "_prepare_cupy_cache", lambda _job: None)
+    from grader.gpu import launch_plan
+
+    monkeypatch.setattr(launch_plan, "_profile_launch", lambda *_a, **_k: None)
+    monkeypatch.setattr(run_early.warm, "prepare_request", lambda _req: (None, "not made in this test"))
     monkeypatch.setattr(run_early, "occupancy_fence", lambda _work: None)  # the fake CuPy lives outside a fence
     outcomes = {}
     for sid in ("naive", "tiled"):

@@ -21,6 +21,7 @@ from grader.evidence.protocol import Kernel, ProbeResult
 from grader.gpu import racecheck, sanitize
 from grader.gpu import session as gpu_session
 from grader.gpu.job import Job
+from grader.gpu.launch_plan import launch_plan
 from grader.gpu.plan import Role, Starts
 from grader.gpu.sanitize import SanitizerRun
 from grader.gpu.session import GpuSession
@@ -145,8 +146,13 @@ def _job(tmp_path: Path, stages: list[str]) -> tuple[Job, GpuSession]:
 
 def _start_early_racecheck(job: Job, gpu: GpuSession, stages: list) -> None:
     """The racecheck children the grading's plan starts with the session, for ``stages``."""
-    plan = gpu_session.plan_for(job, stages)
-    gpu_session.start_planned(job, gpu, plan.starting(Starts.SESSION, Role.RACECHECK))
+    plan = launch_plan(job, stages)
+    assert gpu.schedule is not None and [r.stage for r in plan.racecheck] == [
+        p.stage for p in plan.gpu.starting(Starts.SESSION, Role.RACECHECK)]
+    gpu.launches = plan
+    for r in plan.racecheck:
+        r.work.mkdir(parents=True, exist_ok=True)
+        gpu.racecheck[r.stage] = gpu.schedule.add(gpu_session._gated_party(r, plan.sanitizer, plan.sanitizer_tool))
 
 
 def test_each_racecheck_child_gets_its_kernel_when_its_own_compile_ends(tmp_path, monkeypatch):

@@ -27,13 +27,14 @@ from grader.gpu.job import Job
 from grader.gpu.ncu_run import stage_spec
 from grader.gpu.sanitize import SanitizerRun, run_many
 from grader.grading import StageOutcome
+from grader.rubric.types import Sanitizer
 from grader.sandbox.fence import GIB, Fence
 from grader.sandbox.turns import Party, Schedule
 
 GATE = "racecheck"  # a tool gate of the schedule (grader/sandbox/turns.py): untimed work after it
 SOURCE_READ_BYTES = 1 << 20  # how much of a stage's file the guess reads (intake caps files anyway)
 
-__all__ = ["blocks_for", "collect", "may_use_shared_memory", "run_now", "stage_folders_fence", "tool_fence",
+__all__ = ["blocks_for", "collect", "folders_fence", "may_use_shared_memory", "run_now", "stage_folders_fence", "tool_fence",
            "uses_shared_memory"]
 
 
@@ -59,25 +60,27 @@ def may_use_shared_memory(submission: Path, st: Stage) -> bool:
 def tool_fence(scratch: Path, outcomes: list[StageOutcome]) -> Fence:
     """The fence of a tool (compute-sanitizer, ncu) launching student kernels: the GPU, its own
     folder, the kernels' cubins read-only; the tools themselves take gigabytes of host memory."""
-    cubins = tuple(dict.fromkeys(Path(o.compile.cubin).parent for o in outcomes if o.compile and o.compile.cubin))
-    return Fence(scratch=scratch, gpu=True, readonly=cubins, memory_bytes=16 * GIB, student_host_code=False)
+    return folders_fence(scratch, [Path(o.compile.cubin).parent for o in outcomes if o.compile and o.compile.cubin])
 
 
-def stage_folders_fence(scratch: Path, job: Job, stages: list[Stage]) -> Fence:
-    """The fence of a tool child started before the compiles (the profiler, racecheck): the GPU, its
-    own folder, and each stage's folder read-only (its cubin is compiled into it later; the folder
-    itself stays)."""
-    folders = []
-    for st in stages:
-        (job.work / st.id).mkdir(parents=True, exist_ok=True)
-        folders.append(job.work / st.id)
-    return Fence(scratch=scratch, gpu=True, readonly=tuple(folders), memory_bytes=16 * GIB, student_host_code=False)
+def folders_fence(scratch: Path, folders: list[Path]) -> Fence:
+    """The fence of a tool child: the GPU, its own folder, ``folders`` (the cubins' or, before the
+    compiles, the stage folders their cubins are compiled into) read-only."""
+    return Fence(scratch=scratch, gpu=True, readonly=tuple(dict.fromkeys(folders)), memory_bytes=16 * GIB,
+                 student_host_code=False)
 
 
-def blocks_for(job: Job, tool_name: str) -> tuple[int, int] | None:
+def stage_folders_fence(scratch: Path, work: Path, stages: list[Stage]) -> Fence:
+    """The fence of a tool child started before the compiles (the profiler, racecheck): each stage's
+    folder under ``work`` read-only (its cubin is compiled into it later; the folder itself stays, made
+    before the child starts)."""
+    return folders_fence(scratch, [work / st.id for st in stages])
+
+
+def blocks_for(san: Sanitizer, tool_name: str) -> tuple[int, int] | None:
     """racecheck watches a corner of the grid (Sanitizer.racecheck_blocks); memcheck all of it: a bad
     access can be in any block, the edge blocks first."""
-    return job.rubric.sanitizer.racecheck_blocks if tool_name == "racecheck" else None
+    return san.racecheck_blocks if tool_name == "racecheck" else None
 
 
 def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tuple[dict[str, SanitizerRun], float]:
@@ -85,7 +88,7 @@ def run_now(job: Job, tool_name: str, outcomes: list[StageOutcome], tool) -> tup
     san, work = job.rubric.sanitizer, job.work / tool_name
     t0 = time.monotonic()
     runs = run_many(tool_name, tool, [stage_spec(o) for o in outcomes], san.n, work, san.timeout_s,
-                    fence=tool_fence(work, outcomes), blocks=blocks_for(job, tool_name))
+                    fence=tool_fence(work, outcomes), blocks=blocks_for(san, tool_name))
     return runs, time.monotonic() - t0
 
 

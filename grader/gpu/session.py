@@ -14,7 +14,7 @@ each planned party and puts it on the schedule when the plan says:
   its untimed start-up (Python, NumPy and CuPy, the CUDA context, its inputs and buffers, cuBLAS;
   grader/children/stage.py: ``Runner.prepare``) while nvcc compiles, and waits at its first gate. The
   compiled kernel reaches each stage child at its correctness turn (the gate's go hands it over), each
-  racecheck child as its stage's compile ends (:meth:`GpuSession.hand_racecheck_kernel`), and the
+  racecheck child as its stage's compile ends (:meth:`GpuSession.hand_kernel`), and the
   profiler's kernels at its own gate; the racecheck runners and verdicts are grader/gpu/racecheck.py's;
 * beside the stage runs (:func:`start_beside_runs`): an ungated racecheck child for a compiled
   shared-memory stage that had none, and the occupancy measurements (grader/occupancy/early.py holds
@@ -29,8 +29,9 @@ that compiled.
 """
 from __future__ import annotations
 
-import secrets
+import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -38,63 +39,83 @@ from grader import pyplot
 from grader.children.protocol import CHECK, PROFILE, STAGE
 from grader.compile import toolchain
 from grader.compile.sass import SassDumps
+from grader.evidence.limits import StageLimit
 from grader.evidence.protocol import (
-    BenchSpec,
-    Case,
     CheckResult,
-    CheckSpec,
-    Expect,
     Kernel,
     KernelGo,
     LaunchResult,
-    LaunchShape,
     OccupancyResult,
-    ProbeResult,
-    ProfileSpec,
     StageResult,
     StagesGo,
-    StageSpec,
 )
-from grader.evidence.rubric import Stage
 from grader.evidence.sandbox import PartyTimeline
 from grader.gpu import warm
 from grader.gpu.job import Job
-from grader.gpu.ncu_run import EarlyProfile, wanted_metrics
-from grader.gpu.plan import GateKind, GpuPlan, PartyPlan, Role, Starts, gpu_plan
+from grader.gpu.launch_plan import (
+    CheckerLaunch,
+    CompiledKernel,
+    LaunchPlan,
+    OccupancyLaunch,
+    ProfileLaunch,
+    RacecheckLaunch,
+    StageLaunch,
+    compiled_kernel,
+    launch_plan,
+)
+from grader.gpu.ncu_run import EarlyProfile
+from grader.gpu.plan import GateKind, GpuPlan, Role, Starts
 from grader.gpu.racecheck import GATE as RACECHECK_GATE
-from grader.gpu.racecheck import blocks_for, may_use_shared_memory, stage_folders_fence, tool_fence, uses_shared_memory
+from grader.gpu.racecheck import blocks_for, folders_fence
 from grader.gpu.sanitize import SanitizerRun, run_gated, run_tool
 from grader.grading import StageOutcome
 from grader.model import ItemResult, ProcRecord
 from grader.occupancy.build import Prebuilt
 from grader.occupancy.child import CHILD_TIMEOUT_S, run_child
 from grader.occupancy.early import GATE as OCCUPANCY_GATE
-from grader.occupancy.early import EarlyOccupancy, ProgramRun, occupancy_fence, program_now, wants_child, wants_program
-from grader.profile.ncu import OUTPUT_LIMIT, command
+from grader.occupancy.early import (
+    EarlyOccupancy,
+    ProgramRun,
+    occupancy_fence,
+    program_now,
+    wants_child,
+    wants_program,
+)
+from grader.profile.ncu import OUTPUT_LIMIT
 from grader.records import from_jsonable, to_jsonable
-from grader.rubric.limits import stage_limit
 from grader.rubric.occupancy import OccupancyConfig
-from grader.rubric.types import Rubric
+from grader.rubric.types import Sanitizer
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.sandbox.process import Control
 from grader.sandbox.turns import Party, Schedule, parallel_children
 
-__all__ = ["GpuSession", "checker_expectations", "plan_for", "stage_party_spec", "start_beside_runs",
-           "start_gpu_children", "start_planned", "occupancy_parties", "start_profile"]
+__all__ = ["GpuSession", "WarmStart", "occupancy_parties", "start_gpu_children"]
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """How the session's warm CuPy cache came about (grader/gpu/warm.py), for the grading's record."""
+
+    folder: Path | None  # every CuPy child's cache starts as a copy of it; None: each compiles its own
+    why_none: str  # why there is none ("" when there is)
+    seconds: float  # the time it took to find or make
+    warm_s: float | None  # the warm child's own time, when it ran
 
 
 class GpuSession:
     """The live handles of one grading's GPU work (see the module docstring). Empty until
-    :func:`start_gpu_children` starts it (never without a GPU); the SASS dumps are made by the compile
-    step whether or not there is a GPU. :meth:`close` releases everything, whatever happened."""
+    :meth:`start` (never without a GPU); the SASS dumps are made by the compile step whether or not
+    there is a GPU. :meth:`close` releases everything, whatever happened."""
 
     def __init__(self) -> None:
         self.plan = GpuPlan(why_none="not started")
+        self.launches: LaunchPlan | None = None
         self.schedule: Schedule | None = None
         self.stage_runs: dict[str, Party] = {}  # stage id -> its child's party
         self.checker: Party | None = None
         self.racecheck: dict[str, Party] = {}  # stage id -> its racecheck child's party
+        self.kernels: dict[str, CompiledKernel] = {}  # stage id -> its compiled kernel, handed to its children
         self.profile: EarlyProfile | None = None
         self.occupancy: EarlyOccupancy | None = None
         self.sass_dumps: SassDumps | None = None  # the compiled stages' SASS, read in the background
@@ -116,20 +137,117 @@ class GpuSession:
         if self.schedule is not None:
             self.schedule.poll()
 
-    def hand_racecheck_kernel(self, o: StageOutcome) -> None:
-        """A stage's compile has ended: hand its early racecheck child the kernel if it uses shared
-        memory, else stop the child at its gate."""
-        party, sched = self.racecheck.get(o.stage.id), self.schedule
+    # ---- executing the plan ------------------------------------------------------------------------
+    def start(self, plan: LaunchPlan) -> WarmStart:
+        """Start what ``plan`` starts with the session: the warm CuPy cache first (every CuPy child's own
+        starts as a copy of it), then a new GPU schedule with each planned party in the plan's order (the
+        stage children first: they are the ones every later turn waits for), each doing its untimed
+        start-up and waiting at its first gate; the kernels compiled already are handed over at once."""
+        self.plan, self.launches = plan.gpu, plan
+        for folder in _folders(plan):
+            folder.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        cache, why = warm.prepare_request(plan.warm) if plan.warm is not None else (None, "no request")
+        started = WarmStart(cache.folder if cache else None, why, time.monotonic() - t0,
+                            cache.warm_s if cache else None)
+        pyplot.preload()  # matplotlib, imported while this process waits for its children
+        parties = self._build(plan, started.folder)
+        shared, tool = plan.gpu.gates(GateKind.SHARED), plan.gpu.gates(GateKind.TOOL)
+        self.schedule = Schedule(parallel_children(plan.device), shared_gates=shared, tool_gates=tool)
+        for party in parties:
+            self.schedule.add(party)
+        for k in plan.compiled:  # compiled already (a GPU lock): its racecheck child gets the kernel now
+            self._open_racecheck(k.stage, k)
+        return started
+
+    def _build(self, plan: LaunchPlan, cache_seed: Path | None) -> list[Party]:
+        """Each party the plan starts with the session, in the plan's order (the stage children first:
+        they are the ones every later turn waits for), built from its record; the kernels compiled
+        already are their payloads."""
+        kernels = {k.stage: k for k in plan.compiled}
+        self.kernels.update(kernels)
+        built: list[Party] = []
+        for p in plan.gpu.starting(Starts.SESSION):
+            if p.role is Role.STAGE:
+                s = next(s for s in plan.stages if s.stage == p.name)
+                self.stage_runs[s.stage] = _stage_party(s, cache_seed, kernels.get(s.stage))
+                built.append(self.stage_runs[s.stage])
+            elif p.role is Role.RACECHECK:  # its kernel is handed over as its stage compiles
+                r = next(r for r in plan.racecheck if r.stage == p.stage)
+                self.racecheck[r.stage] = _gated_party(r, plan.sanitizer, plan.sanitizer_tool)
+                built.append(self.racecheck[r.stage])
+            elif p.role is Role.CHECKER and plan.checker is not None:
+                self.checker = _checker_party(plan.checker, cache_seed)
+                built.append(self.checker)
+            elif p.role is Role.PROFILE and plan.profile is not None:
+                self.profile = early_profile(plan.profile, cache_seed)
+                built.append(self.profile.party)
+        return built
+
+    def hand_kernel(self, o: StageOutcome) -> None:
+        """A stage's compile has ended: its children get the kernel (the stage child at its correctness
+        turn; its early racecheck child now, if it uses shared memory, else that child is stopped at its
+        gate)."""
+        if self.schedule is not None:
+            self._hand(o.stage.id, compiled_kernel(o))
+
+    def _hand(self, sid: str, k: CompiledKernel | None) -> None:
+        if k is not None:
+            self.kernels[sid] = k
+            if sid in self.stage_runs:
+                self.stage_runs[sid].payloads["correctness"] = to_jsonable(KernelGo(k.kernel))
+        self._open_racecheck(sid, k)
+
+    def _open_racecheck(self, sid: str, k: CompiledKernel | None) -> None:
+        """The stage's early racecheck child gets its compiled kernel if it uses shared memory; else it
+        is stopped at its gate."""
+        sched, party = self.schedule, self.racecheck.get(sid)
         if party is None or sched is None:
             return
-        if o.compile is not None and o.compile.ok and uses_shared_memory(o):
-            kernel = o.launch_spec()
-            party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([kernel]))
+        if k is not None and k.shared_memory:
+            party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([k.kernel]))
             sched.open(party)
         else:
             sched.stop(party)
-            del self.racecheck[o.stage.id]
+            del self.racecheck[sid]
 
+    def begin_runs(self, compiled: list[str], prebuilt: Prebuilt | None) -> tuple[dict[str, Party], list[Party]]:
+        """The stage runs begin for the ``compiled`` stages: the children of the stages that did not
+        compile are stopped at their gates (each compiled stage's child has its kernel for its correctness
+        turn). What the plan starts beside the runs is put on the schedule: an ungated racecheck child
+        for each compiled shared-memory stage that had none before the compiles (a correctness tool,
+        nothing timed: it shares the GPU with the runs' untimed parts, and the timed parts wait for it),
+        then the occupancy parties (occ.cu's ``prebuilt`` builds), their measurements after the runs.
+        The runs (stage id -> its child's party) and the parties the turns let through, in the plan's
+        turn order; none when nothing compiled."""
+        sched, plan = self.schedule, self.launches
+        assert sched is not None and plan is not None
+        for sid, party in self.stage_runs.items():
+            if sid not in compiled:
+                sched.stop(party)  # did not compile: nothing to run
+        if not compiled:
+            return {}, []
+        runs = {sid: self.stage_runs[sid] for sid in compiled}
+        planned = {p.stage for p in self.plan.starting(Starts.RUNS, Role.RACECHECK)}
+        missing = [self.kernels[sid] for sid in compiled if sid in planned and sid not in self.racecheck
+                   and self.kernels[sid].shared_memory]
+        tool = toolchain.find_compute_sanitizer() if missing else None
+        for k in missing:
+            self.racecheck[k.stage] = sched.add(_ungated_party(plan.racecheck_work, k, plan.sanitizer, tool),
+                                                start=False)
+        measure = self.plan.party("occupancy:measure")
+        if plan.occupancy is not None and measure is not None:
+            self.occupancy = _occupancy(plan.occupancy, prebuilt, sched,
+                                        [runs[sid] for sid in measure.after if sid in runs])
+        on_turns = {**runs, **({"occupancy:measure": self.occupancy.measure}
+                               if self.occupancy is not None and self.occupancy.measure is not None else {})}
+        return runs, [on_turns[name] for name in self.plan.turns() if name in on_turns]
+
+    def run_limit(self, sid: str) -> StageLimit | None:
+        """The time limit the stage's child runs under (grader/rubric/limits.py), as planned."""
+        return self.launches.limit(sid) if self.launches is not None else None
+
+    # ---- ending ------------------------------------------------------------------------------------
     def close(self) -> list[PartyTimeline]:
         """Stop every child still on the schedule and wait for all (nothing outlives the grading), end
         the background threads; the schedule's timeline. Each handle is released even when another's
@@ -153,177 +271,115 @@ class GpuSession:
         return self.timeline
 
 
-def plan_for(job: Job, stages: list[Stage] | None = None) -> GpuPlan:
-    """The grading's GPU plan (grader/gpu/plan.py) for ``stages`` (compiled already, when the session
-    starts after the GPU lock), else for every selected stage this GPU can run. A stage's racecheck
-    child starts with the session when its compile says it uses shared memory or, not compiled yet,
-    when its source may (:func:`may_use_shared_memory`)."""
-    def racecheck_early(st: Stage) -> bool:
-        o = job.outcomes.get(st.id)
-        known = o is not None and o.compile is not None and o.compile.ok
-        return uses_shared_memory(o) if known and o is not None else may_use_shared_memory(job.submission, st)
-
-    candidates = stages if stages is not None else [st for st in job.rubric.stages if job.wants(st.id)]
-    ncu = job.env.has_gpu and job.rubric.profile.enabled and _ncu_found()
-    return gpu_plan(job.rubric, candidates, job.env.arch_flags, has_gpu=job.env.has_gpu,
-                    racecheck_early=racecheck_early, profile=ncu, occupancy=job.wants("occupancy"))
-
-
-def _ncu_found() -> bool:
-    tool = toolchain.find_ncu()
-    return tool is not None and getattr(tool, "path", None) is not None
-
-
 def start_gpu_children(job: Job, gpu: GpuSession) -> Job:
-    """Start the session: plan it (:func:`plan_for`) and put on a new GPU schedule what the plan starts
-    with the session; each does its untimed start-up and waits at its first gate. Before the compiles
+    """Start the session: its launches planned from the Job (grader/gpu/launch_plan.py), then executed
+    (:meth:`GpuSession.start`); the grading keeps the seeds and the warm cache. Before the compiles
     (alone on the GPU) it is planned for the stages about to be compiled; after them (with a GPU lock)
-    for those that compiled, and each racecheck child is handed its kernel at once. Nothing without a
-    GPU, or when no stage is to be graded; nothing when started already. A step of the grading."""
+    for those that compiled, whose children get their kernels at once. Nothing without a GPU, or when
+    no stage is to be graded; nothing when started already. A step of the grading."""
     if gpu.schedule is not None or not job.env.has_gpu:
         return job
-    compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
-    plan = plan_for(job, [o.stage for o in compiled] if job.outcomes else None)
-    if not plan.parties:
+    compiled = [o.stage for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
+    plan = launch_plan(job, compiled if job.outcomes else None)
+    if not plan.gpu.parties:
         return job
-    rubric = job.rubric
-    job.seeds = {n: secrets.randbelow(2**31) for n in rubric.correctness_sizes}
-    job.seeds["bench"] = secrets.randbelow(2**31)
-    _prepare_cupy_cache(job)
-    pyplot.preload()  # matplotlib, imported while this process waits for its children
-    gpu.plan = plan
-    shared, tool, now = plan.gates(GateKind.SHARED), plan.gates(GateKind.TOOL), plan.starting(Starts.SESSION)
-    gpu.schedule = Schedule(parallel_children(job.env.device), shared_gates=shared, tool_gates=tool)
-    start_planned(job, gpu, now)
-    for o in compiled:  # compiled already (a GPU lock): its racecheck child gets the kernel now
-        gpu.hand_racecheck_kernel(o)
+    job.seeds = dict(plan.seeds)
+    cache = gpu.start(plan)
+    job.clock.add("cupy_cache", cache.seconds)
+    if cache.folder is None:
+        job.notes.append(f"CuPy's kernels could not be compiled ahead ({cache.why_none}); each child compiled its own")
+    job.cupy_cache = cache.folder
+    if cache.warm_s is not None:
+        job.clock.add("cupy_cache.warm", cache.warm_s)
     return job
 
 
-def start_planned(job: Job, gpu: GpuSession, planned: list[PartyPlan]) -> None:
-    """Build each planned party that starts with the session and put it on the schedule, in the plan's
-    order (the stage children first: they are the ones every later turn waits for)."""
-    sched = gpu.schedule
-    assert sched is not None
-    stages = [job.rubric.stage(p.name) for p in planned if p.role is Role.STAGE]
-    sanitizer = None
-    for p in planned:
-        st = job.rubric.stage(p.stage) if p.stage is not None else None
-        if p.role is Role.STAGE and st is not None:
-            gpu.stage_runs[st.id] = sched.add(_stage_party(st, job))
-        elif p.role is Role.RACECHECK and st is not None:  # its kernel is handed over as its stage compiles
-            sanitizer = sanitizer or toolchain.find_compute_sanitizer()
-            gpu.racecheck[st.id] = sched.add(_gated_party(job, st, sanitizer))
-        elif p.role is Role.CHECKER:
-            gpu.checker = sched.add(_checker_party(job, checker_expectations(job, stages)))
-        elif p.role is Role.PROFILE:
-            work = job.work / "ncu"
-            fence = stage_folders_fence(work, job, stages)
-            gpu.profile = start_profile(stages, job.rubric, has_gpu=True, work_dir=work, seed=job.seeds["bench"],
-                                        device=job.env.device, schedule=sched, cache_seed=job.cupy_cache,
-                                        fence=fence)
+def _folders(plan: LaunchPlan) -> list[Path]:
+    """The folders the session makes before any child starts: each child's own, and the stage folders a
+    tool child started before the compiles reads (each cubin is compiled into its stage's folder)."""
+    folders = [s.work for s in plan.stages] + [r.work for r in plan.racecheck]
+    for fence in [r.fence for r in plan.racecheck] + ([plan.profile.fence] if plan.profile is not None else []):
+        folders += list(fence.readonly)
+    return list(dict.fromkeys(folders))
 
 
-def _gated_party(job: Job, st: Stage, tool) -> Party:
+def _stage_party(s: StageLaunch, cache_seed: Path | None, compiled: CompiledKernel | None) -> Party:
+    """The stage's child: fenced, the stage folder is all it may write, CuPy's cache included
+    (never the checker's); its limit from the stage's reference (grader/rubric/limits.py). A stage
+    compiled already has its kernel as its correctness gate's payload; else the compile step hands it."""
+    start = launch  # bound now: the child may start later, from the schedule's thread
+    fence = Fence(scratch=s.work, gpu=True, output_bytes=s.output_limit, student_host_code=False)
+
+    def run(control: Control) -> ChildResult[StageResult]:
+        return start(STAGE, s.spec, s.work, s.limit.seconds, s.output_limit, cache_dir=s.work / "cupy-cache",
+                     cache_seed=cache_seed, control=control, fence=fence)
+
+    payloads = {"correctness": to_jsonable(KernelGo(compiled.kernel))} if compiled is not None else {}
+    return Party(s.stage, ("correctness", "bench"), s.work / "stage_result.json", run, hold_startup=True,
+                 payloads=payloads)
+
+
+def _gated_party(r: RacecheckLaunch, san: Sanitizer, tool) -> Party:
     """The stage's racecheck child, waiting at its gate for the compiled kernel. Its start-up is held
     (not counted against its time limit: it depends on how many children start at once)."""
-    san = job.rubric.sanitizer
-    work = job.work / "racecheck" / st.id
-    work.mkdir(parents=True, exist_ok=True)
-    fence = stage_folders_fence(work, job, [st])
     handed: dict[str, dict] = {}  # the party's payloads: RACECHECK_GATE -> {"stages": [the compiled stage]}
-    # What is known before the compile: the id, the kernel's name and inputs (no cubin, no launch shape yet).
-    known = Kernel(cubin="", kernel=st.kernel, inputs=st.inputs, id=st.id, launch=LaunchShape([], [], 0))
-    blocks, start = blocks_for(job, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
+    blocks, start = blocks_for(san, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
 
     def handed_spec() -> Kernel | None:
-        go = handed.get(RACECHECK_GATE)  # the grader's own payload (hand_racecheck_kernel)
+        go = handed.get(RACECHECK_GATE)  # the grader's own payload (GpuSession._hand)
         stages = from_jsonable(StagesGo, go).stages if go else []
         return stages[0] if stages else None
 
     def run(control: Control) -> SanitizerRun:
-        return start("racecheck", tool, known, san.n, work, san.timeout_s, handed=handed_spec, fence=fence,
+        return start("racecheck", tool, r.known, san.n, r.work, san.timeout_s, handed=handed_spec, fence=r.fence,
                      control=control, blocks=blocks)
 
-    return Party(f"racecheck:{st.id}", (RACECHECK_GATE,), work / "racecheck_result.json", run, hold_startup=True,
-                 payloads=handed)
+    return Party(f"racecheck:{r.stage}", (RACECHECK_GATE,), r.work / "racecheck_result.json", run,
+                 hold_startup=True, payloads=handed)
 
 
-def start_beside_runs(job: Job, gpu: GpuSession, compiled: list[StageOutcome]) -> tuple[dict[str, Party], list[Party]]:
-    """The stage runs begin: the children of the stages that did not compile are stopped at their gates,
-    and each compiled stage's child is to get its kernel at its correctness turn. What the plan starts
-    beside the runs is put on the schedule: an ungated racecheck child for each compiled shared-memory
-    stage that had none before the compiles (a correctness tool, nothing timed: it shares the GPU with
-    the runs' untimed parts, and the timed parts wait for it), then the occupancy parties, their
-    measurements after the runs. The runs (stage id -> its child's party) and the parties the turns let
-    through, in the plan's turn order; none when nothing compiled."""
-    sched = gpu.schedule
-    assert sched is not None
-    compiled_ids = {o.stage.id for o in compiled}
-    for sid, party in gpu.stage_runs.items():
-        if sid not in compiled_ids:
-            sched.stop(party)  # did not compile: nothing to run
-    if not compiled:
-        return {}, []
-    runs = {o.stage.id: gpu.stage_runs[o.stage.id] for o in compiled}
-    planned = {p.stage for p in gpu.plan.starting(Starts.RUNS, Role.RACECHECK)}
-    missing = [o for o in compiled if o.stage.id in planned and o.stage.id not in gpu.racecheck
-               and uses_shared_memory(o)]
-    tool = toolchain.find_compute_sanitizer() if missing else None
-    for o in missing:
-        gpu.racecheck[o.stage.id] = sched.add(_ungated_party(job, "racecheck", o, tool), start=False)
-    cfg = job.rubric.occupancy
-    measure = gpu.plan.party("occupancy:measure")
-    if cfg is not None and measure is not None:
-        work = job.work / "occupancy"
-        gpu.occupancy = occupancy_parties(cfg, job.prebuilt_occupancy, work, sched,
-                                          [runs[sid] for sid in measure.after if sid in runs],
-                                          fence=occupancy_fence(work))
-    for o in compiled:  # the kernel its child gets at its correctness turn, and the limit it runs under
-        kernel = o.launch_spec()
-        o.run_limit = stage_limit(o.stage, job.rubric)
-        runs[o.stage.id].payloads["correctness"] = to_jsonable(KernelGo(kernel))
-    on_turns = {**runs, **({"occupancy:measure": gpu.occupancy.measure}
-                           if gpu.occupancy is not None and gpu.occupancy.measure is not None else {})}
-    return runs, [on_turns[name] for name in gpu.plan.turns() if name in on_turns]
-
-
-def _ungated_party(job: Job, tool_name: str, o: StageOutcome, tool) -> Party:
-    san, work = job.rubric.sanitizer, job.work / tool_name
-    start, blocks = run_tool, blocks_for(job, tool_name)  # bound now: the run may start from the schedule's thread
-    fence = tool_fence(work, [o])
+def _ungated_party(work: Path, k: CompiledKernel, san: Sanitizer, tool) -> Party:
+    start, blocks = run_tool, blocks_for(san, "racecheck")  # bound now: the run may start from the schedule's thread
+    fence = folders_fence(work, [Path(k.kernel.cubin).parent])
 
     def run(control: Control) -> SanitizerRun:
-        return start(tool_name, tool, o.launch_spec(), san.n, work / o.stage.id, san.timeout_s,
+        return start("racecheck", tool, k.kernel, san.n, work / k.stage, san.timeout_s,
                      fence=fence, control=control, blocks=blocks)
 
-    return Party(f"{tool_name}:{o.stage.id}", (), None, run)
+    return Party(f"racecheck:{k.stage}", (), None, run)
 
 
-def start_profile(stages: list[Stage], rubric: Rubric, *, has_gpu: bool, work_dir: Path, seed: int,
-                  schedule: Schedule, fence: Fence | None = None, device: ProbeResult | None = None,
-                  ncu_tool=None, cache_seed: Path | None = None) -> EarlyProfile | None:
-    """Start the ncu run now for ``stages`` (those about to be compiled), waiting at its gate: its
+def early_profile(p: ProfileLaunch, cache_seed: Path | None = None) -> EarlyProfile:
+    """The ncu run for its stages (those about to be compiled), waiting at its gate: its
     start-up (ncu, Python, CuPy, the context, the inputs) then overlaps the compiles and the stage
-    runs' untimed work, and :func:`profile_stages` opens the gate with the compiled kernels found
-    correct. ``cache_seed``: the warm CuPy cache (grader/gpu/warm.py) its own cache starts as a copy of."""
-    prof = rubric.profile
-    if not (prof.enabled and has_gpu) or not stages:
-        return None
-    tool = ncu_tool if ncu_tool is not None else toolchain.find_ncu()
-    if tool is None or getattr(tool, "path", None) is None:
-        return None
-    metrics, _absent, _chip = wanted_metrics(rubric, device)
-    wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
-    spec = ProfileSpec(n=prof.n, seed=seed, inputs=sorted({st.inputs for st in stages}), gate=True)
-    work_dir = Path(work_dir).resolve()
+    runs' untimed work, and the profile step (grader/gpu/ncu_run.py: profile_stages) opens the gate
+    with the compiled kernels found correct. ``cache_seed``: the warm CuPy cache its own cache starts
+    as a copy of."""
+    start = launch  # bound now: the child starts later, from the schedule's thread
 
     def run(control: Control) -> ChildResult[LaunchResult]:
-        return launch(PROFILE, spec, work_dir, prof.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=fence,
-                      cache_seed=cache_seed, control=control)
+        return start(PROFILE, p.spec, p.work, p.timeout_s, OUTPUT_LIMIT, wrap=p.wrap, fence=p.fence,
+                     cache_seed=cache_seed, control=control)
 
-    party = schedule.add(Party("ncu", ("launch",), work_dir / "profile_result.json", run, late=True))
-    return EarlyProfile(party, [st.id for st in stages], metrics)
+    party = Party("ncu", ("launch",), p.work / "profile_result.json", run, late=True)
+    return EarlyProfile(party, list(p.stage_ids), list(p.metrics))
+
+
+def _checker_party(c: CheckerLaunch, cache_seed: Path | None) -> Party:
+    """The trusted checker: it computes the expected products, then waits at its gate ``compare``
+    for the list of outputs to judge (gpu/stages.py: check_results opens it)."""
+    start = launch  # bound now: the child may start later, from the schedule's thread
+
+    def run(control: Control) -> ChildResult[CheckResult]:
+        return start(CHECK, c.spec, c.work, c.timeout_s, 20_000, cache_dir=c.work / "cupy-cache",
+                     cache_seed=cache_seed, control=control)
+
+    return Party("checker", ("compare",), c.work / "check_result.json", run, late=True)
+
+
+def _occupancy(o: OccupancyLaunch, prebuilt: Prebuilt | None, schedule: Schedule,
+               after: list[Party]) -> EarlyOccupancy | None:
+    return occupancy_parties(o.cfg, prebuilt, o.work, schedule, after, fence=occupancy_fence(o.work))
 
 
 def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Path, schedule: Schedule,
@@ -355,73 +411,3 @@ def occupancy_parties(cfg: OccupancyConfig, prebuilt: Prebuilt | None, work: Pat
 
         early.program_party = Party("occupancy:program", (), None, start)
     return early
-
-
-def stage_party_spec(job: Job, st: Stage) -> StageSpec:
-    """The stage child's spec before its stage is compiled: the seeds, sizes and benchmark settings.
-    The compiled kernel (StageOutcome.launch_spec) is handed over at its correctness gate."""
-    seeds = job.seeds
-    return StageSpec(
-        id=st.id, inputs=st.inputs, baseline=st.baseline,
-        correctness=[Case(n=n, seed=seeds[n]) for n in job.rubric.correctness_sizes],
-        bench=BenchSpec(n=st.bench.n, seed=seeds["bench"],
-                        warmup=st.bench.warmup, reps=st.bench.reps, min_reps=st.bench.min_reps,
-                        max_seconds=st.bench.max_seconds, flush_l2=st.bench.flush_l2,
-                        profile_n=job.rubric.profile.n if job.rubric.profile.enabled else None),
-        out_dir=str(job.work / st.id), l2_bytes=job.env.device.l2_bytes if job.env.device is not None else 0, gate=True)
-
-
-def _stage_party(st: Stage, job: Job) -> Party:
-    """The stage's child: fenced, the stage folder is all it may write, CuPy's cache included
-    (never the checker's); its limits from the stage's reference (grader/rubric/limits.py)."""
-    rubric, work = job.rubric, job.work / st.id
-    work.mkdir(parents=True, exist_ok=True)
-    spec = stage_party_spec(job, st)
-    limit_s = stage_limit(st, rubric).seconds
-    start, cache_seed = launch, job.cupy_cache  # bound now: the child may start later, from the schedule's thread
-
-    def run(control: Control) -> ChildResult[StageResult]:
-        return start(STAGE, spec, work, limit_s, rubric.output_limit_bytes, cache_dir=work / "cupy-cache",
-                     cache_seed=cache_seed, control=control,
-                     fence=Fence(scratch=work, gpu=True, output_bytes=rubric.output_limit_bytes,
-                                 student_host_code=False))
-
-    return Party(st.id, ("correctness", "bench"), work / "stage_result.json", run, hold_startup=True)
-
-
-def checker_expectations(job: Job, stages: list[Stage]) -> Expect:
-    """The float64 products the checker will be asked for: each correctness size's reference, per
-    input kind (grader/children/check.py: Products.precompute). A benchmark's products (its last
-    output's reference, the timed launches' fingerprints) are not foreseeable: each launch's inputs
-    and each fingerprint's vector are drawn from the OS after the launch before."""
-    refs: dict[tuple[int, int, str], None] = {}
-    for st in stages:
-        for n in job.rubric.correctness_sizes:
-            refs[(n, job.seeds[n], st.inputs)] = None
-    return Expect(references=list(refs))
-
-
-def _checker_party(job: Job, expect: Expect) -> Party:
-    """The trusted checker: it computes the ``expect``ed products, then waits at its gate ``compare``
-    for the list of outputs to judge (gpu/stages.py: check_results opens it)."""
-    start = launch  # bound now: the child may start later, from the schedule's thread
-    spec = CheckSpec(gate=True, expect=expect)
-
-    def run(control: Control) -> ChildResult[CheckResult]:
-        return start(CHECK, spec, job.work, job.rubric.timeouts.checker_s, 20_000,
-                     cache_dir=job.work / "cupy-cache", cache_seed=job.cupy_cache, control=control)
-
-    return Party("checker", ("compare",), job.work / "check_result.json", run, late=True)
-
-
-def _prepare_cupy_cache(job: Job) -> None:
-    """The trusted warm CuPy cache (grader/gpu/warm.py): the cache of every child that uses CuPy (the
-    stage runs, the checker, the ncu launch; not the sanitizer's launcher) starts as a copy of it."""
-    with job.clock.detail("cupy_cache"):
-        cache, why = warm.prepare(job.rubric, job.env.device or ProbeResult(ok=False), job.work, job.rubric.timeouts.checker_s)
-    if cache is None:
-        job.notes.append(f"CuPy's kernels could not be compiled ahead ({why}); each child compiled its own")
-        return
-    job.cupy_cache = cache.folder
-    if cache.warm_s is not None:
-        job.clock.add("cupy_cache.warm", cache.warm_s)

@@ -28,7 +28,7 @@ from grader.evidence.protocol import (
 from grader.gpu import racecheck
 from grader.gpu.job import Job
 from grader.gpu.sanitize import race_message
-from grader.gpu.session import GpuSession, start_beside_runs
+from grader.gpu.session import GpuSession
 from grader.grading import StageOutcome
 from grader.model import Limit, ProcRecord, Verdict
 from grader.profile.timing import summarize
@@ -100,8 +100,9 @@ def run_stages(job: Job, gpu: GpuSession) -> Job:
     (grader/gpu/session.py: start_gpu_children; with a GPU lock, right before this step); each stage's
     correctness runs take a turn shared with tools but no other stage's kernel, the compiled kernel
     handed over at its start, each timed benchmark a turn with the GPU alone (grader/sandbox/turns.py).
-    racecheck's children were handed their kernels as each stage compiled (grader/gpu/racecheck.py).
-    What the plan starts beside the runs starts now (session.py: start_beside_runs): the occupancy
+    The compile step handed each compiled kernel to its stage's children as it compiled (its stage child
+    gets it at its correctness turn, its racecheck child at once: grader/gpu/racecheck.py).
+    What the plan starts beside the runs starts now (GpuSession.begin_runs): the occupancy
     measurement child, whose timed sweeps take the next turn alone after every stage run has ended; the
     student's occupancy program runs once the timed turns are over (grader/occupancy/early.py). The
     checker and the profiler wait for their steps."""
@@ -110,9 +111,11 @@ def run_stages(job: Job, gpu: GpuSession) -> Job:
         return job
     rubric = job.rubric
     compiled = [o for o in job.outcomes.values() if o.compile is not None and o.compile.ok]
-    runs, turns = start_beside_runs(job, gpu, compiled)
+    runs, turns = gpu.begin_runs([o.stage.id for o in compiled], job.prebuilt_occupancy)
     if not runs:
         return job
+    for o in compiled:  # the limit its child runs under, planned with the session
+        o.run_limit = gpu.run_limit(o.stage.id)
     job.progress(f"running {len(runs)} stage kernel(s): checked one stage at a time, then each timed alone")
     runs_started = time.monotonic()  # the budget counts the runs, not compiles or a wait for the GPU lock
     over_budget: dict[str, float] = {}

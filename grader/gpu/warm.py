@@ -151,8 +151,9 @@ def covers(folder: Path, base: str, calls: Calls) -> bool:
         return False
 
 
-def _shipped_calls(rubric: Rubric) -> tuple[list[WarmStage], list[Draw]]:
-    """The shipped rubric's calls (grader.DEFAULT_RUBRIC), none when ``rubric`` is it or it does not load."""
+def _shipped_calls(rubric_sha256: str) -> tuple[list[WarmStage], list[Draw]]:
+    """The shipped rubric's calls (grader.DEFAULT_RUBRIC), none when the grading's rubric (its
+    ``rubric_sha256``) is it or it does not load."""
     from grader import DEFAULT_RUBRIC
     from grader.rubric.load import RubricError, load_rubric
 
@@ -160,7 +161,7 @@ def _shipped_calls(rubric: Rubric) -> tuple[list[WarmStage], list[Draw]]:
         shipped = load_rubric(DEFAULT_RUBRIC)
     except (RubricError, OSError):
         return [], []
-    return ([], []) if shipped.sha256 == rubric.sha256 else _calls(shipped)
+    return ([], []) if shipped.sha256 == rubric_sha256 else _calls(shipped)
 
 
 def _union(*sets: tuple[list[WarmStage], list[Draw]]) -> tuple[list[WarmStage], list[Draw]]:
@@ -226,7 +227,8 @@ def _make(folder: Path, calls: tuple[list[WarmStage], list[Draw]], device: Probe
     (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
     cache, runs = folder / CACHE, folder / "runs"
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    child = launch(WARM, _spec(*calls, device, runs), folder, timeout_s, 20_000, cache_dir=cache)
+    spec = _spec(*calls, device, runs)
+    child = launch(WARM, spec, folder, timeout_s, 20_000, cache_dir=cache)
     shutil.rmtree(runs, ignore_errors=True)
     if not (child.proc.ok and child.result and child.result.ok):
         return None, f"{child.proc.brief()}: {child.no_result or child.proc.stderr.strip()[-300:]}"
@@ -248,16 +250,42 @@ def _kept(root: Path, base: str, key: str, calls: Calls) -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class WarmRequest:
+    """What one grading asks of the warm cache, read from its rubric and device up front (grader/gpu/launch_plan.py):
+    its warm calls, the device they are made on, its rubric's hash (the shipped rubric's calls are added
+    for any other), its work folder (a cache of its own when none may be kept) and the warm child's limit."""
+
+    runs: list[WarmStage]
+    draws: list[Draw]
+    device: ProbeResult
+    rubric_sha256: str
+    work: Path
+    timeout_s: float
+
+
+def request(rubric: Rubric, device: ProbeResult, work: Path, timeout_s: float) -> WarmRequest:
+    """The warm cache ``rubric``'s grading in ``work`` asks for on ``device``."""
+    runs, draws = _calls(rubric)
+    return WarmRequest(runs, draws, device, rubric.sha256, work, timeout_s)
+
+
 def prepare(rubric: Rubric, device: ProbeResult, work: Path, timeout_s: float) -> tuple[WarmCache | None, str]:
+    """:func:`prepare_request` for ``rubric``'s grading in ``work`` on ``device``."""
+    return prepare_request(request(rubric, device, work, timeout_s))
+
+
+def prepare_request(req: WarmRequest) -> tuple[WarmCache | None, str]:
     """The warm cache for this grading: a kept one of the machine that covers its calls (made now, for
-    its calls and the shipped rubric's, if there is none), else one made in ``work``. (cache, "") or
+    its calls and the shipped rubric's, if there is none), else one made in its work folder. (cache, "") or
     (None, why there is none: the children then compile CuPy's kernels themselves)."""
-    own = _calls(rubric)
+    own = (req.runs, req.draws)
+    device, timeout_s = req.device, req.timeout_s
     own_calls, base = Calls.of(*own), base_key(device)
     key = _key(device, own_calls)
     root = cache_root()
     if root is None:
-        folder = work / "cupy-warm"
+        folder = req.work / "cupy-warm"
         shutil.rmtree(folder, ignore_errors=True)
         secs, why = _make(folder, own, device, key, timeout_s)
         return (WarmCache(folder / CACHE, key, False, secs), "") if secs is not None else (None, why)
@@ -265,7 +293,7 @@ def prepare(rubric: Rubric, device: ProbeResult, work: Path, timeout_s: float) -
         found = _kept(root, base, key, own_calls)
         if found is not None:
             return WarmCache(found / CACHE, found.name, True), ""
-        calls = _union(own, _shipped_calls(rubric))
+        calls = _union(own, _shipped_calls(req.rubric_sha256))
         key = _key(device, Calls.of(*calls))
         folder = root / key
         shutil.rmtree(folder, ignore_errors=True)

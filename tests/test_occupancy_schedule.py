@@ -319,6 +319,8 @@ def test_run_stages_puts_the_occupancy_work_on_the_schedule(tmp_path, monkeypatc
     from grader import pipeline
 
     with GpuSession() as gpu:
+        for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+            gpu.hand_kernel(o)
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
         early = gpu.occupancy

@@ -208,6 +208,8 @@ def test_run_stages_passes_each_stage_its_limit_and_the_output_cap(tmp_path, mon
     env = Environment(ProbeResult(ok=True, name="test GPU"), "", None, None, ["-arch=sm_90a"], Peaks(66.9, 989.0, "t"))
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes=outcomes)
     with GpuSession() as gpu:
+        for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+            gpu.hand_kernel(o)
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
     assert launched == {"naive": (10.0, 20_000, 20_000), "tiled": (10.0, 20_000, 20_000)}
@@ -234,6 +236,8 @@ def test_the_budget_counts_the_runs_not_what_came_before(tmp_path, monkeypatch):
     job = Job(RUBRIC, tmp_path, tmp_path / "work", env, None, False, lambda _m: None, outcomes={"naive": o},
               started=time.monotonic() - 10 * RUBRIC.timeouts.submission_s)
     with GpuSession() as gpu:
+        for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+            gpu.hand_kernel(o)
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
     assert o.verdict is not Verdict.NOT_RUN and len(job.checks) == 1

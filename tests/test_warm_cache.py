@@ -270,6 +270,8 @@ def test_every_stage_child_and_the_checker_start_from_the_warm_cache(tmp_path, m
     monkeypatch.setattr(run_early, "run_gated", sanitizer)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED), ("tiled", Verdict.NOT_EVALUATED))
     with GpuSession() as gpu:
+        for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+            gpu.hand_kernel(o)
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
         run_stages.check_results(job, gpu)
@@ -299,6 +301,8 @@ def test_without_a_warm_cache_the_children_compile_their_own_and_a_note_says_why
     monkeypatch.setattr(run_early, "launch", crashing_child)
     job = _job(tmp_path, ("naive", Verdict.NOT_EVALUATED))
     with GpuSession() as gpu:
+        for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+            gpu.hand_kernel(o)
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
     assert seeds and all(s is None for s in seeds) and job.cupy_cache is None
@@ -378,6 +382,8 @@ def test_racecheck_starts_with_the_runs_and_is_not_run_again(tmp_path, monkeypat
     job.outcomes["naive"].compile.kernel.shared_bytes = 0  # type: ignore[union-attr]  # no shared memory
     job.outcomes["naive"].compile.launch = dataclasses.replace(job.outcomes["naive"].compile.launch, smem=0)  # type: ignore[union-attr,type-var]
     with GpuSession() as gpu:
+        for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+            gpu.hand_kernel(o)
         run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
         run_stages.run_stages(job, gpu)
         run_stages.check_results(job, gpu)
@@ -417,6 +423,8 @@ def test_a_run_that_hangs_stops_its_racecheck(tmp_path, monkeypatch):
     job = _job(tmp_path, ("tiled", Verdict.NOT_EVALUATED))
     with no_hang("a grading whose warm-up child never ends"):
         with GpuSession() as gpu:
+            for o in job.outcomes.values():  # the compile step hands each compiled kernel to the session
+                gpu.hand_kernel(o)
             run_early.start_gpu_children(job, gpu)  # the session starts for the compiled stages
             run_stages.run_stages(job, gpu)
             run_stages.check_results(job, gpu)

@@ -31,11 +31,10 @@ from grader.evidence.rubric import Stage
 from grader.evidence.tools import Tool
 from grader.gpu import warm
 from grader.gpu.job import Job
-from grader.gpu.ncu_run import wanted_metrics
 from grader.gpu.plan import GpuPlan, Role, Starts, gpu_plan
 from grader.gpu.racecheck import may_use_shared_memory, stage_folders_fence, uses_shared_memory
 from grader.grading import StageOutcome
-from grader.profile.ncu import command
+from grader.profile.ncu import wanted_metrics
 from grader.rubric.limits import stage_limit
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.types import Rubric, Sanitizer
@@ -82,9 +81,11 @@ class ProfileLaunch:
     """The profiler under ncu, waiting at its gate for the kernels found correct."""
 
     spec: ProfileSpec
-    wrap: tuple[str, ...]  # the ncu command that runs the child
+    ncu: str  # the tool that runs the child
+    kernels: tuple[str, ...]  # the kernels' names ncu profiles
     stage_ids: tuple[str, ...]
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...]  # those this chip's ncu knows
+    clock_control: str
     work: Path
     timeout_s: float
     fence: Fence
@@ -123,7 +124,6 @@ class LaunchPlan:
     sanitizer_tool: Tool | None = None  # compute-sanitizer, found when a racecheck child starts with the session
     racecheck_work: Path = Path()  # the ungated racecheck children's folder (beside the runs)
     occupancy: OccupancyLaunch | None = None
-    compiled: tuple[CompiledKernel, ...] = ()  # compiled already (a GPU lock): handed over once started
 
     def limit(self, stage: str) -> StageLimit | None:
         return next((s.limit for s in self.stages if s.stage == stage), None)
@@ -131,7 +131,8 @@ class LaunchPlan:
 
 def compiled_kernel(o: StageOutcome) -> CompiledKernel | None:
     """What a stage's children get once it has compiled; None when it did not compile."""
-    if o.compile is None or not o.compile.ok:
+    c = o.compile
+    if c is None or not c.ok or c.cubin is None or c.kernel is None or c.launch is None:
         return None
     return CompiledKernel(o.stage.id, o.launch_spec(), uses_shared_memory(o))
 
@@ -160,10 +161,10 @@ def plan_for(job: Job, stages: list[Stage] | None = None) -> GpuPlan:
     """The grading's GPU plan (grader/gpu/plan.py) for ``stages`` (compiled already, when the session
     starts after the GPU lock), else for every selected stage this GPU can run."""
     candidates = stages if stages is not None else [st for st in job.rubric.stages if job.wants(st.id)]
+    early = [st.id for st in candidates if _racecheck_early(job, st)] if job.rubric.sanitizer.racecheck else []
     ncu = job.env.has_gpu and job.rubric.profile.enabled and _ncu_found()
     return gpu_plan(job.rubric, candidates, job.env.arch_flags, has_gpu=job.env.has_gpu,
-                    racecheck_early=lambda st: _racecheck_early(job, st), profile=ncu,
-                    occupancy=job.wants("occupancy"))
+                    racecheck_early=frozenset(early), profile=ncu, occupancy=job.wants("occupancy"))
 
 
 def stage_party_spec(rubric: Rubric, st: Stage, seeds: dict[int | str, int], work: Path,
@@ -194,22 +195,23 @@ def checker_expectations(rubric: Rubric, seeds: dict[int | str, int], stages: li
 
 def _profile_launch(rubric: Rubric, stages: list[Stage], seed: int, work: Path, device: ProbeResult | None,
                     fence: Fence) -> ProfileLaunch | None:
-    """The ncu run for ``stages`` (those about to be compiled): its command with the metrics this chip's
-    ncu knows (grader/gpu/ncu_run.py: wanted_metrics), its spec and fence."""
+    """The ncu run for ``stages`` (those about to be compiled): the metrics this chip's ncu knows
+    (grader/profile/ncu.py: wanted_metrics), its spec and fence."""
     prof = rubric.profile
     tool = toolchain.find_ncu() if prof.enabled and stages else None
-    if tool is None or getattr(tool, "path", None) is None:
+    if tool is None or tool.path is None:
         return None
-    metrics, _absent, _chip = wanted_metrics(rubric, device)
-    wrap = command(str(tool.path), [st.kernel for st in stages], metrics, prof.clock_control)
     spec = ProfileSpec(n=prof.n, seed=seed, inputs=sorted({st.inputs for st in stages}), gate=True)
-    return ProfileLaunch(spec, tuple(wrap), tuple(st.id for st in stages), tuple(metrics), work.resolve(),
-                         prof.timeout_s, fence)
+    metrics, _absent, _chip = wanted_metrics(rubric, device)
+    return ProfileLaunch(spec, str(tool.path), tuple(st.kernel for st in stages), tuple(st.id for st in stages),
+                         tuple(metrics), prof.clock_control, work.resolve(), prof.timeout_s, fence)
 
 
 def launch_plan(job: Job, stages: list[Stage] | None = None) -> LaunchPlan:
     """The session's launches for ``stages`` (compiled already, with a GPU lock), else for every selected
-    stage this GPU can run: :func:`plan_for`'s parties, each with its record; new seeds."""
+    stage this GPU can run: :func:`plan_for`'s parties, each with its record; new seeds. The decisions of
+    this floor come first (the parties, their specs, folders and fences, the warm cache's request), then
+    what the floors below say of them: ncu's metrics on this chip, each stage's time limit."""
     rubric, device, work = job.rubric, job.env.device, job.work
     plan = plan_for(job, stages)
     if not plan.parties:
@@ -218,24 +220,28 @@ def launch_plan(job: Job, stages: list[Stage] | None = None) -> LaunchPlan:
     now = plan.starting(Starts.SESSION)
     staged = [rubric.stage(p.name) for p in now if p.role is Role.STAGE]
     early = [rubric.stage(p.stage) for p in now if p.role is Role.RACECHECK and p.stage is not None]
+    checker = None
+    if any(p.role is Role.CHECKER for p in now):
+        checker = CheckerLaunch(CheckSpec(gate=True, expect=checker_expectations(rubric, seeds, staged)), work,
+                                rubric.timeouts.checker_s)
+    racecheck = tuple(RacecheckLaunch(st.id, Kernel(cubin="", kernel=st.kernel, inputs=st.inputs, id=st.id,
+                                                    launch=LaunchShape([], [], 0)),
+                                      work / "racecheck" / st.id,
+                                      stage_folders_fence(work / "racecheck" / st.id, work, [st])) for st in early)
+    specs = [stage_party_spec(rubric, st, seeds, work, device) for st in staged]
+    warm_request = warm.request(rubric, device or ProbeResult(ok=False), work, rubric.timeouts.checker_s)
+    occupancy = None
+    if rubric.occupancy is not None and plan.party("occupancy:measure") is not None:
+        occupancy = OccupancyLaunch(rubric.occupancy, work / "occupancy")
     profile = None
     if any(p.role is Role.PROFILE for p in now):
         profile = _profile_launch(rubric, staged, seeds["bench"], work / "ncu", device,
                                   stage_folders_fence(work / "ncu", work, staged))
-    occupancy = None
-    if rubric.occupancy is not None and plan.party("occupancy:measure") is not None:
-        occupancy = OccupancyLaunch(rubric.occupancy, work / "occupancy")
-    compiled = [k for o in job.outcomes.values() if (k := compiled_kernel(o)) is not None]
+    limits = [stage_limit(st, rubric) for st in staged]
     return LaunchPlan(
-        plan, seeds, device, warm.request(rubric, device or ProbeResult(ok=False), work, rubric.timeouts.checker_s),
-        stages=tuple(StageLaunch(st.id, stage_party_spec(rubric, st, seeds, work, device), work / st.id,
-                                 stage_limit(st, rubric), rubric.output_limit_bytes) for st in staged),
-        racecheck=tuple(RacecheckLaunch(st.id, Kernel(cubin="", kernel=st.kernel, inputs=st.inputs, id=st.id,
-                                                      launch=LaunchShape([], [], 0)),
-                                        work / "racecheck" / st.id,
-                                        stage_folders_fence(work / "racecheck" / st.id, work, [st])) for st in early),
-        checker=(CheckerLaunch(CheckSpec(gate=True, expect=checker_expectations(rubric, seeds, staged)), work,
-                               rubric.timeouts.checker_s) if any(p.role is Role.CHECKER for p in now) else None),
-        profile=profile, sanitizer=rubric.sanitizer,
+        plan, seeds, device, warm_request,
+        stages=tuple(StageLaunch(st.id, spec, work / st.id, limit, rubric.output_limit_bytes)
+                     for st, spec, limit in zip(staged, specs, limits)),
+        racecheck=racecheck, checker=checker, profile=profile, sanitizer=rubric.sanitizer,
         sanitizer_tool=toolchain.find_compute_sanitizer() if early else None,
-        racecheck_work=work / "racecheck", occupancy=occupancy, compiled=tuple(compiled))
+        racecheck_work=work / "racecheck", occupancy=occupancy)

@@ -22,9 +22,8 @@ from grader.evidence.protocol import Kernel, LaunchResult, ProbeResult, StagesGo
 from grader.grading import StageOutcome
 from grader.model import Cause, Gap
 from grader.profile import agreement
-from grader.profile.ncu import NcuRun, collect, metrics_needed
+from grader.profile.ncu import NcuRun, collect, wanted_metrics
 from grader.records import to_jsonable
-from grader.rubric.metric_names import chip_for_cc, missing_on
 from grader.rubric.types import Rubric
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult
@@ -61,14 +60,6 @@ class EarlyProfile:
     party: Party
     stage_ids: list[str]
     metrics: list[str]
-
-
-def wanted_metrics(rubric: Rubric, device: ProbeResult | None) -> tuple[list[str], list[str], str | None]:
-    """(the metrics to ask ncu for, those this chip's ncu lacks, the chip)."""
-    wanted = metrics_needed(rubric)
-    chip = chip_for_cc(device.cc if device is not None else None)
-    absent = missing_on(wanted, chip)
-    return [m for m in wanted if m not in absent], absent, chip
 
 
 def stage_spec(o: StageOutcome) -> Kernel:

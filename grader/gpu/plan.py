@@ -22,7 +22,7 @@ says so in words.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -109,10 +109,10 @@ OCCUPANCY_GATE = Gate("sweeps", GateKind.EXCLUSIVE, "run_stages")
 
 
 def gpu_plan(rubric: Rubric, candidates: Sequence[Stage], arch_flags: list[str], *, has_gpu: bool,
-             racecheck_early: Callable[[Stage], bool], profile: bool, occupancy: bool) -> GpuPlan:
+             racecheck_early: Collection[str], profile: bool, occupancy: bool) -> GpuPlan:
     """The plan for those of ``candidates`` (the selected stages, about to be compiled; or those compiled
     already, when the session starts after the GPU lock) that a GPU compiled for with ``arch_flags`` can
-    run (the Hopper stage needs sm_90a). ``racecheck_early(stage)``: whether its racecheck child starts
+    run (the Hopper stage needs sm_90a). ``racecheck_early``: the stages whose racecheck child starts
     with the session (its source may use shared memory, or its compile says it does); ``profile``:
     whether ncu profiles (enabled in the rubric, and found); ``occupancy``: whether the occupancy section
     is graded."""
@@ -124,7 +124,7 @@ def gpu_plan(rubric: Rubric, candidates: Sequence[Stage], arch_flags: list[str],
     ids = tuple(st.id for st in stages)
     parties = [PartyPlan(st.id, Role.STAGE, st.id, Starts.SESSION, STAGE_GATES, hold_startup=True,
                          only_if="the stage compiled") for st in stages]
-    early = [st.id for st in stages if rubric.sanitizer.racecheck and racecheck_early(st)]
+    early = [st.id for st in stages if rubric.sanitizer.racecheck and st.id in racecheck_early]
     parties += [PartyPlan(f"racecheck:{sid}", Role.RACECHECK, sid, Starts.SESSION, (RACECHECK_GATE,),
                           hold_startup=True, only_if="the stage compiled with shared memory") for sid in early]
     parties.append(PartyPlan("checker", Role.CHECKER, None, Starts.SESSION, (CHECKER_GATE,), late=True,

@@ -81,8 +81,7 @@ from grader.occupancy.early import (
     wants_child,
     wants_program,
 )
-from grader.profile.ncu import OUTPUT_LIMIT
-from grader.records import from_jsonable, to_jsonable
+from grader.profile.ncu import OUTPUT_LIMIT, command
 from grader.rubric.occupancy import OccupancyConfig
 from grader.rubric.types import Sanitizer
 from grader.sandbox.fence import Fence
@@ -151,21 +150,19 @@ class GpuSession:
         started = WarmStart(cache.folder if cache else None, why, time.monotonic() - t0,
                             cache.warm_s if cache else None)
         pyplot.preload()  # matplotlib, imported while this process waits for its children
-        parties = self._build(plan, started.folder)
         shared, tool = plan.gpu.gates(GateKind.SHARED), plan.gpu.gates(GateKind.TOOL)
+        parties = self._build(plan, started.folder)
         self.schedule = Schedule(parallel_children(plan.device), shared_gates=shared, tool_gates=tool)
         for party in parties:
             self.schedule.add(party)
-        for k in plan.compiled:  # compiled already (a GPU lock): its racecheck child gets the kernel now
-            self._open_racecheck(k.stage, k)
         return started
 
     def _build(self, plan: LaunchPlan, cache_seed: Path | None) -> list[Party]:
         """Each party the plan starts with the session, in the plan's order (the stage children first:
-        they are the ones every later turn waits for), built from its record; the kernels compiled
-        already are their payloads."""
-        kernels = {k.stage: k for k in plan.compiled}
-        self.kernels.update(kernels)
+        they are the ones every later turn waits for), built from its record. A stage compiled already
+        (a GPU lock) has its kernel as its children's payload: its racecheck child goes through its gate
+        as soon as it arrives there."""
+        kernels = self.kernels  # compiled already (a GPU lock): handed over by the compile step
         built: list[Party] = []
         for p in plan.gpu.starting(Starts.SESSION):
             if p.role is Role.STAGE:
@@ -174,7 +171,7 @@ class GpuSession:
                 built.append(self.stage_runs[s.stage])
             elif p.role is Role.RACECHECK:  # its kernel is handed over as its stage compiles
                 r = next(r for r in plan.racecheck if r.stage == p.stage)
-                self.racecheck[r.stage] = _gated_party(r, plan.sanitizer, plan.sanitizer_tool)
+                self.racecheck[r.stage] = _gated_party(r, plan.sanitizer, plan.sanitizer_tool, kernels.get(r.stage))
                 built.append(self.racecheck[r.stage])
             elif p.role is Role.CHECKER and plan.checker is not None:
                 self.checker = _checker_party(plan.checker, cache_seed)
@@ -185,27 +182,22 @@ class GpuSession:
         return built
 
     def hand_kernel(self, o: StageOutcome) -> None:
-        """A stage's compile has ended: its children get the kernel (the stage child at its correctness
-        turn; its early racecheck child now, if it uses shared memory, else that child is stopped at its
-        gate)."""
-        if self.schedule is not None:
-            self._hand(o.stage.id, compiled_kernel(o))
-
-    def _hand(self, sid: str, k: CompiledKernel | None) -> None:
+        """A stage's compile has ended: the session keeps its kernel for its children, and those on the
+        schedule get it (the stage child at its correctness turn; its early racecheck child now, if it
+        uses shared memory, else that child is stopped at its gate). Before the session starts (with a
+        GPU lock) it only keeps it: the children are built with it (:meth:`start`)."""
+        sid, k = o.stage.id, compiled_kernel(o)
         if k is not None:
             self.kernels[sid] = k
-            if sid in self.stage_runs:
-                self.stage_runs[sid].payloads["correctness"] = to_jsonable(KernelGo(k.kernel))
-        self._open_racecheck(sid, k)
-
-    def _open_racecheck(self, sid: str, k: CompiledKernel | None) -> None:
-        """The stage's early racecheck child gets its compiled kernel if it uses shared memory; else it
-        is stopped at its gate."""
         sched, party = self.schedule, self.racecheck.get(sid)
-        if party is None or sched is None:
+        if sched is None:
+            return
+        if k is not None and sid in self.stage_runs:
+            self.stage_runs[sid].payloads["correctness"] = KernelGo(k.kernel)
+        if party is None:
             return
         if k is not None and k.shared_memory:
-            party.payloads[RACECHECK_GATE] = to_jsonable(StagesGo([k.kernel]))
+            party.payloads[RACECHECK_GATE] = StagesGo([k.kernel])
             sched.open(party)
         else:
             sched.stop(party)
@@ -227,6 +219,7 @@ class GpuSession:
                 sched.stop(party)  # did not compile: nothing to run
         if not compiled:
             return {}, []
+        assert all(sid in self.kernels for sid in compiled), "the compile step hands each compiled kernel over"
         runs = {sid: self.stage_runs[sid] for sid in compiled}
         planned = {p.stage for p in self.plan.starting(Starts.RUNS, Role.RACECHECK)}
         missing = [self.kernels[sid] for sid in compiled if sid in planned and sid not in self.racecheck
@@ -314,28 +307,30 @@ def _stage_party(s: StageLaunch, cache_seed: Path | None, compiled: CompiledKern
         return start(STAGE, s.spec, s.work, s.limit.seconds, s.output_limit, cache_dir=s.work / "cupy-cache",
                      cache_seed=cache_seed, control=control, fence=fence)
 
-    payloads = {"correctness": to_jsonable(KernelGo(compiled.kernel))} if compiled is not None else {}
+    payloads: dict[str, object] = {"correctness": KernelGo(compiled.kernel)} if compiled is not None else {}
     return Party(s.stage, ("correctness", "bench"), s.work / "stage_result.json", run, hold_startup=True,
                  payloads=payloads)
 
 
-def _gated_party(r: RacecheckLaunch, san: Sanitizer, tool) -> Party:
-    """The stage's racecheck child, waiting at its gate for the compiled kernel. Its start-up is held
-    (not counted against its time limit: it depends on how many children start at once)."""
-    handed: dict[str, dict] = {}  # the party's payloads: RACECHECK_GATE -> {"stages": [the compiled stage]}
+def _gated_party(r: RacecheckLaunch, san: Sanitizer, tool, compiled: CompiledKernel | None = None) -> Party:
+    """The stage's racecheck child, waiting at its gate for the compiled kernel (``compiled``, when its
+    stage compiled already: it goes straight through). Its start-up is held (not counted against its
+    time limit: it depends on how many children start at once)."""
+    handed: dict[str, object] = {}  # the party's payloads: RACECHECK_GATE -> StagesGo([the compiled stage])
+    if compiled is not None:
+        handed[RACECHECK_GATE] = StagesGo([compiled.kernel])
     blocks, start = blocks_for(san, "racecheck"), run_gated  # bound now: it starts from the schedule's thread
 
     def handed_spec() -> Kernel | None:
-        go = handed.get(RACECHECK_GATE)  # the grader's own payload (GpuSession._hand)
-        stages = from_jsonable(StagesGo, go).stages if go else []
-        return stages[0] if stages else None
+        go = handed.get(RACECHECK_GATE)  # the grader's own payload (GpuSession.hand_kernel)
+        return go.stages[0] if isinstance(go, StagesGo) and go.stages else None
 
     def run(control: Control) -> SanitizerRun:
         return start("racecheck", tool, r.known, san.n, r.work, san.timeout_s, handed=handed_spec, fence=r.fence,
                      control=control, blocks=blocks)
 
     return Party(f"racecheck:{r.stage}", (RACECHECK_GATE,), r.work / "racecheck_result.json", run,
-                 hold_startup=True, payloads=handed)
+                 hold_startup=True, payloads=handed, early=dict(handed))
 
 
 def _ungated_party(work: Path, k: CompiledKernel, san: Sanitizer, tool) -> Party:
@@ -356,9 +351,10 @@ def early_profile(p: ProfileLaunch, cache_seed: Path | None = None) -> EarlyProf
     with the compiled kernels found correct. ``cache_seed``: the warm CuPy cache its own cache starts
     as a copy of."""
     start = launch  # bound now: the child starts later, from the schedule's thread
+    wrap = command(p.ncu, list(p.kernels), list(p.metrics), p.clock_control)
 
     def run(control: Control) -> ChildResult[LaunchResult]:
-        return start(PROFILE, p.spec, p.work, p.timeout_s, OUTPUT_LIMIT, wrap=p.wrap, fence=p.fence,
+        return start(PROFILE, p.spec, p.work, p.timeout_s, OUTPUT_LIMIT, wrap=wrap, fence=p.fence,
                      cache_seed=cache_seed, control=control)
 
     party = Party("ncu", ("launch",), p.work / "profile_result.json", run, late=True)

@@ -49,7 +49,7 @@ from grader.children.protocol import WARM
 from grader.evidence.protocol import BenchSpec, Case, Draw, Kernel, LaunchShape, ProbeResult, WarmSpec, WarmStage
 from grader.records import to_jsonable
 from grader.rubric.types import Rubric
-from grader.sandbox.kept import kept_root, private_dir
+from grader.sandbox.kept import file_hashes, kept_root, private_dir
 from grader.sandbox.launch import launch
 from grader.sandbox.lock import held
 
@@ -195,20 +195,6 @@ def cache_root() -> Path | None:
     return kept_root(CACHE_VAR, "cupy")
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _list_files(cache: Path) -> dict[str, str] | None:
-    """name -> sha256 of every entry of the flat cache folder; None if one is not a regular file."""
-    files = {}
-    for entry in os.scandir(cache):
-        if not entry.is_file(follow_symlinks=False):
-            return None
-        files[entry.name] = _digest(Path(entry.path))
-    return files
-
-
 def verified(folder: Path, key: str) -> bool:
     """The folder is the grader's alone, and its cache holds exactly the manifest's files, unchanged."""
     cache = folder / CACHE
@@ -216,7 +202,7 @@ def verified(folder: Path, key: str) -> bool:
         return False
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-        return manifest.get("key") == key and _list_files(cache) == manifest.get("files")
+        return manifest.get("key") == key and file_hashes(cache) == manifest.get("files")
     except (OSError, ValueError):
         return False
 
@@ -227,15 +213,14 @@ def _make(folder: Path, calls: tuple[list[WarmStage], list[Draw]], device: Probe
     (None, why not). The child's outputs (matrices at the benchmark size) are deleted after."""
     cache, runs = folder / CACHE, folder / "runs"
     cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-    spec = _spec(*calls, device, runs)
+    spec, made = _spec(*calls, device, runs), Calls.of(*calls)
     child = launch(WARM, spec, folder, timeout_s, 20_000, cache_dir=cache)
     shutil.rmtree(runs, ignore_errors=True)
     if not (child.proc.ok and child.result and child.result.ok):
         return None, f"{child.proc.brief()}: {child.no_result or child.proc.stderr.strip()[-300:]}"
-    files = _list_files(cache)
+    files = file_hashes(cache)
     if files is None:
         return None, "the warm child left something other than files in its cache"
-    made = Calls.of(*calls)
     (folder / MANIFEST).write_text(json.dumps({"key": key, "files": files, "runs": sorted(made.runs),
                                                "draws": sorted(made.draws)}, indent=1))
     return child.proc.wall_s, ""
@@ -280,27 +265,33 @@ def prepare_request(req: WarmRequest) -> tuple[WarmCache | None, str]:
     its calls and the shipped rubric's, if there is none), else one made in its work folder. (cache, "") or
     (None, why there is none: the children then compile CuPy's kernels themselves)."""
     own = (req.runs, req.draws)
-    device, timeout_s = req.device, req.timeout_s
-    own_calls, base = Calls.of(*own), base_key(device)
-    key = _key(device, own_calls)
+    own_calls, base = Calls.of(*own), base_key(req.device)
+    key = _key(req.device, own_calls)
     root = cache_root()
     if root is None:
-        folder = req.work / "cupy-warm"
-        shutil.rmtree(folder, ignore_errors=True)
-        secs, why = _make(folder, own, device, key, timeout_s)
-        return (WarmCache(folder / CACHE, key, False, secs), "") if secs is not None else (None, why)
+        return _fresh(req.work / "cupy-warm", own, key, req, kept_in=None)
     with held(root / f"{base}.lock"):
         found = _kept(root, base, key, own_calls)
         if found is not None:
             return WarmCache(found / CACHE, found.name, True), ""
         calls = _union(own, _shipped_calls(req.rubric_sha256))
-        key = _key(device, Calls.of(*calls))
-        folder = root / key
-        shutil.rmtree(folder, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=root))  # 0700; renamed into place once complete
-        secs, why = _make(tmp, calls, device, key, timeout_s)
-        if secs is None:
-            shutil.rmtree(tmp, ignore_errors=True)
-            return None, why
-        os.rename(tmp, folder)
-        return WarmCache(folder / CACHE, key, True, secs), ""
+        key = _key(req.device, Calls.of(*calls))
+        return _fresh(root / key, calls, key, req, kept_in=root)
+
+
+def _fresh(folder: Path, calls: tuple[list[WarmStage], list[Draw]], key: str, req: WarmRequest,
+           kept_in: Path | None) -> tuple[WarmCache | None, str]:
+    """A cache made now into ``folder`` for ``calls``: kept for later gradings when ``kept_in`` (the
+    machine's root, whose lock is held) is given, made in a temporary folder there and renamed into
+    place once complete; else the grading's own."""
+    shutil.rmtree(folder, ignore_errors=True)
+    # 0700; renamed into place once complete
+    made = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=kept_in)) if kept_in is not None else folder
+    secs, why = _make(made, calls, req.device, key, req.timeout_s)
+    if secs is None:
+        if kept_in is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        return None, why
+    if kept_in is not None:
+        os.rename(made, folder)
+    return WarmCache(folder / CACHE, key, kept_in is not None, secs), ""

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grader.children.protocol import PROFILE
-from grader.evidence.protocol import Kernel, LaunchResult, ProfileSpec
+from grader.evidence.protocol import Kernel, LaunchResult, ProbeResult, ProfileSpec
 from grader.model import Cause, Gap, NcuMetrics, ProcRecord
 from grader.rubric.expr import METRIC_RE  # the metric-name grammar belongs to the rubric's expressions
 from grader.rubric.kinds import REGISTRY
-from grader.rubric.metric_names import NOT_PROFILED_PREFIX
+from grader.rubric.metric_names import NOT_PROFILED_PREFIX, chip_for_cc, missing_on
 from grader.sandbox.fence import Fence
 from grader.sandbox.launch import ChildResult, launch
 from grader.untrusted.quote import quote_code
@@ -182,6 +182,14 @@ class NcuRun:
         if row is None:
             return None, Gap(Cause.GRADER, f"not evaluated: ncu reported no metrics for stage {stage_id}")
         return row, None
+
+
+def wanted_metrics(rubric, device: ProbeResult | None) -> tuple[list[str], list[str], str | None]:
+    """(the metrics to ask ncu for on ``device``, those this chip's ncu lacks, the chip)."""
+    wanted = metrics_needed(rubric)
+    chip = chip_for_cc(device.cc if device is not None else None)
+    absent = missing_on(wanted, chip)
+    return [m for m in wanted if m not in absent], absent, chip
 
 
 def counter_problem(output: str) -> str:

@@ -8,6 +8,7 @@ user). Otherwise there is none, and each grading makes what it needs for itself.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -54,3 +55,14 @@ def kept_root(variable: str, name: str) -> Path | None:
     except OSError:
         return None
     return root if private_dir(root) else None
+
+
+def file_hashes(folder: Path) -> dict[str, str] | None:
+    """name -> SHA-256 of every entry of the flat folder ``folder`` (a kept folder's listing, held against
+    its manifest); None if one is not a regular file."""
+    files = {}
+    for entry in os.scandir(folder):
+        if not entry.is_file(follow_symlinks=False):
+            return None
+        files[entry.name] = hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()
+    return files

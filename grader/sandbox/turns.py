@@ -78,7 +78,7 @@ class Party:
     future: Future | None = None
     state: State = State.PENDING
     passed: int = 0
-    early: dict[str, dict] = field(default_factory=dict)  # gate -> payload, opened before it started
+    early: dict[str, object] = field(default_factory=dict)  # gate -> payload, opened before it started
     after: list[Party] = field(default_factory=list)
     # Hold its clock from its start to its first gate: the start-up (Python, CuPy, the CUDA context,
     # the module) is the grader's own work, whose length depends on how many children start at once
@@ -90,8 +90,9 @@ class Party:
     # A child that waits for a later step (the checker, the profiler), not for a turn: it never holds
     # the last slots a child of the turns needs to start (:meth:`Schedule._start_pending`).
     late: bool = False
-    # gate -> what its go hands over when the turn comes (a stage's compiled kernel at "correctness").
-    payloads: dict[str, dict] = field(default_factory=dict)
+    # gate -> what its go hands over when the turn comes (a stage's compiled kernel at "correctness"): a
+    # record of the child protocol, or a JSON object; the go file holds its JSON form (protocol.write_result).
+    payloads: dict[str, object] = field(default_factory=dict)
     # What happened to it and when, for people (tools/phase_times.py --timeline): (wall-clock time,
     # "start" | "wait <gate>" | "go <gate>" | "stop" | "end"). Nothing reads it back to decide anything.
     events: list[tuple[float, str]] = field(default_factory=list)
@@ -229,9 +230,10 @@ class Schedule:
         return any(p.state in (State.WORKING, State.TURN) for p in self.parties)
 
     # ---- opening gates -------------------------------------------------------------------------------
-    def open(self, party: Party, payload: dict | None = None) -> None:
+    def open(self, party: Party, payload: object | None = None) -> None:
         """Open the gate ``party`` waits at, or (not there yet) its next gate, handing it ``payload``
-        (a JSON object); one that has not arrived goes straight through when it does."""
+        (a record of the child protocol, or a JSON object); one that has not arrived goes straight
+        through when it does."""
         if party.state is State.DONE or party.passed >= len(party.gates):
             return
         gate = party.gates[party.passed]
@@ -241,7 +243,7 @@ class Schedule:
             party.control.resume()
             party.passed += 1
             party.state = State.TURN
-            party.mark(("stop " if data.get("stop") else "go ") + gate)
+            party.mark(("stop " if isinstance(data, dict) and data.get("stop") else "go ") + gate)
             return
         party.early[gate] = data
         if party.state is not State.PENDING:

@@ -147,6 +147,38 @@ def test_a_grading_of_some_stages_with_profiling_off_and_no_racecheck(tmp_path, 
     assert plan.gates(GateKind.TOOL) == ()
 
 
+def test_the_launch_plan_reads_each_partys_record_from_the_job_once(tmp_path, monkeypatch):
+    """What the session launches is read from the Job up front: each stage child's spec (the plan's
+    seeds), folder and limit, each early racecheck child's known kernel and fence, the checker's
+    expected products, the profiler's metrics on this chip, the warm cache's request."""
+    from types import SimpleNamespace
+
+    from grader.profile.ncu import wanted_metrics
+    from grader.rubric.limits import stage_limit
+
+    monkeypatch.setattr(launch_plan.toolchain, "find_ncu", lambda: SimpleNamespace(path="/opt/ncu"))
+    job = _job(tmp_path, H200, parts=["naive", "tiled"])
+    plan = launch_plan.launch_plan(job)
+    work = tmp_path / "work"
+    assert [s.stage for s in plan.stages] == ["naive", "tiled"]
+    for s in plan.stages:
+        assert s.work == work / s.stage and s.spec.out_dir == str(work / s.stage)
+        assert s.limit == stage_limit(RUBRIC.stage(s.stage), RUBRIC) == plan.limit(s.stage)
+        assert [c.seed for c in s.spec.correctness] == [plan.seeds[n] for n in RUBRIC.correctness_sizes]
+        assert s.spec.bench is not None and s.spec.bench.seed == plan.seeds["bench"]
+    assert [r.stage for r in plan.racecheck] == ["tiled"]  # naive's source declares no shared memory
+    (r,) = plan.racecheck
+    assert r.known.cubin == "" and r.known.kernel == RUBRIC.stage("tiled").kernel
+    assert r.fence.readonly == (work / "tiled",) and r.work == work / "racecheck" / "tiled"
+    assert plan.checker is not None and plan.checker.spec.gate
+    assert plan.checker.spec.expect.references == [(n, plan.seeds[n], "fp32") for n in RUBRIC.correctness_sizes]
+    assert plan.profile is not None and plan.profile.ncu == "/opt/ncu"
+    assert list(plan.profile.metrics) == wanted_metrics(RUBRIC, H200.device)[0]
+    assert plan.profile.fence.readonly == (work / "naive", work / "tiled")
+    assert plan.warm is not None and plan.warm.work == work and plan.warm.rubric_sha256 == RUBRIC.sha256
+    assert launch_plan.launch_plan(_job(tmp_path, detect_environment(RUBRIC, use_gpu=False))).gpu.why_none == "no GPU"
+
+
 # ---- the session executes the plan --------------------------------------------------------------------
 def _stand_ins(monkeypatch) -> list[str]:
     """Every child replaced by one that returns at once; the names of what was launched."""

@@ -3,10 +3,12 @@
 grader/gpu/plan.py decides which parties a grading has and when each starts (:class:`GpuPlan`). This
 module reads the Job once, when the session starts, and turns that plan into the plain frozen records
 grader/gpu/session.py executes: the seeds, the stage children's specs and time limits
-(grader/rubric/limits.py), the racecheck children's known kernels and blocks, the checker's expected
-products, the profiler's ncu command and metrics, the warm CuPy cache's request (grader/gpu/warm.py), and
-the kernels of the stages compiled already. The session never reads the Job: it builds each party from
-its record and hands the compiled kernels on (:func:`compiled_kernel`).
+(grader/rubric/limits.py), the racecheck children's known kernels and fences (racecheck's size, limit
+and blocks are the rubric's Sanitizer record), the checker's expected products, the profiler's spec and
+the metrics this chip's ncu knows, and the warm CuPy cache's request (grader/gpu/warm.py). This floor's
+decisions come first, what the floors below say of them last. The session never reads the Job: it
+builds each party from its record; the compile step hands it each compiled kernel as the children get
+it (:func:`compiled_kernel`).
 """
 from __future__ import annotations
 
@@ -120,7 +122,7 @@ class LaunchPlan:
     racecheck: tuple[RacecheckLaunch, ...] = ()
     checker: CheckerLaunch | None = None
     profile: ProfileLaunch | None = None
-    sanitizer: Sanitizer = Sanitizer()  # racecheck's size, limit and blocks, early or beside the runs
+    sanitizer: Sanitizer = Sanitizer()  # racecheck's size, limit and blocks (the rubric's), early or beside the runs
     sanitizer_tool: Tool | None = None  # compute-sanitizer, found when a racecheck child starts with the session
     racecheck_work: Path = Path()  # the ungated racecheck children's folder (beside the runs)
     occupancy: OccupancyLaunch | None = None

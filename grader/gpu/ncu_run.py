@@ -54,7 +54,7 @@ def _why_not(o: StageOutcome, has_gpu: bool, gpu_reason: str, n: int) -> Gap | N
 
 @dataclass
 class EarlyProfile:
-    """The profile child under ncu, started with the stage children (:func:`start_profile`): it makes
+    """The profile child under ncu, started with the stage children (grader/gpu/session.py: early_profile): it makes
     its context and inputs, then waits at its gate ``launch`` for the kernels to profile."""
 
     party: Party
@@ -76,7 +76,7 @@ def profile_stages(outcomes: dict[str, StageOutcome], rubric: Rubric, *, has_gpu
     ``device``: the probe's record; when its chip is one whose metric list the grader ships, the
     metrics that chip's ncu lacks are left out of the run up front (as ncu's own refusal would
     leave them out, without the failed first run) and their items say so.
-    ``early``: the run :func:`start_profile` started (on ``schedule``): its gate is opened for the
+    ``early``: the run the session started (on ``schedule``): its gate is opened for the
     kernels to profile when it holds them all with the same metrics; otherwise it is stopped and
     ncu is started now. Returns the run (for grading.json: its command, notes and output), or None
     when nothing ran.

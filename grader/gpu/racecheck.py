@@ -8,12 +8,12 @@ benchmarks would wait for them (docs/measurements/2026-11-30-h200-speed-run12-14
 So a child for each stage that may use shared memory is started with the stage children, before the compiles
 (grader/gpu/plan.py plans them, grader/gpu/session.py builds them); it starts the driver under the tool, uploads its
 inputs and waits at its gate ``racecheck``. The compile step hands each one its compiled kernel as
-soon as that stage's compile ends (session.py: ``GpuSession.hand_racecheck_kernel``), while the other stages still compile.
+soon as that stage's compile ends (session.py: ``GpuSession.hand_kernel``), while the other stages still compile.
 
 Which stages get one before anything is compiled is a guess from the source
 (:func:`may_use_shared_memory`); it decides only how early a run starts, never whether it runs: a
 compiled stage that uses shared memory and has no early child gets one beside the stage runs
-(session.py: ``start_beside_runs``), and the verdicts are read by :func:`collect` (grader/gpu/stages.py:
+(session.py: ``GpuSession.begin_runs``), and the verdicts are read by :func:`collect` (grader/gpu/stages.py:
 sanitize), which runs now whatever did not run before. A child for a stage that did not compile,
 or compiled without shared memory, is stopped at its gate.
 """

@@ -6,17 +6,20 @@ items graded on a thread while ncu profiles. It is a context manager: closing it
 still running and waits for it, ends the threads, and keeps the schedule's timeline; it always runs,
 also when a step fails. The grading's evidence (grader/gpu/job.py: Job) holds no handle.
 
-What the session starts, and when, is the plan's (grader/gpu/plan.py: gpu_plan). This module builds
-each planned party and puts it on the schedule when the plan says:
+What the session starts, and when, is the plan's (grader/gpu/plan.py: gpu_plan); what each party is
+launched with (its spec, folder, fence, limit) is read from the Job once, up front, into the launch plan
+(grader/gpu/launch_plan.py: launch_plan). The session reads no Job: it executes those records.
 
-* with the session (:func:`start_gpu_children`), right after the probe: a child per stage, the gated
-  racecheck children, the trusted checker and the profiler under ncu (:func:`start_profile`); each does
-  its untimed start-up (Python, NumPy and CuPy, the CUDA context, its inputs and buffers, cuBLAS;
-  grader/children/stage.py: ``Runner.prepare``) while nvcc compiles, and waits at its first gate. The
-  compiled kernel reaches each stage child at its correctness turn (the gate's go hands it over), each
-  racecheck child as its stage's compile ends (:meth:`GpuSession.hand_kernel`), and the
-  profiler's kernels at its own gate; the racecheck runners and verdicts are grader/gpu/racecheck.py's;
-* beside the stage runs (:func:`start_beside_runs`): an ungated racecheck child for a compiled
+* with the session (:func:`start_gpu_children`, then :meth:`GpuSession.start`), right after the probe:
+  the warm CuPy cache (grader/gpu/warm.py), then a child per stage, the gated racecheck children, the
+  trusted checker and the profiler under ncu, each built from its record and then put on a new
+  schedule; each does its untimed start-up (Python, NumPy and CuPy, the CUDA context, its inputs and
+  buffers, cuBLAS; grader/children/stage.py: ``Runner.prepare``) while nvcc compiles, and waits at its
+  first gate. The compile step hands each compiled kernel to the session (:meth:`GpuSession.hand_kernel`):
+  it reaches the stage child at its correctness turn (the gate's go hands it over), the racecheck
+  child at once; the profiler's kernels come at its own gate; the racecheck runners and verdicts are
+  grader/gpu/racecheck.py's;
+* beside the stage runs (:meth:`GpuSession.begin_runs`): an ungated racecheck child for a compiled
   shared-memory stage that had none, and the occupancy measurements (grader/occupancy/early.py holds
   them and says when each goes);
 * once the timed turns are over: the student's occupancy program (EarlyOccupancy.start_program).
@@ -25,7 +28,7 @@ A stage that did not compile has its children stopped at their gates. Why the st
 its measured effect: docs/design.md ("Gates"). With a GPU lock (a batch or the service: another grading
 may be timing kernels on this GPU while this one compiles) nothing may touch the GPU before the lock
 is held, so the session starts once the lock is held (the first of the GPU steps), planned for the stages
-that compiled.
+that compiled, and their children are built with the kernels the compile step handed over.
 """
 from __future__ import annotations
 
@@ -138,10 +141,10 @@ class GpuSession:
 
     # ---- executing the plan ------------------------------------------------------------------------
     def start(self, plan: LaunchPlan) -> WarmStart:
-        """Start what ``plan`` starts with the session: the warm CuPy cache first (every CuPy child's own
-        starts as a copy of it), then a new GPU schedule with each planned party in the plan's order (the
-        stage children first: they are the ones every later turn waits for), each doing its untimed
-        start-up and waiting at its first gate; the kernels compiled already are handed over at once."""
+        """Start what ``plan`` starts with the session: the folders its children use, the warm CuPy cache
+        (every CuPy child's own starts as a copy of it), then each planned party built from its record and
+        put on a new GPU schedule in the plan's order; each does its untimed start-up and waits at its
+        first gate. How the warm cache came about, for the grading's record."""
         self.plan, self.launches = plan.gpu, plan
         for folder in _folders(plan):
             folder.mkdir(parents=True, exist_ok=True)

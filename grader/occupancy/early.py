@@ -116,7 +116,7 @@ class EarlyOccupancy:
 
     def start_program(self) -> None:
         """Start the student's program now (once nothing is timed any more); once, and only when built.
-        Its party was built with the others (grader/gpu/session.py: start_beside_runs)."""
+        Its party was built with the others (grader/gpu/session.py: GpuSession.begin_runs)."""
         if self.program is not None or self.program_party is None:
             return
         self.program = self.schedule.add(self.program_party)

@@ -238,7 +238,7 @@ def collect(stages: list[Kernel], n: int, seed: int, metrics: list[str], ncu_too
 
     ``stages``: the kernels to launch, each with its stage's id.
     ``ncu_tool``: a toolchain.Tool (``.path`` None when ncu is missing). ``first``: the first run,
-    already started with these metrics (grader/gpu/ncu_run.py: start_profile); ncu is started
+    already started with these metrics (grader/gpu/session.py: early_profile); ncu is started
     here only if it refused metrics.
     """
     run = NcuRun(kernels={s.id: s.kernel for s in stages})

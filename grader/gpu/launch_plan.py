@@ -108,6 +108,7 @@ class CompiledKernel:
     stage: str
     kernel: Kernel
     shared_memory: bool
+    cubin_dir: Path  # the folder a tool child launching it reads (racecheck's fence)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def compiled_kernel(o: StageOutcome) -> CompiledKernel | None:
     c = o.compile
     if c is None or not c.ok or c.cubin is None or c.kernel is None or c.launch is None:
         return None
-    return CompiledKernel(o.stage.id, o.launch_spec(), uses_shared_memory(o))
+    return CompiledKernel(o.stage.id, o.launch_spec(), uses_shared_memory(o), Path(c.cubin).parent)
 
 
 def _draw_seeds(rubric: Rubric) -> dict[int | str, int]:

@@ -338,7 +338,7 @@ def _gated_party(r: RacecheckLaunch, san: Sanitizer, tool, compiled: CompiledKer
 
 def _ungated_party(work: Path, k: CompiledKernel, san: Sanitizer, tool) -> Party:
     start, blocks = run_tool, blocks_for(san, "racecheck")  # bound now: the run may start from the schedule's thread
-    fence = folders_fence(work, [Path(k.kernel.cubin).parent])
+    fence = folders_fence(work, [k.cubin_dir])
 
     def run(control: Control) -> SanitizerRun:
         return start("racecheck", tool, k.kernel, san.n, work / k.stage, san.timeout_s,

@@ -130,6 +130,36 @@ def test_a_second_compile_is_reused_with_the_same_record_and_a_changed_header_co
 
 
 @needs_nvcc
+def test_an_entry_keeps_only_the_compiles_own_outputs_when_a_neighbour_writes_in_its_folder(tmp_path, store,
+                                                                                           monkeypatch):
+    # The occupancy exercise's builds share one folder and compile side by side: while this compile runs,
+    # another build's half-written cubin appears beside it. Its entry must not keep that file, or a reuse
+    # would write the half-written cubin over the neighbour's real one.
+    import grader.compile.student as student
+
+    real = student._compile_student
+
+    def with_a_neighbour(nvcc, scratch, *args, **kwargs):
+        record = real(nvcc, scratch, *args, **kwargs)
+        (scratch.folder / "neighbour.cubin").write_bytes(b"\x7fELF half")
+        return record
+
+    monkeypatch.setattr(student, "_compile_student", with_a_neighbour)
+    scratch, fence = _build(tmp_path)
+    first = _compile(scratch, fence)
+    assert first.ok, first.problem
+    [entry] = _entries(store)
+    kept = json.loads(entry.read_bytes().partition(b"\n")[2])["files"]
+    assert sorted(kept) == ["k.cubin", "k.cubin.d"]
+
+    scratch2, fence2 = _build(tmp_path, "build2")
+    monkeypatch.setattr(student, "_compile_student", real)
+    second = _compile(scratch2, fence2)
+    _same(first, second)  # reused
+    assert sorted(p.name for p in scratch2.folder.iterdir()) == ["k.cu", "k.cubin", "k.cubin.d", "k.h"]
+
+
+@needs_nvcc
 def test_a_corrupt_or_truncated_entry_is_a_miss_and_is_written_again(tmp_path, store):
     scratch, fence = _build(tmp_path)
     first = _compile(scratch, fence)

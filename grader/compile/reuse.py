@@ -224,9 +224,11 @@ def load(store: Store, name: str) -> Hit | None:
 
 
 def save(store: Store, name: str, record: dict, folder: Path, was: Mapping[str, tuple[int, int]],
-         dependencies: Sequence[str]) -> bool:
-    """Write the entry: ``record``, every file of ``folder`` that is new or changed since ``was``, and the
-    hash of every dependency outside ``folder``. Nothing is written when one of those cannot be read."""
+         dependencies: Sequence[str], outputs: Sequence[str]) -> bool:
+    """Write the entry: ``record``, each of the compile's ``outputs`` (names in ``folder``) that is new or
+    changed since ``was``, and the hash of every dependency outside ``folder``. Nothing is written when one
+    of those cannot be read. Only the compile's own outputs are kept: builds that share a folder and run side
+    by side change other files in it meanwhile, and a half-written file of theirs must never be restored."""
     now = _files(folder)
     if now is None or not dependencies:
         return False
@@ -243,7 +245,7 @@ def save(store: Store, name: str, record: dict, folder: Path, was: Mapping[str, 
     files = {}
     try:
         for n, sig in now.items():
-            if was.get(n) != sig:
+            if n in outputs and was.get(n) != sig:
                 p = folder / n
                 files[n] = [stat.S_IMODE(p.stat().st_mode), base64.b64encode(p.read_bytes()).decode("ascii")]
     except OSError:

@@ -275,6 +275,7 @@ class _Kept:
     store: reuse.Store
     name: str
     was: dict[str, tuple[int, int]]
+    outputs: tuple[str, ...]  # what the compile writes: its output and its dependency listing
 
 
 def _compile_command(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str]) -> list[str]:
@@ -296,7 +297,8 @@ def _reusable(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], o
     was = reuse.before(scratch.folder)
     name = reuse.key(nvcc, scratch.folder, [scratch.display, *_compile_command(nvcc, scratch, output, flags)], env,
                      fence, output_limit, scratch.user)
-    return None if name is None or was is None else _Kept(store, name, was)
+    outputs = (Path(output).name, f"{Path(output).name}.d")
+    return None if name is None or was is None else _Kept(store, name, was, outputs)
 
 
 def _reused(kept: _Kept, scratch: Scratch, timeout_s: float, deadline: Deadline | None) -> CompileRecord | None:
@@ -340,7 +342,7 @@ def _keep(kept: _Kept, record: CompileRecord, scratch: Scratch) -> None:
     data = {"status": record.status.value, "problem": record.problem, "proc": reuse.proc_to_json(proc),
             "output": None if record.output is None else record.output.name, "dependencies": record.dependencies,
             "seconds": record.seconds}
-    reuse.save(kept.store, kept.name, data, scratch.folder, kept.was, record.dependencies)
+    reuse.save(kept.store, kept.name, data, scratch.folder, kept.was, record.dependencies, kept.outputs)
 
 
 def _compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[str], *, timeout_s: float,

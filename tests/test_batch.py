@@ -358,15 +358,36 @@ FAKE_GPU_CHILD = textwrap.dedent("""\
     started = time.time()
     times = open(os.path.join(sub, "SLEEP")).read() if os.path.exists(os.path.join(sub, "SLEEP")) else "0.3 0.3 0"
     compile_s, gpu_s, start_s = map(float, times.split())
+    # SYNC (optional): {"dir": a folder shared by the children, step: [mark on entering it, wait for this mark
+    # before leaving it]}, for "probe", "compile_stages" and "run_stages"; a wait gives up after 60 s
+    sync = json.load(open(os.path.join(sub, "SYNC"))) if os.path.exists(os.path.join(sub, "SYNC")) else {}
+
+    def marks(step):
+        mark, wait = sync.get(step) or (None, None)
+        if mark:
+            Path(sync["dir"], mark).touch()
+        return wait
+
+    def wait_for(name):
+        end = time.monotonic() + 60
+        while name and not Path(sync["dir"], name).exists() and time.monotonic() < end:
+            time.sleep(0.01)
+
     time.sleep(start_s)  # a later start
     clock = Clock()
     turn = lambda: gpu_turn(Path(lock) if lock else None, clock, True)
     with turn(), clock.step("probe"):
         time.sleep(0.05)
+        wait = marks("probe")
+    wait_for(wait)
     with clock.step("compile_stages"):  # the CPU steps
+        wait = marks("compile_stages")
         time.sleep(compile_s)
+        wait_for(wait)
     with turn(), clock.step("run_stages"):  # the GPU steps
+        wait = marks("run_stages")
         time.sleep(gpu_s)
+        wait_for(wait)
     phases = [dict(name=p.name, seconds=p.seconds, stage=p.stage, detail=p.detail, ended=p.ended)
               for p in clock.phases]
     with open(os.path.join(out, "grading.json"), "w") as f:
@@ -423,14 +444,23 @@ def test_two_gradings_per_gpu_share_its_lock_and_keep_it_busy(tmp_path, fake_gpu
         assert info["gpu_busy"][gpu] == pytest.approx(total / info["wall_s"], abs=0.01) and info["gpu_busy"][gpu] > 0
     assert s.gpu_busy == info["gpu_busy"]
 
-    # while one grading is timed on the GPU, the other one on that GPU compiles
+    # while one grading is timed on the GPU, the other one on that GPU compiles. Marks order the two
+    # children whatever the machine's load: submission_1 leaves its compile only after submission_2's probe
+    # (which needs the GPU's lock too), and stays timed until submission_2 compiles; submission_2 stays in
+    # its compile until submission_1 is timed. Two gradings run one after the other could not overlap so:
+    # the first's wait would give up, and the assert below fails.
     pair = _small_export(tmp_path / "pair", ("submission_1", "submission_2"))
-    # submission_2 starts during submission_1's compile (its probe needs the GPU's lock too), then
-    # compiles while submission_1 is timed
-    (pair / "submission_1" / "SLEEP").write_text("1.0 1.5 0")
-    (pair / "submission_2" / "SLEEP").write_text("1.0 0.05 0.8")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (pair / "submission_1" / "SLEEP").write_text("0 0 0")
+    (pair / "submission_2" / "SLEEP").write_text("0 0 0")
+    (pair / "submission_1" / "SYNC").write_text(json.dumps(
+        {"dir": str(marks), "compile_stages": [None, "probed-2"], "run_stages": ["timed-1", "compiling-2"]}))
+    (pair / "submission_2" / "SYNC").write_text(json.dumps(
+        {"dir": str(marks), "probe": ["probed-2", None], "compile_stages": ["compiling-2", "timed-1"]}))
     s = batch.grade_export(pair, tmp_path / "pair-out", quiet=True, make_cmd=fake_gpu, gpus=["0"])
     assert s.workers == ["0", "0"] and s.graded == 2
+    assert sorted(p.name for p in marks.iterdir()) == ["compiling-2", "probed-2", "timed-1"]
     done = tmp_path / "pair-out" / "submissions"
     timed = {f: _spans(done / f / "grading.json", "run_stages")[0] for f in ("submission_1", "submission_2")}
     compiled = {f: _spans(done / f / "grading.json", "compile_stages")[0] for f in ("submission_1", "submission_2")}

@@ -8,7 +8,7 @@ import pytest
 
 from grader.evidence.compile import CompileResult, KernelResources, SassResult
 from grader.evidence.limits import Peaks
-from grader.evidence.rubric import PARAM_NAMES
+from grader.evidence.params import RECORDS
 from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
@@ -60,7 +60,8 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
     wording = kind.handout_text(item, STAGE, RUBRIC)
     assert wording.strip() and wording != name, f"{name} has no handout wording"
     assert threshold(item, STAGE, RUBRIC).startswith(wording)
-    assert set(kind.params) <= set(PARAM_NAMES)  # each declared param is a field of the typed record
+    assert set(kind.params) == set(kind.record.names())  # each declared param is a field of the kind's own record
+    assert isinstance(item.params, kind.record) and RECORDS[name] is kind.record  # what the codec reads it as
     assert kind.technique_allowed == ("technique" in kind.params)
     if kind.calibrated:  # a threshold kind: a number, a level, an op, an axis
         assert kind.threshold_kind and kind.level_param in kind.params and kind.axis is not None
@@ -72,7 +73,7 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
         assert kind.reading(item, stored) == Reading(value, float(SAMPLES[name].get("min", 4)), kind.op(item), True)
         assert measured_value(item, stored) == value and is_threshold_item(item)
         assert threshold_of(item) == float(SAMPLES[name].get("min", SAMPLES[name].get("value")))
-        assert kind.axis(item, {s.id: s for s in RUBRIC.stages}).strip()
+        assert kind.axis_label(item, {s.id: s for s in RUBRIC.stages}).strip()
     else:  # a static kind says why the calibration does not read its number
         assert kind.not_calibrated.strip() and kind.measured_key is None
         assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", values=Measured(value=1.0))) is None
@@ -103,11 +104,11 @@ def _outcome(stage_id: str) -> StageOutcome:
 
 
 def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_together():
-    def judge(kind, item, o, context: JudgeContext) -> ItemResult:
+    def judge(kind, item, params, o, context: JudgeContext) -> ItemResult:
         return result(o.stage, item, Status.PASSED, 1, "judged by the replacement",
                       values=Measured(fraction_of_baseline=0.01))
 
-    def handout(kind, item, stage, rubric) -> str:
+    def handout(kind, item, params, stage, rubric) -> str:
         return "whatever the replacement says"
 
     old = REGISTRY["fraction_of_baseline"]

@@ -186,7 +186,7 @@ def _stages(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float,
         if ids.count(st.id) > 1:
             raise RubricError(f"{r.where}.stages[{k}].id", f"{st.id!r} appears twice", "unique stage ids")
         for j, it in enumerate(st.items):
-            other = it.params.stage
+            other = it.params.get("stage")
             if other is not None and other not in ids:
                 raise RubricError(f"{r.where}.stages[{k}].items[{j}].stage", f"is {other!r}",
                                   "the id of another stage: " + ", ".join(ids))

@@ -13,6 +13,7 @@ and ignored on load).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,7 @@ class ProfileRun:
 class Grading:
     submission: str
     env: Environment
-    outcomes: dict[str, StageOutcome]
+    outcomes: Mapping[str, StageOutcome]
     items: list[ItemResult]
     seconds: float
     notes: list[str] = field(default_factory=list)

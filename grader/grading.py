@@ -16,7 +16,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from grader.clock import Phase
 from grader.evidence.compile import CompileResult, SassResult
@@ -170,7 +169,7 @@ class Grading:
         bonus = [i for i in self.items if i.bonus is not Bonus.NONE]
         return round(sum(i.score for i in bonus), 4), sum(i.max_score for i in bonus)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The grading.json dict (JSON-ready)."""
         env = self.env
         stages = {}

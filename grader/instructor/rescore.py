@@ -468,7 +468,8 @@ def _submissions(col: Collection, subs_dir: Path, notes: list[str]) -> list:
 
 def _batch_stages(col: Collection) -> list[str] | None:
     batch = read_json(col.root / "batch.json")
-    stages = ((batch or {}).get("graded_by") or {}).get("stages") if isinstance(batch, dict) else None
+    by = batch.get("graded_by") if isinstance(batch, dict) else None
+    stages = by.get("stages") if isinstance(by, dict) else None
     return [str(s) for s in stages] if isinstance(stages, list) else None
 
 

@@ -120,7 +120,8 @@ def from_jsonable(cls: type[T], data: object, *, strict: bool = True) -> T:
     config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, **_form_hooks(cls)},
                            strict=strict)
     try:
-        return dacite.from_dict(cls, data, config=config)
+        hook = config.type_hooks.get(cls)  # dacite applies the hooks to fields only, so the record's own here
+        return dacite.from_dict(cls, hook(data) if hook else data, config=config)
     except RecursionError:
         raise RecordError("nested too deeply") from None
     except (dacite.DaciteError, ValueError, TypeError) as exc:

@@ -1,6 +1,7 @@
 """grader/rubric/kinds.py: one entry per stage item kind, and no kind switch anywhere else (no GPU)."""
 import ast
 import dataclasses
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -8,13 +9,15 @@ import pytest
 
 from grader.evidence.compile import CompileResult, KernelResources, SassResult
 from grader.evidence.limits import Peaks
-from grader.evidence.params import RECORDS
+from grader.evidence.params import RECORDS, FractionOfPeakParams, NcuParams, NoParams
+from grader.evidence.rubric import Item
 from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
 from grader.instructor.stored import is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Measured, Status, Verdict
 from grader.profile.timing import summarize
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
@@ -78,6 +81,46 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
         assert kind.not_calibrated.strip() and kind.measured_key is None
         assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", values=Measured(value=1.0))) is None
         assert not is_threshold_item(item)
+
+
+@pytest.mark.parametrize("name", REGISTRY.names)
+def test_each_kinds_params_go_through_the_codec_as_its_own_record(name):
+    item = sample(name)
+    data = to_jsonable(item)
+    record = REGISTRY[name].record
+    # grading.json's params: the given ones, in the record's order (a curve's keys last)
+    assert list(data["params"]) == [k for k in record.names() if k in SAMPLES[name]]
+    back = from_jsonable(Item, json.loads(json.dumps(data)))
+    assert back == item and type(back.params) is record and to_jsonable(back) == data
+
+
+def test_a_stored_items_params_read_back_in_their_order_and_a_wrong_one_is_refused():
+    stored = {"id": "n", "title": "t", "points": 1.0, "visibility": "visible", "kind": "ncu",
+              "params": {"expr": "a.sum / N", "op": ">=", "value": 2, "unit": "%", "technique": True,
+                         "partial_from": 1}, "number": ""}
+    item = from_jsonable(Item, stored)
+    assert item.params == NcuParams(expr="a.sum / N", op=">=", value=2, unit="%", technique=True, partial_from=1)
+    assert json.dumps(to_jsonable(item)) == json.dumps(stored)  # the same bytes again (2 stays 2)
+    with pytest.raises(RecordError, match="min"):  # a speed item's params without its level
+        from_jsonable(Item, {**stored, "kind": "fraction_of_baseline", "params": {"partial_from": 0.1}})
+    with pytest.raises(RecordError, match="fastest"):
+        from_jsonable(Item, {**stored, "kind": "fastest"})
+    assert from_jsonable(Item, {**stored, "kind": None, "params": {}}).params == NoParams()  # a section's item
+
+
+def test_a_judge_gets_its_own_kinds_record():
+    seen = []
+
+    def judge(kind, item, params, o, context):
+        seen.append(params)
+        return result(o.stage, item, Status.PASSED, 1, "ok")
+
+    registry = REGISTRY.replace(dataclasses.replace(REGISTRY["fraction_of_peak"], judge=judge))
+    item = sample("fraction_of_peak")
+    evaluate(item, _outcome("tiled"), {}, PEAKS, registry)
+    assert seen == [FractionOfPeakParams(peak="fp32", min=0.3)]
+    with pytest.raises(TypeError, match="FractionOfPeakParams"):  # an item of another kind is refused
+        registry["fraction_of_peak"].judged(sample("ncu"), _outcome("tiled"), JudgeContext())
 
 
 def test_a_kind_without_technique_refuses_it_and_the_param_checks_keep_their_messages():

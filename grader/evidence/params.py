@@ -6,7 +6,7 @@ what-if axis. The records live here, beside the Item that holds them, because gr
 reads one back as the record of its item's ``kind`` (:data:`RECORDS`; grader/evidence/rubric.py: Item).
 
 The JSON form of a record holds the params the rubric gave (an absent optional one, None, is not written), in
-the record's field order with a curve's keys last: the keys and their order are those rubric.yaml's item has.
+the record's field order with a curve's keys last.
 """
 from __future__ import annotations
 

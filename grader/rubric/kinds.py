@@ -233,7 +233,7 @@ class Kind(Generic[P]):
         if self.level_param is None or not isinstance(p, Curved):
             raise TypeError(f"kind {self.name} has no curve")  # only threshold kinds have one
         level = p.get(self.level_param)
-        return curve_of(p, float(level) if isinstance(level, (int, float)) else math.nan, p.comparison())
+        return curve_of(p, float(level) if isinstance(level, (int, float)) else math.nan, self.op(item))
 
     def measured(self, result: ItemResult | None) -> float | None:
         """The number the item was graded on, from its result; None when nothing was measured (not timed,

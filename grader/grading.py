@@ -13,9 +13,9 @@ and ignored on load).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from grader.clock import Phase
 from grader.evidence.compile import CompileResult, SassResult
@@ -122,7 +122,7 @@ class ProfileRun:
 class Grading:
     submission: str
     env: Environment
-    outcomes: dict[str, StageOutcome]
+    outcomes: Mapping[str, StageOutcome]
     items: list[ItemResult]
     seconds: float
     notes: list[str] = field(default_factory=list)
@@ -169,7 +169,7 @@ class Grading:
         bonus = [i for i in self.items if i.bonus is not Bonus.NONE]
         return round(sum(i.score for i in bonus), 4), sum(i.max_score for i in bonus)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The grading.json dict (JSON-ready)."""
         env = self.env
         stages = {}

@@ -7,13 +7,14 @@ serialise to JSON for the results folder and for hand-off between processes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 
 # One Nsight Compute metric's value as ncu's CSV gives it (grader/profile/ncu.py: parse_value): a number, the
 # text of a non-numeric cell such as "(32, 32, 1)", or None for "n/a" and an empty cell.
 NcuValue = float | str | None
-NcuMetrics = dict[str, NcuValue]  # one kernel's metrics, by metric name (StageOutcome.ncu)
+NcuMetrics = Mapping[str, NcuValue]  # one kernel's metrics, by metric name (StageOutcome.ncu)
 
 
 class Status(str, Enum):
@@ -168,7 +169,7 @@ class Measured:
 
     # stage items (grader/rubric/kinds.py): the number a kind is graded on is the field its ``measured_key`` names
     registers: int | None = None  # compiles, no_spills: registers per thread
-    opcodes: dict[str, int] | None = None  # sass: the forbidden opcodes found, with their counts
+    opcodes: Mapping[str, int] | None = None  # sass: the forbidden opcodes found, with their counts
     fraction_of_baseline: float | None = None
     tflops: float | None = None
     ratio: float | None = None  # fraction_of_peak
@@ -181,7 +182,7 @@ class Measured:
     calls: int | None = None
     launches: int | None = None
     unchecked_lines: list[int] | None = None
-    times_ms: dict[str, float] | None = None
+    times_ms: Mapping[str, float] | None = None
     plot: str | None = None
     traceback: str | None = None
     # the report's values items (grader/writeup/run.py): how many cited values matched, and so on
@@ -193,7 +194,7 @@ class Measured:
     gated_by: list[str] | None = None
     # a hand-graded item: what was recorded for course staff, by answer path ("ex2.explanation"; None: no answer).
     # Written as keys of their own beside the fields above.
-    answers: dict[str, str | None] = field(default_factory=dict)
+    answers: Mapping[str, str | None] = field(default_factory=dict)
 
     def json_form(self) -> dict[str, object]:
         """The JSON object: the fields that are set, in order, and the answers as keys of their own."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import dacite
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 T = TypeVar("T")
 
@@ -35,8 +37,16 @@ def _float_fields(cls: type) -> frozenset[str]:
     return frozenset(name for name, t in hints.items() if t is float or t == (float | None))
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Turn records (and containers of them) into JSON-ready values.
+@overload
+def to_jsonable(obj: DataclassInstance | Mapping[str, object]) -> dict[str, object]: ...
+@overload
+def to_jsonable(obj: object) -> object: ...
+
+
+def to_jsonable(obj: object) -> object:
+    """Turn records (and containers of them) into JSON-ready values: a record or a mapping becomes a JSON
+    object, a list or tuple a list, an enum its value, NaN null; any other value is left to the caller's
+    ``json.dumps`` (its ``default``).
 
     A whole number in a field typed float is written as a float (``20.0``), so that a record
     read back (grader/grading.py) writes the same text again.
@@ -44,10 +54,10 @@ def to_jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type) and hasattr(obj, "json_form"):
         return to_jsonable(obj.json_form())  # a record that writes a form of its own (grader/model.py: Measured)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        # Field by field, not dataclasses.asdict: asdict rebuilds a Counter from (key, value)
-        # pairs, counting the pairs, and cannot rebuild dict subclasses such as NcuTable.
+        # Field by field, not dataclasses.asdict: asdict rebuilds a dict subclass (a Counter a builder put in a
+        # Mapping field) from (key, value) pairs, counting the pairs.
         floats = _float_fields(type(obj))
-        out = {}
+        out: dict[str, object] = {}
         for f in dataclasses.fields(obj):
             value = getattr(obj, f.name)
             if f.name in floats and type(value) is int:
@@ -56,7 +66,7 @@ def to_jsonable(obj: Any) -> Any:
         return out
     if isinstance(obj, Enum):
         return obj.value
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
@@ -98,19 +108,20 @@ def _form_hooks(cls: type) -> dict[type, Callable[[object], object]]:
     return _HOOKS[cls]
 
 
-def from_jsonable(cls: type[T], data: Any, *, strict: bool = True) -> T:
+def from_jsonable(cls: type[T], data: object, *, strict: bool = True) -> T:
     """The record ``cls`` that ``data`` (parsed JSON) holds; raises :class:`RecordError` naming the
     field when it is not one. ``strict``: a key the record does not declare is an error too (grading.json is
     read with it off: it writes derived keys, such as a stage's ``correct``, that its records compute).
 
     Enum values and tuples come back from their JSON forms, a float field written by another tool as a whole
-    number (2) reads back as a float, and a Counter field as a Counter."""
+    number (2) reads back as a float, and a Mapping field as a dict."""
     if not isinstance(data, dict):
         raise RecordError(f"expected a JSON object, found {type(data).__name__}")
-    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, Counter: Counter, **_form_hooks(cls)},
+    config = dacite.Config(cast=[Enum, tuple], type_hooks={float: as_float, **_form_hooks(cls)},
                            strict=strict)
     try:
-        return dacite.from_dict(cls, data, config=config)
+        hook = config.type_hooks.get(cls)  # dacite applies the hooks to fields only, so the record's own here
+        return dacite.from_dict(cls, hook(data) if hook else data, config=config)
     except RecursionError:
         raise RecordError("nested too deeply") from None
     except (dacite.DaciteError, ValueError, TypeError) as exc:

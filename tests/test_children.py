@@ -42,9 +42,22 @@ def _module_file(name: str) -> str | None:
     return None
 
 
+def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
+    """The nodes under ``if TYPE_CHECKING:``: read by the type checker, never imported when the file runs."""
+    skip: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {n for stmt in node.body for n in ast.walk(stmt)}
+    return skip
+
+
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if node in skip:
+            continue
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

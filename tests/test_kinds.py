@@ -1,6 +1,7 @@
 """grader/rubric/kinds.py: one entry per stage item kind, and no kind switch anywhere else (no GPU)."""
 import ast
 import dataclasses
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -8,13 +9,15 @@ import pytest
 
 from grader.evidence.compile import CompileResult, KernelResources, SassResult
 from grader.evidence.limits import Peaks
-from grader.evidence.rubric import PARAM_NAMES
+from grader.evidence.params import RECORDS, FractionOfPeakParams, NcuParams, NoParams
+from grader.evidence.rubric import Item
 from grader.grading import StageOutcome
 from grader.instructor.calibrate import calibration_rows
 from grader.instructor.handout import threshold
 from grader.instructor.stored import is_threshold_item, measured_value, threshold_of
 from grader.model import ItemResult, Measured, Status, Verdict
 from grader.profile.timing import summarize
+from grader.records import RecordError, from_jsonable, to_jsonable
 from grader.rubric.curve import Curve
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY, JudgeContext, Kind, Reading, result, stage_item
@@ -60,7 +63,8 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
     wording = kind.handout_text(item, STAGE, RUBRIC)
     assert wording.strip() and wording != name, f"{name} has no handout wording"
     assert threshold(item, STAGE, RUBRIC).startswith(wording)
-    assert set(kind.params) <= set(PARAM_NAMES)  # each declared param is a field of the typed record
+    assert set(kind.params) == set(kind.record.names())  # each declared param is a field of the kind's own record
+    assert isinstance(item.params, kind.record) and RECORDS[name] is kind.record  # what the codec reads it as
     assert kind.technique_allowed == ("technique" in kind.params)
     if kind.calibrated:  # a threshold kind: a number, a level, an op, an axis
         assert kind.threshold_kind and kind.level_param in kind.params and kind.axis is not None
@@ -72,11 +76,51 @@ def test_every_kind_declares_its_wording_reading_number_and_params(name):
         assert kind.reading(item, stored) == Reading(value, float(SAMPLES[name].get("min", 4)), kind.op(item), True)
         assert measured_value(item, stored) == value and is_threshold_item(item)
         assert threshold_of(item) == float(SAMPLES[name].get("min", SAMPLES[name].get("value")))
-        assert kind.axis(item, {s.id: s for s in RUBRIC.stages}).strip()
+        assert kind.axis_label(item, {s.id: s for s in RUBRIC.stages}).strip()
     else:  # a static kind says why the calibration does not read its number
         assert kind.not_calibrated.strip() and kind.measured_key is None
         assert measured_value(item, result(STAGE, item, Status.PASSED, 1, "m", values=Measured(value=1.0))) is None
         assert not is_threshold_item(item)
+
+
+@pytest.mark.parametrize("name", REGISTRY.names)
+def test_each_kinds_params_go_through_the_codec_as_its_own_record(name):
+    item = sample(name)
+    data = to_jsonable(item)
+    record = REGISTRY[name].record
+    # grading.json's params: the given ones, in the record's order (a curve's keys last)
+    assert list(data["params"]) == [k for k in record.names() if k in SAMPLES[name]]
+    back = from_jsonable(Item, json.loads(json.dumps(data)))
+    assert back == item and type(back.params) is record and to_jsonable(back) == data
+
+
+def test_a_stored_items_params_read_back_in_their_order_and_a_wrong_one_is_refused():
+    stored = {"id": "n", "title": "t", "points": 1.0, "visibility": "visible", "kind": "ncu",
+              "params": {"expr": "a.sum / N", "op": ">=", "value": 2, "unit": "%", "technique": True,
+                         "partial_from": 1}, "number": ""}
+    item = from_jsonable(Item, stored)
+    assert item.params == NcuParams(expr="a.sum / N", op=">=", value=2, unit="%", technique=True, partial_from=1)
+    assert json.dumps(to_jsonable(item)) == json.dumps(stored)  # the same bytes again (2 stays 2)
+    with pytest.raises(RecordError, match="min"):  # a speed item's params without its level
+        from_jsonable(Item, {**stored, "kind": "fraction_of_baseline", "params": {"partial_from": 0.1}})
+    with pytest.raises(RecordError, match="fastest"):
+        from_jsonable(Item, {**stored, "kind": "fastest"})
+    assert from_jsonable(Item, {**stored, "kind": None, "params": {}}).params == NoParams()  # a section's item
+
+
+def test_a_judge_gets_its_own_kinds_record():
+    seen = []
+
+    def judge(kind, item, params, o, context):
+        seen.append(params)
+        return result(o.stage, item, Status.PASSED, 1, "ok")
+
+    registry = REGISTRY.replace(dataclasses.replace(REGISTRY["fraction_of_peak"], judge=judge))
+    item = sample("fraction_of_peak")
+    evaluate(item, _outcome("tiled"), {}, PEAKS, registry)
+    assert seen == [FractionOfPeakParams(peak="fp32", min=0.3)]
+    with pytest.raises(TypeError, match="FractionOfPeakParams"):  # an item of another kind is refused
+        registry["fraction_of_peak"].judged(sample("ncu"), _outcome("tiled"), JudgeContext())
 
 
 def test_a_kind_without_technique_refuses_it_and_the_param_checks_keep_their_messages():
@@ -103,11 +147,11 @@ def _outcome(stage_id: str) -> StageOutcome:
 
 
 def test_one_replaced_entry_changes_the_score_the_handout_and_the_calibration_together():
-    def judge(kind, item, o, context: JudgeContext) -> ItemResult:
+    def judge(kind, item, params, o, context: JudgeContext) -> ItemResult:
         return result(o.stage, item, Status.PASSED, 1, "judged by the replacement",
                       values=Measured(fraction_of_baseline=0.01))
 
-    def handout(kind, item, stage, rubric) -> str:
+    def handout(kind, item, params, stage, rubric) -> str:
         return "whatever the replacement says"
 
     old = REGISTRY["fraction_of_baseline"]

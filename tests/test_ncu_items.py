@@ -74,10 +74,10 @@ def test_missing_or_non_numeric_metric():
 
 def test_measure_on_the_fixture():
     it = item(f"{FFMA} / {REQ}")
-    assert measure(it, TABLE["mmTiled"], 2048) == (512.0, 128.0)
-    assert measure(it, TABLE["mmCoalesced"], 2048) == (16.0, 128.0)
+    assert measure(it.params, TABLE["mmTiled"], 2048) == (512.0, 128.0)
+    assert measure(it.params, TABLE["mmCoalesced"], 2048) == (16.0, 128.0)
     count = item(FFMA, "==", "N**3")
-    assert measure(count, TABLE["mm2DBlocktiling"], 2048) == (2048.0**3, 2048.0**3)
+    assert measure(count.params, TABLE["mm2DBlocktiling"], 2048) == (2048.0**3, 2048.0**3)
 
 
 def test_pass_message_has_value_threshold_unit_and_inputs_and_the_explanation_only_on_failure():

@@ -51,7 +51,7 @@ def test_reference_passes_with_margin(stage_id, it):
     assert r.status == Status.PASSED, r.message
     assert it.params.explain and it.title and it.points > 0
     if it.params.op != "==" and not it.params.integrity:
-        value, threshold = measure(it, TABLE[st.kernel], N)
+        value, threshold = measure(it.params, TABLE[st.kernel], N)
         assert margin(it.params.op, value, threshold) >= 0.10, (value, threshold)
 
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from grader import REPO_ROOT
-from grader.evidence.rubric import Params
+from grader.evidence.params import NoParams
 from grader.model import Bonus
 from grader.occupancy.calculator import KIB
 from grader.rubric.errors import RubricError
@@ -124,4 +124,4 @@ def test_anchor_keys_are_free_and_items_carry_their_number(raw):
     raw["items"]["ex1.fix"]["number"] = "1.9"
     cfg = load_occupancy_config(raw)
     assert cfg.items["ex1.fix"].number == "1.9" and cfg.items["ex1.bottleneck"].number == "O.8"
-    assert all(i.kind is None and i.params == Params() for i in cfg.items.values())
+    assert all(i.kind is None and i.params == NoParams() for i in cfg.items.values())

@@ -4,7 +4,7 @@ import copy
 import pytest
 import yaml
 
-from grader.evidence.rubric import Params
+from grader.evidence.params import NoParams
 from grader.model import Bonus
 from grader.profile.ncu import metrics_needed
 from grader.rubric.errors import RubricError
@@ -92,7 +92,7 @@ def test_report_items_say_which_check_grades_them():
     assert kinds["reasoning"] == "reasoning" and kinds["table.times"] == "times"
     assert {k for i, k in kinds.items() if i.startswith("table.") and i != "table.times"} == {"table"}
     assert all((kinds[f"{t.id}.cites"], kinds[f"{t.id}.values"]) == ("cites", "values") for t in CFG.transitions)
-    assert all(i.params == Params() for i in CFG.items())
+    assert all(i.params == NoParams() for i in CFG.items())
 
 
 def test_a_derived_name_written_short_is_its_expression():

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from grader.evidence.protocol import (
     CheckResult,
@@ -39,8 +40,8 @@ MAX_SPEC_BYTES = 16 << 20  # a spec is a few KB: the grader writes it, but a chi
 
 
 # ---- the modes --------------------------------------------------------------------------------------
-S = TypeVar("S")
-R = TypeVar("R")
+S = TypeVar("S", covariant=True)
+R = TypeVar("R", covariant=True)
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,13 @@ PROFILE = Mode("profile", ProfileSpec, LaunchResult)
 SANITIZE = Mode("sanitize", SanitizeSpec, LaunchResult)
 OCCUPANCY = Mode("occupancy", OccupancySpec, OccupancyResult)
 WARM = Mode("warm", WarmSpec, WarmResult)
-BY_NAME: dict[str, Mode[Any, Any]] = {m.name: m for m in (PROBE, STAGE, CHECK, PROFILE, SANITIZE, OCCUPANCY, WARM)}
+BY_NAME: Mapping[str, Mode[object, object]] = {m.name: m for m in (PROBE, STAGE, CHECK, PROFILE, SANITIZE, OCCUPANCY, WARM)}
 # Mode -> the module (grader.children.<mode>) whose ``run(spec, result_path) -> int`` does it.
 MODES = tuple(BY_NAME)
 USAGE = "usage: python -m grader.children {" + ",".join(MODES) + "} SPEC.json RESULT.json"
 
 
-def read_json(path: str | os.PathLike[str], limit: int) -> Any:
+def read_json(path: str | os.PathLike[str], limit: int) -> object:
     """The JSON in ``path``, read only when it is a regular file of at most ``limit`` bytes (ValueError else)."""
     path = Path(path)
     if path.is_symlink() or not path.is_file():
@@ -75,12 +76,12 @@ def read_json(path: str | os.PathLike[str], limit: int) -> Any:
     return json.loads(path.read_text())
 
 
-def read_spec(path: str | os.PathLike[str], mode: str) -> Any:
+def read_spec(path: str | os.PathLike[str], mode: str) -> object:
     """SPEC.json as the mode's spec record (the grader wrote it; a wrong one is the grader's bug: it raises)."""
     return from_jsonable(BY_NAME[mode].spec, read_json(path, MAX_SPEC_BYTES))
 
 
-def write_result(path: str | os.PathLike[str], data: Any) -> None:
+def write_result(path: str | os.PathLike[str], data: object) -> None:
     """Replace RESULT.json whole with the record ``data``: a reader never sees half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -132,7 +133,7 @@ def release_turn(result: str | os.PathLike[str], gate: str) -> None:
     release_file(result, gate).write_text("")
 
 
-def wait_at_gate(result: str | os.PathLike[str], gate: str) -> dict[str, Any]:
+def wait_at_gate(result: str | os.PathLike[str], gate: str) -> dict[str, object]:
     """Say this child is at ``gate`` and block until the grader opens it; return what it handed over.
 
     Raises :class:`GateClosed` when the go file says stop, when the parent process is gone (the

@@ -359,7 +359,8 @@ def run(spec: StageSpec, result: Path) -> int:
     try:
         t0 = time.perf_counter()
         runner = Runner(spec, result)  # imports CuPy
-        times = runner.report.times
+        times: dict[str, float] = {}  # the report's, filled as the turns end
+        runner.report.times = times
         runner.prepare()  # the CUDA context, inputs, buffers, cuBLAS: everything but the student's kernel
         times["prepare"] = round(time.perf_counter() - t0, 3)
         go = _turn(runner, "correctness")

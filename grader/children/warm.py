@@ -75,8 +75,8 @@ def _check_entry(run_id: str, spec: StageSpec, report: StageResult, rtol: float)
 def run(spec: WarmSpec, result: Path) -> int:
     import cupy as cp
 
-    report = WarmResult()
-    times = report.times
+    times: dict[str, float] = {}  # the report's, filled as the steps end
+    report = WarmResult(times=times)
     t0 = time.perf_counter()
     to_check = []
     for i, rs in enumerate(spec.runs):

@@ -8,6 +8,8 @@ A kernel with no stack frame has no local memory, so it spills nothing without a
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from grader.compile.cubin import kernel_resources
 from grader.evidence.compile import KernelResources
 
@@ -25,7 +27,7 @@ def cubin_kernels(data: bytes, arch: str = "") -> dict[str, KernelResources]:
     return out
 
 
-def add_spills(kernel: KernelResources, local_bytes: dict[str, tuple[int, int]]) -> None:
+def add_spills(kernel: KernelResources, local_bytes: Mapping[str, tuple[int, int]]) -> None:
     """Fill ``kernel``'s spill bytes from its SASS's local-memory stores and loads."""
     if kernel.spills_read or kernel.name not in local_bytes:
         return

@@ -73,7 +73,8 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
                   fence: Fence | None = None, deadline: Deadline | None = None) -> CompileResult:
     """Compile one stage. ``user``: as root, run nvcc as this unprivileged account (it then
     cannot read the grader, the rubric or the solutions, whatever the source includes)."""
-    result = CompileResult(stage=stage.id, ok=False)
+    seconds: dict[str, float] = {}  # the record's CompileResult.seconds, filled as the steps end
+    result = CompileResult(stage=stage.id, ok=False, seconds=seconds)
     found = locate(submission, stage.file)
     if found.path is None:
         result.problem = (f"file missing: expected {stage.file} in the submission"
@@ -85,7 +86,7 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
         return result
     t0 = time.monotonic()
     scratch, problem = prepare_scratch(found.path, work / "build", stage.file, user)
-    result.seconds["scratch"] = round(time.monotonic() - t0, 3)
+    seconds["scratch"] = round(time.monotonic() - t0, 3)
     if scratch is None:
         result.problem = problem
         return result
@@ -95,12 +96,12 @@ def compile_stage(stage: Stage, submission: Path, work: Path, nvcc: Tool | None,
     built = compile_student(nvcc, scratch, f"{stage.id}.cubin", flags, timeout_s=rubric.timeouts.compile_s,
                             output_limit=rubric.output_limit_bytes, fence=fence, deadline=deadline)
     result.proc = built.proc
-    result.seconds.update(built.seconds)
+    seconds.update(built.seconds)
     t0 = time.monotonic()
     try:
         return _read_build(result, built, stage, sizes, scratch, rubric.max_static_device_bytes)
     finally:
-        result.seconds["cubin"] = round(time.monotonic() - t0, 3)
+        seconds["cubin"] = round(time.monotonic() - t0, 3)
 
 
 def _read_build(result: CompileResult, built: CompileRecord, stage: Stage, sizes: list[int],

@@ -119,7 +119,7 @@ def find_cuobjdump(
             "(pip: install nvidia-cuda-nvdisasm)"
         )
     elif nvdisasm != here:
-        tool.env["PATH"] = os.path.dirname(nvdisasm) + os.pathsep + environ.get("PATH", "")
+        tool.env = {**tool.env, "PATH": os.path.dirname(nvdisasm) + os.pathsep + environ.get("PATH", "")}
     return tool
 
 

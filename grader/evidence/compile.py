@@ -4,7 +4,7 @@ Built by grader/compile (stage.py, ptxas.py, resources.py, sass.py) and by the r
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from grader.evidence.protocol import Boxes
@@ -28,15 +28,15 @@ class CompileResult:
     # Where the compile step's time went: "scratch" (copy, #include checks), "deps" (nvcc -M; only
     # outside bwrap: grader.compile.student), "nvcc" (the compile, bwrap's start included), "cubin"
     # (reading the cubin and ptxas' report).
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class SassResult:
-    opcodes: dict[str, Counter] = field(default_factory=dict)
+    opcodes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     reason: str = ""  # why there are no opcodes (tool missing, tool failed, listing too large)
     # function -> (bytes of local-memory stores, loads): STL/LDL widths summed, what ptxas -v calls spills
-    local_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    local_bytes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def available(self) -> bool:

@@ -7,6 +7,7 @@ the protocol itself (the modes, reading and writing the files, the gates).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -169,8 +170,8 @@ class StageResult:
     error: str | None = None
     traceback: str | None = None
     stopped: str | None = None
-    attributes: dict[str, int] = field(default_factory=dict)
-    times: dict[str, float] = field(default_factory=dict)
+    attributes: Mapping[str, int] = field(default_factory=dict)
+    times: Mapping[str, float] = field(default_factory=dict)
 
 
 # ---- check ------------------------------------------------------------------------------------------
@@ -261,8 +262,8 @@ class CheckGo:
 
 @dataclass
 class CheckResult:
-    verdicts: dict[str, StageVerdict] = field(default_factory=dict)
-    times: dict[str, float] = field(default_factory=dict)
+    verdicts: Mapping[str, StageVerdict] = field(default_factory=dict)
+    times: Mapping[str, float] = field(default_factory=dict)
     stopped: bool = False
 
 
@@ -298,7 +299,7 @@ class LaunchResult:
     """The profile and sanitize children's result: each stage whose launch failed, and why; ``stopped``:
     ended at the gate (false, or why)."""
 
-    failures: dict[str, str] = field(default_factory=dict)
+    failures: Mapping[str, str] = field(default_factory=dict)
     stopped: bool | str = False
 
 
@@ -320,7 +321,7 @@ class HeavySpec:
     block: int
     iters: int
     total_threads: int
-    cubins: dict[str, str]  # register cap -> its cubin
+    cubins: Mapping[str, str]  # register cap -> its cubin
     warmup: int
     reps: int
     min_reps: int
@@ -357,17 +358,17 @@ class OccupancyResult:
     phase: str
     done: list[str] = field(default_factory=list)
     errors: list[OccupancyError] = field(default_factory=list)
-    device: dict[str, int | str] | None = None
-    api: dict[str, dict[str, int | str | None] | list[dict[str, int | None]] | int] | None = None
-    work_attributes: dict[str, int] | None = None
-    sweep_times: dict[str, dict[str, float]] | None = None
+    device: Mapping[str, int | str] | None = None
+    api: Mapping[str, Mapping[str, int | str | None] | list[Mapping[str, int | None]] | int] | None = None
+    work_attributes: Mapping[str, int] | None = None
+    sweep_times: Mapping[str, Mapping[str, float]] | None = None
     sweep_rounds: int | None = None
-    sweep_work: dict[str, int] | None = None
-    heavy_times_ms: dict[str, float] | None = None
+    sweep_work: Mapping[str, int] | None = None
+    heavy_times_ms: Mapping[str, float] | None = None
     heavy_rounds: int | None = None
-    heavy_attributes: dict[str, dict[str, int]] = field(default_factory=dict)
+    heavy_attributes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict)
 
 
 # ---- warm and keep ----------------------------------------------------------------------------------
@@ -401,5 +402,5 @@ class WarmRun:
 class WarmResult:
     ok: bool = False
     runs: list[WarmRun] = field(default_factory=list)
-    times: dict[str, float] = field(default_factory=dict)
+    times: Mapping[str, float] = field(default_factory=dict)
     checked: list[str] = field(default_factory=list)

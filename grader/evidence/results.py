@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from grader.evidence.limits import Peaks
 from grader.evidence.protocol import ProbeResult
@@ -16,7 +15,7 @@ from grader.model import Measured
 from grader.records import RecordError, from_jsonable, to_jsonable
 
 
-def _present(data: dict[str, Any], optional: tuple[str, ...]) -> dict[str, Any]:
+def _present(data: dict[str, object], optional: tuple[str, ...]) -> dict[str, object]:
     """``data`` without the ``optional`` keys that are None: Gradescope reads an absent key, never a null one."""
     return {k: v for k, v in data.items() if not (v is None and k in optional)}
 
@@ -136,7 +135,7 @@ class ResultsTest:
     tags: list[str] = field(default_factory=list)
     extra_data: ResultsTestExtra = field(default_factory=ResultsTestExtra)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return _present(to_jsonable(self), ("score", "max_score", "status"))
 
 
@@ -156,7 +155,7 @@ class Results:
     leaderboard: list[LeaderboardEntry] | None = None
     extra_data: ResultsExtra | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The dict results.json holds (:func:`dumps` writes it)."""
         data = _present(to_jsonable(self), ("leaderboard", "extra_data"))
         data["tests"] = [t.to_json() for t in self.tests]

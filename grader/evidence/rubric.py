@@ -5,14 +5,12 @@ and checks them; grader/records.py writes and reads them.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from grader.evidence.compile import Launch
+from grader.evidence.params import ItemParams, NoParams, record_of
 from grader.model import Bonus
-
-Knees = list[list[int | float]]  # a curve's [value, fraction of the points] pairs (grader/rubric/curve.py)
-ParamValue = str | int | float | bool | list[str] | Knees
+from grader.records import from_jsonable
 
 
 @dataclass(frozen=True)
@@ -79,51 +77,6 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class Params:
-    """A stage item's parameters. Each kind (grader/rubric/kinds.py: its ``params``) declares the ones it takes,
-    their types and its checks, which the rubric reader runs; the others stay None. The JSON form (grading.json's
-    ``items[].params``) holds the given ones, in this order."""
-
-    forbid: list[str] | None = None  # sass: opcodes the kernel must not contain
-    require: list[str] | None = None  # sass: opcodes it must contain
-    stage: str | None = None  # speedup_over_stage: the stage compared with
-    peak: str | None = None  # fraction_of_peak: which peak
-    min: int | float | None = None  # the speed kinds: the level that earns full points
-    expr: str | None = None  # ncu: the expression over Nsight Compute metrics
-    op: str | None = None  # ncu: the comparison
-    value: int | float | str | None = None  # ncu: the threshold, a number or an expression in N
-    explain: str | None = None  # ncu: what to look at next, shown when the item fails
-    unit: str | None = None  # ncu: the unit values are shown in
-    integrity: bool | None = None  # ncu: the criterion checks honest work
-    technique: bool | None = None  # sass, ncu: the item is technique evidence
-    partial_from: int | float | None = None  # a threshold item's curve (grader/rubric/curve.py): one of these three
-    curve: Knees | None = None
-    steps: Knees | None = None
-
-    def get(self, name: str) -> ParamValue | None:
-        """The param ``name`` (a kind's ``level_param``, ``other_stage_param``, ...), None when not given."""
-        return getattr(self, name) if name in PARAM_NAMES else None
-
-    def given(self, name: str) -> bool:
-        return self.get(name) is not None
-
-    def with_level(self, name: str, level: float) -> Params:
-        """These params with the level param ``name`` (a speed kind's ``min``, an ncu item's ``value``) at ``level``."""
-        if name == "min":
-            return dataclasses.replace(self, min=level)
-        if name == "value":
-            return dataclasses.replace(self, value=level)
-        raise KeyError(f"{name} is not a level param")
-
-    def json_form(self) -> dict[str, ParamValue]:
-        """The given params, in the record's order (grader/records.py writes this)."""
-        return {f: v for f in PARAM_NAMES if (v := getattr(self, f)) is not None}
-
-
-PARAM_NAMES = tuple(f.name for f in fields(Params))
-
-
-@dataclass(frozen=True)
 class Item:
     """One graded item: id, student-facing title, points, Gradescope visibility."""
 
@@ -132,5 +85,20 @@ class Item:
     points: float
     visibility: str = "visible"
     kind: str | None = None  # a stage item's check (grader/rubric/kinds.py); None: the id says what is graded
-    params: Params = Params()
+    params: ItemParams = NoParams()  # its kind's record (grader/evidence/params.py)
     number: str = ""
+
+    @classmethod
+    def from_json_form(cls, data: object) -> object:
+        """grading.json's item with its ``params`` read as its kind's record (the codec's hook, grader/records.py)."""
+        if not isinstance(data, dict) or isinstance(data.get("params"), ItemParams):
+            return data
+        kind = data.get("kind")
+        if kind is not None and not isinstance(kind, str):
+            raise ValueError(f'wrong value type for field "kind" - should be "str" instead of value "{kind!r}"')
+        try:
+            record = record_of(kind)
+        except KeyError:
+            raise ValueError(f"unknown item kind {kind!r}") from None
+        # Read as grading.json is (grader/grading.py): a key the record does not declare is left out.
+        return {**data, "params": from_jsonable(record, data.get("params", {}), strict=False)}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -27,7 +28,7 @@ class Tool:
     searched: list[str] = field(default_factory=list)
     # Extra compiler flags / environment the caller must pass when running the tool.
     include_dirs: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
     # nvcc only: the host compiler nvcc will call (it needs one even for -cubin).
     host_compiler: str | None = None
     host_compiler_version: str | None = None

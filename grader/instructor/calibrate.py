@@ -109,7 +109,7 @@ def _role(item: Item, op: str, registry: Registry) -> str:
         return "technique"
     if registry.of(item).speed:
         return "speed"
-    if op == "==" or item.params.integrity:
+    if op == "==" or item.params.get("integrity"):
         return "integrity"
     return "other"
 

@@ -40,7 +40,6 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
 
 from grader.evidence.rubric import Item, Stage
 from grader.grading import Grading, GradingFormatError, StageOutcome, load_grading
@@ -113,7 +112,7 @@ class Rescored:
     left_out: list[str] = field(default_factory=list)
     automatic: float = 0.0  # the automatic points
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         g = self.grading
         c = self.compared
         return {"before": self.before, "score": g.score if g else None, "max_score": g.max_score if g else None,
@@ -468,7 +467,8 @@ def _submissions(col: Collection, subs_dir: Path, notes: list[str]) -> list:
 
 def _batch_stages(col: Collection) -> list[str] | None:
     batch = read_json(col.root / "batch.json")
-    stages = ((batch or {}).get("graded_by") or {}).get("stages") if isinstance(batch, dict) else None
+    by = batch.get("graded_by") if isinstance(batch, dict) else None
+    stages = by.get("stages") if isinstance(by, dict) else None
     return [str(s) for s in stages] if isinstance(stages, list) else None
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from grader.evidence.rubric import Item
 from grader.model import ItemResult
@@ -82,7 +81,7 @@ def find_gradings(path: Path) -> Collection:
     return found
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> object:
     """A JSON file the grader wrote, or None when it is missing, too big or not JSON."""
     try:
         if path.stat().st_size > MAX_GRADING_BYTES:

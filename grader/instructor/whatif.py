@@ -121,8 +121,7 @@ def _threshold_items(g: Grading) -> list[tuple[Stage, Item]]:
 
 
 def _xlabel(item: Item, stages: dict[str, Stage]) -> str:
-    axis = REGISTRY.of(item).axis
-    return axis(item, stages) if axis is not None else str(item.kind)
+    return REGISTRY.of(item).axis_label(item, stages) or str(item.kind)
 
 
 def _file_name(stage: str, item: str) -> str:

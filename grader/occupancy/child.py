@@ -102,7 +102,7 @@ def apply_child_report(meas: Measurements, report: OccupancyResult | None, proc:
                 msg = f"the grader's run of your `{kernel}` kernel ended abnormally ({proc.brief()})"
             add(_PHASE_PARTS[phase] if phase == "heavy" else ("sweeps", "heavy"), Gap(Cause.STUDENT, msg))
 
-    meas.api = to_jsonable(report.api) if report else None
+    meas.api = to_jsonable(report.api) if report and report.api is not None else None
     sweeps = report.sweep_times if report else None
     try:  # the point keys are whole numbers written as JSON keys
         if sweeps is not None:

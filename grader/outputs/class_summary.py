@@ -10,7 +10,6 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from grader.outputs.grades_csv import LOST_PREFIX, META_COLUMNS, NOT_EVALUATED_CELL, RowStatus
 
@@ -18,7 +17,7 @@ SUMMARY_FILE = "class-summary.md"
 SCORES_PNG = "scores.png"
 
 
-def _cell(text: Any) -> str:
+def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

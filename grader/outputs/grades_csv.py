@@ -30,7 +30,6 @@ import os
 from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
-from typing import Any
 
 from grader.compile.intake import INTAKE_FILE
 from grader.model import Bonus
@@ -77,11 +76,18 @@ def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> object:
+    """The JSON in ``path``; None when it is missing or not JSON."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+def read_json_object(path: Path) -> dict[str, object]:
+    """The JSON object in ``path``; empty when it is missing, not JSON or not an object."""
+    data = read_json(path)
+    return data if isinstance(data, dict) else {}
 
 
 def _item_key(test: dict) -> str:
@@ -91,7 +97,7 @@ def _item_key(test: dict) -> str:
     return str(test.get("number") or test.get("name"))
 
 
-def _item_cell(test: dict) -> Any:
+def _item_cell(test: dict) -> object:
     status = (test.get("extra_data") or {}).get("status")
     if status == "not_evaluated":
         return NOT_EVALUATED_CELL
@@ -205,7 +211,7 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
     rows = []
     for sub in subs:
         people = sub.submitters()
-        row: dict[str, Any] = {
+        row: dict[str, object] = {
             "submission_id": sub.submission_id, "folder": sub.folder,
             "names": "; ".join(p["name"] for p in people),
             "emails": "; ".join(p["email"] for p in people),
@@ -214,8 +220,9 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
         }
         rows.append(row)
         if sub.path is None:
-            row["status"] = RowStatus.BAD_ENTRY if sub.problems else RowStatus.MISSING_FOLDER
-            row["note"] = _note([STATUS_NOTES[row["status"]], *sub.problems])
+            missing = RowStatus.BAD_ENTRY if sub.problems else RowStatus.MISSING_FOLDER
+            row["status"] = missing
+            row["note"] = _note([STATUS_NOTES[missing], *sub.problems])
             continue
         folder_dir = subs_dir / sub.folder
         results = read_json(folder_dir / "results.json")
@@ -223,14 +230,14 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
             row["status"] = RowStatus.NOT_GRADED
             row["note"] = _note([STATUS_NOTES[RowStatus.NOT_GRADED], *sub.problems])
             continue
-        status = (read_json(folder_dir / STATUS_FILE) or {}).get("status") or RowStatus.GRADED
+        status = read_json_object(folder_dir / STATUS_FILE).get("status") or RowStatus.GRADED
         refused, left_out = _intake_note(folder_dir)
         row["status"] = RowStatus.REFUSED if refused and status == RowStatus.GRADED else status
         tests = [t for t in results.get("tests", []) if isinstance(t, dict)]
         if max_total is None:
             row["max_total"] = round(sum(float(t.get("max_score") or 0) for t in tests), 4)
         if row["status"] != RowStatus.GRADED:  # not evaluated: no total, no item cells (never a 0)
-            why = STATUS_NOTES.get(row["status"], f"not graded ({row['status']})")
+            why = next((note for s, note in STATUS_NOTES.items() if s == row["status"]), f"not graded ({row['status']})")
             detail = _error_line(results) if row["status"] != RowStatus.REFUSED else ""
             row["note"] = _note([why + (f": {detail}" if detail else ""), *sub.problems, *left_out])
             continue

@@ -14,11 +14,12 @@ kernel, while L2 traffic falls 4x from the naive to the 2D kernel.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from grader.model import NcuValue
 from grader.pyplot import BACKGROUND, PLOT_LOCK, pyplot
 
 COLORS = {"fp32": "#4C72B0", "fp16_tensor": "#C44E52"}
@@ -140,7 +141,7 @@ def ladder_png(rows: list[dict], path: str | Path, baselines: list[dict] | None 
         return _failed(plt, "the ladder plot", exc)
 
 
-def roofline_points(per_stage: dict[str, dict], n: int) -> list[dict]:
+def roofline_points(per_stage: Mapping[str, Mapping[str, NcuValue]], n: int) -> list[dict]:
     """Roofline points from ncu metrics: ``{label: metrics}`` at profile size ``n``.
 
     FLOPs = 2 N^3; time = ``gpu__time_duration.sum`` (ns, as ``--print-units base`` prints it).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import shutil
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def ladder_inputs(grading: Grading) -> tuple[list[dict], list[dict], dict[str, f
     return ladder_inputs_of(grading.outcomes, grading.env.peaks)
 
 
-def ladder_plot(outcomes: dict[str, StageOutcome], peaks_known: Peaks, out_dir: Path) -> tuple | None:
+def ladder_plot(outcomes: Mapping[str, StageOutcome], peaks_known: Peaks, out_dir: Path) -> tuple | None:
     """The arguments of the ladder's plots.ladder_png call, or None when no stage was timed. The
     grading draws it ahead from these (grader/pipeline.py) once the timings are final."""
     rows, baselines, peaks = ladder_inputs_of(outcomes, peaks_known)
@@ -54,7 +55,7 @@ def ladder_plot(outcomes: dict[str, StageOutcome], peaks_known: Peaks, out_dir: 
     return rows, Path(out_dir) / "ladder.png", baselines, peaks, title
 
 
-def ladder_inputs_of(outcomes: dict[str, StageOutcome], p: Peaks) -> tuple[list[dict], list[dict], dict[str, float]]:
+def ladder_inputs_of(outcomes: Mapping[str, StageOutcome], p: Peaks) -> tuple[list[dict], list[dict], dict[str, float]]:
     rows: list[dict] = []
     base: dict[str, list[float]] = {}
     for o in outcomes.values():

@@ -35,7 +35,6 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
 
 from grader.evidence.results import LeaderboardEntry, Results, ResultsExtra, ResultsTest, ResultsTestExtra
 from grader.files import replace_whole
@@ -74,7 +73,7 @@ def _check_visibility(value: str, where: str) -> str:
     return value
 
 
-def _finite(value: Any, where: str) -> float:
+def _finite(value: float, where: str) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError):
@@ -203,7 +202,7 @@ def _error_test(name: str, number: str, output: str, visibility: str) -> Results
                        extra_data=ResultsTestExtra(status="autograder_error"))
 
 
-def _finite_or_none(obj: Any) -> Any:
+def _finite_or_none(obj: object) -> object:
     """NaN and ±inf (anywhere in a JSON-ready tree) to None."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -214,7 +213,7 @@ def _finite_or_none(obj: Any) -> Any:
     return obj
 
 
-def _json_default(obj: Any) -> Any:
+def _json_default(obj: object) -> object:
     """Values json does not know: numpy scalars/arrays, paths, sets."""
     if hasattr(obj, "tolist") and callable(obj.tolist):  # numpy scalar or array
         return _finite_or_none(to_jsonable(obj.tolist()))

@@ -20,7 +20,10 @@ instructions, not by arithmetic.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from grader.model import NcuValue
 
 SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEM = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
@@ -88,7 +91,7 @@ class Diagnosis:
         return "\n".join(lines)
 
 
-def _num(m: dict, key: str) -> float | None:
+def _num(m: Mapping[str, NcuValue], key: str) -> float | None:
     v = m.get(key)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -109,12 +112,12 @@ def cell(sm: float | None, mem: float | None) -> str:
     return "latency-bound"
 
 
-def top_stall(m: dict) -> tuple[str, float] | None:
+def top_stall(m: Mapping[str, NcuValue]) -> tuple[str, float] | None:
     found = [(r, v) for r, k in STALLS.items() if (v := _num(m, k)) is not None]
     return max(found, key=lambda rv: rv[1]) if found else None
 
 
-def busiest_memory(m: dict) -> tuple[str, float] | None:
+def busiest_memory(m: Mapping[str, NcuValue]) -> tuple[str, float] | None:
     """The busiest of L1/shared, L2 and DRAM; None unless the on-chip levels were measured."""
     if _num(m, L1) is None and _num(m, L2) is None:
         return None
@@ -123,7 +126,7 @@ def busiest_memory(m: dict) -> tuple[str, float] | None:
     return max(levels, key=lambda nv: nv[1])
 
 
-def diagnose(metrics: dict, stage: str = "") -> Diagnosis:
+def diagnose(metrics: Mapping[str, NcuValue] | None, stage: str = "") -> Diagnosis:
     """Classify one kernel from its ncu metrics; see the module docstring."""
     m = metrics or {}
     sm, mem, dram = _num(m, SM), _num(m, MEM), _num(m, DRAM)
@@ -170,7 +173,7 @@ def _stall_evidence(stall) -> list[Evidence]:
     return [Evidence(f"{stall[0].replace('_', ' ')} stall", stall[1], f"{_pct(stall[1])} of active warp cycles")]
 
 
-def _tensor_kernel(d: Diagnosis, m: dict, tensor: float, stall) -> None:
+def _tensor_kernel(d: Diagnosis, m: Mapping[str, NcuValue], tensor: float, stall) -> None:
     warps = _num(m, WARPS_ACTIVE)
     pipe = [Evidence("tensor pipe active", tensor, _pct(tensor))]
     if tensor >= HIGH:
@@ -192,7 +195,7 @@ def _tensor_kernel(d: Diagnosis, m: dict, tensor: float, stall) -> None:
                              [Evidence("warps active", warps, _pct(warps))] if warps is not None else [])
 
 
-def _fp32_kernel(d: Diagnosis, m: dict, ffma: float, fma: float | None, stall) -> None:
+def _fp32_kernel(d: Diagnosis, m: Mapping[str, NcuValue], ffma: float, fma: float | None, stall) -> None:
     warp_ffma = ffma / 32 if ffma else None
     req, shld, spr = _num(m, GLOBAL_LD_REQ), _num(m, SHARED_LD), _num(m, SECTORS_PER_REQ)
     req_per = req / warp_ffma if req is not None and warp_ffma else None
@@ -240,7 +243,7 @@ def _fp32_kernel(d: Diagnosis, m: dict, ffma: float, fma: float | None, stall) -
         _by_cell(d, m, fma, stall)
 
 
-def _by_cell(d: Diagnosis, m: dict, fma: float | None, stall) -> None:
+def _by_cell(d: Diagnosis, m: Mapping[str, NcuValue], fma: float | None, stall) -> None:
     if d.cell == "latency-bound":
         d.verdict = "latency-bound: neither the SM nor memory is busy"
         d.next_step = "give each warp more independent work (ILP) or keep more warps resident; see the top stall"
@@ -256,6 +259,6 @@ def _by_cell(d: Diagnosis, m: dict, fma: float | None, stall) -> None:
         d.evidence = [Evidence("FMA pipe active", fma, _pct(fma))] if fma is not None else []
 
 
-def diagnose_all(per_stage: dict[str, dict | None]) -> dict[str, Diagnosis]:
+def diagnose_all(per_stage: Mapping[str, Mapping[str, NcuValue] | None]) -> dict[str, Diagnosis]:
     """{stage id: metrics or None} -> {stage id: Diagnosis} for the stages that have metrics."""
     return {sid: diagnose(m, sid) for sid, m in per_stage.items() if m}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -272,7 +272,7 @@ def collect(stages: list[Kernel], n: int, seed: int, metrics: list[str], ncu_too
 
 
 def _finish(run: NcuRun, proc: ProcRecord, stages: list[Kernel], timeout_s: float,
-            work_dir: Path | None = None, failures: dict[str, str] | None = None) -> NcuRun:
+            work_dir: Path | None = None, failures: Mapping[str, str] | None = None) -> NcuRun:
     """``failures``: the profile child's RESULT.json; None reads them from stdout, where the
     children printed them before the one protocol (the captured fixtures in tests/ hold that)."""
     output = proc.stdout + "\n" + proc.stderr

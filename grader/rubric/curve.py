@@ -18,10 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from grader.evidence.rubric import Params
+from grader.evidence.params import CURVE_KEYS, Curved
 from grader.rubric.errors import RubricError
-
-CURVE_KEYS = ("partial_from", "curve", "steps")
 
 
 @dataclass(frozen=True)
@@ -93,7 +91,7 @@ class Curve:
         return f"partial credit {kind}: {', '.join(parts)}, full points at {show(self.full)}"
 
 
-def curve_of(params: Params, full: float, op: str = ">=") -> Curve:
+def curve_of(params: Curved, full: float, op: str = ">=") -> Curve:
     """The item's curve from its validated params (all or nothing when it declares none)."""
     higher = op in (">=", ">")
     if params.partial_from is not None:
@@ -104,7 +102,7 @@ def curve_of(params: Params, full: float, op: str = ">=") -> Curve:
     return Curve((), full, higher)
 
 
-def check_curve(params: Params, full: float | None, op: str, where) -> None:
+def check_curve(params: Curved, full: float | None, op: str, where) -> None:
     """Validate an item's curve keys; ``where(key)`` names the key's path. ``full`` None: the threshold
     is an expression (an ncu item's ``value`` in N), and no curve may be declared against it."""
     given = [k for k in CURVE_KEYS if params.given(k)]

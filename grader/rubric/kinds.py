@@ -2,11 +2,12 @@
 
 A stage item names a ``kind`` and that kind's ``params``. Each :class:`Kind` declares, together:
 
-- its parameters (:class:`Param`: types, required, what it means), whether it is a speed kind (its points
-  wait on the stage's technique items: grader/score/stages.py ``gate_speed``), whether it may be technique
-  evidence (it takes ``technique``), and its own checks of the params (:func:`stage_item` runs them);
-- its judge: ``judge(kind, item, outcome, context) -> ItemResult``, given its own entry (:meth:`Kind.judged`), reading the stage's evidence through the views
-  of grader/rubric/evidence.py (grader.grading.StageOutcome satisfies them);
+- its parameters: its own frozen record (``record``, grader/evidence/params.py, where grading.json's records live)
+  and how rubric.yaml gives each of them (:class:`Param`: types, required, what it means); whether it is a speed
+  kind (its points wait on the stage's technique items: grader/score/stages.py ``gate_speed``), whether it may be
+  technique evidence (it takes ``technique``), and its own checks of the record (:func:`stage_item` runs them);
+- its judge: ``judge(kind, item, params, outcome, context) -> ItemResult``, given its own entry and the item's
+  params as its own record (:meth:`Kind.judged`), reading the stage's record (grader.grading.StageOutcome);
 - its measured number: the key of ``ItemResult.values`` that holds it (:meth:`Kind.measured`), and the param
   holding its level (:meth:`Kind.threshold`), which rescore, what-if and the calibration read;
 - its handout wording (what "passes when" says), its calibration reading (:meth:`Kind.reading`) or why it is
@@ -37,17 +38,32 @@ NOT_EVALUATED with the reason. The status follows the cause of the stage's ``ncu
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 from grader.evidence.limits import Peaks
-from grader.evidence.rubric import Item, Params, ParamValue, Stage
+from grader.evidence.params import (
+    CompilesParams,
+    CorrectParams,
+    Curved,
+    FractionOfBaselineParams,
+    FractionOfPeakParams,
+    ItemParams,
+    NcuParams,
+    NoSpillsParams,
+    ParamValue,
+    SassParams,
+    SpeedupOverStageParams,
+)
+from grader.evidence.profile import TimingSummary
+from grader.evidence.rubric import Item, Stage
+from grader.grading import StageOutcome
 from grader.model import Cause, Gap, ItemResult, Measured, NcuValue, Status
 from grader.rubric.curve import Curve, check_curve, curve_of
 from grader.rubric.errors import RubricError
-from grader.rubric.evidence import StageView, TimingView
 from grader.rubric.expr import (
     COMPARE,
     METRIC_RE,
@@ -58,21 +74,14 @@ from grader.rubric.expr import (
     fmt,
     passes,
 )
-from grader.rubric.items import is_technique, read_item
+from grader.rubric.items import read_item
 from grader.rubric.metric_names import NOT_PROFILED_PREFIX, missing_metric_message
 from grader.rubric.peaks import PEAKS
 from grader.rubric.reader import Reader, Types
 from grader.rubric.types import BASELINES, Rubric, baseline_label
 
 NCU_OPS = tuple(COMPARE)
-T = TypeVar("T")
-
-
-def _req(value: T | None, name: str) -> T:
-    """A required param's value (the rubric reader refuses an item of the kind without it)."""
-    if value is None:
-        raise KeyError(name)
-    return value
+P = TypeVar("P", bound=ItemParams)
 
 
 def _number(value: ParamValue | None) -> float:
@@ -80,6 +89,8 @@ def _number(value: ParamValue | None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"not a number: {value!r}")
     return float(value)
+
+
 PEAK_WORDS = {"fp32": "FP32 CUDA-core peak", "fp16_tensor": "FP16/BF16 Tensor Core peak"}
 
 
@@ -96,7 +107,7 @@ class Param:
 class JudgeContext:
     """What a judge may read beyond its own stage: the other stages (speedups), the device's peaks."""
 
-    outcomes: Mapping[str, StageView] = field(default_factory=dict)
+    outcomes: Mapping[str, StageOutcome] = field(default_factory=dict)
     peaks: Peaks = field(default_factory=lambda: Peaks(None, None, "no device"))
 
 
@@ -111,26 +122,24 @@ class Reading:
     passed: bool
 
 
-Judge = Callable[["Kind", Item, StageView, JudgeContext], ItemResult]  # given its own kind (its curve)
-Validate = Callable[[Item, Reader], None]
-Handout = Callable[["Kind", Item, Stage, Rubric], str]  # given its own kind (its curve)
-Axis = Callable[[Item, Mapping[str, Stage]], str]
-
-
-def _no_check(item: Item, r: Reader) -> None:
+def _no_check(params: ItemParams, r: Reader) -> None:
     """A kind whose params need no check beyond their types."""
 
 
 @dataclass(frozen=True)
-class Kind:
-    """One stage item kind (see the module docstring)."""
+class Kind(Generic[P]):
+    """One stage item kind (see the module docstring), over its params record ``P``."""
 
     name: str
     summary: str  # what the kind checks, in a line
-    params: Mapping[str, Param]
-    judge: Judge
-    handout: Handout  # what "passes when" says in the handout (grader/instructor/handout.py adds the gate)
-    validate: Validate = _no_check  # the params' own checks, after their types (RubricError names the key)
+    record: type[P]  # its params record (grader/evidence/params.py), the one its judge, handout and axis receive
+    params: Mapping[str, Param]  # how rubric.yaml gives each field of ``record``
+    # The verdict, given its own entry (its curve) and the item's params as ``record``.
+    judge: Callable[[Kind[P], Item, P, StageOutcome, JudgeContext], ItemResult]
+    # What "passes when" says in the handout (grader/instructor/handout.py adds the gate), given its own entry.
+    handout: Callable[[Kind[P], Item, P, Stage, Rubric], str]
+    # The params' own checks, after their types (RubricError names the key).
+    validate: Callable[[P, Reader], None] = _no_check
     speed: bool = False  # scored on the timing; its points wait on the stage's technique items
     needs_compile: bool = True  # judged only once the stage compiled (score/stages.py says so otherwise)
     # Judged from the build alone (nvcc, ptxas -v, the SASS): no run of the kernel feeds it, so a change of how the
@@ -142,20 +151,56 @@ class Kind:
     expression_params: tuple[str, ...] = ()  # params holding Nsight Compute expressions (the stored profile's)
     calibrated: bool = False  # has a calibration reading for every item (a threshold); else as technique only
     not_calibrated: str = ""  # why the calibration does not read it (the static kinds)
-    axis: Axis | None = None  # what-if's histogram axis (threshold kinds)
+    axis: Callable[[P, Mapping[str, Stage]], str] | None = None  # what-if's histogram axis (threshold kinds)
     # How a title may state its threshold (grader/rubric/titles.py checks the numbers it states): "N%" over this
     # scale (100: the level is a fraction; with a ``unit`` param, only when the unit is "%"), "N x", "at least N".
     title_percent: float | None = None
     title_times: bool = False
     title_bounds: bool = False
 
+    def __post_init__(self) -> None:
+        fields_ = {f.name: f for f in dataclasses.fields(self.record)}
+        if set(fields_) != set(self.params) or self.record.KIND != self.name:
+            raise TypeError(f"kind {self.name}: its params {sorted(self.params)} are not the fields of "
+                            f"{self.record.__name__} ({sorted(fields_)}, kind {self.record.KIND})")
+        mismatched = [n for n, p in self.params.items() if p.required == (fields_[n].default is None)]
+        if mismatched:
+            raise TypeError(f"kind {self.name}: {mismatched} required in its params but not its record, or the "
+                            "other way round")
+
+    def read(self, r: Reader, item_id: str) -> Item:
+        """The item of this kind at ``r``: each of its params read as its Param says (the reader checks each value's
+        type), into its record; :meth:`check` then runs the kind's own checks."""
+        given: dict[str, ParamValue] = {}
+        for name, param in self.params.items():
+            value = r.get(name, param.types) if param.required else r.get(name, param.types, None)
+            if value is not None:
+                given[name] = value
+        return read_item(r, item_id, self.name, params=self.record(**given))
+
+    def check(self, item: Item, r: Reader) -> None:
+        """The kind's own checks of the item's params (RubricError names the key)."""
+        self.validate(self.params_of(item), r)
+
+    def params_of(self, item: Item) -> P:
+        """The item's params, as this kind's record (TypeError for an item of another kind)."""
+        p = item.params
+        if not isinstance(p, self.record):
+            raise TypeError(f"item {item.id} of kind {item.kind} has params {type(p).__name__}, not "
+                            f"{self.record.__name__}")
+        return p
+
     def handout_text(self, item: Item, stage: Stage, rubric: Rubric) -> str:
         """What "passes when" says of the item in the handout, by this kind's wording and curve."""
-        return self.handout(self, item, stage, rubric)
+        return self.handout(self, item, self.params_of(item), stage, rubric)
 
-    def judged(self, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+    def judged(self, item: Item, o: StageOutcome, context: JudgeContext) -> ItemResult:
         """The item's verdict by this kind's judge, which reads this entry (its curve), not the shipped registry's."""
-        return self.judge(self, item, o, context)
+        return self.judge(self, item, self.params_of(item), o, context)
+
+    def axis_label(self, item: Item, stages: Mapping[str, Stage]) -> str:
+        """What-if's histogram axis for the item ("" for a kind without one)."""
+        return self.axis(self.params_of(item), stages) if self.axis is not None else ""
 
     @property
     def technique_allowed(self) -> bool:
@@ -174,19 +219,21 @@ class Kind:
 
     def title_percent_scale(self, item: Item) -> float | None:
         """The scale of an "N%" in the item's title, None when its title states no percentage."""
-        if "unit" in self.params and item.params.unit != "%":
+        if "unit" in self.params and item.params.get("unit") != "%":
             return None
         return self.title_percent
 
     def op(self, item: Item) -> str:
         """How its number is compared with its level."""
-        return str(_req(item.params.op, 'op')) if "op" in self.params else ">="
+        return self.params_of(item).comparison()
 
     def curve(self, item: Item) -> Curve:
         """The item's partial-credit curve (grader/rubric/curve.py; all or nothing without one)."""
-        assert self.level_param is not None  # only threshold kinds have a curve
-        level = _req(item.params.get(self.level_param), self.level_param)
-        return curve_of(item.params, float(level) if isinstance(level, (int, float)) else math.nan, self.op(item))
+        p = self.params_of(item)
+        if self.level_param is None or not isinstance(p, Curved):
+            raise TypeError(f"kind {self.name} has no curve")  # only threshold kinds have one
+        level = p.get(self.level_param)
+        return curve_of(p, float(level) if isinstance(level, (int, float)) else math.nan, self.op(item))
 
     def measured(self, result: ItemResult | None) -> float | None:
         """The number the item was graded on, from its result; None when nothing was measured (not timed,
@@ -234,7 +281,7 @@ def result(stage: Stage, item: Item, status: Status, fraction: float, message: s
                       bonus=stage.bonus)
 
 
-def _with_next_step(r: ItemResult, o: StageView) -> ItemResult:
+def _with_next_step(r: ItemResult, o: StageOutcome) -> ItemResult:
     """A failed speed item points at the stage's Nsight Compute diagnosis."""
     if r.status == Status.FAILED and o.ncu:
         partial = r.score and "on the curve this earns" not in r.message  # the curve's note says it already
@@ -265,10 +312,10 @@ def required_ops(stage: Stage) -> list[str]:
 
 
 def _sass_required(item: Item) -> list[str]:
-    return list(item.params.require or []) if item.kind == SASS else []
+    return list(item.params.require or []) if isinstance(item.params, SassParams) else []
 
 
-def attempt(o: StageView, *, arithmetic: bool = False) -> tuple[bool | None, str]:
+def attempt(o: StageOutcome, *, arithmetic: bool = False) -> tuple[bool | None, str]:
     """Is the compiled kernel evidently an attempt at the stage? (True, "") when its SASS writes
     global memory (it can write C) and, with ``arithmetic``, executes the instructions the
     stage's sass items require; (False, what is missing) when not; (None, why not known) without
@@ -291,7 +338,7 @@ def attempt(o: StageView, *, arithmetic: bool = False) -> tuple[bool | None, str
     return True, ""
 
 
-def timing_gap(o: StageView) -> Gap | None:
+def timing_gap(o: StageOutcome) -> Gap | None:
     """Why this stage has no timing (None when it has one)."""
     if o.timing is not None:
         return None
@@ -315,7 +362,7 @@ def _curve_note(kind: Kind, item: Item, value: float, show: Callable[[float], st
     return kind.curve(item).note(item.points, value, show)
 
 
-def _untimed(item: Item, o: StageView) -> ItemResult | None:
+def _untimed(item: Item, o: StageOutcome) -> ItemResult | None:
     """A speed item's verdict when the stage has no usable timing (not timed, or implausibly fast); None when timed."""
     st = o.stage
     gap = timing_gap(o)
@@ -336,7 +383,7 @@ def _untimed(item: Item, o: StageView) -> ItemResult | None:
     return None
 
 
-def long_warmup(t: TimingView, multiple: float) -> str:
+def long_warmup(t: TimingSummary, multiple: float) -> str:
     """Why the warm-up looks like preparation for the timed launches ("" when it does not): a warm-up
     launch more than ``multiple`` times the timed launches' median. Not a failure: a person looks."""
     slow = [(k, ms) for k, ms in enumerate(t.warmup_ms or [], 1) if ms > multiple * t.median_ms]
@@ -362,7 +409,8 @@ def _curve_words(kind: Kind, item: Item, show: Callable[[float], str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # compiles
 # ---------------------------------------------------------------------------------------------
-def _judge_compiles(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_compiles(kind: Kind[CompilesParams], item: Item, p: CompilesParams, o: StageOutcome,
+                    context: JudgeContext) -> ItemResult:
     st, c = o.stage, o.compile
     k, launch = (c.kernel, c.launch) if c is not None and c.ok else (None, None)
     if c is not None and k is not None and launch is not None:
@@ -383,7 +431,7 @@ def _judge_compiles(kind: Kind, item: Item, o: StageView, context: JudgeContext)
     return result(st, item, c.cause.status, 0, c.problem)
 
 
-def _handout_compiles(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_compiles(kind: Kind[CompilesParams], item: Item, p: CompilesParams, stage: Stage, rubric: Rubric) -> str:
     tma = (f", and `{stage.tma_symbol}` declares valid TMA boxes" if stage.operands == "tensor_maps" else "")
     return (f"`nvcc` compiles `{stage.file}`, it defines `extern \"C\" {stage.kernel}`, and the launch shape "
             f"(`{stage.launch_symbol}` or the default) is valid{tma}")
@@ -392,7 +440,8 @@ def _handout_compiles(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> s
 # ---------------------------------------------------------------------------------------------
 # correct
 # ---------------------------------------------------------------------------------------------
-def _judge_correct(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_correct(kind: Kind[CorrectParams], item: Item, p: CorrectParams, o: StageOutcome,
+                   context: JudgeContext) -> ItemResult:
     st = o.stage
     if o.correct is None:
         return result(st, item, Status.NOT_EVALUATED, 0,
@@ -401,7 +450,7 @@ def _judge_correct(kind: Kind, item: Item, o: StageView, context: JudgeContext) 
                   o.correctness_message)
 
 
-def _handout_correct(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_correct(kind: Kind[CorrectParams], item: Item, p: CorrectParams, stage: Stage, rubric: Rubric) -> str:
     return (f"every element within rtol = {stage.rtol:g} at N = {sizes_words(rubric)} and again at N = "
             f"{stage.bench.n} after timing")
 
@@ -409,7 +458,8 @@ def _handout_correct(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> st
 # ---------------------------------------------------------------------------------------------
 # no_spills
 # ---------------------------------------------------------------------------------------------
-def _judge_no_spills(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_no_spills(kind: Kind[NoSpillsParams], item: Item, p: NoSpillsParams, o: StageOutcome,
+                     context: JudgeContext) -> ItemResult:
     st, c = o.stage, o.compile
     k = c.kernel if c is not None else None
     assert k is not None  # needs_compile: score/stages.py judged an uncompiled stage's item already
@@ -435,14 +485,16 @@ def _judge_no_spills(kind: Kind, item: Item, o: StageView, context: JudgeContext
     return result(st, item, Status.PASSED, 1, msg, values=Measured(registers=k.registers))
 
 
-def _handout_no_spills(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_no_spills(kind: Kind[NoSpillsParams], item: Item, p: NoSpillsParams, stage: Stage,
+                       rubric: Rubric) -> str:
     return "`ptxas -v`: 0 bytes spill stores and 0 bytes spill loads, and the kernel is correct"
 
 
 # ---------------------------------------------------------------------------------------------
 # sass
 # ---------------------------------------------------------------------------------------------
-def _judge_sass(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_sass(kind: Kind[SassParams], item: Item, p: SassParams, o: StageOutcome,
+                context: JudgeContext) -> ItemResult:
     st = o.stage
     if o.sass is None or not o.sass.available:
         return result(st, item, Status.NOT_EVALUATED, 0,
@@ -450,8 +502,8 @@ def _judge_sass(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> 
     ops = o.sass.opcodes.get(st.kernel)
     if ops is None:
         return result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: no SASS for {st.kernel}")
-    forbidden = {op: ops[op] for op in (item.params.forbid or []) if ops.get(op)}
-    missing = [op for op in (item.params.require or []) if not ops.get(op)]
+    forbidden = {op: ops[op] for op in (p.forbid or []) if ops.get(op)}
+    missing = [op for op in (p.require or []) if not ops.get(op)]
     if forbidden:
         found = ", ".join(f"{op} x{n}" for op, n in forbidden.items())
         return result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} contains {found}: this stage must "
@@ -462,14 +514,13 @@ def _judge_sass(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> 
                                  "the loop because nothing it computes reaches C")
         return result(st, item, Status.FAILED, 0, f"the SASS of {st.kernel} has no {', '.join(missing)} "
                       f"instruction, which this stage needs: {hint}")
-    shown = ", ".join(f"{op} x{ops[op]}" for op in (item.params.require or []))
-    none_of = " none of " + "/".join(_req(item.params.forbid, 'forbid')) if item.params.forbid else ""
+    shown = ", ".join(f"{op} x{ops[op]}" for op in (p.require or []))
+    none_of = " none of " + "/".join(p.forbid) if p.forbid else ""
     return result(st, item, Status.PASSED, 1, f"SASS checked: {sum(ops.values())} instructions"
                   + (f"; {shown}" if shown else "") + (f";{none_of}" if none_of else ""))
 
 
-def _validate_sass(item: Item, r: Reader) -> None:
-    params = item.params
+def _validate_sass(params: SassParams, r: Reader) -> None:
     for key in ("forbid", "require"):
         ops = params.forbid if key == "forbid" else params.require
         if not all(isinstance(op, str) and op.strip() for op in ops or []):
@@ -478,29 +529,30 @@ def _validate_sass(item: Item, r: Reader) -> None:
         raise RubricError(r.where, "has neither forbid nor require", "a list of SASS opcodes in one of them")
 
 
-def _handout_sass(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
-    p = item.params
-    parts = ["*technique*"] if is_technique(item) else []
+def _handout_sass(kind: Kind[SassParams], item: Item, p: SassParams, stage: Stage, rubric: Rubric) -> str:
+    parts = ["*technique*"] if p.is_technique() else []
     if p.require:
-        parts.append("the SASS contains " + ", ".join(_req(p.require, 'require')))
+        parts.append("the SASS contains " + ", ".join(p.require))
     if p.forbid:
-        parts.append("none of " + ", ".join(_req(p.forbid, 'forbid')))
+        parts.append("none of " + ", ".join(p.forbid))
     return "; ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
 # The speed kinds: fraction_of_baseline, fraction_of_peak, speedup_over_stage
 # ---------------------------------------------------------------------------------------------
-def _validate_speed(item: Item, r: Reader) -> None:
-    check_curve(item.params, float(_req(item.params.min, 'min')), ">=", r.path)
+def _validate_speed(params: FractionOfBaselineParams | SpeedupOverStageParams | FractionOfPeakParams,
+                    r: Reader) -> None:
+    check_curve(params, float(params.min), ">=", r.path)
 
 
-def _validate_peak(item: Item, r: Reader) -> None:
+def _validate_peak(params: FractionOfPeakParams, r: Reader) -> None:
     r.choice("peak", PEAKS)
-    _validate_speed(item, r)
+    _validate_speed(params, r)
 
 
-def _judge_fraction_of_baseline(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_fraction_of_baseline(kind: Kind[FractionOfBaselineParams], item: Item, p: FractionOfBaselineParams,
+                                o: StageOutcome, context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
@@ -510,91 +562,91 @@ def _judge_fraction_of_baseline(kind: Kind, item: Item, o: StageView, context: J
     base = baseline_label(st)
     msg = (f"{t.tflops:.2f} TFLOP/s = {100 * t.fraction_of_baseline:.1f}% of {base} "
            f"({t.median_ms:.3f} ms vs {t.baseline_median_ms:.3f} ms, median of {t.reps} interleaved "
-           f"runs at N={t.n}); needs at least {100 * _req(item.params.min, 'min'):.0f}% for full points"
+           f"runs at N={t.n}); needs at least {100 * p.min:.0f}% for full points"
            + _curve_note(kind, item, t.fraction_of_baseline, lambda v: f"{100 * v:.1f}%"))
     return _with_next_step(result(st, item, status, frac, msg, values=Measured(fraction_of_baseline=t.fraction_of_baseline)), o)
 
 
-def _judge_fraction_of_peak(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_fraction_of_peak(kind: Kind[FractionOfPeakParams], item: Item, p: FractionOfPeakParams, o: StageOutcome,
+                            context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
     st, t, peaks = o.stage, o.timing, context.peaks
     assert t is not None  # _untimed said it is timed
-    peak = peaks.get(_req(item.params.peak, 'peak'))
+    peak = peaks.get(p.peak)
     if not peak:
         return result(st, item, Status.NOT_EVALUATED, 0, f"not evaluated: {peaks.source}")
     value = t.tflops / peak
     status, frac = _on_curve(kind, item, value)
-    label = "FP32 CUDA-core" if _req(item.params.peak, 'peak') == "fp32" else "FP16 Tensor Core"
+    label = "FP32 CUDA-core" if p.peak == "fp32" else "FP16 Tensor Core"
     msg = (f"{t.tflops:.1f} TFLOP/s = {value:.2f} x the {label} peak of {peak:.1f} TFLOP/s "
-           f"({peaks.source}); needs at least {_req(item.params.min, 'min'):g} x for full points"
+           f"({peaks.source}); needs at least {p.min:g} x for full points"
            + _curve_note(kind, item, value, lambda v: f"{v:.2f} x"))
     return _with_next_step(result(st, item, status, frac, msg, values=Measured(tflops=t.tflops, ratio=value)), o)
 
 
-def _judge_speedup(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
+def _judge_speedup(kind: Kind[SpeedupOverStageParams], item: Item, p: SpeedupOverStageParams, o: StageOutcome,
+                   context: JudgeContext) -> ItemResult:
     untimed = _untimed(item, o)
     if untimed is not None:
         return untimed
     st, t = o.stage, o.timing
     assert t is not None  # _untimed said it is timed
-    other = context.outcomes.get(_req(item.params.stage, 'stage'))
+    other = context.outcomes.get(p.stage)
     gap = timing_gap(other) if other else Gap(Cause.STUDENT, "stage not graded in this run")
     if gap:
         return result(st, item, gap.cause.status, 0,
-                      f"needs a timed `{_req(item.params.stage, 'stage')}` stage to compare with: {gap.message}",
+                      f"needs a timed `{p.stage}` stage to compare with: {gap.message}",
                       needs_gpu=gap.cause is Cause.NO_GPU)
     assert other is not None and other.timing is not None  # timing_gap said it is timed
     # Same baseline in both runs, so the ratio of fractions cancels GPU-state drift.
     value = t.fraction_of_baseline / other.timing.fraction_of_baseline
     status, frac = _on_curve(kind, item, value)
-    msg = (f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {_req(item.params.min, 'min'):g}x"
+    msg = (f"{value:.2f}x faster than your {other.stage.title} kernel; needs at least {p.min:g}x"
            " for full points" + _curve_note(kind, item, value, lambda v: f"{v:.2f}x"))
     return result(st, item, status, frac, msg, values=Measured(speedup=value))
 
 
-def _handout_fraction_of_baseline(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
+def _handout_fraction_of_baseline(kind: Kind[FractionOfBaselineParams], item: Item, p: FractionOfBaselineParams,
+                                  stage: Stage, rubric: Rubric) -> str:
     words = _curve_words(kind, item, lambda v: f"{100 * v:g}%")
-    return (f"at least {100 * _req(item.params.min, 'min'):g}% of {BASELINES[stage.baseline].words}'s speed (its median time / "
+    return (f"at least {100 * p.min:g}% of {BASELINES[stage.baseline].words}'s speed (its median time / "
             f"yours, interleaved runs at N = {stage.bench.n}) for full points{words}")
 
 
-def _handout_fraction_of_peak(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
-    p = item.params
+def _handout_fraction_of_peak(kind: Kind[FractionOfPeakParams], item: Item, p: FractionOfPeakParams, stage: Stage,
+                              rubric: Rubric) -> str:
     words = _curve_words(kind, item, lambda v: f"{v:g} x")
-    return (f"at least {_req(p.min, 'min'):g} x the {PEAK_WORDS[_req(p.peak, 'peak')]} (TFLOP/s at N = {stage.bench.n}) for full "
+    return (f"at least {p.min:g} x the {PEAK_WORDS[p.peak]} (TFLOP/s at N = {stage.bench.n}) for full "
             f"points{words}")
 
 
-def _handout_speedup(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
-    p = item.params
+def _handout_speedup(kind: Kind[SpeedupOverStageParams], item: Item, p: SpeedupOverStageParams, stage: Stage,
+                     rubric: Rubric) -> str:
     words = _curve_words(kind, item, lambda v: f"{v:g} x")
-    return f"at least {_req(p.min, 'min'):g} x faster than your `{_req(p.stage, 'stage')}` kernel{words}"
+    return f"at least {p.min:g} x faster than your `{p.stage}` kernel{words}"
 
 
-def _axis_fraction_of_baseline(item: Item, stages: Mapping[str, Stage]) -> str:
+def _axis_fraction_of_baseline(p: FractionOfBaselineParams, stages: Mapping[str, Stage]) -> str:
     return "fraction of the baseline's speed"
 
 
-def _axis_fraction_of_peak(item: Item, stages: Mapping[str, Stage]) -> str:
-    return f"multiple of the {item.params.peak} peak"
+def _axis_fraction_of_peak(p: FractionOfPeakParams, stages: Mapping[str, Stage]) -> str:
+    return f"multiple of the {p.peak} peak"
 
 
-def _axis_speedup(item: Item, stages: Mapping[str, Stage]) -> str:
-    other = stages.get(str(item.params.stage))
-    return f"times faster than stage {other.number if other else item.params.stage}"
+def _axis_speedup(p: SpeedupOverStageParams, stages: Mapping[str, Stage]) -> str:
+    other = stages.get(p.stage)
+    return f"times faster than stage {other.number if other else p.stage}"
 
 
 # ---------------------------------------------------------------------------------------------
 # ncu
 # ---------------------------------------------------------------------------------------------
-def measure(item: Item, metrics: Mapping[str, object], n: int) -> tuple[float, float]:
-    """(measured value, threshold) of an ncu item on one kernel's metrics."""
-    value = item.params.value
-    if value is None:
-        raise KeyError("value")
-    return evaluate_expr(_req(item.params.expr, 'expr'), metrics, n), evaluate_expr(value, metrics, n)
+def measure(p: NcuParams, metrics: Mapping[str, NcuValue], n: int) -> tuple[float, float]:
+    """(measured value, threshold) of an ncu item's params on one kernel's metrics."""
+    return evaluate_expr(p.expr, metrics, n), evaluate_expr(p.value, metrics, n)
 
 
 def _with_unit(x: float, unit: str) -> str:
@@ -603,7 +655,7 @@ def _with_unit(x: float, unit: str) -> str:
     return fmt(x) + (f" {unit}" if unit else "")
 
 
-def _ncu_result(o: StageView, item: Item, status: Status, message: str, *, needs_gpu: bool = False,
+def _ncu_result(o: StageOutcome, item: Item, status: Status, message: str, *, needs_gpu: bool = False,
                 fraction: float = 0.0, values: Measured | None = None) -> ItemResult:
     # A passed ncu item earns its points exactly as given (result() rounds them to 4 places).
     st = o.stage
@@ -620,14 +672,13 @@ def _metric_values(metrics: Mapping[str, NcuValue], names: Iterable[str], sep: s
                     if isinstance(v := metrics.get(m), (int, float)) and not isinstance(v, bool))
 
 
-def judge_ncu(item: Item, o: StageView, context: JudgeContext | None = None) -> ItemResult:
+def judge_ncu(item: Item, o: StageOutcome, context: JudgeContext | None = None) -> ItemResult:
     """The verdict on one ``ncu`` item for one stage under the shipped registry's ``ncu`` kind (see the module
     docstring for statuses); scoring calls the kind's own judge, so a replaced kind's curve applies."""
-    return _judge_ncu(REGISTRY[NCU], item, o, context or JudgeContext())
+    return REGISTRY[NCU].judged(item, o, context or JudgeContext())
 
 
-def _judge_ncu(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> ItemResult:
-    p = item.params
+def _judge_ncu(kind: Kind[NcuParams], item: Item, p: NcuParams, o: StageOutcome, context: JudgeContext) -> ItemResult:
     explain = (p.explain or "").strip()
     tail = f" {explain}" if explain else ""
     if o.correct is False:
@@ -638,35 +689,34 @@ def _judge_ncu(kind: Kind, item: Item, o: StageView, context: JudgeContext) -> I
         return _ncu_result(o, item, gap.cause.status, gap.message, needs_gpu=gap.cause is Cause.NO_GPU)
     n = o.profile_n
     try:
-        value, threshold = measure(item, o.ncu, n)
+        value, threshold = measure(p, o.ncu, n)
     except MissingMetric as exc:
         return _ncu_result(o, item, Status.NOT_EVALUATED, missing_metric_message(exc.args[0], o.ncu))
     except ExprError as exc:
         return _ncu_result(o, item, Status.NOT_EVALUATED, f"not evaluated: the rubric's expression is invalid (a "
                            f"course-staff problem): {exc}")
     except ZeroDivisionError:
-        used = _metric_values(o.ncu, METRIC_RE.findall(str(_req(p.expr, 'expr'))), ", ")
+        used = _metric_values(o.ncu, METRIC_RE.findall(p.expr), ", ")
         return _ncu_result(o, item, Status.FAILED, f"cannot compute {item.title!r}: the expression divides by zero "
                            f"for your kernel ({used}).{tail}")
     unit = (p.unit or "")
-    ok = passes(_req(p.op, 'op'), value, threshold)
+    ok = passes(p.op, value, threshold)
     # every metric of the expression has a number here: evaluate_expr raised MissingMetric otherwise
-    inputs = _metric_values(o.ncu, dict.fromkeys(METRIC_RE.findall(str(_req(p.expr, 'expr')))), "; ")
+    inputs = _metric_values(o.ncu, dict.fromkeys(METRIC_RE.findall(p.expr)), "; ")
     verdict = "passed" if ok else "not met"
-    ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in str(_req(p.expr, 'expr')) and _req(p.op, 'op') == "==" and n else ""
+    ratio = f" = {value / n**3:.2f} x N^3" if "ffma" in p.expr and p.op == "==" and n else ""
     # The explanation ends with what to look at next: it belongs to a failed item only.
     # A declared curve gives part of the points short of the threshold (its value is a number then).
     c = kind.curve(item)
     frac = 1.0 if ok else c.fraction(value) if c.knees else 0.0
     note = "" if ok or not c.knees else c.note(item.points, value, lambda v: _with_unit(v, unit))
-    message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {_req(p.op, 'op')} {_with_unit(threshold, unit)} "
+    message = (f"{verdict}: measured {_with_unit(value, unit)}{ratio}, needs {p.op} {_with_unit(threshold, unit)} "
                f"(Nsight Compute, one launch at N={n}; {inputs}){note}." + ("" if ok else tail))
     return _ncu_result(o, item, Status.PASSED if ok else Status.FAILED, message, fraction=frac,
                        values=Measured(value=value, threshold=threshold))
 
 
-def _validate_ncu(item: Item, r: Reader) -> None:
-    params = item.params
+def _validate_ncu(params: NcuParams, r: Reader) -> None:
     r.choice("op", NCU_OPS)
     for key in ("expr", "value"):
         text = params.get(key)
@@ -674,36 +724,38 @@ def _validate_ncu(item: Item, r: Reader) -> None:
         if problem:
             raise RubricError(r.path(key), problem, "arithmetic over ncu metric names, numbers and N")
     value = params.value
-    if value is None:
-        raise KeyError("value")
-    check_curve(params, None if isinstance(value, str) else float(value), _req(params.op, 'op'), r.path)
+    check_curve(params, None if isinstance(value, str) else float(value), params.op, r.path)
     if params.technique and params.integrity:
         raise RubricError(r.path("technique"), "is given beside integrity: true",
                           "one of them: technique evidence tells a stage from the one before, integrity does not")
 
 
-def _handout_ncu(kind: Kind, item: Item, stage: Stage, rubric: Rubric) -> str:
-    p = item.params
+def _handout_ncu(kind: Kind[NcuParams], item: Item, p: NcuParams, stage: Stage, rubric: Rubric) -> str:
     unit = (p.unit or "")
     unit = "%" if unit == "%" else (f" {unit}" if unit else "")
-    value = str(_req(p.value, 'value')).replace("**", "^")
-    words = _curve_words(kind, item, lambda v: f"{v:g}{unit}") if not isinstance(_req(p.value, 'value'), str) else ""
-    mark = "*technique*: " if is_technique(item) else ""
-    return (f"{mark}`{_req(p.expr, 'expr')}` {_req(p.op, 'op')} {value}{unit} (Nsight Compute, one launch at N = "
+    value = str(p.value).replace("**", "^")
+    words = _curve_words(kind, item, lambda v: f"{v:g}{unit}") if not isinstance(p.value, str) else ""
+    mark = "*technique*: " if p.is_technique() else ""
+    return (f"{mark}`{p.expr}` {p.op} {value}{unit} (Nsight Compute, one launch at N = "
             f"{rubric.profile.n}){words}")
 
 
-def _axis_ncu(item: Item, stages: Mapping[str, Stage]) -> str:
-    unit = (item.params.unit or "")
-    return f"{item.params.expr}" + (f" ({unit})" if unit else "")
+def _axis_ncu(p: NcuParams, stages: Mapping[str, Stage]) -> str:
+    unit = (p.unit or "")
+    return f"{p.expr}" + (f" ({unit})" if unit else "")
 
 
 # ---------------------------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------------------------
-COMPILES, CORRECT, NO_SPILLS, SASS = "compiles", "correct", "no_spills", "sass"
+# The kinds' names, as their records (grader/evidence/params.py) name them for the codec.
+COMPILES, CORRECT, NO_SPILLS, SASS = (str(r.KIND) for r in (CompilesParams, CorrectParams, NoSpillsParams, SassParams))
 FRACTION_OF_BASELINE, SPEEDUP_OVER_STAGE, FRACTION_OF_PEAK, NCU = (
-    "fraction_of_baseline", "speedup_over_stage", "fraction_of_peak", "ncu")
+    str(r.KIND) for r in (FractionOfBaselineParams, SpeedupOverStageParams, FractionOfPeakParams, NcuParams))
+# A registry's entry: a kind over one of the records.
+AnyKind = (Kind[CompilesParams] | Kind[CorrectParams] | Kind[NoSpillsParams] | Kind[SassParams]
+           | Kind[FractionOfBaselineParams] | Kind[SpeedupOverStageParams] | Kind[FractionOfPeakParams]
+           | Kind[NcuParams])
 
 # A threshold item's partial credit (grader/rubric/curve.py), one of these keys at most.
 _CURVE = {
@@ -724,22 +776,22 @@ _STATIC = "a static check (ptxas, the SASS or the checker's verdict) with no thr
 class Registry:
     """The kinds by name. Immutable: :meth:`replace` gives a copy with one entry changed."""
 
-    kinds: Mapping[str, Kind]
+    kinds: Mapping[str, AnyKind]
 
-    def __getitem__(self, name: str) -> Kind:
+    def __getitem__(self, name: str) -> AnyKind:
         return self.kinds[name]
 
-    def __iter__(self) -> Iterator[Kind]:
+    def __iter__(self) -> Iterator[AnyKind]:
         return iter(self.kinds.values())
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.kinds)
 
-    def get(self, name: str | None) -> Kind | None:
+    def get(self, name: str | None) -> AnyKind | None:
         return self.kinds.get(name) if name is not None else None
 
-    def of(self, item: Item) -> Kind:
+    def of(self, item: Item) -> AnyKind:
         """The kind of a stage item (ValueError for an item with none or an unknown one: rubric validation
         prevents both)."""
         kind = self.get(item.kind)
@@ -747,35 +799,36 @@ class Registry:
             raise ValueError(f"unknown item kind {item.kind}")
         return kind
 
-    def replace(self, kind: Kind) -> Registry:
+    def replace(self, kind: AnyKind) -> Registry:
         """This registry with ``kind`` in place of the entry of the same name."""
         if kind.name not in self.kinds:
             raise KeyError(kind.name)
         return Registry({**self.kinds, kind.name: kind})
 
 
-REGISTRY = Registry({k.name: k for k in (
-    Kind(COMPILES, "nvcc compiles the file and the kernel with a valid launch shape", {}, _judge_compiles,
-         _handout_compiles, needs_compile=False, not_calibrated=_STATIC, from_build=True),
-    Kind(CORRECT, "the checker's verdict on every correctness size", {}, _judge_correct, _handout_correct,
-         not_calibrated=_STATIC),
-    Kind(NO_SPILLS, "ptxas -v reports no spill stores or loads", {}, _judge_no_spills, _handout_no_spills,
-         not_calibrated=_STATIC, from_build=True),
-    Kind(SASS, "the SASS has the required opcodes and none of the forbidden", {
+_KINDS: tuple[AnyKind, ...] = (
+    Kind(COMPILES, "nvcc compiles the file and the kernel with a valid launch shape", CompilesParams, {},
+         _judge_compiles, _handout_compiles, needs_compile=False, not_calibrated=_STATIC, from_build=True),
+    Kind(CORRECT, "the checker's verdict on every correctness size", CorrectParams, {}, _judge_correct,
+         _handout_correct, not_calibrated=_STATIC),
+    Kind(NO_SPILLS, "ptxas -v reports no spill stores or loads", NoSpillsParams, {}, _judge_no_spills,
+         _handout_no_spills, not_calibrated=_STATIC, from_build=True),
+    Kind(SASS, "the SASS has the required opcodes and none of the forbidden", SassParams, {
         "forbid": Param(list, False, "SASS opcodes the kernel must not contain"),
         "require": Param(list, False, "SASS opcodes the kernel must contain"),
         **_TECHNIQUE}, _judge_sass, _handout_sass, validate=_validate_sass, from_build=True,
          not_calibrated="calibrated only as technique evidence (a pass or fail, no number)"),
-    Kind(FRACTION_OF_BASELINE, "the stage's speed as a fraction of its baseline's", {"min": _MIN, **_CURVE},
+    Kind(FRACTION_OF_BASELINE, "the stage's speed as a fraction of its baseline's", FractionOfBaselineParams,
+         {"min": _MIN, **_CURVE},
          _judge_fraction_of_baseline, _handout_fraction_of_baseline, validate=_validate_speed, speed=True,
          measured_key="fraction_of_baseline", level_param="min", calibrated=True, axis=_axis_fraction_of_baseline,
          title_percent=100.0),
-    Kind(SPEEDUP_OVER_STAGE, "the stage's speed over another stage's", {
+    Kind(SPEEDUP_OVER_STAGE, "the stage's speed over another stage's", SpeedupOverStageParams, {
         "stage": Param(str, True, "the id of the stage compared with"), "min": _MIN, **_CURVE},
          _judge_speedup, _handout_speedup, validate=_validate_speed, speed=True, measured_key="speedup",
          level_param="min", other_stage_param="stage", calibrated=True, axis=_axis_speedup, title_times=True,
          title_bounds=True),
-    Kind(FRACTION_OF_PEAK, "the stage's TFLOP/s as a multiple of the device's peak", {
+    Kind(FRACTION_OF_PEAK, "the stage's TFLOP/s as a multiple of the device's peak", FractionOfPeakParams, {
         "peak": Param(str, True, "which peak: " + " or ".join(PEAKS)), "min": _MIN, **_CURVE},
          _judge_fraction_of_peak, _handout_fraction_of_peak, validate=_validate_peak, speed=True,
          measured_key="ratio", level_param="min", calibrated=True, axis=_axis_fraction_of_peak,
@@ -785,7 +838,7 @@ REGISTRY = Registry({k.name: k for k in (
     # `integrity: true`: the criterion checks that the work is done honestly, not that the stage moved
     # on, so the previous stage's kernel may pass it too (the calibration then asks only that the
     # reference passes). Without it, only an `==` criterion is one.
-    Kind(NCU, "an expression over Nsight Compute metrics against a threshold", {
+    Kind(NCU, "an expression over Nsight Compute metrics against a threshold", NcuParams, {
         "expr": Param(str, True, "arithmetic over ncu metric names, numbers and N (the profile size)"),
         "op": Param(str, True, "the comparison: " + ", ".join(NCU_OPS)),
         "value": Param((int, float, str), True, "the threshold: a number or an expression in N"),
@@ -795,7 +848,8 @@ REGISTRY = Registry({k.name: k for k in (
         **_TECHNIQUE, **_CURVE}, _judge_ncu, _handout_ncu, validate=_validate_ncu, measured_key="value",
          level_param="value", expression_params=("expr", "value"), calibrated=True, axis=_axis_ncu,
          title_percent=1.0, title_bounds=True),
-)})
+)
+REGISTRY = Registry({k.name: k for k in _KINDS})
 
 
 def curve(item: Item, registry: Registry = REGISTRY) -> Curve:
@@ -803,18 +857,12 @@ def curve(item: Item, registry: Registry = REGISTRY) -> Curve:
     return registry.of(item).curve(item)
 
 
-def stage_item(raw: Any, where: str, registry: Registry = REGISTRY) -> Item:
-    """One entry of a stage's ``items`` list: its kind, that kind's params (typed), then the kind's checks."""
+def stage_item(raw: object, where: str, registry: Registry = REGISTRY) -> Item:
+    """One entry of a stage's ``items`` list: its kind, that kind's params (its record), then the kind's checks."""
     r = Reader(raw, where)
     item_id = r.text("id")
     kind = registry[r.choice("kind", registry.names)]
-    params: dict[str, ParamValue] = {}
-    for name, param in kind.params.items():
-        value = r.get(name, param.types) if param.required else r.get(name, param.types, None)
-        if value is not None:
-            params[name] = value
-    # The reader checked each value against the kind's Param types; the kind's own checks (below) the rest.
-    item = read_item(r, item_id, kind.name, params=Params(**params))  # type: ignore[arg-type]
+    item = kind.read(r, item_id)
     r.done()
-    kind.validate(item, r)
+    kind.check(item, r)
     return item

@@ -186,9 +186,10 @@ def _stages(r: Reader, bench: Bench, sizes: tuple[int, ...], plausible: float,
         if ids.count(st.id) > 1:
             raise RubricError(f"{r.where}.stages[{k}].id", f"{st.id!r} appears twice", "unique stage ids")
         for j, it in enumerate(st.items):
-            other = it.params.stage
+            key = REGISTRY.of(it).other_stage_param  # the param naming a stage it is measured against
+            other = it.params.get(key) if key else None
             if other is not None and other not in ids:
-                raise RubricError(f"{r.where}.stages[{k}].items[{j}].stage", f"is {other!r}",
+                raise RubricError(f"{r.where}.stages[{k}].items[{j}].{key}", f"is {other!r}",
                                   "the id of another stage: " + ", ".join(ids))
     return stages
 

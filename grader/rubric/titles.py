@@ -19,7 +19,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from grader.evidence.rubric import Item, Params
+from grader.evidence.params import Curved, ItemParams
+from grader.evidence.rubric import Item
 from grader.rubric.kinds import REGISTRY, Kind
 from grader.rubric.types import Rubric
 
@@ -36,9 +37,11 @@ class TitleProblem:
     message: str
 
 
-def _thresholds(params: Params, full: float) -> list[float]:
+def _thresholds(params: ItemParams, full: float) -> list[float]:
     """The item's threshold and the knees of its curve, in the units of ``min`` / ``value``."""
     out = [full]
+    if not isinstance(params, Curved):
+        return out
     if params.partial_from is not None:
         out.append(float(params.partial_from))
     for knees in (params.curve, params.steps):

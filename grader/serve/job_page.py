@@ -13,7 +13,6 @@ import datetime as dt
 import html
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from markdown_it import MarkdownIt
 
@@ -32,7 +31,7 @@ _INLINE = MarkdownIt("commonmark", {"html": False}).disable("image")
 e = html.escape
 
 
-def _num(x: Any, digits: int) -> str:
+def _num(x: object, digits: int) -> str:
     return f"{x:.{digits}f}" if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else "-"
 
 

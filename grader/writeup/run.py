@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import difflib
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from grader.compile.locate import locate
 from grader.evidence.protocol import ProbeResult
 from grader.evidence.rubric import Item
-from grader.grading import Grading
+from grader.grading import Grading, StageOutcome
 from grader.model import Cause, Gap, ItemResult, Measured, Status
 from grader.rubric.expr import ExprError, MissingMetric, evaluate_expr, fmt
 from grader.rubric.report import STAGE, ReportConfig, Transition, metric_unit
@@ -69,7 +69,7 @@ class Evidence:
     """The measurements a report's values are compared with. ``outcomes`` None: no grading on the GPU the
     report names, so only what holds on any GPU is checked and the rest is left to a TA (``why``)."""
 
-    outcomes: dict | None
+    outcomes: Mapping[str, StageOutcome] | None
     source: str = ""  # "" for this grading; else which stored grading, said in the messages
     why: str = ""  # when ``outcomes`` is None: the GPUs involved, in words
     note: str = ""  # said under the values items (a report that names no GPU)
@@ -221,7 +221,7 @@ def _check_any_gpu(cits: list[Citation], cfg: ReportConfig, why: str) -> tuple[S
 
 
 def _check_values(cits: list[Citation], t: Transition, cfg: ReportConfig,
-                  outcomes: dict, source: str = "") -> tuple[Status, float, str, Measured, bool]:
+                  outcomes: Mapping[str, StageOutcome], source: str = "") -> tuple[Status, float, str, Measured, bool]:
     """(status, fraction, message, values, needs_gpu) of a transition's values item; the causes of the
     stages' missing metrics decide between failed and not evaluated (``needs_gpu``: for want of a GPU).
     ``source``: which stored grading ``outcomes`` come from ("" for this one), said in the message."""

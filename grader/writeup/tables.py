@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from grader.grading import StageOutcome
 from grader.model import Cause, Gap, Status
 from grader.rubric.report import TableSpec
 from grader.untrusted.quote import quote_code
@@ -253,7 +255,7 @@ def describe(chk: TableCheck) -> str:
     return "\n".join(lines)
 
 
-def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tuple[Status, float, str, bool]:
+def check_times(checks: list[TableCheck], outcomes: Mapping[str, StageOutcome], time_rel: float) -> tuple[Status, float, str, bool]:
     """(status, fraction, message, needs_gpu) of the times item: each row's ms against the grader's median
     for the same kernel (or the baseline's), within ``time_rel``. When no row could be compared the causes
     of the gaps decide: not evaluated when the grader could not time a row (``needs_gpu`` when that is for
@@ -266,7 +268,7 @@ def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tu
             if "ms" not in row.cells:
                 continue
             sids = chk.spec.stages if key == BASELINE else (key,)
-            timed = [outcomes[s] for s in sids if s in outcomes and outcomes[s].timing is not None]
+            timed = [t for s in sids if s in outcomes and (t := outcomes[s].timing) is not None]
             if not timed:
                 o = outcomes.get(key) if key != BASELINE else next((outcomes[s] for s in sids if s in outcomes), None)
                 if o is None:  # left out of this run (--stages): counted against the table
@@ -277,7 +279,7 @@ def check_times(checks: list[TableCheck], outcomes: dict, time_rel: float) -> tu
                     gap = Gap(Cause.STUDENT, "not timed (the stage did not compile or is not correct)")
                 skipped.setdefault(gap, []).append(chk.spec.baseline if key == BASELINE else key)
                 continue
-            tm = timed[0].timing
+            tm = timed[0]
             grader_ms = tm.baseline_median_ms if key == BASELINE else tm.median_ms
             label = chk.spec.baseline if key == BASELINE else key
             ms = row.cells["ms"].value

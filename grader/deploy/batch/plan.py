@@ -70,12 +70,12 @@ def known_times(folders: list[Path]) -> dict[str, float]:
     """{submission folder: seconds its grading took alone} from earlier batches' output folders
     (their ``submissions/<folder>/batch_status.json``: wall time less the time spent waiting for the
     GPU); a later folder's value wins."""
-    from grader.outputs.grades_csv import STATUS_FILE, read_json
+    from grader.outputs.grades_csv import STATUS_FILE, read_json_object
     times: dict[str, float] = {}
     for out in folders:
         for status in sorted(Path(out).glob(f"submissions/*/{STATUS_FILE}")):
-            rec = read_json(status)
-            wall = rec.get("wall_s") if isinstance(rec, dict) else None
+            rec = read_json_object(status)
+            wall = rec.get("wall_s")
             if isinstance(wall, (int, float)):
                 wait = rec.get("gpu_wait_s")
                 times[status.parent.name] = max(0.0, wall - (wait if isinstance(wait, (int, float)) else 0.0))

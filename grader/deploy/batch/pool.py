@@ -28,7 +28,7 @@ from pathlib import Path
 from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
 from grader.deploy.batch.stale import GradedBy
 from grader.occupancy.variants import student_of
-from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json
+from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json, read_json_object
 from grader.outputs.results import error_results, write_results
 from grader.sandbox import guard as sandbox
 from grader.sandbox.process import Terminated, stopping
@@ -164,7 +164,7 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
             write_results(results_path, error_results(
                 f"batch: the grader ended with {proc.brief()} and wrote no results.json\n\n"
                 + (proc.stderr or proc.stdout)[-4000:], wall))
-    results = read_json(results_path) or {}
+    results = read_json_object(results_path)
     held, waited = gpu_phases(partial / "grading.json")
     record = {"folder": sub.folder, "status": status, "returncode": proc.returncode,
               "wall_s": round(wall, 2), "gpu": gpu, "score": results.get("score"),

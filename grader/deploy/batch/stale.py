@@ -29,7 +29,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.outputs.grades_csv import FAILED_STATUSES, STATUS_FILE, read_json
+from grader.outputs.grades_csv import FAILED_STATUSES, STATUS_FILE, read_json, read_json_object
 from grader.untrusted.export import Submission
 
 
@@ -104,7 +104,7 @@ def why_grade(folder_dir: Path, now: GradedBy, *, force: bool = False, retry_fai
         return Why.STAGES
     if now.gpu and not before.gpu:
         return Why.NO_GPU
-    if retry_failed and (read_json(folder_dir / STATUS_FILE) or {}).get("status") in FAILED_STATUSES:
+    if retry_failed and read_json_object(folder_dir / STATUS_FILE).get("status") in FAILED_STATUSES:
         return Why.RETRY
     return None
 

@@ -35,7 +35,6 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from grader.evidence.results import Results, ResultsExtra, ResultsTest, ResultsTestExtra
 from grader.outputs.results import make_neutral
@@ -123,7 +122,7 @@ def _pending(test: ResultsTest, message: str, policy: str) -> ResultsTest:
         extra_data=dataclasses.replace(neutral.extra_data, pending_gpu=True, no_gpu_policy=policy))
 
 
-def apply_no_gpu_policy(results: Results, detail: Mapping[str, Any] | None, policy: str,
+def apply_no_gpu_policy(results: Results, detail: Mapping[str, object] | None, policy: str,
                         service: bool = False) -> Results:
     """``results`` with ``policy`` applied (a changed copy; ``results`` itself is left as it is).
 

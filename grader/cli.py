@@ -468,20 +468,28 @@ def whatif_command(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    """The command line's parser."""
-    from grader.deploy.batch.cli import add_grade_arguments, add_merge_arguments
-    from grader.deploy.gradescope.build import add_arguments as add_gradescope_arguments
-    from grader.deploy.kit.build import add_arguments as add_kit_arguments
-    from grader.deploy.kit.check import add_arguments as add_check_arguments
-    from grader.serve.cli import add_arguments as add_serve_arguments
-    from grader.serve.submit import add_arguments as add_submit_arguments
+def _command_word(argv: list[str]) -> str | None:
+    """The COMMAND of ``argv``: its first word that is not an option (the parser's own options take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser. ``command``: only that subcommand's own arguments are added, so only its
+    module is imported (a grading child imports no service, kit or batch code); every subcommand is listed with
+    its help all the same, so usage, ``--help`` and the errors read alike. None: every subcommand's arguments."""
+    def wanted(*names: str) -> bool:
+        return command is None or command in names
 
     p = argparse.ArgumentParser(prog="python -m grader", description="The GEMM-ladder autograder.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_grade_arguments(sub.add_parser("grade", help="grade one submission (a folder or a zip of one)"))
-    add_grade_arguments(sub.add_parser("batch", help="grade every submission of a Gradescope export"))
-    add_merge_arguments(sub.add_parser("merge", help="merge batches' grades.csv files into one"))
+    batch = sub.add_parser("batch", help="grade every submission of a Gradescope export")
+    merge = sub.add_parser("merge", help="merge batches' grades.csv files into one")
+    if wanted("batch", "merge"):
+        from grader.deploy.batch.cli import add_grade_arguments, add_merge_arguments
+
+        add_grade_arguments(batch)
+        add_merge_arguments(merge)
 
     c = sub.add_parser("check-rubric", help="validate a rubric and exit")
     c.add_argument("--rubric", default=str(DEFAULT_RUBRIC), help="rubric file (default: the repo's rubric.yaml)")
@@ -543,19 +551,41 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--quiet", action="store_true", help="no summary line")
     wi.set_defaults(func=whatif_command)
 
-    from grader.similarity.cli import add_arguments as add_similarity_arguments
+    similarity = sub.add_parser("similarity", help="instructors, no GPU: the class's similarity and provenance "
+                                                   "report (source and SASS)")
+    gradescope = sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run")
+    serve = sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens")
+    submit = sub.add_parser("submit", help="students: grade on the course GPU through the grading service")
+    check = sub.add_parser("check", help="students: is a submission well-formed? seconds, no GPU, no scores")
+    kit = sub.add_parser("kit", help="build the student kit zip (handout, starter, grader; no solutions)")
+    if wanted("similarity"):
+        from grader.similarity.cli import add_arguments as add_similarity_arguments
 
-    add_similarity_arguments(sub.add_parser("similarity", help="instructors, no GPU: the class's similarity and "
-                                                               "provenance report (source and SASS)"))
-    add_gradescope_arguments(sub.add_parser("gradescope", help="the Gradescope package: build, unpack, run"))
-    add_serve_arguments(sub.add_parser("serve", help="the GPU grading service: HTTP API, queue, workers, tokens"))
-    add_submit_arguments(sub.add_parser("submit", help="students: grade on the course GPU through the grading service"))
-    add_check_arguments(sub.add_parser("check", help="students: is a submission well-formed? seconds, no GPU, no scores"))
-    add_kit_arguments(sub.add_parser("kit", help="build the student kit zip (handout, starter, grader; no solutions)"))
+        add_similarity_arguments(similarity)
+    if wanted("gradescope"):
+        from grader.deploy.gradescope.build import add_arguments as add_gradescope_arguments
+
+        add_gradescope_arguments(gradescope)
+    if wanted("serve"):
+        from grader.serve.cli import add_arguments as add_serve_arguments
+
+        add_serve_arguments(serve)
+    if wanted("submit"):
+        from grader.serve.submit import add_arguments as add_submit_arguments
+
+        add_submit_arguments(submit)
+    if wanted("check"):
+        from grader.deploy.kit.check import add_arguments as add_check_arguments
+
+        add_check_arguments(check)
+    if wanted("kit"):
+        from grader.deploy.kit.build import add_arguments as add_kit_arguments
+
+        add_kit_arguments(kit)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(_command_word(argv)).parse_args(argv)
     return args.func(args)

@@ -156,12 +156,18 @@ def test_queue_page_lists_a_queued_job(browser, tmp_path):
 LONG_LINE = "#error " + "a_long_word_with_no_space_in_it_" * 12  # one line far wider than the page
 
 
+# The sections the no-GPU job page is read for: a stage that compiles (its GPU items not evaluated), the stage whose
+# compile error is the long line (items not passed), and occupancy and the report (items graded by hand, numbers
+# with the letter O). The screenshot in docs/ (GRADER_UPDATE_SCREENSHOT=1) shows every section.
+BARE_STAGES = "" if os.environ.get("GRADER_UPDATE_SCREENSHOT") else "naive,coalesced,occupancy,report"
+
+
 @pytest.fixture(scope="module")
 def bare_service(tmp_path_factory):
-    """A service without a GPU and without the GPU's measurements (`serve --no-gpu`), grading every section."""
+    """A service without a GPU and without the GPU's measurements (`serve --no-gpu`), grading the sections above."""
     tmp = tmp_path_factory.mktemp("bare")
     token = issue_tokens(tmp / "data", ["nogpu@example.edu"])["nogpu@example.edu"]
-    with ServiceProcess(tmp / "data", stages="") as svc:
+    with ServiceProcess(tmp / "data", stages=BARE_STAGES) as svc:
         svc.wait_workers(1)
         yield svc, token
 

@@ -1,10 +1,13 @@
 """The bwrap fence, against the real bwrap: what a hostile step can see, write, reach and leave behind."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -319,3 +322,39 @@ def test_grader_child_runs_fenced_from_the_shared_runtime(tmp_path: Path):
     assert res is not None and "ok" in res
     from grader.sandbox.fence import shared_runtime
     assert not str(shared_runtime()).startswith(str(REPO_ROOT))  # the checkout itself is hidden (tests above)
+
+
+def test_a_grader_started_from_tmp_keeps_the_steps_private_tmp(tmp_path: Path):
+    # `python -m grader` puts the folder it was started from first on sys.path. Started from /tmp, that
+    # folder must not be shown to the steps: read-only over their private /tmp, nvcc could not write its
+    # temporary files there, and a student's program could read the host's /tmp.
+    from grader.sandbox.fence import _allowed
+
+    assert not _allowed(Path("/tmp")) and not _allowed(Path("/"))
+    assert _allowed(Path("/tmp/site-packages-of-a-ta"))
+    marker_file = Path("/tmp") / f"host-tmp-marker-{os.getpid()}"
+    marker_file.write_text("the host's /tmp")
+    try:
+        probe = tmp_path / "probe.py"
+        probe.write_text(
+            "import sys\n"
+            "sys.path.insert(0, '/tmp')  # where `python -m` started from /tmp puts it\n"
+            "from grader.sandbox.guard import Fence, run\n"
+            f"code = {f'import os; print(os.path.exists({str(marker_file)!r}))'!r}\n"
+            f"r = run([sys.executable, '-c', code], fence=Fence(scratch={str(tmp_path / 'scratch')!r}), timeout_s=60, "
+            "cwd=None, env=None, output_limit=4000)\n"
+            "print(r.stdout.strip(), r.returncode)\n")
+        (tmp_path / "scratch").mkdir()
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "GRADER_COMPILE_REUSE": ""}
+        seen = subprocess.run([sys.executable, "-c", f"exec(open({str(probe)!r}).read())"],
+                              cwd="/tmp", env=env, capture_output=True, text=True, timeout=120)
+        assert seen.stdout.split() == ["False", "0"], seen.stdout + seen.stderr
+        out = tmp_path / "graded"
+        proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(REPO_ROOT / "solutions"), "--no-gpu",
+                               "--stages", "naive", "--out", str(out), "--quiet"],
+                              cwd="/tmp", env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        first = json.loads((out / "results.json").read_text())["tests"][0]
+        assert (first["number"], first["status"]) == ("1.compiles", "passed"), first["output"]
+    finally:
+        marker_file.unlink()

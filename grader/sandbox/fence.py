@@ -92,7 +92,11 @@ def _under(path: Path | str, root: Path | str) -> bool:
 
 def _allowed(path: Path) -> bool:
     """Never the checkout (nor a folder holding it), except its .venv. An installed package lives in
-    site-packages beside the interpreter's libraries: that folder stays, and the package is masked."""
+    site-packages beside the interpreter's libraries: that folder stays, and the package is masked.
+    Never ``/tmp`` nor a folder holding it: shown read-only, the host's /tmp (other gradings' folders)
+    would replace the step's private one, where nvcc writes its temporary files."""
+    if _under("/tmp", path):
+        return False
     if IN_CHECKOUT and _under(path, _VENV):
         return True
     if not IN_CHECKOUT:
@@ -105,7 +109,11 @@ def _static_roots() -> tuple[Path, ...]:
     """Read-only roots beside the system trees, from this process (the interpreter, tools)."""
     found: list[str] = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
                         os.path.dirname(os.path.realpath(sys.executable)), *_TOOL_ROOTS]
-    found += [p for p in sys.path if p and os.path.isabs(p)]
+    # The interpreter's module folders, for numpy and CuPy, but not the folder Python put first for the
+    # main module (the current folder under ``-m``, the script's folder otherwise): that is wherever a TA
+    # happened to start the grader, and holds nothing a step imports.
+    first = 0 if sys.flags.safe_path else 1
+    found += [p for p in sys.path[first:] if p and os.path.isabs(p)]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):
             found.append(os.environ[var])

@@ -17,6 +17,10 @@
 # The image is the Gradescope zip, unpacked where Gradescope unpacks it (/autograder/source), and
 # installed by the zip's own setup.sh, which runs grader/deploy/install.sh -- the one install script
 # (tests/test_gradescope_package.py checks that the RUN lines below call nothing else).
+# The install runs twice, as layers go: first over only the files it reads (the scripts, pyproject.toml,
+# the toolchain probe: grader/deploy/gradescope/build.py, INSTALL_FILES), which does the slow part (apt-get,
+# the .venv, the CUDA wheels) in a layer that a change to the grader's code leaves as it was; then over the
+# whole package, where it finds everything installed and only checks (seconds).
 #
 # Base image (ARG BASE):
 #   default  nvidia/cuda:13.0.1-devel-ubuntu24.04: nvcc, cuobjdump and, in NVIDIA's devel images,
@@ -41,15 +45,20 @@ ARG PACKAGE_BASE=python:3.12-slim
 FROM ${PACKAGE_BASE} AS package
 WORKDIR /src
 COPY . .
-RUN python3 -m grader.deploy.gradescope build --out /tmp/autograder.zip --unpack /autograder/source
+RUN python3 -m grader.deploy.gradescope build --out /tmp/autograder.zip --unpack /autograder/source \
+    --unpack-install /autograder/install
 
 # Stage 2: the grading image.
 FROM ${BASE}
 # CuPy for the GPU the container will see at `docker run` (the build sees none): cuda13, cuda12 or none.
 ARG GRADER_CUPY=cuda13
 ENV DEBIAN_FRONTEND=noninteractive
-COPY --from=package /autograder/source /autograder/source
+# The install's own files first: the slow layer below is rebuilt only when one of them changes.
+COPY --from=package /autograder/install /autograder/source
 RUN bash /autograder/source/setup.sh && rm -rf /var/lib/apt/lists/* /root/.cache/pip
-RUN cp /autograder/source/run_autograder /autograder/run_autograder && chmod 755 /autograder/run_autograder \
+# Then the whole package over them, and the same setup.sh again: everything is in place, so it installs nothing.
+COPY --from=package /autograder/source /autograder/source
+RUN bash /autograder/source/setup.sh && rm -rf /var/lib/apt/lists/* /root/.cache/pip \
+    && cp /autograder/source/run_autograder /autograder/run_autograder && chmod 755 /autograder/run_autograder \
     && mkdir -p /autograder/submission /autograder/results
 WORKDIR /autograder

@@ -241,8 +241,12 @@ fi
 if [[ "$cmd" != lint ]]; then  # linting grades nothing; .ci/run's `test` that follows prints these
     # What the grader will see (one line per tool; problems such as a missing host compiler show here).
     "$PY" -m grader.compile.toolchain 2>&1 | sed 's/^/bootstrap: /' >&2 || true
-    # How students' processes will be fenced here (bubblewrap or the weak fallback, and why).
-    "$PY" -m grader.sandbox.guard 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+    # How students' processes will be fenced here (bubblewrap or the weak fallback, and why). Not where only the
+    # install's own files are (the Dockerfile's first install step: grader/deploy/gradescope/build.py, INSTALL_FILES);
+    # its second step, over the whole package, says it.
+    if [[ -f grader/sandbox/guard.py ]]; then
+        "$PY" -m grader.sandbox.guard 2>&1 | sed 's/^/bootstrap: /' >&2 || true
+    fi
 fi
 
 if [[ -n "${GRADER_PYTHON_FILE:-}" ]]; then

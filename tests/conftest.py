@@ -74,6 +74,11 @@ def probe() -> dict:
 def pytest_configure(config):
     _Probe.start()
     _CompileReuse.start()
+    # Under --dist loadfile, pytest-xdist's workers get the costliest files first (tests/file_costs.py); a single
+    # process keeps the files' own order.
+    from tests.file_costs import CostliestFirst
+
+    CostliestFirst.register(config)
 
 
 def pytest_unconfigure(config):

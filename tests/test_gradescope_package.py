@@ -311,14 +311,16 @@ def test_dockerfile_installs_with_the_setup_script_only():
     assert any(i == "ARG" and re.match(r"BASE=nvidia/cuda:13\.0\.\d+-devel-ubuntu24\.04$", a) for i, a in preamble)
     package, final = built[0], built[-1]
     assert final[0] == ("FROM", "${BASE}")
-    # stage 1 builds the zip with the package command and unpacks it; stage 2 takes only that
+    # stage 1 builds the zip with the package command and unpacks it, and the install's own files apart; stage 2
+    # takes only those: the install's files, setup.sh over them, then the whole package and setup.sh over it
     assert any(i == "RUN" and "grader.deploy.gradescope build" in a and "--unpack /autograder/source" in a
-               for i, a in package)
-    copies = [a for i, a in final if i == "COPY"]
-    assert copies == ["--from=package /autograder/source /autograder/source"]
+               and "--unpack-install /autograder/install" in a for i, a in package)
+    steps = [(i, a) for i, a in final if i in ("COPY", "RUN")]
+    assert [i for i, _ in steps] == ["COPY", "RUN", "COPY", "RUN"]
+    assert [a for i, a in steps if i == "COPY"] == ["--from=package /autograder/install /autograder/source",
+                                                    "--from=package /autograder/source /autograder/source"]
     runs = [a for i, a in final if i == "RUN"]
-    setup_runs = [a for a in runs if "/autograder/source/setup.sh" in a]
-    assert len(setup_runs) == 1 and setup_runs[0].startswith("bash /autograder/source/setup.sh")
+    assert all(a.startswith("bash /autograder/source/setup.sh && ") for a in runs)
     install_words = ("apt-get install", "apt install", "pip install", "pip3 install", "useradd", "adduser",
                      "bootstrap.sh", "install.sh", "conda ")
     for a in runs:

@@ -48,6 +48,15 @@ FORBIDDEN = ("solutions", "tests", ".git", ".venv")
 ROOT_FILES = {"setup.sh": HERE / "setup.sh", "run_autograder": HERE / "run_autograder"}
 EXECUTABLE = {"setup.sh", "run_autograder", "grader/deploy/install.sh", "grader/bootstrap.sh",
               "grader/run_local.py", "grader/deploy/gradescope/setup.sh", "grader/deploy/gradescope/run_autograder"}
+# What the install (setup.sh -> grader/deploy/install.sh -> grader/bootstrap.sh setup) reads: the scripts,
+# pyproject.toml (the dependencies and their extras) and the modules `python -m grader.compile.toolchain
+# --pip-extras` imports (which tool wheels the machine lacks). The Dockerfile installs from these alone
+# (`build --unpack-install`), then copies the whole package over them, so that a change to the grader's other
+# files leaves its slow install layer as it was (tests/test_install_files.py keeps the list complete).
+INSTALL_FILES = ("setup.sh", "pyproject.toml", "grader/bootstrap.sh", "grader/deploy/install.sh",
+                 "grader/__init__.py", "grader/compile/__init__.py", "grader/compile/toolchain.py",
+                 "grader/compile/nvcc_tree.py", "grader/compile/tool_search.py", "grader/evidence/__init__.py",
+                 "grader/evidence/tools.py")
 CONFIG_NAME = "gradescope.env"
 MANIFEST_NAME = "autograder-manifest.json"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -204,14 +213,21 @@ def build(out: Path, root: Path = REPO_ROOT, *, no_gpu_policy: str = "pending",
     return sorted(members)
 
 
-def unpack(zip_path: Path, dest: Path) -> list[str]:
-    """Extract ``zip_path`` into ``dest`` with the members' Unix modes (refusing paths that leave it)."""
+def unpack(zip_path: Path, dest: Path, only: tuple[str, ...] | None = None) -> list[str]:
+    """Extract ``zip_path`` into ``dest`` with the members' Unix modes (refusing paths that leave it);
+    with ``only``, just those members (BuildError if one is missing)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
     names = []
     with zipfile.ZipFile(zip_path) as zf:
+        if only is not None:
+            missing = sorted(set(only) - set(zf.namelist()))
+            if missing:
+                raise BuildError(f"{zip_path} has no {', '.join(missing)}")
         for info in zf.infolist():
+            if only is not None and info.filename not in only:
+                continue
             target = (dest / info.filename).resolve()
             if root != target and root not in target.parents:
                 raise BuildError(f"{info.filename}: path leaves {dest}")
@@ -244,6 +260,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the assignment's secret, from `python -m grader serve secret` (packed mode 0600)")
     b.add_argument("--assignment", metavar="NAME", help="the assignment's name on the service")
     b.add_argument("--unpack", metavar="DIR", help="also unpack the zip into DIR (the Dockerfile does)")
+    b.add_argument("--unpack-install", metavar="DIR",
+                   help="also unpack into DIR only the files the install reads (the Dockerfile installs from them "
+                        "first, so that its install layer does not depend on the rest)")
     u = sub.add_parser("unpack", help="unpack a zip keeping its file modes")
     u.add_argument("zip")
     u.add_argument("dest")
@@ -267,6 +286,9 @@ def run_command(args: argparse.Namespace) -> int:
             if args.unpack:
                 unpack(Path(args.out), Path(args.unpack))
                 print(f"unpacked into {args.unpack}")
+            if args.unpack_install:
+                unpack(Path(args.out), Path(args.unpack_install), only=INSTALL_FILES)
+                print(f"unpacked the install's {len(INSTALL_FILES)} files into {args.unpack_install}")
             return 0
         if args.gradescope_cmd == "unpack":
             names = unpack(Path(args.zip), Path(args.dest))

@@ -112,7 +112,7 @@ def _static_roots() -> tuple[Path, ...]:
     # The interpreter's module folders, for numpy and CuPy, but not the folder Python put first for the
     # main module (the current folder under ``-m``, the script's folder otherwise): that is wherever a TA
     # happened to start the grader, and holds nothing a step imports.
-    first = 0 if sys.flags.safe_path else 1
+    first = 0 if getattr(sys.flags, "safe_path", False) else 1  # -P (Python 3.11+): nothing put first
     found += [p for p in sys.path[first:] if p and os.path.isabs(p)]
     for var in ("CUDA_HOME", "CUDA_PATH"):
         if os.environ.get(var):

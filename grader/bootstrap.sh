@@ -29,7 +29,7 @@
 #   GRADER_CUPY=cuda13|cuda12 install that CuPy extra even though no GPU is visible now
 #                             (a Docker build sees no GPU; the container will)
 #   GRADER_PYTHON_FILE=PATH   write the path of the interpreter chosen here into PATH
-#   GRADER_TEST_WORKERS=N     `test`'s pytest-xdist workers (default: one per CPU, at most 4, and 0 where
+#   GRADER_TEST_WORKERS=N     `test`'s pytest-xdist workers (default: one more than the CPUs, at most 4; 0 where
 #                             a GPU is visible; 0: one process). Not added when the arguments choose (-n,
 #                             --numprocesses, -p no:xdist) or where pytest-xdist is not installed (an
 #                             offline machine's own Python)
@@ -267,10 +267,12 @@ case "$cmd" in
     setup) exit 0 ;;
     grade) exec "$PY" grader/run_local.py solutions/ "$@" ;;
     test)
-        # Parallel workers: one per CPU, at most 4; each file's tests run on one worker (--dist loadfile: its
-        # module fixtures are made once). Each worker collects (imports) every test module again, so workers
-        # beyond the CPUs cost CPU the tests need: on 2 CPUs two workers took less wall and CPU than four
-        # (docs/measurements/2026-12-06-test-suite-speed.md, "Compile reuse", 4. Workers). Where a GPU is visible the default is one process: the GPU suite's shared gradings
+        # Parallel workers: one more than the CPUs, at most 4; each file's tests run on one worker (--dist
+        # loadfile: its module fixtures are made once; tests/file_costs.py hands the costliest files out first).
+        # Many tests wait (a service starting, a time limit, a hung stand-in), and a worker beyond the CPUs
+        # fills those waits, though each worker collects (imports) every test module again: on 2 CPUs three
+        # workers took 12 % less wall than two for the same CPU, four more CPU than two
+        # (docs/measurements/2026-12-06-test-suite-speed.md). Where a GPU is visible the default is one process: the GPU suite's shared gradings
         # (tests/gpu_jobs.py) and its lock are one process's, and no other test's load may share the GPU's
         # timed runs.
         xdist=()
@@ -280,7 +282,7 @@ case "$cmd" in
         done
         if [[ $chosen -eq 0 ]] && "$PY" -c "import xdist" 2>/dev/null; then
             cpus="$(nproc 2>/dev/null || echo 1)"
-            default=$(( cpus < 4 ? cpus : 4 ))
+            default=$(( cpus < 3 ? cpus + 1 : 4 ))
             ((gpu)) && default=0
             workers="${GRADER_TEST_WORKERS:-$default}"
             [[ "$workers" =~ ^[0-9]+$ ]] || { say "GRADER_TEST_WORKERS='$workers' is not a number"; exit 2; }

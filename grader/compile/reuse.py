@@ -52,7 +52,7 @@ from grader.sandbox.fence import Fence
 ENV_FOLDER = "GRADER_COMPILE_REUSE"
 ENV_MB = "GRADER_COMPILE_REUSE_MB"
 DEFAULT_MB = 2048
-FORMAT = 1  # bump when what an entry holds or how the key is made changes
+FORMAT = 2  # bump when what an entry holds or how the key is made changes
 _ENV_NAMES = ("CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "COMPILER_PATH", "LIBRARY_PATH", "PATH", "LANG")
 _ENV_PREFIXES = ("NVCC_", "CUDA", "GCC_", "LD_", "LC_")
 _SUFFIX = ".entry"

@@ -29,7 +29,6 @@ export PYTHONUNBUFFERED=1
 # stderr; a step function's last stdout line is its table result)
 # shellcheck source=docs/measurements/scripts/device_lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
-left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 
 # --- setup: the service's wheels and bubblewrap, from the repo root (or the folder above, for a .gpuwork copy)
 device_setup

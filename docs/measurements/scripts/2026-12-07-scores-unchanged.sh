@@ -18,7 +18,6 @@ rm -rf "$W"; mkdir -p "$W" "$OUT"
 export PYTHONUNBUFFERED=1
 # shellcheck source=docs/measurements/scripts/device_lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
-left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 device_setup
 log "setup took $(( $(date +%s) - T0 )) s"
 

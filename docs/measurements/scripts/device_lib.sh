@@ -12,9 +12,11 @@
 #   grade NAME SUB ARGS one timed `python -m grader grade SUB ARGS` into $W/NAME, its summary line said
 #                       (summarize_grading.py)
 #   score_of DIR        "score/max" from DIR/results.json, or "no results.json"
+#   left                the seconds left of BUDGET_S since T0 (both set by the script)
 # shellcheck shell=bash
 
 say() { tee -a "$OUT/run.txt" >&2; }
+left() { echo $(( BUDGET_S - ($(date +%s) - T0) )); }
 log() { echo "== $(date +%T) $*" | say; }
 
 device_setup() {

@@ -21,6 +21,7 @@ from grader.clock import Clock
 from grader.compile import toolchain
 from grader.compile.intake import INTAKE_FILE, intake
 from grader.compile.resources import add_spills
+from grader.compile.reuse import listing_store
 from grader.compile.sass import SassDumps
 from grader.compile.stage import compile_stage
 from grader.compile.student import compile_workers, student_user
@@ -135,7 +136,10 @@ def compile_stages(job: Job, gpu: GpuSession) -> Job:
     sizes = list(job.rubric.correctness_sizes)
     selected = [st for st in job.rubric.stages if job.wants(st.id)]
     if gpu.sass_dumps is None:
-        gpu.sass_dumps = SassDumps(job.env.cuobjdump, compile_workers())
+        # Listings read before are reused only where no step of this grading (each one's scratch is in job.work)
+        # could reach the reuse folder (grader/compile/reuse.py).
+        gpu.sass_dumps = SassDumps(job.env.cuobjdump, compile_workers(),
+                                   listing_store(Fence(scratch=job.work, readonly=(job.submission,))))
     with ThreadPoolExecutor(max_workers=compile_workers(), thread_name_prefix="compile") as pool:
         pending = None
         if job.rubric.occupancy is not None and job.wants("occupancy"):

@@ -243,9 +243,9 @@ def test_the_students_code_cannot_see_the_folder_and_a_folder_the_fence_shows_is
 
 @needs_nvcc
 def test_a_graded_folder_is_the_same_with_and_without_reuse(tmp_path, static_graded):
-    """solutions/ graded statically without reuse, then twice with it (the second time every compile is
-    reused). The reused grading's results.json and grading.json are the first reusing grading's, byte for
-    byte, once the grading's own clock (its phases' seconds and end times, the folder it wrote to) is set
+    """solutions/ graded statically without reuse, then twice with it (the second time every compile and every
+    stage's SASS listing is reused). The reused grading's results.json and grading.json are the first reusing
+    grading's, byte for byte, once the grading's own clock (its phases' seconds and end times, the folder it wrote to) is set
     aside: every compile record (return code, output, seconds, resources) is the stored one. Against the
     grading without reuse (and the session's), the compiles' own timings (their seconds, ptxas's "Compile
     time") are set aside too: every verdict, score, message and resource is the same."""
@@ -262,7 +262,9 @@ def test_a_graded_folder_is_the_same_with_and_without_reuse(tmp_path, static_gra
     plain = grade("plain", None)
     cold = grade("cold", tmp_path / "reuse")
     warm = grade("warm", tmp_path / "reuse")
-    assert len(_entries(tmp_path / "reuse")) >= 7  # one per stage at least
+    entries = _entries(tmp_path / "reuse")
+    listings = [e for e in entries if b'"opcodes"' in e.read_bytes()]  # the stages' SASS counts, reused by warm
+    assert len(entries) - len(listings) >= 7 and len(listings) >= 7  # one per stage at least
     session = static_graded("solutions")
     for name in ("results.json", "grading.json"):
         assert _steady(cold, name) == _steady(warm, name), name
@@ -317,3 +319,55 @@ def _compile_records(out: Path) -> list[str]:
 
     walk(json.loads((out / "grading.json").read_text()))
     return found
+
+
+@needs_nvcc
+def test_a_sass_listing_is_read_back_for_the_same_cubin_only_and_never_from_a_shown_folder(tmp_path, store,
+                                                                                          monkeypatch):
+    """A cubin's opcode counts are kept after a real dump and read back, in the listing's order, for a cubin
+    of the same bytes without running cuobjdump; another cubin, another cuobjdump version or a corrupt entry
+    is a real dump (the corrupt entry written again); reuse off, or a store the grading's fence shows, keeps
+    nothing."""
+    from grader.compile import sass
+    from grader.compile.toolchain import find_cuobjdump
+
+    cuobjdump = find_cuobjdump()
+    if cuobjdump.path is None:
+        pytest.skip(f"no cuobjdump: {cuobjdump.reason}")
+    scratch, fence = _build(tmp_path)
+    assert _compile(scratch, fence).ok
+    cubin = str(scratch.folder / "k.cubin")
+    shared = reuse.listing_store(Fence(scratch=tmp_path / "work"))
+    assert shared is not None and shared.folder == store
+    real = sass.dump_sass(cubin, cuobjdump)
+    assert real.available and real.opcodes["k"]["EXIT"] >= 1
+    compiles = len(_entries(store))
+    assert sass.dump_sass(cubin, cuobjdump, store=shared) == real
+    assert len(_entries(store)) == compiles + 1
+
+    runs: list = []
+    real_run = sass.sandbox.run
+    monkeypatch.setattr(sass.sandbox, "run", lambda cmd, **k: ("-sass" in cmd and runs.append(cmd)) or real_run(cmd, **k))
+    again = sass.dump_sass(cubin, cuobjdump, store=shared)
+    assert runs == [] and again == real
+    assert list(again.opcodes["k"].items()) == list(real.opcodes["k"].items())
+
+    scratch2, fence2 = _build(tmp_path, "other", kernel=KERNEL.replace("x[0] = SCALE", "x[1] = SCALE * x[2]"))
+    assert _compile(scratch2, fence2).ok
+    other = sass.dump_sass(str(scratch2.folder / "k.cubin"), cuobjdump, store=shared)
+    assert len(runs) == 1 and other.available and other != real
+    assert sass.dump_sass(cubin, dataclasses.replace(cuobjdump, version="0.0"), store=shared) == real
+    assert len(runs) == 2
+
+    name = reuse.listing_key(cuobjdump, Path(cubin).read_bytes(),
+                             (sass.MAX_LISTING_BYTES, sass.MAX_FUNCTIONS, sass._MAX_LINE))
+    entry = store / f"{name}.entry"
+    assert entry.is_file()
+    entry.write_bytes(b"0" * 64 + b"\n{}")
+    assert sass.dump_sass(cubin, cuobjdump, store=shared) == real and len(runs) == 3
+    assert not entry.read_bytes().startswith(b"0" * 64)
+
+    assert reuse.listing_store(Fence(scratch=tmp_path)) is None  # the store is inside the fence's scratch
+    assert reuse.listing_store(Fence(scratch=tmp_path / "work", readonly=(store,))) is None
+    monkeypatch.delenv(reuse.ENV_FOLDER)
+    assert reuse.listing_store(Fence(scratch=tmp_path / "work")) is None

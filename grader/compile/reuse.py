@@ -25,6 +25,13 @@ folder holds no subfolder afterwards. An entry is written to a temporary name an
 with the SHA-256 of the rest, checked on every read; a corrupt or unreadable entry is a miss (and is
 removed), never an error.
 
+The same folder keeps the opcode counts of each cubin's SASS listing (``cuobjdump -sass``, read by
+:mod:`grader.compile.sass`), keyed on the cubin's bytes, cuobjdump's path, version and environment, every
+file beside it and beside the nvdisasm it runs (name, size, modification time), the environment variables
+it reads and the listing's bounds (:func:`listing_key`). A listing is kept only when it was read whole and
+the cubin's bytes were the same after the dump as before; it is reused only where the grading's steps run
+inside bubblewrap and none of them is shown the folder (:func:`listing_store`).
+
 A reused compile returns the record the real one returned (its status, message, process record with
 return code, output and seconds, dependencies and phase seconds), with the time limit the real one
 would have run under now; it is reused only if each of its processes took less than that limit. A
@@ -47,7 +54,8 @@ from pathlib import Path
 
 from grader.compile.tool_search import Tool
 from grader.model import ProcRecord
-from grader.sandbox.fence import Fence
+from grader.sandbox.fence import Fence, is_visible
+from grader.sandbox.guard import confines
 
 ENV_FOLDER = "GRADER_COMPILE_REUSE"
 ENV_MB = "GRADER_COMPILE_REUSE_MB"
@@ -250,8 +258,15 @@ def save(store: Store, name: str, record: dict, folder: Path, was: Mapping[str, 
                 files[n] = [stat.S_IMODE(p.stat().st_mode), base64.b64encode(p.read_bytes()).decode("ascii")]
     except OSError:
         return False
-    body = json.dumps({"record": record, "files": files, "outside": outside}, sort_keys=True).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=store.folder)
+    return _write(store, name, {"record": record, "files": files, "outside": outside})
+
+
+def _write(store: Store, name: str, entry: dict) -> bool:
+    body = json.dumps(entry, sort_keys=True).encode()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=store.folder)
+    except OSError:
+        return False
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(_sha(body).encode("ascii") + b"\n" + body)
@@ -261,6 +276,43 @@ def save(store: Store, name: str, record: dict, folder: Path, was: Mapping[str, 
         return False
     evict(store)
     return True
+
+
+def listing_store(fence: Fence, user: str | None = None, environ: Mapping[str, str] | None = None) -> Store | None:
+    """The store for SASS listings' counts (:mod:`grader.compile.sass`) in a grading whose steps may see at most
+    what ``fence`` shows (its scratch: the grading's work folder, every step's scratch inside it): None when reuse
+    is off, when those steps would not run inside bubblewrap, or when ``fence`` would show the store's folder."""
+    env = os.environ if environ is None else environ
+    store = configured(env)
+    if store is None or not confines(fence, user) or is_visible(store.folder, fence, env):
+        return None
+    return store
+
+
+def listing_key(tool: Tool, cubin: bytes, bounds: Sequence[int], environ: Mapping[str, str] | None = None) -> str | None:
+    """The entry's name for the SASS listing of ``cubin`` by ``tool`` (cuobjdump) read within ``bounds``."""
+    if tool.path is None:
+        return None
+    env = {**(os.environ if environ is None else environ), **tool.env}
+    folders = [os.path.dirname(os.path.realpath(tool.path))]
+    nvdisasm = shutil.which("nvdisasm", path=env.get("PATH", os.defpath))
+    if nvdisasm:
+        folders.append(os.path.dirname(os.path.realpath(nvdisasm)))
+    files: list = []
+    for folder in dict.fromkeys(folders):
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        files += [_stat_line(os.path.join(folder, n)) for n in names]
+    what = {"format": FORMAT, "listing": "sass", "cubin": _sha(cubin), "tool": [tool.path, tool.version],
+            "files": files, "env": _env_part(env), "bounds": list(bounds)}
+    return _sha(json.dumps(what, sort_keys=True, default=str).encode())
+
+
+def save_record(store: Store, name: str, record: dict) -> bool:
+    """Keep ``record`` alone (no files, nothing read outside) under ``name``."""
+    return _write(store, name, {"record": record, "files": {}, "outside": {}})
 
 
 def evict(store: Store) -> None:

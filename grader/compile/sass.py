@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import Future
 
+from grader.compile import reuse
 from grader.evidence.compile import SassResult
 from grader.sandbox import guard as sandbox
 from grader.untrusted.quote import quote_code
@@ -106,9 +107,17 @@ def parse_sass(text: str) -> dict[str, Counter]:
 SASS_NICE = 19
 
 
-def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0) -> SassResult:
+def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0, store: reuse.Store | None = None) -> SassResult:
+    """The opcode counts of ``cubin``'s SASS. ``store``: where listings read before are kept
+    (grader.compile.reuse.listing_store); a cubin with the same bytes, read by the same cuobjdump, gets the
+    counts kept there instead of a dump, and a listing read whole is kept there."""
     if cuobjdump is None or getattr(cuobjdump, "path", None) is None:
         return SassResult(reason="cuobjdump not found")
+    name, digest = _listing(cubin, cuobjdump, store)
+    if name is not None and store is not None and (hit := reuse.load(store, name)) is not None:
+        kept = _from_record(hit.record)
+        if kept is not None:
+            return kept
     counter = SassCounter()
     # The listing is counted as it streams (stdout_sink); what the record keeps of it is a short
     # head and tail for a message, never what is judged.
@@ -119,7 +128,42 @@ def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0) -> SassResult:
     opcodes = counter.close()
     if counter.too_large:
         return SassResult(reason=f"listing too large: {counter.too_large}, so its instructions were not counted")
-    return SassResult(opcodes=opcodes, local_bytes={f: (s, ld) for f, (s, ld) in counter.local_bytes.items()})
+    result = SassResult(opcodes=opcodes, local_bytes={f: (s, ld) for f, (s, ld) in counter.local_bytes.items()})
+    if name is not None and store is not None and _read_bytes(cubin) == digest:  # the bytes that were read
+        reuse.save_record(store, name, _to_record(result))
+    return result
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _listing(cubin: str, cuobjdump, store: reuse.Store | None) -> tuple[str | None, bytes | None]:
+    if store is None:
+        return None, None
+    data = _read_bytes(cubin)
+    if data is None:
+        return None, None
+    return reuse.listing_key(cuobjdump, data, (MAX_LISTING_BYTES, MAX_FUNCTIONS, _MAX_LINE)), data
+
+
+def _to_record(result: SassResult) -> dict:
+    # pairs, not objects: the functions and opcodes keep the order the listing gave them
+    return {"opcodes": [[f, list(c.items())] for f, c in result.opcodes.items()],
+            "local_bytes": [[f, list(v)] for f, v in result.local_bytes.items()]}
+
+
+def _from_record(record: dict) -> SassResult | None:
+    try:
+        opcodes = {str(f): Counter({str(op): int(n) for op, n in pairs}) for f, pairs in record["opcodes"]}
+        local = {str(f): (int(s), int(ld)) for f, (s, ld) in record["local_bytes"]}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return SassResult(opcodes=opcodes, local_bytes=local)
 
 
 class SassDumps:
@@ -128,15 +172,16 @@ class SassDumps:
     dumps (one per stage) run while the GPU steps do.
     :meth:`collect` waits for them; :meth:`close` ends the pool whatever happened."""
 
-    def __init__(self, cuobjdump, workers: int):
+    def __init__(self, cuobjdump, workers: int, store: reuse.Store | None = None):
         from concurrent.futures import ThreadPoolExecutor
 
         self.cuobjdump = cuobjdump
+        self.store = store
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="sass")
         self._pending: dict[str, Future] = {}
 
     def start(self, stage: str, cubin: str) -> None:
-        self._pending[stage] = self._pool.submit(_timed_dump, cubin, self.cuobjdump)
+        self._pending[stage] = self._pool.submit(_timed_dump, cubin, self.cuobjdump, self.store)
 
     def collect(self) -> dict[str, tuple[SassResult, float]]:
         """Each started stage's SASS and the seconds its dump took, in the order they were started."""
@@ -148,7 +193,7 @@ class SassDumps:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _timed_dump(cubin: str, cuobjdump) -> tuple[SassResult, float]:
+def _timed_dump(cubin: str, cuobjdump, store: reuse.Store | None) -> tuple[SassResult, float]:
     t0 = time.monotonic()
-    result = dump_sass(cubin, cuobjdump)
+    result = dump_sass(cubin, cuobjdump, store=store)
     return result, time.monotonic() - t0

@@ -18,6 +18,7 @@ from grader.compile import toolchain
 from grader.compile.cubin import CubinFormatError
 from grader.compile.ptxas import name_hint
 from grader.compile.resources import add_spills, cubin_kernels
+from grader.compile.reuse import listing_store
 from grader.compile.sass import dump_sass
 from grader.compile.student import CompileStatus, Deadline, Fence, compile_student, prepare_scratch
 from grader.evidence.compile import KernelResources
@@ -88,7 +89,8 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
                          + f"; found: {', '.join(quote_code(n) for n in found[:10]) or 'no kernels'}{hint}")
         return build
     if any(not build.kernels[k].spills_read for k in need):
-        sass = dump_sass(str(build.output), cuobjdump or toolchain.find_cuobjdump())
+        sass = dump_sass(str(build.output), cuobjdump or toolchain.find_cuobjdump(),
+                         store=None if fence is None else listing_store(fence))
         if not sass.available:
             build.problem = f"{what}: its spills could not be read from the SASS ({sass.reason})"
             return build

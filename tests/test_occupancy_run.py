@@ -226,7 +226,8 @@ def test_bad_yaml_answers_name_the_line(tmp_path):
 # Without a GPU: the static part (real nvcc) and not_evaluated
 # ---------------------------------------------------------------------------------------
 @needs_nvcc
-def test_solution_without_gpu_grades_ptxas_statically_and_leaves_gpu_items_not_evaluated(tmp_path):
+def test_solution_without_gpu_grades_ptxas_statically_and_leaves_gpu_items_not_evaluated(tmp_path, monkeypatch):
+    _compile_once(monkeypatch)
     sub = _submission(tmp_path)
     work = tmp_path / "work"
     res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(), work))
@@ -243,7 +244,8 @@ def test_solution_without_gpu_grades_ptxas_statically_and_leaves_gpu_items_not_e
 
 
 @needs_nvcc
-def test_a_device_reason_is_passed_on(tmp_path):
+def test_a_device_reason_is_passed_on(tmp_path, monkeypatch):
+    _compile_once(monkeypatch)
     res = _by_item(occ_run.grade_occupancy_submission(
         _submission(tmp_path), _rubric(), _env(reason="GPU use switched off (--no-gpu)"), tmp_path / "w"))
     assert res["ex4.equal_work"].message == "not evaluated: GPU use switched off (--no-gpu)"
@@ -431,10 +433,13 @@ def test_no_gpu_items_need_a_gpu_and_no_compiler_items_do_not(tmp_path):
 # The whole GPU flow on CPU: real builds, a stand-in program, gpu_child on fake CuPy
 # ---------------------------------------------------------------------------------------
 # (source bytes, nvcc, flags, output name) -> (the compile's record, its output's bytes): the GPU-flow tests
-# below build the same program with the same flags; each distinct build is compiled for real once per session
-# (by the first test that needs it, with the grader's own fenced compile) and the others get its record and a
-# copy of its output. What they test is the GPU flow after the builds.
+# below and the static tests above that read the builds' results (not their compile) build the same program with
+# the same flags; each distinct build is compiled for real once per session (by the first test that needs it,
+# with the grader's own guarded compile) and the others get its record and a copy of its output. The SASS of
+# each distinct cubin (its spills) is read once the same way. A build that fails, a refused include and every
+# test of the compile itself compile for real.
 _COMPILED: dict[tuple, tuple] = {}
+_DUMPED: dict[bytes, object] = {}
 
 
 def _compile_once(monkeypatch) -> None:
@@ -443,6 +448,18 @@ def _compile_once(monkeypatch) -> None:
     from grader.occupancy import build
 
     real = build.compile_student
+    real_dump = build.dump_sass
+
+    def dump_once(cubin, cuobjdump, **kw):
+        data = Path(cubin).read_bytes()
+        if data not in _DUMPED:
+            sass = real_dump(cubin, cuobjdump, **kw)
+            if not sass.available:
+                return sass
+            _DUMPED[data] = sass
+        return _DUMPED[data]
+
+    monkeypatch.setattr(build, "dump_sass", dump_once)
 
     def once(nvcc, scratch, output, flags, **kw):
         src = scratch.folder / scratch.source

@@ -87,10 +87,12 @@ def pytest_unconfigure(config):
 
 
 # ---- compile reuse (grader.compile.reuse, GRADER_COMPILE_REUSE) -------------------------------------------
-# The session's gradings keep their compiles in one temporary folder, so the same sources compiled with the same
-# flags by many files (solutions/, starter/, the textbook and known-wrong submissions, graded by the kit, the
-# README's commands, the batch, rescore, the Gradescope package...) compile once. Off in the files that test
-# compile limits, the sandbox, timing or the reuse itself: their compiles run for real every time.
+# The session's gradings keep their compiles and their cubins' SASS listings in one temporary folder (every
+# xdist worker's gradings share it: entries are written to a temporary name and renamed), so the same sources
+# compiled with the same flags by many files (solutions/, starter/, the textbook and known-wrong submissions,
+# graded by the batch, rescore, the service, the Gradescope package...) compile and are read once. Off in the
+# files that test compile limits, the sandbox, hostile submissions, timing or the reuse itself: their compiles
+# and listings run for real every time.
 NO_REUSE_FILES = frozenset({
     "test_attacks.py", "test_hostile.py", "test_sandbox.py", "test_sandbox_recorded.py", "test_fence.py",
     "test_fence_limits.py", "test_static_deadline.py", "test_stage_limits.py", "test_student_build.py",

@@ -31,7 +31,7 @@ STAGES = "naive"  # one stage: a static grading of it takes a few seconds
 STANDIN = ROOT / "tests" / "standin_grader.py"
 STANDIN_COMMAND = shlex.join([sys.executable, str(STANDIN)])
 # One TLS context for every HTTP client here: without it httpx builds a context and loads the CA bundle into it for
-# each client (about 20 ms of CPU), and the helpers below poll every 0.2 s. Every URL here is plain http://.
+# each client, and the helpers below poll every 0.2 s. Every URL here is plain http://.
 TLS = ssl.create_default_context()
 
 

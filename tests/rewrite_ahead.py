@@ -56,5 +56,7 @@ def write_ahead(config: pytest.Config) -> int:
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:
-    """True in the process that starts pytest-xdist's workers (``-n N``, N > 0), not in a worker."""
-    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    """True in the process that starts pytest-xdist's workers (``-n N``, N > 0), not in a worker; not under
+    ``--collect-only``, which pytest-xdist leaves to the one process."""
+    return (not hasattr(config, "workerinput") and not config.getoption("collectonly")
+            and config.getoption("dist", "no") != "no" and bool(config.getoption("tx", None)))

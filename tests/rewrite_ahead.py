@@ -24,7 +24,7 @@ def _test_files(config: pytest.Config) -> list[Path]:
     found: dict[Path, None] = {}
     for arg in config.args:
         path = Path(config.invocation_params.dir, arg.split("::", 1)[0]).resolve()
-        candidates = path.rglob("*.py") if path.is_dir() else [path] if path.suffix == ".py" else []
+        candidates = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.suffix == ".py" else []
         for f in candidates:
             if any(fnmatch.fnmatch(f.name, p) for p in patterns):
                 found.setdefault(f)
@@ -38,21 +38,23 @@ def write_ahead(config: pytest.Config) -> int:
         from _pytest.assertion import rewrite
 
         state = config.stash[rewrite.assertstate_key]
-        files = _test_files(config)
-        written = 0
-        for fn in files:
-            pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
-            if rewrite._read_pyc(fn, pyc) is not None:
-                continue
-            if not rewrite.try_makedirs(pyc.parent):
-                return written
-            source_hash, co = rewrite._rewrite_test(fn, config)
-            written += bool(rewrite._write_pyc(state, co, source_hash, pyc))
-        return written
-    except (ImportError, AttributeError, KeyError, TypeError, ValueError, OSError, SyntaxError):
-        # pytest's internals changed, asserts are not rewritten (--assert=plain), or a file cannot be read or
-        # parsed: the workers rewrite (and report) as they would anyway
+        tail, read, write, rewrite_test = rewrite.PYC_TAIL, rewrite._read_pyc, rewrite._write_pyc, rewrite._rewrite_test
+        cache_dir, makedirs = rewrite.get_cache_dir, rewrite.try_makedirs
+    except (ImportError, AttributeError, KeyError):  # pytest's internals differ, or --assert=plain
         return 0
+    written = 0
+    for fn in _test_files(config):
+        try:
+            pyc = cache_dir(fn) / (fn.name[:-3] + tail)
+            if read(fn, pyc) is not None:
+                continue
+            if not makedirs(pyc.parent):
+                continue
+            source_hash, co = rewrite_test(fn, config)
+            written += bool(write(state, co, source_hash, pyc))
+        except (OSError, ValueError, SyntaxError, TypeError):
+            continue  # this file is left to the workers, which rewrite (and report) it as they would anyway
+    return written
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:

@@ -79,6 +79,12 @@ def pytest_configure(config):
     from tests.file_costs import CostliestFirst
 
     CostliestFirst.register(config)
+    # pytest-xdist's controller collects nothing: it rewrites the test modules' asserts once, for every worker
+    # to read (tests/rewrite_ahead.py), before it starts them.
+    from tests.rewrite_ahead import is_xdist_controller, write_ahead
+
+    if is_xdist_controller(config):
+        write_ahead(config)
 
 
 def pytest_unconfigure(config):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,16 @@ class _Probe:
         with tempfile.TemporaryDirectory() as tmp:
             spec, result = Path(tmp) / "spec.json", Path(tmp) / "result.json"
             spec.write_text("{}")
-            proc = cls.proc = subprocess.Popen([sys.executable, "-m", "grader.children", "probe", str(spec),
-                                                str(result)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.PIPE, text=True)
+            argv = [sys.executable, "-m", "grader.children", "probe", str(spec), str(result)]
+            for attempt in (1, 2):  # a start can fail for a moment on a loaded box (EAGAIN, EFAULT): once more
+                try:
+                    proc = cls.proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                                       stderr=subprocess.PIPE, text=True)
+                    break
+                except OSError as e:
+                    if attempt == 2:
+                        return {"ok": False, "reason": f"the probe child could not be started: {e}"}
+                    time.sleep(0.5)
             try:
                 err = proc.communicate(timeout=120)[1]
             except subprocess.TimeoutExpired:
@@ -79,6 +87,12 @@ def pytest_configure(config):
     from tests.file_costs import CostliestFirst
 
     CostliestFirst.register(config)
+    # pytest-xdist's controller collects nothing: it rewrites the test modules' asserts once, for every worker
+    # to read (tests/rewrite_ahead.py), before it starts them.
+    from tests.rewrite_ahead import is_xdist_controller, write_ahead
+
+    if is_xdist_controller(config):
+        write_ahead(config)
 
 
 def pytest_unconfigure(config):

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,6 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGES = "naive"  # one stage: a static grading of it takes a few seconds
 STANDIN = ROOT / "tests" / "standin_grader.py"
 STANDIN_COMMAND = shlex.join([sys.executable, str(STANDIN)])
+# One TLS context for every HTTP client here: without it httpx builds a context and loads the CA bundle into it for
+# each client, and the helpers below poll every 0.2 s. Every URL here is plain http://.
+TLS = ssl.create_default_context()
+
+
+def poller() -> httpx.Client:
+    """The helpers' own requests (/healthz): a connection each, none kept open, as ``httpx.get`` makes them."""
+    return httpx.Client(verify=TLS, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def free_port() -> int:
@@ -184,9 +193,12 @@ class ServiceProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
+        self.poller = poller()
         self.log_path = data.parent / f"{data.name}-serve-{self.port}.log"
 
     def start(self, timeout_s: float = 60.0) -> ServiceProcess:
+        if self.poller.is_closed:
+            self.poller = poller()
         cmd = [sys.executable, "-m", "grader", "serve", *([] if self.gpu else ["--no-gpu"]), "--data", str(self.data),
                "--host", "127.0.0.1",
                "--port", str(self.port), *(["--stages", self.stages] if self.stages else []), *self.args]
@@ -198,7 +210,7 @@ class ServiceProcess:
             if self.proc.poll() is not None:
                 pytest.fail(f"the service exited with {self.proc.returncode}:\n{self.log_text()}")
             try:
-                if self.ready(httpx.get(self.url + "/healthz", timeout=2)):
+                if self.ready(self.poller.get(self.url + "/healthz", timeout=2)):
                     return self
             except httpx.HTTPError:
                 pass
@@ -213,12 +225,13 @@ class ServiceProcess:
     def wait_workers(self, n: int, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if httpx.get(self.url + "/healthz", timeout=5).json().get("workers", 0) >= n:
+            if self.poller.get(self.url + "/healthz", timeout=5).json().get("workers", 0) >= n:
                 return
             time.sleep(0.2)
         pytest.fail(f"{n} worker(s) did not register in {timeout_s:g} s:\n{self.log_text()}")
 
     def stop(self, timeout_s: float = 40.0) -> None:
+        self.poller.close()
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -235,7 +248,7 @@ class ServiceProcess:
         return self.log_path.read_text(errors="replace")[-6000:] if self.log_path.exists() else ""
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=30)
+        return httpx.Client(base_url=self.url, timeout=30, verify=TLS)
 
     def __enter__(self) -> ServiceProcess:
         return self.start()

@@ -116,15 +116,20 @@ def write_results(out: Path, score: float, stages: str, reason: str) -> None:
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     (out / "summary.md").write_text(f"# Stand-in grading\n\nstages: {stages or 'all'}\n\nscore: {score} of "
                                     f"{MAX_SCORE}\n", encoding="utf-8")
-    # A grading.json the service reads through the record (grader/grading.py), as it reads the grader's.
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from grader.evidence.limits import Peaks
-    from grader.grading import Environment, Grading
+    # A grading.json the service reads through the record (grader/grading.py), as it reads the grader's: written
+    # here as JSON, so the child imports nothing of the grader (test_serve_grade_command checks that it is the
+    # one grader.grading.Grading writes for a grading of no stage, and that it reads back).
+    (out / "grading.json").write_text(json.dumps(empty_grading(reason), indent=1), encoding="utf-8")
 
-    env = Environment(device=None, device_reason=reason, nvcc=None, cuobjdump=None, arch_flags=[],
-                      peaks=Peaks(None, None, "no device"))
-    Grading(submission="stand-in", env=env, outcomes={}, items=[], seconds=0.0, notes=["the stand-in grader"]).write(
-        out / "grading.json")
+
+def empty_grading(reason: str) -> dict:
+    """grading.json of a grading of no stage without a device, as grader.grading.Grading writes it."""
+    return {"format": 2, "submission": "stand-in", "seconds": 0.0, "rubric_sha256": "", "grader_version": "",
+            "gpu_graded": False, "phases": [], "score": 0, "max_score": 0, "bonus": {"score": 0, "max_score": 0},
+            "notes": ["the stand-in grader"], "device": None, "device_reason": reason, "arch_flags": [],
+            "compiler": None, "cuobjdump": None, "peaks": {"fp32": None, "fp16_tensor": None, "source": "no device"},
+            "sandbox": None, "ncu": None, "stages": {}, "items": [], "timeline": [], "cpu_seconds": None,
+            "cpu_seconds_grader": None, "rubric": "", "calibration": ""}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,13 @@
 a missing folder, a bad entry) and about a graded one that lost points: a row that earned nothing never
 reads as perfect, each status is explained in grades.csv's note, and the first lost item keeps its reason.
 
-The starter and the broken kernel are graded by the real grader (``python -m grader grade --no-gpu
---stages naive``, a few seconds each); the hung grading is a stand-in child that sleeps past the batch's
---timeout, which is long enough for the real ones on a loaded machine; the three run side by side."""
+The starter and the broken kernel are graded by the real grader, with the command line the batch gives its
+children (``python -m grader grade --no-gpu --stages naive ...``, a few seconds each), side by side before the
+batch; in the batch their children copy those gradings into their folders. So the batch's --timeout need only
+outlast a copy: the hung grading, a stand-in child that sleeps past it, is stopped after HANG_S seconds instead
+of a timeout long enough for real gradings on a loaded machine. The batch's three children run side by side."""
 import csv
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,10 +17,11 @@ import pytest
 from grader.deploy.batch.pool import Options, child_command
 from grader.deploy.batch.run import grade_export
 from grader.outputs.class_summary import SUMMARY_FILE
+from grader.untrusted.export import load_export
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN_NAIVE = 'extern "C" __global__ void mmNaive(const float* A, const float* B, float* C, int N) {\n  C[0] = \n}\n'
-HANG_S = 30
+HANG_S = 5  # the batch's --timeout: what the hung stand-in outlasts, and a copy (its neighbours) does not
 
 
 def _export(root: Path) -> Path:
@@ -41,12 +45,21 @@ def batch_out(tmp_path_factory) -> Path:
     hang = tmp / "hang.py"
     hang.write_text(f"import time\ntime.sleep({HANG_S * 20})\n")
 
-    def command(sub, out, opts):  # the stand-in only for the hung one
+    opts = Options(rubric=ROOT / "rubric.yaml", use_gpu=False, stages="naive", timeout_s=HANG_S)
+    graded = tmp / "graded"
+    real = [sub for sub in load_export(exp)[1] if sub.path is not None and not (Path(sub.path) / "HANG").exists()]
+    children = {sub.folder: subprocess.Popen(child_command(sub, graded / sub.folder, opts), cwd=ROOT,
+                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for sub in real}
+    for folder, child in children.items():
+        output = child.communicate(timeout=1200)[0]
+        assert child.returncode == 0, f"the real grading of {folder} failed:\n{output[-3000:]}"
+
+    def command(sub, out, opts):  # the hung stand-in, or a copy of the submission's real grading
         if sub.path is not None and (Path(sub.path) / "HANG").exists():
             return [sys.executable, str(hang)]
-        return child_command(sub, out, opts)
+        return ["cp", "-a", "--", f"{graded / sub.folder}/.", str(out)]
 
-    opts = Options(rubric=ROOT / "rubric.yaml", use_gpu=False, stages="naive", timeout_s=HANG_S)
     grade_export(exp, tmp / "out", workers=3, opts=opts, quiet=True, make_cmd=command, gpus=[])
     return tmp / "out"
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -251,21 +252,35 @@ def test_a_graded_folder_is_the_same_with_and_without_reuse(tmp_path, static_gra
     time") are set aside too: every verdict, score, message and resource is the same."""
     env = {k: v for k, v in os.environ.items() if k != reuse.ENV_FOLDER}
 
-    def grade(name: str, folder: Path | None) -> Path:
+    def start(name: str, folder: Path | None) -> tuple[Path, subprocess.Popen]:
         out = tmp_path / name
         e = dict(env) if folder is None else {**env, reuse.ENV_FOLDER: str(folder)}
-        proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(ROOT / "solutions"), "--no-gpu", "--quiet",
-                               "--out", str(out)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=1200)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        return out, subprocess.Popen([sys.executable, "-m", "grader", "grade", str(ROOT / "solutions"), "--no-gpu",
+                                      "--quiet", "--out", str(out)], cwd=ROOT, env=e, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def finish(out: Path, proc: subprocess.Popen) -> Path:
+        err = proc.communicate(timeout=1200)[1]
+        assert proc.returncode == 0, err[-3000:]
         return out
 
-    plain = grade("plain", None)
-    cold = grade("cold", tmp_path / "reuse")
-    warm = grade("warm", tmp_path / "reuse")
+    # The grading without reuse, the first one with it and the session's (made here if no test made it yet) share
+    # nothing: side by side. The warm one after the cold.
+    with ThreadPoolExecutor(1) as pool:
+        session_graded = pool.submit(static_graded, "solutions")
+        started = [start("plain", None), start("cold", tmp_path / "reuse")]
+        try:
+            plain, cold = (finish(*s) for s in started)
+        finally:
+            for _, proc in started:  # one failed: the other is not left running
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        warm = finish(*start("warm", tmp_path / "reuse"))
+        session = session_graded.result()
     entries = _entries(tmp_path / "reuse")
     listings = [e for e in entries if b'"opcodes"' in e.read_bytes()]  # the stages' SASS counts, reused by warm
     assert len(entries) - len(listings) >= 7 and len(listings) >= 7  # one per stage at least
-    session = static_graded("solutions")
     for name in ("results.json", "grading.json"):
         assert _steady(cold, name) == _steady(warm, name), name
         compiled = {which: _steady(out, name, compiles=True) for which, out in

@@ -11,16 +11,19 @@ No registry is reached: both FROM lines take local images through the Dockerfile
 PACKAGE_BASE), made here from the debootstrap folder (cached as a tarball for a week: ROOTFS_CACHE).
 
 buildah's storage (the bases and the build's layers) is kept beside that tarball, outside the clone, as
-pip keeps its cache: the build runs with ``--layers``, so a step whose inputs are unchanged (the same
+pip keeps its cache, one folder per storage driver: overlay where the kernel mounts it in that folder (a layer, a
+container and a commit then cost only the files they change), else vfs, which works anywhere but copies the whole
+root filesystem (about 1.4 GB here) for every layer and container (GRADER_TEST_STORAGE_DRIVER=vfs|overlay chooses).
+The build runs with ``--layers``, so a step whose inputs are unchanged (the same
 Dockerfile line on the same parent layer; for COPY, the same bytes copied) reuses its layer, and any change
 builds that step and every later one again, as ``docker build`` does. The grading stage's slow step (setup.sh
 over the install's own files: apt-get, the .venv, the CUDA wheels) is built again only when those files change
 (the install scripts, pyproject.toml, the toolchain probe); a change to the rest of grader/, rubric.yaml or
 starter/ builds only the package stage and the steps after that one (the whole package copied, setup.sh
 checking it). The checks below then read the image that exactly these inputs make, and grade solutions/ and
-starter/ in it every time. The storage is wiped when it is a week old (with the tarball's week, a stale mirror
-or PyPI is seen) or when the disk is short. About 3-4 minutes when the install's files changed, about 1
-otherwise.
+starter/ in it every time. A storage folder is wiped when it is a week old (with the tarball's week, a stale
+mirror or PyPI is seen) or when the disk is short. Most of the time is the two gradings, and the install layer's
+apt-get and pip when the install's files changed (docs/measurements/2026-12-06-test-suite-speed.md).
 
 Needs root, buildah and debootstrap (.ci/run installs both), Debian's package mirror and PyPI. Skips
 without them, except on CI (CI=true), where it fails: CI must run it. Marked slow (nothing deselects
@@ -51,17 +54,18 @@ SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 CACHE = Path(os.environ.get("GRADER_TEST_CACHE") or Path.home() / ".cache" / "gemm-grader-tests")
 ROOTFS_CACHE = CACHE / f"debian-{SUITE}-minbase.tar"
 ROOTFS_MAX_AGE_S = 7 * 24 * 3600
-# buildah's storage: the bases and the build's layers, reused by the next run (see the module's text).
-LAYERS_CACHE = CACHE / "buildah"
-LAYERS_STAMP = LAYERS_CACHE / "created"
+# buildah's storage, one folder per driver: the bases and the build's layers, reused by the next run (see the
+# module's text). The first driver that works here is used; GRADER_TEST_STORAGE_DRIVER names one.
+DRIVERS = ("overlay", "vfs")
+LAYERS_CACHES = {"overlay": CACHE / "buildah-overlay", "vfs": CACHE / "buildah"}
+STAMP_NAME = "created"
 # Local names only ("localhost/..."): `--pull=never` makes any registry look-up an error.
 BASE_NAME = "localhost/gemm-test/debian"
 PACKAGE_BASE_NAME = "localhost/gemm-test/debian-python"
 IMAGE = "localhost/gemm-test/grader:test"
-# The bases and the image (~1.2 GB) stored uncompressed (vfs), the build's working copies, one container.
-DISK_NEEDED = 8 << 30
-# The kept storage holds a few builds' layers; under this much free space it is wiped before the build.
-DISK_KEPT = 2 * DISK_NEEDED
+# The bases and the image (~1.4 GB) stored uncompressed, and the build's working containers: with vfs each of
+# those is a whole copy of the image; with overlay, only what it changes.
+DISK_NEEDED = {"overlay": 4 << 30, "vfs": 8 << 30}
 # A machine behind a TLS-intercepting proxy trusts it through these; the image must too, or pip fails.
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 STATIC_STATUSES = (Status.PASSED.value, Status.FAILED.value)
@@ -92,12 +96,15 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-class Buildah:
-    """buildah with storage of its own under ``store`` (vfs: plain folders, works inside any container)."""
+def _buildah_args(store: Path, driver: str) -> list[str]:
+    return ["buildah", "--root", str(store / "storage"), "--runroot", str(store / "runroot"), "--storage-driver", driver]
 
-    def __init__(self, store: Path) -> None:
-        self.base = ["buildah", "--root", str(store / "storage"), "--runroot", str(store / "runroot"),
-                     "--storage-driver", "vfs"]
+
+class Buildah:
+    """buildah with storage of its own under ``store``, with ``driver``."""
+
+    def __init__(self, store: Path, driver: str) -> None:
+        self.base = _buildah_args(store, driver)
 
     def __call__(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return _run([*self.base, *args], timeout)
@@ -111,16 +118,39 @@ class Buildah:
                               timeout=300).returncode == 0
 
 
-def _layers_store() -> Path:
-    """The kept buildah storage, wiped first when a week old or when the disk is short."""
-    if LAYERS_CACHE.exists():
-        age = time.time() - LAYERS_STAMP.stat().st_mtime if LAYERS_STAMP.is_file() else ROOTFS_MAX_AGE_S
-        if age >= ROOTFS_MAX_AGE_S or shutil.disk_usage(LAYERS_CACHE).free < DISK_KEPT:
-            _remove_tree(LAYERS_CACHE)
-    if not LAYERS_CACHE.exists():
-        LAYERS_CACHE.mkdir(parents=True)
-        LAYERS_STAMP.touch()
-    return LAYERS_CACHE
+def _storage_driver() -> str:
+    """GRADER_TEST_STORAGE_DRIVER, else overlay where buildah can use it in its kept folder, else vfs.
+
+    buildah's overlay driver starts only after mounting a test overlay in its storage folder: no overlay in the
+    kernel, a folder on a filesystem overlay cannot stack on, or no right to mount make ``buildah info`` fail."""
+    chosen = os.environ.get("GRADER_TEST_STORAGE_DRIVER", "")
+    if chosen:
+        if chosen not in DRIVERS:
+            pytest.fail(f"GRADER_TEST_STORAGE_DRIVER={chosen!r}: not one of {', '.join(DRIVERS)}")
+        return chosen
+    store = LAYERS_CACHES["overlay"]
+    store.mkdir(parents=True, exist_ok=True)
+    probe = subprocess.run([*_buildah_args(store, "overlay"), "info"], capture_output=True, timeout=300)
+    return "overlay" if probe.returncode == 0 else "vfs"
+
+
+def _layers_store(driver: str) -> Path:
+    """The kept buildah storage for ``driver``, wiped first when a week old or when the disk is short. Another
+    driver's kept storage is wiped when a week old too (a machine where overlay came to work keeps no vfs copies)."""
+    for name, store in LAYERS_CACHES.items():
+        if not store.exists():
+            continue
+        stamp = store / STAMP_NAME
+        age = time.time() - stamp.stat().st_mtime if stamp.is_file() else ROOTFS_MAX_AGE_S
+        short = name == driver and shutil.disk_usage(store).free < 2 * DISK_NEEDED[driver]
+        if age >= ROOTFS_MAX_AGE_S or short:
+            _remove_tree(store)
+    store = LAYERS_CACHES[driver]
+    stamp = store / STAMP_NAME
+    if not stamp.is_file():
+        store.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+    return store
 
 
 def _rootfs_tarball(work: Path) -> Path:
@@ -177,9 +207,9 @@ def _remove_tree(path: Path) -> None:
 class Built:
     """The image and one working container of it, mounted at ``fs``.
 
-    One container serves every check and both gradings: vfs copies the whole image (~1.2 GB) for each
-    container. The starter is graded after the solutions, so anything the first run left behind could
-    only raise the starter's score, which must be 0.
+    One container serves every check and both gradings (with vfs, each container is a whole copy of the
+    image). The starter is graded after the solutions, so anything the first run left behind could only
+    raise the starter's score, which must be 0.
     """
 
     bh: Buildah
@@ -209,11 +239,12 @@ def built() -> Iterator[Built]:
     ctr = ""
     try:
         CACHE.mkdir(parents=True, exist_ok=True)
+        driver = _storage_driver()
         free = min(shutil.disk_usage(work).free, shutil.disk_usage(CACHE).free)
-        if free < DISK_NEEDED:
-            pytest.fail(f"building the image needs {DISK_NEEDED >> 30} GiB free in /var/tmp and {CACHE}; "
-                        f"{free >> 30} GiB free")
-        bh = Buildah(_layers_store())
+        if free < DISK_NEEDED[driver]:
+            pytest.fail(f"building the image ({driver} storage) needs {DISK_NEEDED[driver] >> 30} GiB free in "
+                        f"/var/tmp and {CACHE}; {free >> 30} GiB free")
+        bh = Buildah(_layers_store(driver), driver)
         base, package_base = _make_bases(bh, _rootfs_tarball(work))
         iid = work / "image-id"  # the image this build made, by its ID: the tag is shared with other runs' builds
         proc = bh("bud", "--layers", "--isolation", "chroot", "--pull=never", "--build-arg", f"BASE={base}",

@@ -15,6 +15,7 @@ import io
 import os
 import socket
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -78,13 +79,14 @@ class World:
         s.connect(("127.0.0.1", self.svc.port))
         return s
 
-    def honest(self, tag: str) -> None:
+    def honest(self, tag: str, standin: str = "") -> None:
         """The honest student's self-check and a signed Gradescope post, each sent as its client does
-        (the bridge tries a busy service again; a student tries again when told to), both graded."""
+        (the bridge tries a busy service again; a student tries again when told to), both graded (``standin``:
+        the stand-in's words for both gradings)."""
         with Client(self.svc.url, token=self.tokens["honest@x.edu"]) as student, \
                 Client(self.svc.url, assignment=ASSIGNMENT, secret=self.secret) as gradescope:
-            mine = _patiently(lambda: student.submit(tiny_zip(f"honest self-check {tag}")))
-            theirs = _patiently(lambda: gradescope.submit(tiny_zip(f"honest gradescope {tag}"),
+            mine = _patiently(lambda: student.submit(_zip(f"honest self-check {tag}", standin)))
+            theirs = _patiently(lambda: gradescope.submit(_zip(f"honest gradescope {tag}", standin),
                                                           submitter=submitter_id(self.secret, [f"honest {tag}"])))
             for job in (mine, theirs):
                 assert student.wait(job.id, HANG_S).state == "done", self.svc.log_text()
@@ -99,6 +101,39 @@ def _patiently(post):
             if time.monotonic() > deadline or not (exc.passing or exc.status == 429):
                 raise
             time.sleep(min(exc.retry_after or 1.0, 2.0))
+
+
+def _zip(tag: str, standin: str = "") -> bytes:
+    """A one-file archive unique to ``tag`` (tests/serve_helpers.py: tiny_zip), with the stand-in's words for its
+    grading when given (its STANDIN.txt)."""
+    if not standin:
+        return tiny_zip(tag)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, text in (("NOTES.txt", tag), ("STANDIN.txt", standin)):
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2024, 1, 1, 0, 0, 0)), text)
+    return buf.getvalue()
+
+
+SHARED_YAML = "limits:\n  submissions_per_hour: 3\n"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> tuple[ServiceProcess, bytes]:
+    """One service for the attacks that need no settings of their own but three submissions an hour per token:
+    each test gets tokens of its own (:func:`_shared_world`: a token's hour and its jobs at once are its own), and
+    leaves nothing queued or running."""
+    data, _, secret = _world(tmp_path_factory.mktemp("shared"), SHARED_YAML)
+    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc:
+        svc.wait_workers(1)
+        yield svc, secret
+
+
+def _shared_world(shared: tuple[ServiceProcess, bytes], tag: str) -> tuple[World, str]:
+    """The shared service, an honest student's token and an attacker's, both new."""
+    svc, secret = shared
+    tokens = issue_tokens(svc.data, [f"honest-{tag}@x.edu", f"attacker-{tag}@x.edu"])
+    return World(svc, {"honest@x.edu": tokens[f"honest-{tag}@x.edu"]}, secret), tokens[f"attacker-{tag}@x.edu"]
 
 
 def _world(tmp_path: Path, yaml: str = "", *args: str, env: dict[str, str] | None = None) -> tuple[Path, dict, bytes]:
@@ -239,22 +274,34 @@ def test_trickled_uploads_cannot_take_every_slot_and_each_one_counts(tmp_path):
 # 3. A zip of 200,000 entries, posted again and again
 # ---------------------------------------------------------------------------------------------------
 def _many_entries(n: int = 200_000) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-        for i in range(n):
-            zf.writestr(zipfile.ZipInfo(f"d/{i:06d}/", date_time=(2024, 1, 1, 0, 0, 0)), b"")
-    raw = bytearray(buf.getvalue())
+    """A zip of ``n`` (over 65,535: ZIP64's end records) empty folders whose last central directory entry is broken:
+    the bytes zipfile writes for them (ZIP_STORED, one date), made from its one-entry zip's headers with only the
+    names and offsets changed (zipfile's own writing, entry by entry, is many times slower)."""
+    assert n > 0xFFFF
+    one = io.BytesIO()
+    with zipfile.ZipFile(one, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(zipfile.ZipInfo("d/000000/", date_time=(2024, 1, 1, 0, 0, 0)), b"")
+    template = one.getvalue()
+    local = template[:30]  # its local header, less its name
+    at = template.index(b"PK\x01\x02")
+    central = template[at:at + 42]  # its central directory entry, up to its local header's offset
+    names = [b"d/%06d/" % i for i in range(n)]
+    body = b"".join(local + name for name in names)
+    directory = b"".join(central + struct.pack("<L", i * (30 + len(name))) + name for i, name in enumerate(names))
+    offset, size = len(body), len(directory)
+    zip64_end = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, n, n, size, offset)
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, offset + size, 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, size, offset, 0)
+    raw = bytearray(body + directory + zip64_end + locator + end)
     last = raw.rfind(b"PK\x01\x02")  # the last central directory entry, broken
     raw[last:last + 4] = b"PK\x09\x09"
     return bytes(raw)
 
 
-def test_a_zip_of_200k_entries_is_refused_from_its_end_record_and_counted(tmp_path):
-    data, tokens, secret = _world(tmp_path, "limits:\n  submissions_per_hour: 3\n")
+def test_a_zip_of_200k_entries_is_refused_from_its_end_record_and_counted(shared):
+    w, attacker = _shared_world(shared, "bomb")  # 3 submissions an hour
     bomb = _many_entries()
-    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc, svc.client() as c:
-        w = World(svc, tokens, secret)
-        attacker = tokens["attacker0@x.edu"]
+    with w.svc.client() as c:
         answers = [c.post(JOBS, content=bomb, headers=bearer(attacker)) for _ in range(3)]
         for r in answers:
             assert r.status_code == 400 and "200000 entries" in r.json()["error"], r.text
@@ -295,22 +342,22 @@ def _zombies_under(root: int) -> list[int]:
     return [pid for pid, (state, ppid) in proc_states().items() if state == b"Z" and ppid in tree]
 
 
-def test_gradings_in_a_row_leave_no_zombies_and_a_flat_process_count(tmp_path):
-    data, tokens, secret = _world(tmp_path)
-    # Each grading leaves 3 exited children unreaped, as the grader's sandboxed steps do.
-    with ServiceProcess(data, "--workers", "1", standin="delay=0 zombies=3") as svc, svc.client() as c:
-        svc.wait_workers(1)
+def test_gradings_in_a_row_leave_no_zombies_and_a_flat_process_count(shared):
+    w, _ = _shared_world(shared, "zombies")
+    svc, secret = w.svc, w.secret
+    zombies = "delay=0 zombies=3"  # each grading leaves 3 exited children unreaped, as the grader's sandboxed steps do
+    with svc.client() as c:
         assert svc.proc is not None
         before = len(tree_of(svc.proc.pid))
         with Client(svc.url, assignment=ASSIGNMENT, secret=secret) as gradescope:
             # Each from its own submitter: none supersedes another. The worker reaps after every grading, so one
             # child left per grading would show after the first; ten in a row show the count stays flat.
             for i in range(10):
-                job = gradescope.submit(tiny_zip(f"row {i}"), submitter=submitter_id(secret, [f"s{i}"]))
+                job = gradescope.submit(_zip(f"row {i}", zombies), submitter=submitter_id(secret, [f"row {i}"]))
                 assert wait_job(c, job.id, timeout_s=HANG_S, service=svc)["state"] == "done"
         assert _zombies_under(svc.proc.pid) == []
         assert len(tree_of(svc.proc.pid)) == before
-        World(svc, tokens, secret).honest("after 10 gradings")
+        w.honest("after 10 gradings", zombies)
         assert _zombies_under(svc.proc.pid) == []
 
 
@@ -380,16 +427,23 @@ def test_a_record_of_an_unknown_kind_in_redis_fails_only_itself(tmp_path):
     assert "'gpu-v9' is not a valid Kind" in svc.log_text()
 
 
-def test_a_record_of_an_unknown_kind_in_sqlite_fails_only_itself(tmp_path):
-    data, tokens, secret = _world(tmp_path)
-    with ServiceProcess(data, "--workers", "1", standin=STANDIN) as svc, svc.client() as c:
-        db = sqlite3.connect(data / "jobs.sqlite")
-        db.execute("insert into jobs (id, owner, kind, state, archive_sha, key, ord, created, record) "
-                   "values ('badbadbadbadbadbad', 'token:x', 'gpu-v9', 'queued', 'a', 'k', 1e12, 1.0, ?)",
-                   (BAD_RECORD,))
+def test_a_record_of_an_unknown_kind_in_sqlite_fails_only_itself(shared):
+    w, _ = _shared_world(shared, "unreadable")
+    svc = w.svc
+    db = sqlite3.connect(svc.data / "jobs.sqlite")
+    try:
+        with svc.client() as c:
+            db.execute("insert into jobs (id, owner, kind, state, archive_sha, key, ord, created, record) "
+                       "values ('badbadbadbadbadbad', 'token:x', 'gpu-v9', 'queued', 'a', 'k', 1e12, 1.0, ?)",
+                       (BAD_RECORD,))
+            db.commit()
+            assert c.get("/healthz").status_code == 200
+            assert c.get("/api/v1/queue").status_code == 200
+            w.honest("beside an unreadable record")
+            bad = c.get(f"{JOBS}/badbadbadbadbadbad")
+            assert bad.status_code == 500 and "another version of the service" in bad.json()["error"]
+        assert "its record cannot be read by this version" in svc.log_text()
+    finally:  # the shared service's store as it was
+        db.execute("delete from jobs where id = 'badbadbadbadbadbad'")
         db.commit()
         db.close()
-        assert c.get("/healthz").status_code == 200
-        assert c.get("/api/v1/queue").status_code == 200
-        World(svc, tokens, secret).honest("beside an unreadable record")
-    assert "its record cannot be read by this version" in svc.log_text()

@@ -230,7 +230,7 @@ def test_a_service_without_a_gpu_leaves_the_gpu_items_pending(service, autograde
     with ServiceProcess(data, stages=STAGES, standin="") as bare:
         bare.wait_workers(1)
         log, res = run_autograder(autograder, _submission(tmp_path, report="# graded without a GPU\n"),
-                                  tmp_path / "results", GRADER_SERVICE_URL=bare.url)
+                                  tmp_path / "results", GRADER_SERVICE_URL=bare.url, GRADER_STAGES="naive")
         gs = res["extra_data"]["gpu_service"]
         with bare.client() as http:
             view = http.get(f"/api/v1/jobs/{gs['job']}").json()
@@ -257,11 +257,13 @@ def test_a_gpu_worker_that_cannot_reach_its_gpu_flags_the_job_and_a_regrade_grad
     sub = _submission(tmp_path, report="# a GPU worker without its GPU\n")
     with ServiceProcess(data, "--gpus", "99", stages=STAGES, gpu=True, standin="") as broken:
         broken.wait_workers(1, timeout_s=90)
-        log, res = run_autograder(autograder, sub, tmp_path / "results", GRADER_SERVICE_URL=broken.url)
+        log, res = run_autograder(autograder, sub, tmp_path / "results", GRADER_SERVICE_URL=broken.url,
+                                  GRADER_STAGES="naive")
         gs = res["extra_data"]["gpu_service"]
         assert gs["state"] == "without_gpu" and gs["reason"], log
         assert gs["still_pending"] == len(_assert_pending(res)) and gs["merged_items"] == 0
-        _, again = run_autograder(autograder, sub, tmp_path / "results2", GRADER_SERVICE_URL=broken.url)
+        _, again = run_autograder(autograder, sub, tmp_path / "results2", GRADER_SERVICE_URL=broken.url,
+                                  GRADER_STAGES="naive")
         gs2 = again["extra_data"]["gpu_service"]
         with broken.client() as http:
             first = http.get(f"/api/v1/jobs/{gs['job']}").json()

@@ -1,7 +1,8 @@
 """Fair share on the Gradescope path: the bridge names the submitter (a keyed hash of Gradescope's user
 ids, signed with the request); the service queues a submitter's Gradescope jobs beyond
 ``gradescope_fair_share`` in the last hour behind other students' (never refusing one), and a
-submitter's newest job supersedes its older queued ones."""
+submitter's newest job supersedes its older queued ones. The service grades with the stand-in grade command
+(tests/standin_grader.py): what is tested is the queue's order, not a grading."""
 from __future__ import annotations
 
 import json
@@ -56,7 +57,7 @@ def test_one_submitter_over_the_fair_share_queues_behind_another_and_the_newest_
     data = tmp_path / "data"
     secret = make_secret(data, "hw1")
     first, other = submitter_id(secret, ["1001"]), submitter_id(secret, ["2002"])
-    with ServiceProcess(data, "--no-workers") as s, Client(s.url, assignment="hw1", secret=secret) as gradescope:
+    with ServiceProcess(data, "--no-workers", standin="") as s, Client(s.url, assignment="hw1", secret=secret) as gradescope:
         mine = [gradescope.submit(tiny_zip(f"first {i}"), submitter=first) for i in range(4)]
         theirs = gradescope.submit(tiny_zip("other"), submitter=other)
         assert all(j.state == "queued" for j in [*mine, theirs])  # never refused
@@ -73,7 +74,7 @@ def test_one_submitter_over_the_fair_share_queues_behind_another_and_the_newest_
         with pytest.raises(ServiceError, match="32 hex digits"):
             gradescope.submit(tiny_zip("bad"), submitter="s@x.edu")
     assert "over the fair share" in s.log_text() and "supersedes 1 queued job(s)" in s.log_text()
-    with ServiceProcess(data, "--workers", "1") as s2, s2.client() as c:
+    with ServiceProcess(data, "--workers", "1", standin="") as s2, s2.client() as c:
         for job in (mine[3], theirs):
             assert wait_job(c, job.id, service=s2)["state"] == "done"
     store = SqliteStore(data / "jobs.sqlite")

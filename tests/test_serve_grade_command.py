@@ -67,6 +67,9 @@ def test_the_standin_writes_results_after_its_delay_and_obeys_the_submissions_wo
         assert done.returncode == code, done.stdout + done.stderr
         if files is not None:
             assert {p.name for p in out.iterdir()} == files
+        if words == "":  # its grading.json is the grader's own for a grading of no stage, and reads back
+            assert json.loads((out / "grading.json").read_text()) == _empty_grading(
+                "no CUDA device (the stand-in grader)")
     assert json.loads((out / "results.json").read_text())["score"] == 2.0
     record = json.loads((out / "standin.json").read_text())
     assert record["words"]["score"] == "2" and record["argv"][-1] == str(sub)
@@ -74,6 +77,19 @@ def test_the_standin_writes_results_after_its_delay_and_obeys_the_submissions_wo
     bad = subprocess.run([sys.executable, str(STANDIN), "--out", str(out), "--", str(sub)], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode != 0 and "'speed=1' is not one of" in bad.stderr
+
+
+def _empty_grading(reason: str) -> dict:
+    """What grader.grading writes for a grading of no stage without a device, read back through it."""
+    from grader.evidence.limits import Peaks
+    from grader.grading import Environment, Grading
+
+    env = Environment(device=None, device_reason=reason, nvcc=None, cuobjdump=None, arch_flags=[],
+                      peaks=Peaks(None, None, "no device"))
+    written = Grading(submission="stand-in", env=env, outcomes={}, items=[], seconds=0.0,
+                      notes=["the stand-in grader"]).to_json()
+    assert Grading.from_json(json.loads(json.dumps(written))).to_json() == written
+    return json.loads(json.dumps(written))
 
 
 def test_a_service_grading_with_the_standin_marks_each_outcome_as_the_grader_would(tmp_path):

@@ -15,7 +15,6 @@ import time
 import httpx
 import pytest
 
-from grader.serve.app import INTERNAL_ERROR
 from grader.serve.signing import (
     ASSIGNMENT_HEADER,
     CONTENT_HEADER,
@@ -221,6 +220,8 @@ def test_slow_heads_and_bodies_are_cut_off_and_uploads_are_capped(tmp_path):
 
 
 def test_an_unhandled_error_is_a_json_500_without_internals_logged_once(svc):
+    from grader.serve.app import INTERNAL_ERROR  # FastAPI's import, here: every worker collects this file
+
     db = sqlite3.connect(svc.data / "jobs.sqlite")
     db.execute("insert into jobs (id, owner, kind, state, archive_sha, key, ord, created, record) "
                "values ('BROKENBROKENBROKEN01', 'token:x', 'selfcheck', 'done', 's', 'k', 0, 0, '{not json')")

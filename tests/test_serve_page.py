@@ -135,22 +135,29 @@ def test_job_page_follows_the_job_and_shows_results(service, browser, tmp_path):
     plain.close()
 
 
-def test_queue_page_lists_a_queued_job(browser, tmp_path):
-    # A service without workers keeps its job queued; it shares nothing with the grading one.
-    data = tmp_path / "data"
-    token = issue_tokens(data, ["other@example.edu"])["other@example.edu"]
-    with ServiceProcess(data, "--no-workers", stages=STAGES) as idle, Client(idle.url, token=token) as client:
-        job = client.submit(make_archive(ROOT / "starter").data)
-        assert job.state == "queued" and job.position == 1
-        page = browser.new_page()
-        page.goto(idle.url + "/")
-        page.wait_for_selector("#queue table")
-        rows = page.eval_on_selector_all("#queue tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
-        assert rows[0][:2] == ["1", "selfcheck"]
-        assert job.id not in page.content()  # the queue never shows ids
-        assert "1 queued" in page.text_content("#totals")
-        page.close()
+@pytest.fixture(scope="module")
+def idle(tmp_path_factory):
+    """A service without workers (it shares nothing with the grading ones), 100 s its estimate before any grading
+    finished (serve.yaml), and the one job it keeps queued: the service, a token, submit's answer for the job.
+    The tests that use it only read; a refused submission queues nothing."""
+    data = tmp_path_factory.mktemp("idle") / "data"
+    token = issue_tokens(data, ["wait@example.edu"])["wait@example.edu"]
+    (data / "serve.yaml").write_text("estimate_default_s: 100\n")
+    with ServiceProcess(data, "--no-workers", stages=STAGES) as svc, Client(svc.url, token=token) as client:
+        yield svc, token, client.submit(make_archive(ROOT / "starter").data)
 
+
+def test_queue_page_lists_a_queued_job(idle, browser):
+    svc, _, job = idle
+    assert job.state == "queued" and job.position == 1
+    page = browser.new_page()
+    page.goto(svc.url + "/")
+    page.wait_for_selector("#queue table")
+    rows = page.eval_on_selector_all("#queue tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    assert rows[0][:2] == ["1", "selfcheck"]
+    assert job.id not in page.content()  # the queue never shows ids
+    assert "1 queued" in page.text_content("#totals")
+    page.close()
 
 
 LONG_LINE = "#error " + "a_long_word_with_no_space_in_it_" * 12  # one line far wider than the page
@@ -245,25 +252,21 @@ def test_a_job_graded_without_a_gpu_shows_its_banner_hand_graded_items_apart_and
     page.close()
 
 
-def test_every_estimate_of_a_queued_job_is_the_same(browser, tmp_path):
+def test_every_estimate_of_a_queued_job_is_the_same(idle, browser):
     """The job page, the queue page, submit's answer and a refusal's "try again" give one estimate, said one
     way: 100 s before any grading finished (serve.yaml) reads "~2 min" everywhere."""
-    data = tmp_path / "data"
-    token = issue_tokens(data, ["wait@example.edu"])["wait@example.edu"]
-    (data / "serve.yaml").write_text("estimate_default_s: 100\n")
-    with ServiceProcess(data, "--no-workers", stages=STAGES) as idle, Client(idle.url, token=token) as client:
-        job = client.submit(make_archive(ROOT / "starter").data)
-        assert (job.state, job.estimate_s) == ("queued", 100.0)
-        with pytest.raises(ServiceError) as refused:
-            client.submit(zip_folder(ROOT / "starter", {"NOTES.txt": "another"}))
-        page = browser.new_page()
-        page.goto(f"{idle.url}/jobs/{job.id}")
-        page.wait_for_function("document.getElementById('detail').textContent.includes('to go')")
-        detail = page.text_content("#detail")
-        page.goto(idle.url + "/")
-        page.wait_for_selector("#queue table")
-        row = page.eval_on_selector_all("#queue tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
-        page.close()
+    svc, token, job = idle
+    assert (job.state, job.estimate_s) == ("queued", 100.0)
+    with Client(svc.url, token=token) as client, pytest.raises(ServiceError) as refused:
+        client.submit(zip_folder(ROOT / "starter", {"NOTES.txt": "another"}))
+    page = browser.new_page()
+    page.goto(f"{svc.url}/jobs/{job.id}")
+    page.wait_for_function("document.getElementById('detail').textContent.includes('to go')")
+    detail = page.text_content("#detail")
+    page.goto(svc.url + "/")
+    page.wait_for_selector("#queue table")
+    row = page.eval_on_selector_all("#queue tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")
+    page.close()
     assert "position 1 · ~2 min to go" in detail
     assert row[0][3] == "~2 min"
     assert "(in ~2 min, as the job page says)" in refused.value.message

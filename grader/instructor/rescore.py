@@ -42,8 +42,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from grader.evidence.rubric import Item, Stage
+from grader.files import read_json
 from grader.grading import Grading, GradingFormatError, StageOutcome, load_grading
-from grader.instructor.stored import GRADING_FILE, SUBMISSIONS, Collection, Layout, find_gradings, read_json
+from grader.instructor.stored import GRADING_FILE, SUBMISSIONS, Collection, Layout, find_gradings
 from grader.model import Bonus, ItemResult, Status
 from grader.rubric.calibration import reapply
 from grader.rubric.errors import ConfigError

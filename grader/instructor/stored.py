@@ -15,7 +15,6 @@ grading wrote beside it). :func:`find_gradings` takes any of:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from grader.rubric.kinds import REGISTRY, Registry
 
 GRADING_FILE = "grading.json"
 SUBMISSIONS = "submissions"  # a batch's folder of submission folders (grader/deploy/batch/run.py)
-MAX_GRADING_BYTES = 64 * 1024 * 1024  # a grading.json is 100-300 KB; a file past this is not one of ours
 
 
 class Layout:
@@ -79,16 +77,6 @@ def find_gradings(path: Path) -> Collection:
         raise ConfigError(str(path), f"holds no {GRADING_FILE} (nor {SUBMISSIONS}/*/{GRADING_FILE}, */{GRADING_FILE})",
                           "a grading's folder, a batch's output folder or a folder of grading folders")
     return found
-
-
-def read_json(path: Path) -> object:
-    """A JSON file the grader wrote, or None when it is missing, too big or not JSON."""
-    try:
-        if path.stat().st_size > MAX_GRADING_BYTES:
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import os
 from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 
 from grader.compile.intake import INTAKE_FILE
+from grader.files import read_json, read_json_file
 from grader.model import Bonus
 from grader.records import to_jsonable
 from grader.rubric.types import Rubric
@@ -74,14 +74,6 @@ def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
         for row in rows:
             w.writerow(safe_row(row.get(c) for c in columns))
     os.replace(tmp, path)
-
-
-def read_json(path: Path) -> object:
-    """The JSON in ``path``; None when it is missing or not JSON."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def read_json_object(path: Path) -> dict[str, object]:
@@ -225,7 +217,13 @@ def csv_rows(subs: Iterable[Submission], subs_dir: Path,
             row["note"] = _note([STATUS_NOTES[missing], *sub.problems])
             continue
         folder_dir = subs_dir / sub.folder
-        results = read_json(folder_dir / "results.json")
+        read = read_json_file(folder_dir / "results.json")
+        results = read.data
+        if read.too_big:  # not a results.json the grader wrote: said so, never read into memory
+            row["status"] = RowStatus.GRADER_ERROR
+            row["note"] = _note([f"not graded: its results.json {read.problem}, more than a grading writes, "
+                                 "and was not read", *sub.problems])
+            continue
         if not isinstance(results, dict):
             row["status"] = RowStatus.NOT_GRADED
             row["note"] = _note([STATUS_NOTES[RowStatus.NOT_GRADED], *sub.problems])

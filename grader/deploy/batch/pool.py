@@ -27,8 +27,9 @@ from pathlib import Path
 
 from grader import DEFAULT_RUBRIC, IMPORT_ROOT, REPO_ROOT
 from grader.deploy.batch.stale import GradedBy
+from grader.files import read_json, read_json_file
 from grader.occupancy.variants import student_of
-from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json, read_json_object
+from grader.outputs.grades_csv import STATUS_FILE, RowStatus, read_json_object
 from grader.outputs.results import error_results, write_results
 from grader.sandbox import guard as sandbox
 from grader.sandbox.process import Terminated, stopping
@@ -160,9 +161,11 @@ def grade_one(sub: Submission, subs_dir: Path, gpu: str | None, opts: Options,
         status = RowStatus.GRADED
     else:
         status = RowStatus.USAGE_ERROR if proc.returncode == 2 else RowStatus.GRADER_ERROR
-        if read_json(results_path) is None:
+        read = read_json_file(results_path)
+        if read.data is None:
+            wrote = f"wrote a results.json that {read.problem}, not read" if read.too_big else "wrote no results.json"
             write_results(results_path, error_results(
-                f"batch: the grader ended with {proc.brief()} and wrote no results.json\n\n"
+                f"batch: the grader ended with {proc.brief()} and {wrote}\n\n"
                 + (proc.stderr or proc.stdout)[-4000:], wall))
     results = read_json_object(results_path)
     held, waited = gpu_phases(partial / "grading.json")

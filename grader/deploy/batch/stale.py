@@ -29,7 +29,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from grader.outputs.grades_csv import FAILED_STATUSES, STATUS_FILE, read_json, read_json_object
+from grader.files import read_json
+from grader.outputs.grades_csv import FAILED_STATUSES, STATUS_FILE, read_json_object
 from grader.untrusted.export import Submission
 
 

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 
-
 REPLAY_S = 30
 # The hostile submissions' compiles are never run outside the sandbox (an include bomb, /dev/urandom spliced in):
 # their fenced calls keep the logged CPU (bwrap's own), so the totals leave their compiles' CPU out.

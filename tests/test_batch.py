@@ -372,6 +372,8 @@ FAKE_GPU_CHILD = textwrap.dedent("""\
         end = time.monotonic() + 60
         while name and not Path(sync["dir"], name).exists() and time.monotonic() < end:
             time.sleep(0.01)
+        if name:  # stay in the step a little past the mark: phases are kept to the millisecond, and a step that
+            time.sleep(0.05)  # saw the mark within a millisecond of its making would seem to end before it
 
     time.sleep(start_s)  # a later start
     clock = Clock()

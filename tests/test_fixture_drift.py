@@ -7,8 +7,6 @@ graded again on a GPU from this code: ``fixtures`` of docs/measurements/scripts/
 tarball replaces tests/fixtures/gradings/."""
 from __future__ import annotations
 
-import pytest
-
 from grader.instructor.rescore import measured_under, rescore_grading
 from grader.rubric.load import load_rubric
 from tests.gradings_helpers import NAMES, ROOT, fixture
@@ -34,8 +32,6 @@ def drift(rubric_path=ROOT / "rubric.yaml") -> list[str]:
     return lines
 
 
-@pytest.mark.xfail(strict=True, reason="the fixtures were graded under an older rubric (#48); re-grade them with the "
-                   "every-gpu script's fixtures step, commit them, and remove this mark")
 def test_the_stored_gradings_reflect_the_shipped_rubric():
     lines = drift()
     assert not lines, REGRADE_HOW + ":\n" + "\n".join(lines[:40]) + (f"\n... {len(lines) - 40} more" if len(lines) > 40 else "")

@@ -3,6 +3,7 @@ against the current and a proposed threshold, the pass counts, the score distrib
 that links them."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -100,13 +101,35 @@ def test_whatif_says_when_the_gradings_were_graded_with_different_thresholds(tmp
     assert "different thresholds" not in report[report.index("### 4b.speed"):]
 
 
-def test_whatif_keeps_your_edit_apart_from_what_differs_from_each_gradings_rubric(tmp_path):
-    """The demo class was graded under an older rubric than rubric.yaml. Proposing rubric.yaml unchanged is no edit:
-    "changed by your edit" is 0 for every grading, and what rubric.yaml grades otherwise is "differs from the rubric
-    this grading used"; the items a re-score cannot make are left out of every column, and a line says how many."""
+def _graded_under_other_timing(dest: Path) -> Path:
+    """A copy of the demo class whose gradings say they were graded under rubric.yaml with naive's timed benchmark
+    set otherwise (3 timed launches after a warm-up): a class graded before such an edit of the rubric."""
     from grader import DEFAULT_RUBRIC
 
-    proc = grader("whatif", str(FIXTURES), "--rubric", str(DEFAULT_RUBRIC), "--out", str(tmp_path / "o"))
+    shipped = DEFAULT_RUBRIC.read_text(encoding="utf-8")
+    timing = "bench: {reps: 1, min_reps: 1, warmup: 0}"
+    assert shipped.count(timing) == 1, "naive's timed benchmark, as rubric.yaml sets it"
+    older = shipped.replace(timing, "bench: {reps: 3, min_reps: 3, warmup: 1}")
+    for name in NAMES:
+        raw = json.loads((FIXTURES / name / "grading.json").read_text())
+        raw.update(rubric=older, rubric_sha256=hashlib.sha256(older.encode("utf-8")).hexdigest())
+        naive = raw["stages"].get("naive")
+        if naive is not None:  # the stage as it was graded, which a re-score compares with the proposal's
+            naive["stage"]["bench"].update(reps=3, min_reps=3, warmup=1)
+        (dest / name).mkdir(parents=True)
+        (dest / name / "grading.json").write_text(json.dumps(raw))
+    return dest
+
+
+def test_whatif_keeps_your_edit_apart_from_what_differs_from_each_gradings_rubric(tmp_path):
+    """A class graded under a rubric that timed naive otherwise. Proposing rubric.yaml unchanged is no edit:
+    "changed by your edit" is 0 for every grading, and what rubric.yaml grades otherwise is "differs from the rubric
+    this grading used"; the items a re-score cannot make (those naive's timed run decides) are left out of every
+    column, and a line says how many."""
+    from grader import DEFAULT_RUBRIC
+
+    proc = grader("whatif", str(_graded_under_other_timing(tmp_path / "class")), "--rubric", str(DEFAULT_RUBRIC),
+                  "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "o" / "whatif.json").read_text())
     assert all(s["changed_by_the_edit"] == 0 and s["base"] == s["proposed"] for s in data["scores"])

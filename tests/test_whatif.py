@@ -144,10 +144,14 @@ def test_whatif_keeps_your_edit_apart_from_what_differs_from_each_gradings_rubri
     ref = next(s for s in data["scores"] if s["grading"] == "reference")
     stored = fixture("reference")
     assert ref["current"] == round(sum(i.counted_score for i in stored.items if i.number not in left["reference"]), 4)
-    # "of" the automatic points, as the batch and the re-score count them (hand-graded items are outside them).
+    # "of" the automatic points, as the batch and the re-score count them (hand-graded items are outside them), and
+    # the bonus a score may hold above them (the reference's 192 is 179 and the 13-point bonus).
+    from grader.model import Bonus
     from grader.outputs.summary import automatic_max
 
-    assert f"(of {automatic_max(stored.items):g} automatic points)" in report
+    bonus = sum(i.max_score for i in stored.items if i.bonus is Bonus.EXTRA)
+    assert bonus > 0 and stored.score > automatic_max(stored.items)
+    assert f"(of {automatic_max(stored.items):g} automatic points, and up to {bonus:g} bonus points above them)" in report
 
 
 def test_the_score_plots_axis_runs_from_zero_to_the_maximum():

@@ -32,7 +32,7 @@ from grader.evidence.rubric import Item, Stage
 from grader.grading import Grading, GradingFormatError
 from grader.instructor.rescore import REGRADE, Compared, comparable_score, load_one, measured_under, under
 from grader.instructor.stored import find_gradings, is_threshold_item, measured_value, threshold_of
-from grader.model import ItemResult, Status
+from grader.model import Bonus, ItemResult, Status
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.types import Rubric
 
@@ -101,6 +101,7 @@ class WhatIf:
     scores: list[tuple[str, float, float]] = field(default_factory=list)  # (grading, current, proposed), comparable
     totals: list[Scores] = field(default_factory=list)
     max_score: tuple[float, float] = (0.0, 0.0)  # automatic points, as graded and under the proposal
+    bonus_max: float = 0.0  # the bonus points a score may hold above them (settings.bonus: extra)
     problems: list[str] = field(default_factory=list)
     proposed_source: str = ""
     base_source: str = ""
@@ -214,10 +215,11 @@ def what_if(source: Path, proposed: Rubric | None, out: Path, known: list[Rubric
     report.scores = [(t.name, t.graded, t.new) for t in report.totals]
     if pairs:  # the automatic points (hand-graded items are outside them, as in grades.csv)
         report.max_score = (automatic_max(pairs[0][1].items), automatic_max(pairs[0][2].items))
+        report.bonus_max = max(sum(i.max_score for i in g.items if i.bonus is Bonus.EXTRA) for g in pairs[0][1:])
     series = {"current": [s[1] for s in report.scores]}
     if proposed is not None:
         series["proposed"] = [s[2] for s in report.scores]
-    score_png, why = score_histogram_png(series, max(report.max_score), out / SCORES_PNG,
+    score_png, why = score_histogram_png(series, max(report.max_score) + report.bonus_max, out / SCORES_PNG,
                                          "Total scores of the class" + (" (current and proposed)" if proposed else ""))
     report.path.write_text(_markdown(report, source, SCORES_PNG if score_png else "", why), encoding="utf-8")
     (out / "whatif.json").write_text(json.dumps({
@@ -264,9 +266,10 @@ def _markdown(r: WhatIf, source: Path, score_png: str, score_problem: str) -> st
                   "(what they measure changed) and are left out of every score below, in every column: "
                   + "; ".join(f"{t.name}: {', '.join(t.left_out)}" for t in left) + ".", ""]
     lines += [f"![scores]({score_png})", ""] if score_png else [f"*No score plot: {score_problem}*", ""]
-    lines += [f"- current: {_stats([s[1] for s in r.scores])} (of {r.max_score[0]:g} automatic points)"]
+    bonus = f", and up to {r.bonus_max:g} bonus points above them" if r.bonus_max else ""
+    lines += [f"- current: {_stats([s[1] for s in r.scores])} (of {r.max_score[0]:g} automatic points{bonus})"]
     if proposed:
-        lines += [f"- proposed: {_stats([s[2] for s in r.scores])} (of {r.max_score[1]:g} automatic points)"]
+        lines += [f"- proposed: {_stats([s[2] for s in r.scores])} (of {r.max_score[1]:g} automatic points{bonus})"]
     base = f"`{r.base_source}`" if r.base_source else "its own rubric"
     lines += ["", f"As graded: under the rubric each grading kept. Base: {base}, the rubric "
               + ("your proposal edits" if proposed else "this checkout grades with") + ". "

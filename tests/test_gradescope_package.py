@@ -267,7 +267,10 @@ def test_crash_of_the_packaged_grader_still_writes_results(autograder, tmp_path)
 
 
 def test_time_limit_still_writes_results(autograder, tmp_path):
-    _, res = run_autograder(autograder, _sample(tmp_path), tmp_path / "results", GRADER_TIME_LIMIT_S="1")
+    # Every compile for real (no session reuse): the sample's seven stages cannot be graded within the second, so
+    # the limit stops the grading itself (a grading that ends first stands, with a note: run.py's results_of).
+    _, res = run_autograder(autograder, _sample(tmp_path), tmp_path / "results", GRADER_TIME_LIMIT_S="1",
+                            GRADER_COMPILE_REUSE="")
     assert _is_fallback(res)
     assert "time limit of 1 seconds" in res["tests"][1]["output"]
 

@@ -426,3 +426,24 @@ def test_executable_bits_survive_unpack(package, tmp_path):
     gbuild.unpack(package, tmp_path / "u")
     mode = (tmp_path / "u" / "run_autograder").stat().st_mode
     assert mode & stat.S_IXUSR and not (tmp_path / "u" / "rubric.yaml").stat().st_mode & stat.S_IXUSR
+
+
+def test_a_grading_that_ended_before_the_stop_stands_with_a_note(tmp_path):
+    """SIGTERM (run_autograder's limit) after the grading child had finished: the grading is the result, with a
+    note on top that the GPU service was not asked, and no error item."""
+    import threading
+    import time
+
+    from grader.deploy.gradescope.run import ChildRun, results_of, settings
+    from tests.gradings_helpers import fixture
+
+    graded = fixture("starter")
+    env = {"GRADER_USE_GPU": "0", "GRADER_AUTOGRADER_DIR": str(tmp_path)}
+    s = settings(ROOT, env)
+    stop = threading.Event()
+    stop.set()
+    run = ChildRun(proc=None, stopped=False, grading=graded, summary="the summary")  # results_of reads no proc
+    res = results_of(run, tmp_path / "submission", tmp_path / "results", ROOT, s, env, stop, time.monotonic())
+    assert res.output.startswith("> **GPU grading was not asked for**: this run was stopped (SIGTERM) after the "
+                                 "static grading.")
+    assert res.score == graded.score and not any("autograder_error" in t.tags for t in res.tests)

@@ -183,7 +183,10 @@ setup_venv() {
     else
         say "installing -e $spec into .venv (newly needed: ${todo[*]})"
     fi
-    "$PY" -m pip install --disable-pip-version-check -q -e "$spec" || return 1
+    # pip writes the installed modules' bytecode one file after another; compileall does it on every CPU.
+    "$PY" -m pip install --disable-pip-version-check -q --no-compile -e "$spec" || return 1
+    "$PY" -m compileall -q -j 0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+        >/dev/null 2>&1 || true
     {
         echo "$hash"
         printf '%s\n' "${all[@]}"

@@ -113,7 +113,7 @@ def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0, store: reuse.Store
     counts kept there instead of a dump, and a listing read whole is kept there."""
     if cuobjdump is None or getattr(cuobjdump, "path", None) is None:
         return SassResult(reason="cuobjdump not found")
-    name, digest = _listing(cubin, cuobjdump, store)
+    name, read = _listing(cubin, cuobjdump, store)  # read: the cubin's bytes the key was made of
     if name is not None and store is not None and (hit := reuse.load(store, name)) is not None:
         kept = _from_record(hit.record)
         if kept is not None:
@@ -129,7 +129,7 @@ def dump_sass(cubin: str, cuobjdump, timeout_s: float = 60.0, store: reuse.Store
     if counter.too_large:
         return SassResult(reason=f"listing too large: {counter.too_large}, so its instructions were not counted")
     result = SassResult(opcodes=opcodes, local_bytes={f: (s, ld) for f, (s, ld) in counter.local_bytes.items()})
-    if name is not None and store is not None and _read_bytes(cubin) == digest:  # the bytes that were read
+    if name is not None and store is not None and _read_bytes(cubin) == read:  # unchanged by the dump
         reuse.save_record(store, name, _to_record(result))
     return result
 

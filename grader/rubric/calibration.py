@@ -31,6 +31,7 @@ from grader.evidence.protocol import ProbeResult
 from grader.rubric.errors import RubricError
 from grader.rubric.kinds import REGISTRY
 from grader.rubric.reader import Reader
+from grader.rubric.where import SAFE_LOADER
 
 if TYPE_CHECKING:
     from grader.rubric.types import Rubric
@@ -122,14 +123,9 @@ def _dt_type() -> type:
     return datetime.datetime  # YAML reads an unquoted timestamp as one
 
 
-# libyaml's loader where PyYAML has it, as grader/rubric/load.py reads rubric.yaml: every load of the rubric reads
-# its calibration entries too (0.5 ms an entry against 4 ms); the same safe constructor, so the same values.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def entry_from_text(text: str, source: str, rubric: Rubric) -> Entry:
     try:
-        raw = yaml.load(text, Loader=_SAFE_LOADER)
+        raw = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

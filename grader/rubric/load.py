@@ -34,7 +34,7 @@ from grader.rubric.types import (
     Sanitizer,
     Timeouts,
 )
-from grader.rubric.where import located
+from grader.rubric.where import SAFE_LOADER, located
 
 
 def _bench(r: Reader, base: Bench) -> Bench:
@@ -222,11 +222,6 @@ def parse_rubric(raw: Any, source: str = "rubric.yaml") -> Rubric:
                   occupancy=occupancy, report=report, **settings)
 
 
-# libyaml's loader where PyYAML has it (its wheels do): 4 ms against 35 ms for rubric.yaml, which every
-# grading and most test modules load; the same safe constructor and resolver, so the same values.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def load_rubric(path: str | Path) -> Rubric:
     """Read and validate a rubric file. Raises RubricError with the line for YAML syntax errors."""
     path = Path(path)
@@ -245,7 +240,7 @@ def load_rubric(path: str | Path) -> Rubric:
 def rubric_from_text(text: str, source: str = "rubric.yaml") -> Rubric:
     """A rubric file's text (a file's, or the one a grading.json keeps) -> the validated Rubric."""
     try:
-        raw = yaml.load(text, Loader=_SAFE_LOADER)
+        raw = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

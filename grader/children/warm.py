@@ -83,8 +83,10 @@ def run(spec: WarmSpec, result: Path) -> int:
         out = Path(rs.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         runner = _GraderKernelRunner(rs, out / "stage_result.json")
-        runner.prepare()
+        # The grader's kernel first (NVRTC): a CuPy that cannot compile it fails the child before it draws
+        # any input or makes any buffer.
         runner.load()
+        runner.prepare()
         runner.correctness()
         runner.bench()
         to_check.append(_check_entry(f"run{i}", rs, runner.report, rs.rtol))

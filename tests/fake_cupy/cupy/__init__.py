@@ -99,8 +99,13 @@ def get_default_memory_pool() -> _Pool:
 
 
 class RawModule:
+    """A cubin's module. One from source (``code=``: the warm child's kernel) cannot be compiled here (no
+    NVRTC): its get_function raises, as CuPy's does where NVRTC fails."""
+
     def __init__(self, path=None, code=None, options=()):
         self.path = path
 
     def get_function(self, name):
+        if self.path is None:
+            raise cuda.CUDADriverError("the stand-in CuPy compiles no source (no NVRTC)")
         return cuda._Kernel(self.path, name)

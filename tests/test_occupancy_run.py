@@ -530,11 +530,15 @@ def test_kernel_failures_in_the_grader_run_fail_their_items(tmp_path, monkeypatc
 @needs_nvcc
 def test_hanging_kernel_in_the_grader_run_times_out(tmp_path, monkeypatch):
     _fake_gpu(monkeypatch, {"hang": "work"})
-    monkeypatch.setattr(occ_run, "CHILD_TIMEOUT_S", 8.0)
+    # The whole limit is waited out. The message below names the `work` kernel only when the child was stopped
+    # in its sweeps (one stopped in the grader's own phases before them is reported as the grader's process
+    # failing); 4 s is several times what the child takes to get there on a busy 2-core box
+    # (docs/measurements/2026-12-07-suite-s49calib.md).
+    monkeypatch.setattr(occ_run, "CHILD_TIMEOUT_S", 4.0)
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path), _rubric(), _env(True),
                                                       tmp_path / "work"))
     assert res["ex4.block_conclusion"].status == Status.FAILED
-    assert "did not finish within 8 s" in res["ex4.block_conclusion"].message
+    assert "your `work` kernel did not finish within 4 s" in res["ex4.block_conclusion"].message
     assert res["ex2.program_api_blocks"].status == Status.PASSED
 
 

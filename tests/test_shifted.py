@@ -78,17 +78,24 @@ def test_rewriting_an_existing_destination_replaces_it(tmp_path):
 @pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="needs nvcc")
 def test_every_shifted_file_compiles_with_its_launch_shape(shifted, tmp_path):
     from grader.compile.stage import compile_stage
+    from grader.compile.student import student_user
+    from grader.sandbox.fence import Fence
+
+    def compiled(stage, submission, work):
+        """The stage compiled as a grading compiles it (fenced: the session's compile reuse serves the
+        solutions' compiles, and the calibration's gradings of the same shifted files, to each other)."""
+        return compile_stage(stage, submission, work, nvcc, ["-arch=sm_90a"], RUBRIC, [512, 1280, 4096],
+                             user=student_user(), fence=Fence(scratch=work / "build"))
 
     dest, _ = shifted
     nvcc = toolchain.find_nvcc()
     stages = list(RUBRIC.stages)
     for prev, st in zip(stages, stages[1:]):
-        c = compile_stage(st, dest, tmp_path / st.id, nvcc, ["-arch=sm_90a"], RUBRIC, [512, 1280, 4096])
+        c = compiled(st, dest, tmp_path / st.id)
         assert c.ok, c.problem
         assert c.kernel.spills == 0, st.id
         if prev.inputs == st.inputs:
-            ref = compile_stage(prev, SOL, tmp_path / f"ref_{prev.id}", nvcc, ["-arch=sm_90a"], RUBRIC,
-                                [512, 1280, 4096])
+            ref = compiled(prev, SOL, tmp_path / f"ref_{prev.id}")
             assert c.launch == ref.launch, st.id
         elif st.inputs == "bf16":  # the WMMA algorithm in the Hopper contract (grader/instructor/bf16_wmma_port.cu)
             assert c.launch.block == (128, 1) and c.launch.tile == (128, 128) and c.boxes is not None

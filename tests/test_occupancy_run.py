@@ -507,7 +507,7 @@ def test_solution_gets_full_marks_through_the_gpu_flow_on_fake_cupy(tmp_path, mo
     assert rep["sweep_times"]["smem"]["16384"] == pytest.approx(0.9)
     assert set(rep["heavy_times_ms"]) == {"255", "64", "32"}
     assert set(log["builds"]) == {"default", "exe", "r255", "r64", "r32"}
-    assert (work / "build" / "occ").is_file()
+    assert (work / "build_exe" / "occ").is_file()
     plot_line = res["ex4.smem_conclusion"].message.splitlines()[-1]
     assert plot_line.startswith(("Plot of occupancy", "(no plot: matplotlib"))
 

@@ -2,9 +2,11 @@
 
 Every build is :mod:`grader.compile.student`'s guarded compile, with the build's own flags (a
 ``-DREGCAP=N`` can change what the source includes, so each build's includes are checked with
-its flags). The builds share one copy of the program's folder and run in parallel: on a pool of
-their own (:func:`build_all`), or submitted to the caller's (:func:`start_all`: the pipeline
-starts them beside the stages' compiles). Nothing here raises for the student's mistakes.
+its flags). Each build has its own copy of the program's folder, so no build's folder holds another's
+outputs (a compile's reuse key, grader/compile/reuse.py, holds every file of its folder, and a neighbour's
+half-written cubin would change it). They run in parallel: on a pool of their own (:func:`build_all`), or
+submitted to the caller's (:func:`start_all`: the pipeline starts them beside the stages' compiles).
+Nothing here raises for the student's mistakes.
 """
 from __future__ import annotations
 
@@ -103,18 +105,20 @@ def _compile(build: Build, nvcc: Tool, scratch, flags: list[str], timeout_s: flo
     return build
 
 
-def _plan(cfg: OccupancyConfig, arch_flags: list[str], build_dir: Path,
+def _plan(cfg: OccupancyConfig, arch_flags: list[str], work: Path,
           with_gpu: bool) -> dict[str, tuple[Build, list[str], tuple[str, ...]]]:
-    """Every build of the program: label -> (the Build to fill, its nvcc flags, the kernels it must hold)."""
+    """Every build of the program: label -> (the Build to fill, its nvcc flags, the kernels it must hold).
+    Each build's output goes into a folder of its own, ``work/build_<label>`` (as deep as a stage's build
+    folder, so the same parents are opened to the compiling user: grader.compile.student.hand_over)."""
     prog = cfg.program
     jobs: dict[str, tuple[Build, list[str], tuple[str, ...]]] = {}
     for cap in cfg.ex6.register_caps:
-        b = Build(f"r{cap}", cap, build_dir / f"occ_r{cap}.cubin")
+        b = Build(f"r{cap}", cap, work / f"build_r{cap}" / f"occ_r{cap}.cubin")
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True, cap=cap), (prog.heavy_kernel,))
     if with_gpu:
-        b = Build("default", None, build_dir / "occ_default.cubin")
+        b = Build("default", None, work / "build_default" / "occ_default.cubin")
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=True), (prog.work_kernel,))
-        b = Build("exe", None, build_dir / "occ")
+        b = Build("exe", None, work / "build_exe" / "occ")
         jobs[b.label] = (b, nvcc_flags(arch_flags, cubin=False) + program_defines(cfg), ())
     return jobs
 
@@ -123,16 +127,16 @@ def start_all(src: Path, cfg: OccupancyConfig, nvcc: Tool, arch_flags: list[str]
               timeout_s: float, with_gpu: bool, pool: Executor, user: str | None = None,
               fence: Fence | None = None, cuobjdump: Tool | None = None,
               deadline: Deadline | None = None) -> dict[str, Future[Build]]:
-    """Copy the program's folder for building (now), then submit every build to ``pool`` and return
+    """Copy the program's folder for each build (now), then submit every build to ``pool`` and return
     at once: the pipeline starts them beside the stages' compiles (grader/pipeline.py:
     compile_stages), on one pool bounded by the CPU count. A refused copy (an ``#include`` that
-    reaches outside) fails every build with the refusal; those futures are already done."""
-    jobs = _plan(cfg, arch_flags, work / "build", with_gpu)
-    scratch, problem = prepare_scratch(src, work / "build", cfg.program_file, user)
+    reaches outside) fails its build with the refusal; those futures are already done."""
+    jobs = _plan(cfg, arch_flags, work, with_gpu)
     futures: dict[str, Future[Build]] = {}
     # The host program first: the longest build, so on a busy pool it is not the last to start.
     for label in sorted(jobs, key=lambda lb: lb != "exe"):
         b, flags, need = jobs[label]
+        scratch, problem = prepare_scratch(src, b.output.parent, cfg.program_file, user)
         if scratch is None:
             b.problem = f"{cfg.program_file} was not compiled: {problem}"
             futures[label] = Future()

@@ -21,6 +21,7 @@ from grader.compile.toolchain import find_nvcc
 from grader.evidence.protocol import OccupancyResult
 from grader.model import Cause, Gap, ProcRecord, Status
 from grader.occupancy import run as occ_run
+from grader.occupancy.early import occupancy_fence
 from grader.occupancy.exercises import api_points, simulated_api
 from grader.occupancy.grading import NO_DEVICE, Measurements
 from grader.records import from_jsonable, to_jsonable
@@ -230,7 +231,8 @@ def test_solution_without_gpu_grades_ptxas_statically_and_leaves_gpu_items_not_e
     _compile_once(monkeypatch)
     sub = _submission(tmp_path)
     work = tmp_path / "work"
-    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(), work))
+    # Fenced as a grading's builds are: the session's compile reuse serves the static gradings' same builds.
+    res = _by_item(occ_run.grade_occupancy_submission(sub, _rubric(), _env(), work, fence=occupancy_fence(work)))
     for item, r in res.items():
         if item in GPU_ITEMS:
             assert (r.status, r.score, r.message) == (Status.NOT_EVALUATED, 0.0, NO_DEVICE), item
@@ -253,8 +255,9 @@ def test_a_device_reason_is_passed_on(tmp_path, monkeypatch):
 
 @needs_nvcc
 def test_starter_without_gpu_scores_zero(tmp_path):
-    res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path, "starter"), _rubric(), _env(),
-                                                      tmp_path / "work"))
+    work = tmp_path / "work"  # fenced as a grading's builds are (the session's compile reuse serves them)
+    res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path, "starter"), _rubric(), _env(), work,
+                                                      fence=occupancy_fence(work)))
     assert sum(r.score for r in res.values()) == 0
     assert "at least 80 registers" in res["ex6.register_pressure"].message
 

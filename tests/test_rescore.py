@@ -60,8 +60,8 @@ def _tests(results_path: Path) -> list[dict]:
 def drawn(tmp_path_factory) -> Path:
     """Each stored grading's outputs, written once for the module: the folder whose ladder.png and roofline.png the
     tests' own writes of the same measurements copy (write_outputs' ``drawn``, as rescore copies a stored grading's
-    plots), where each would draw them again. Every ``rescore`` here still draws its own from the grading.json-only
-    fixtures."""
+    plots), where each would draw them again, and the class a score-only edit is re-scored from. The other
+    ``rescore`` runs read the grading.json-only fixtures and draw their own."""
     base = tmp_path_factory.mktemp("drawn")
     for name in NAMES:
         write_outputs(fixture(name), base / name)
@@ -93,7 +93,8 @@ def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path,
 def test_a_score_only_edit_gives_what_a_full_grade_computes_from_the_same_measurements(tmp_path, drawn):
     new_path = edited(tmp_path / "new.yaml", score_only)
     new = load_rubric(new_path)
-    proc = grader("rescore", str(FIXTURES), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
+    # The class as its gradings left it (every output beside grading.json): rescore copies their plots.
+    proc = grader("rescore", str(drawn), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     changed = 0
     for name in NAMES:

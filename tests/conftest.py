@@ -118,9 +118,11 @@ NO_REUSE_FILES = frozenset({
 class _CompileReuse:
     """The session's reuse folder: made by the process pytest started (pytest-xdist's workers inherit its
     environment), removed at its end. A folder already set in the environment is used as it is; set empty
-    (``GRADER_COMPILE_REUSE= pytest ...``), every compile runs for real."""
+    (``GRADER_COMPILE_REUSE= pytest ...``), every compile runs for real. ``withheld``: the folder taken out
+    of the environment while a NO_REUSE_FILES module runs."""
 
     owned: str | None = None
+    withheld: str | None = None
 
     @classmethod
     def start(cls) -> None:
@@ -142,12 +144,22 @@ def _compile_reuse_where_allowed(request):
     if request.path.name not in NO_REUSE_FILES:
         yield
         return
-    kept = os.environ.pop("GRADER_COMPILE_REUSE", None)
+    kept = _CompileReuse.withheld = os.environ.pop("GRADER_COMPILE_REUSE", None)
     try:
         yield
     finally:
+        _CompileReuse.withheld = None
         if kept is not None:
             os.environ["GRADER_COMPILE_REUSE"] = kept
+
+
+@pytest.fixture(scope="module")
+def session_compile_reuse(_compile_reuse_where_allowed) -> dict[str, str]:
+    """The environment that gives one grading of a NO_REUSE_FILES module the session's compile reuse back
+    (empty where the session has none): for its gradings whose claim is not about the compile (test_attacks'
+    answers.yaml, report.md, link, zip and batch cases grade the solution's unmodified sources)."""
+    folder = _CompileReuse.withheld or os.environ.get("GRADER_COMPILE_REUSE")
+    return {"GRADER_COMPILE_REUSE": folder} if folder else {}
 
 
 # The fast tier (``bash grader/bootstrap.sh test -n 0 -m fast``; README, docs/design.md "Testing"): the files of the pure parsers (nvcc, ptxas, SASS,

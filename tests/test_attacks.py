@@ -66,24 +66,31 @@ SYMLINK_STAGES = {"gemm_folder_is_link": ["naive", "report"], "wrapped_folder_is
 
 
 # ---- the jobs ---------------------------------------------------------------------------------------
-def _register(jobs: Jobs, rubric: Path) -> None:
+def _register(jobs: Jobs, rubric: Path, reuse: dict[str, str]) -> None:
+    """``reuse``: the session's compile reuse, for the gradings whose claim is about what the grader makes of
+    answers.yaml, report.md, links, a zip or a batch's rows, where every compile is of the solution's own
+    unmodified sources. The cases of EXPECTED.yaml (the compile is what they attack), the zip bomb and the
+    grading with no student user compile for real."""
     def case(c: str, **kw):
         return lambda w: grade(SUBS / c, w, EXPECTED[c]["stages"], rubric=rubric, **kw)
 
     for c in CPU_CASES:
         heavy = c in ("include_dev_zero", "include_dev_urandom_splice", "macro_bomb")
         jobs.add(f"test_attack_verdicts[{c}]", case(c, limit_s=180 if heavy else 120), heavy=heavy)
-    jobs.add("baseline:occupancy", lambda w: grade(cases.answers(w, None), w, ["occupancy"], rubric=rubric))
-    jobs.add("baseline:report", lambda w: grade(cases.report(w, None), w, ["report"], rubric=rubric))
+    jobs.add("baseline:occupancy", lambda w: grade(cases.answers(w, None), w, ["occupancy"], rubric=rubric, env=reuse))
+    jobs.add("baseline:report", lambda w: grade(cases.report(w, None), w, ["report"], rubric=rubric, env=reuse))
+    def answers_attack(w: Path, fld: str, raw: str) -> Graded:
+        jobs.result("baseline:occupancy")  # started first (FIRST): its occ.cu compiles are the ones reused here
+        return grade(cases.answers(w, fld, raw), w, ["occupancy"], rubric=rubric, limit_s=60, env=reuse)
+
     for name, (fld, raw, _, _, _) in ANSWER_ATTACKS.items():
-        jobs.add(f"test_answers_attack[{name}]", lambda w, f=fld, r=raw: grade(
-            cases.answers(w, f, r), w, ["occupancy"], rubric=rubric, limit_s=60))
+        jobs.add(f"test_answers_attack[{name}]", lambda w, f=fld, r=raw: answers_attack(w, f, r))
     for kind in REPORT_ATTACKS:
         jobs.add(f"test_report_attack[{kind}]",
-                 lambda w, k=kind: grade(cases.report(w, k), w, ["report"], rubric=rubric, limit_s=60))
+                 lambda w, k=kind: grade(cases.report(w, k), w, ["report"], rubric=rubric, limit_s=60, env=reuse))
     for kind, stages in SYMLINK_STAGES.items():
         jobs.add(f"test_symlink_refused[{kind}]",
-                 lambda w, k=kind, s=stages: grade(cases.symlinked(w, k), w, s, rubric=rubric))
+                 lambda w, k=kind, s=stages: grade(cases.symlinked(w, k), w, s, rubric=rubric, env=reuse))
 
     def zip_and_folder(w: Path) -> tuple[Graded, Graded]:
         folder = w / "folder"
@@ -91,27 +98,32 @@ def _register(jobs: Jobs, rubric: Path) -> None:
         shutil.copy(SOL / "gemm" / "naive.cu", folder / "my-ladder" / "gemm" / "naive.cu")
         shutil.copy(SOL / "report.md", folder / "my-ladder" / "report.md")
         z = cases.zip_of(folder, w / "submission.zip")
-        return (grade(z, w / "zip", ["naive", "report"], rubric=rubric),
-                grade(folder, w / "dir", ["naive", "report"], rubric=rubric))
+        return (grade(z, w / "zip", ["naive", "report"], rubric=rubric, env=reuse),
+                grade(folder, w / "dir", ["naive", "report"], rubric=rubric, env=reuse))
 
     jobs.add("test_zip_grades_like_its_folder", zip_and_folder)
     jobs.add("test_zip_bomb_refused", lambda w: grade(cases.zip_bomb(w / "submission.zip"), w, ["naive"],
                                                       rubric=rubric, limit_s=90), heavy=True)
     jobs.add("test_batch_bad_entry_costs_one_row", lambda w: grade(
-        w, w, None, rubric=rubric, limit_s=240,
+        w, w, None, rubric=rubric, limit_s=240, env=reuse,
         command=[str(cases.export(w / "export.zip")), "--batch", "--out", str(w / "out"), "--no-gpu", "--quiet",
                  "--stages", "naive", "--workers", "2", "--rubric", str(rubric)]))
     jobs.add("test_student_user_none", lambda w: grade(SOL, w, ["naive", "occupancy"], rubric=rubric,
                                                        env={"GRADER_STUDENT_USER": "none"}))
 
 
+# Started before any other grading: the answers attacks wait for it in their thread, so it must never queue
+# behind them.
+FIRST = ("baseline:occupancy",)
+
+
 @pytest.fixture(scope="module")
-def jobs(request, tmp_path_factory):
+def jobs(request, tmp_path_factory, session_compile_reuse):
     SECRET.write_text("".join(f"{SECRET_MARKER} line {k}: int secret_{k} = ;\n" for k in range(4)))
     SECRET.chmod(0o644)
     base = tmp_path_factory.mktemp("attacks")
     pool = Jobs(base)
-    _register(pool, _rubric(base / "rubric_attacks.yaml"))
+    _register(pool, _rubric(base / "rubric_attacks.yaml"), session_compile_reuse)
     wanted = [it.name for it in request.session.items
               if getattr(getattr(it, "module", None), "__name__", "") == __name__ and it.name in pool.builders]
     if any("answers" in n for n in wanted):
@@ -119,7 +131,8 @@ def jobs(request, tmp_path_factory):
     if any("report" in n for n in wanted):
         wanted.append("baseline:report")
     # The gradings that must be fast go first, before the bombs and compiles load the machine.
-    pool.start(sorted(wanted, key=lambda n: not n.startswith(("baseline", "test_answers", "test_report"))))
+    pool.start(sorted(wanted, key=lambda n: (n not in FIRST, not n.startswith(("baseline", "test_answers",
+                                                                                  "test_report")))))
     yield pool
     pool.close()
 

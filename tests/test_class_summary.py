@@ -21,7 +21,9 @@ from grader.untrusted.export import load_export
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN_NAIVE = 'extern "C" __global__ void mmNaive(const float* A, const float* B, float* C, int N) {\n  C[0] = \n}\n'
-HANG_S = 5  # the batch's --timeout: what the hung stand-in outlasts, and a copy (its neighbours) does not
+# The batch's --timeout: what the hung stand-in (a sleep 20 times as long) outlasts, and a copy (its neighbours: one
+# `cp -a` of a small folder, unfenced, a few milliseconds) never comes near.
+HANG_S = 2
 
 
 def _export(root: Path) -> Path:

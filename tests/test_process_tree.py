@@ -60,11 +60,13 @@ def test_a_step_leaves_no_daemon_that_left_its_session(tmp_path, ends):
             while not os.path.exists(out):
                 time.sleep(0.01)
         """)
+    # By its time limit: the daemon is up within a few hundredths of a second of the step's start, long before it.
+    limit_s = 1.5 if ends == "by its time limit" else 30.0
     probe = textwrap.dedent(f"""
         import subprocess, sys, time
         from grader.sandbox.process import become_subreaper, run_process, sweep_after_steps
         assert become_subreaper() and sweep_after_steps()
-        rec = run_process([sys.executable, "-c", {child!r}, {str(pid_file)!r}], timeout_s=3.0, cwd=None,
+        rec = run_process([sys.executable, "-c", {child!r}, {str(pid_file)!r}], timeout_s={limit_s}, cwd=None,
                           env=dict(__import__("os").environ), output_limit=1000)
         print(rec.limit.value if rec.limit else "none")
     """)
@@ -121,21 +123,27 @@ def test_python_m_grader_is_a_subreaper_and_ends_its_tree():
 def test_a_worker_keeps_its_own_child_and_a_sweep_spares_running_steps(tmp_path):
     """A service worker (a subreaper that does not sweep after steps) keeps the grading it started in a
     session of its own (grader/serve/child.py): a step it runs must never take it. A sweep (a grading's
-    or a batch's, after each step) spares the steps other threads are still running."""
-    probe = textwrap.dedent("""
-        import subprocess, sys, threading, time
+    or a batch's, after each step) spares the steps other threads are still running: here the sweep runs
+    once the other thread's step has said it is running, and that step ends only when told to, after it."""
+    started, go = tmp_path / "started", tmp_path / "go"
+    step_code = (f"import os, time; open({str(started)!r}, 'w').close()\n"
+                 f"while not os.path.exists({str(go)!r}): time.sleep(0.01)")
+    probe = textwrap.dedent(f"""
+        import os, subprocess, sys, threading, time
         from grader.sandbox.process import become_subreaper, kill_adopted, run_process
         become_subreaper()
         kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-        step = run_process([sys.executable, "-c", "pass"], timeout_s=30, cwd=None, env={}, output_limit=100)
+        step = run_process([sys.executable, "-c", "pass"], timeout_s=30, cwd=None, env={{}}, output_limit=100)
         print(step.returncode, kept.poll() is None)
         kept.kill(); kept.wait()
         other = []
         t = threading.Thread(target=lambda: other.append(run_process(
-            [sys.executable, "-c", "import time; time.sleep(2)"], timeout_s=30, cwd=None, env={}, output_limit=100)))
+            [sys.executable, "-c", {step_code!r}], timeout_s=30, cwd=None, env={{}}, output_limit=100)))
         t.start()
-        time.sleep(0.5)
+        while not os.path.exists({str(started)!r}):
+            time.sleep(0.01)
         print(kill_adopted())
+        open({str(go)!r}, "w").close()
         t.join()
         print(other[0].returncode)
     """)

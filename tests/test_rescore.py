@@ -21,6 +21,7 @@ from grader.gpu.session import GpuSession
 from grader.grading import Grading, load_grading
 from grader.instructor.rescore import REGRADE, rescore_grading
 from grader.model import ItemResult, Status
+from grader.outputs.profile_page import plot_inputs
 from grader.outputs.write import write_outputs
 from grader.rubric.load import load_rubric, rubric_from_text
 from grader.rubric.peaks import device_peaks
@@ -55,14 +56,31 @@ def _tests(results_path: Path) -> list[dict]:
     return json.loads(results_path.read_text())["tests"]
 
 
-def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path):
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory) -> Path:
+    """Each stored grading's outputs, written once for the module: the folder whose ladder.png and roofline.png the
+    tests' own writes of the same measurements copy (write_outputs' ``drawn``, as rescore copies a stored grading's
+    plots), where each would draw them again, and the class a score-only edit is re-scored from. The other
+    ``rescore`` runs read the grading.json-only fixtures and draw their own."""
+    base = tmp_path_factory.mktemp("drawn")
+    for name in NAMES:
+        write_outputs(fixture(name), base / name)
+    return base
+
+
+def _drawn_for(new: Grading, stored: Grading, folder: Path) -> Path | None:
+    """``folder`` where ``new``'s plots are drawn from what ``stored``'s were (the same pictures), else None."""
+    return folder if plot_inputs(new) == plot_inputs(stored) else None
+
+
+def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path, drawn):
     (tmp_path / "rubric.yaml").write_text(graded_with())
     proc = grader("rescore", str(FIXTURES), "--rubric", str(tmp_path / "rubric.yaml"), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     for name in NAMES:
         g = fixture(name)
         assert load_grading(tmp_path / "o" / name / "grading.json").items == g.items, name
-        fresh = write_outputs(g, tmp_path / "fresh" / name)
+        fresh = write_outputs(g, tmp_path / "fresh" / name, drawn=drawn / name)
         assert json.loads((tmp_path / "o" / name / "results.json").read_text()) == fresh.to_json(), name
         assert (tmp_path / "o" / name / "summary.md").read_text() == (tmp_path / "fresh" / name / "summary.md").read_text()
     assert "0 item(s)" not in proc.stderr
@@ -72,10 +90,11 @@ def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path)
     assert all(r["compared"]["as_graded"] == r["compared"]["new"] for r in rescored.values())
 
 
-def test_a_score_only_edit_gives_what_a_full_grade_computes_from_the_same_measurements(tmp_path):
+def test_a_score_only_edit_gives_what_a_full_grade_computes_from_the_same_measurements(tmp_path, drawn):
     new_path = edited(tmp_path / "new.yaml", score_only)
     new = load_rubric(new_path)
-    proc = grader("rescore", str(FIXTURES), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
+    # The class as its gradings left it (every output beside grading.json): rescore copies their plots.
+    proc = grader("rescore", str(drawn), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     changed = 0
     for name in NAMES:
@@ -84,7 +103,8 @@ def test_a_score_only_edit_gives_what_a_full_grade_computes_from_the_same_measur
         want = full_grade(g, new, ROOT / REPORT_SOURCE.get(name, "solutions"), tmp_path / "w" / name)
         got = load_grading(tmp_path / "o" / name / "grading.json")
         assert got.items == want.items, name
-        assert _tests(tmp_path / "o" / name / "results.json") == write_outputs(want, tmp_path / "e" / name).to_json()["tests"]
+        expected = write_outputs(want, tmp_path / "e" / name, drawn=_drawn_for(want, g, drawn / name))
+        assert _tests(tmp_path / "o" / name / "results.json") == expected.to_json()["tests"]
         assert (tmp_path / "o" / name / "summary.md").read_text() == (tmp_path / "e" / name / "summary.md").read_text()
         assert got.rubric_sha256 == new.sha256 and got.grader_version == g.grader_version
         changed += got.score != g.score
@@ -237,12 +257,13 @@ def test_bad_usage_exits_2_and_still_writes_results_json(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def batch_of_ten(tmp_path_factory) -> Path:
-    """:func:`_batch_of_ten`, written once for the module (its outputs' plots take seconds); each test copies it."""
-    return _batch_of_ten(tmp_path_factory.mktemp("ten"))
+def batch_of_ten(tmp_path_factory, drawn) -> Path:
+    """:func:`_batch_of_ten`, written once for the module (its outputs' plots copied from ``drawn``); each test
+    copies it."""
+    return _batch_of_ten(tmp_path_factory.mktemp("ten"), drawn)
 
 
-def _batch_of_ten(tmp_path: Path) -> Path:
+def _batch_of_ten(tmp_path: Path, drawn: Path) -> Path:
     """A batch's output folder as ``python -m grader batch`` leaves it: ten submissions (the demo class twice), each
     with its outputs, batch_status.json and intake.json; the export's metadata; grades.csv; batch.json."""
     export = tmp_path / "export"
@@ -255,7 +276,7 @@ def _batch_of_ten(tmp_path: Path) -> Path:
         meta[folder] = {":submitters": [{":name": f"Person {k}", ":sid": f"s{k}", ":email": f"p{k}@example.edu"}],
                         ":created_at": "2026-12-01 10:00:00 +0000"}
         dst = batch / "submissions" / folder
-        write_outputs(fixture(name), dst)
+        write_outputs(fixture(name), dst, drawn=drawn / name)
         (dst / "batch_status.json").write_text(json.dumps({"status": "graded"}))
         (dst / "intake.json").write_text(json.dumps({"refused": False, "skipped": []}))
     (export / "submission_metadata.yml").write_text(yaml.safe_dump(meta))

@@ -93,7 +93,7 @@ def three_stages_and_a_tool(tmp_path: Path, gate: str | tuple[str, ...], work: l
 
 
 def test_turns_are_alone_and_in_order(tmp_path: Path) -> None:
-    stages, racecheck, runs = three_stages_and_a_tool(tmp_path, "bench", [0.3, 0.2, 0.1], 0.3, 1.5)
+    stages, racecheck, runs = three_stages_and_a_tool(tmp_path, "bench", [0.3, 0.2, 0.1], 0.15, 0.8)
     turns = [runs[f"s{i}"]["turn"] for i in range(3)]
     # In the list's order, one after another...
     assert turns[0][1] <= turns[1][0] and turns[1][1] <= turns[2][0]
@@ -107,7 +107,7 @@ def test_turns_are_alone_and_in_order(tmp_path: Path) -> None:
 def test_correctness_turns_one_at_a_time_beside_tools_and_benches_alone(tmp_path: Path) -> None:
     """Stages pass "correctness" (shared: one stage at a time, while a tool may run) then "bench"
     (exclusive: nothing else at all)."""
-    _stages, _tool, runs = three_stages_and_a_tool(tmp_path, ("correctness", "bench"), [0.05] * 3, 0.2, 2.0)
+    _stages, _tool, runs = three_stages_and_a_tool(tmp_path, ("correctness", "bench"), [0.05] * 3, 0.2, 1.0)
     checks = [runs[f"s{i}"]["correctness"] for i in range(3)]
     benches = [runs[f"s{i}"]["bench"] for i in range(3)]
     for i, a in enumerate(checks):  # the stages' kernels never share the GPU with each other
@@ -155,42 +155,43 @@ def test_a_released_turn_lets_the_next_one_start_while_the_child_exits(tmp_path:
 
 
 def test_a_waiting_childs_clock_is_held(tmp_path: Path) -> None:
-    """A child whose limit (2.5 s) is shorter than its wait for the GPU (another child's 3 s turn)
-    still finishes: the wait does not count. A child over its limit in its own work is stopped."""
+    """A child whose limit (1.5 s) is shorter than its wait for the GPU (another child's 2 s turn)
+    still finishes: the wait does not count. A child over its limit in its own work is stopped. (The
+    short child's own time, its start, 0.05 s of work and its 0.1 s turn, is about a fifth of its limit.)"""
     sched = Schedule(max_children=8)
-    long = sched.add(child_party(tmp_path, "long", work=0.0, gate="bench", turn=3.0), start=False)
-    short = sched.add(child_party(tmp_path, "short", work=0.5, gate="bench", turn=0.1, timeout_s=2.5), start=False)
-    hangs = sched.add(child_party(tmp_path, "hangs", work=0.5, gate="bench", turn=60, timeout_s=2.5), start=False)
+    long = sched.add(child_party(tmp_path, "long", work=0.0, gate="bench", turn=2.0), start=False)
+    short = sched.add(child_party(tmp_path, "short", work=0.05, gate="bench", turn=0.1, timeout_s=1.5), start=False)
+    hangs = sched.add(child_party(tmp_path, "hangs", work=0.05, gate="bench", turn=60, timeout_s=1.5), start=False)
     try:
         sched.take_turns([long, short, hangs])
     finally:
         sched.close()
     assert long.result().proc.ok and short.result().proc.ok
     assert short.result().result["bench"][0] >= long.result().result["bench"][1]  # it did wait for long
-    assert short.result().proc.wall_s > 2.5  # it lived past its 2.5 s limit, waiting
+    assert short.result().proc.wall_s > 1.5  # it lived past its 1.5 s limit, waiting
     h = hangs.result().proc
     assert h.timed_out and h.limit is Limit.TIME
-    assert h.wall_s - hangs.control.held_s() > 2.0  # stopped on its own clock (its 60 s turn was cut short)
+    assert h.wall_s - hangs.control.held_s() > 1.2  # stopped on its own clock (its 60 s turn was cut short)
 
 
 def test_a_held_start_up_does_not_count_and_the_turn_still_does(tmp_path: Path) -> None:
-    """A stage child's start-up (here 2 s of untimed work before its first gate) is held with
-    hold_startup, so a 1.5 s limit does not stop it; the limit still counts from its first turn."""
+    """A stage child's start-up (here 1.2 s of untimed work before its first gate) is held with
+    hold_startup, so a 1 s limit does not stop it; the limit still counts from its first turn."""
     sched = Schedule(max_children=8)
-    slow = child_party(tmp_path, "slow_start", work=2.0, gate="bench", turn=0.1, timeout_s=1.5)
+    slow = child_party(tmp_path, "slow_start", work=1.2, gate="bench", turn=0.1, timeout_s=1.0)
     slow.hold_startup = True
-    hang = child_party(tmp_path, "hang_after_start", work=2.0, gate="bench", turn=60, timeout_s=1.5)
+    hang = child_party(tmp_path, "hang_after_start", work=1.2, gate="bench", turn=60, timeout_s=1.0)
     hang.hold_startup = True
-    plain = child_party(tmp_path, "plain", work=2.0, gate="bench", turn=0.1, timeout_s=1.5)  # not held
+    plain = child_party(tmp_path, "plain", work=1.2, gate="bench", turn=0.1, timeout_s=1.0)  # not held
     for p in (slow, hang, plain):
         sched.add(p, start=False)
     try:
         sched.take_turns([slow, hang, plain])
     finally:
         sched.close()
-    assert slow.result().proc.ok and slow.control.held_s() >= 1.9
+    assert slow.result().proc.ok and slow.control.held_s() >= 1.1
     h = hang.result().proc
-    assert h.timed_out and h.wall_s - hang.control.held_s() > 1.0  # its turn had its own limit
+    assert h.timed_out and h.wall_s - hang.control.held_s() > 0.8  # its turn had its own limit
     assert plain.result().proc.timed_out  # without the hold, the start-up counts
 
 
@@ -232,8 +233,8 @@ def test_close_ends_everything_and_budget_stops_at_the_gate(tmp_path: Path) -> N
 
 def test_control_hold_and_cancel_on_run_process(tmp_path: Path) -> None:
     control = Control()
-    control.hold()  # held from the start: a 0.5 s limit does not stop a 1 s sleep
-    rec = run_process([sys.executable, "-c", "import time; time.sleep(1)"], timeout_s=0.5, cwd=tmp_path,
+    control.hold()  # held from the start: a 0.2 s limit does not stop a 0.5 s sleep
+    rec = run_process([sys.executable, "-c", "import time; time.sleep(0.5)"], timeout_s=0.2, cwd=tmp_path,
                       env={}, output_limit=1000, control=control)
     assert rec.ok and not rec.timed_out
     control = Control()

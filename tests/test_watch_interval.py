@@ -9,31 +9,30 @@ import sys
 from grader.sandbox.fence import WATCH_TRUSTED_S, Fence
 from grader.sandbox.process import Control, run_process
 
-SLEEP = [sys.executable, "-c", "import time; time.sleep(1.2)"]
 
-
-def _count_watches(**kwargs) -> tuple[int, float]:
-    """(how many times the step was watched, how long it ran)."""
+def _count_watches(sleep_s: float, **kwargs) -> tuple[int, float]:
+    """(how many times a step sleeping ``sleep_s`` was watched, how long it ran)."""
     calls = []
 
     def watch(pid: int):
         calls.append(pid)
         return None
 
-    rec = run_process(SLEEP, timeout_s=30, cwd=None, env=dict(os.environ), output_limit=1000, watch=watch, **kwargs)
+    rec = run_process([sys.executable, "-c", f"import time; time.sleep({sleep_s})"], timeout_s=30, cwd=None,
+                      env=dict(os.environ), output_limit=1000, watch=watch, **kwargs)
     assert rec.returncode == 0 and rec.limit is None and rec.wall_s is not None, rec
     return len(calls), rec.wall_s
 
 
 def test_a_step_that_may_fork_is_watched_every_10_ms_in_its_first_second():
     # 100 looks in the first second at most; a loaded machine delays some, never to 4 a second
-    n, _wall = _count_watches()
+    n, _wall = _count_watches(1.2)
     assert n >= 15, n
 
 
 def test_the_graders_own_children_are_watched_every_quarter_second_even_with_a_control():
-    # the control ticks every 50 ms; the watch still waits its own interval, however long the step ran
-    n, wall = _count_watches(watch_every_s=WATCH_TRUSTED_S, fast_start=False, control=Control())
+    # the control ticks every 50 ms (a dozen ticks in this step); the watch still waits its own interval
+    n, wall = _count_watches(0.6, watch_every_s=WATCH_TRUSTED_S, fast_start=False, control=Control())
     assert 1 <= n <= wall / WATCH_TRUSTED_S + 1, (n, wall)
 
 

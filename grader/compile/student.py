@@ -29,6 +29,7 @@ are applied; the callers thread ``fence`` down to it.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -94,6 +95,13 @@ class Deadline:
 
     def left(self) -> float:
         return self.at - time.monotonic()
+
+    def cut(self, limit_s: float) -> float:
+        """A compile's own limit cut to what is left, that rest rounded up to a tenth of a second (never below
+        0.1 s): a compile stopped at it has run to the deadline, so ``left()`` is spent when it ends and its
+        message names the setting. Rounded down, it could end a few milliseconds early, saying only that it
+        timed out after a limit no setting names."""
+        return min(limit_s, max(0.1, math.ceil(self.left() * 10) / 10))
 
     def message(self) -> str:
         return (f"the submission's compiles together reached their limit of {self.total_s:g} s "
@@ -307,7 +315,7 @@ def _reused(kept: _Kept, scratch: Scratch, timeout_s: float, deadline: Deadline 
     hit = reuse.load(kept.store, kept.name)
     if hit is None:
         return None
-    limit_s = timeout_s if deadline is None else max(0.1, round(min(timeout_s, deadline.left()), 1))
+    limit_s = timeout_s if deadline is None else deadline.cut(timeout_s)
     try:
         data = hit.record
         proc = reuse.proc_from_json(data["proc"])
@@ -355,7 +363,7 @@ def _compile_student(nvcc: Tool, scratch: Scratch, output: str, flags: Sequence[
 
     def run(cmd: list[str], limit_s: float) -> ProcRecord:
         if deadline is not None:
-            limit_s = max(0.1, round(min(limit_s, deadline.left()), 1))
+            limit_s = deadline.cut(limit_s)
         proc = run_guarded(cmd, cwd=folder, timeout_s=limit_s, output_limit=output_limit, user=scratch.user,
                            env=env, fence=fence)
         proc.command = [Path(cmd[0]).name, *cmd[1:]]

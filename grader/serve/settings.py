@@ -25,6 +25,7 @@ Every key is optional; the defaults are in :class:`Settings`::
                                # a Redis queue hands a job to a waiting worker at once
     signature_skew_s: 300      # accepted clock difference of a signed (Gradescope) request
     estimate_default_s: 120    # a grading's expected seconds until some job has finished
+    page_refresh_s: 3          # a job's page, open in a browser, looks again this often while the job waits or runs
     retention_days: 0          # > 0: every hour, delete the archives (and left work folders) of jobs
                                # finished longer ago than this; results stay (grader/serve/retention.py)
     gradescope_fair_share: 3   # a Gradescope submitter's jobs beyond this many in the last hour wait
@@ -104,6 +105,7 @@ class Settings:
     queue_poll_s: float = 0.5
     signature_skew_s: int = 300
     estimate_default_s: float = 120.0
+    page_refresh_s: float = 3.0
     retention_days: float = 0.0
     gradescope_fair_share: int = 3
     header_timeout_s: float = 10.0
@@ -216,6 +218,7 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "grade_timeout_s": (float, "seconds"), "lease_s": (float, "seconds"), "max_attempts": (int, "a count"),
     "queue_poll_s": (float, "seconds"),
     "signature_skew_s": (int, "seconds"), "estimate_default_s": (float, "seconds"),
+    "page_refresh_s": (float, "seconds"),
     "retention_days": (float, "a number of days (0: keep everything)"),
     "gradescope_fair_share": (int, "a number of jobs per hour (0: no limit)"),
     "header_timeout_s": (float, "seconds"), "upload_timeout_s": (float, "seconds"),
@@ -304,6 +307,8 @@ def load(args: argparse.Namespace) -> Settings:
         raise SettingsError(f"rubric: {s.rubric} is not a file")
     if s.workers < 1 or s.lease_s < 2 or s.max_attempts < 1:
         raise SettingsError("workers and max_attempts must be at least 1, and lease_s at least 2 seconds")
+    if s.page_refresh_s < 0.1:
+        raise SettingsError("page_refresh_s must be at least 0.1 seconds")
     if not 0 < s.queue_poll_s <= s.lease_s / 4:
         raise SettingsError(f"queue_poll_s must be more than 0 and at most lease_s / 4 ({s.lease_s / 4:g}) seconds")
     if min(s.uploads_at_once, s.uploads_per_token, s.max_connections) < 1 or min(s.header_timeout_s,

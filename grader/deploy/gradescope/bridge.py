@@ -374,9 +374,10 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
             budget = wait_budget(config, env)  # after the upload, which took some of the time
             print(f"gpu service: job {sub.id} ({'stored' if sub.deduplicated else 'new'}, {sub.state}); "
                   f"waiting up to {budget:.0f} s", flush=True)
-            pauses = {} if config.poll_s is None else {"first_delay_s": min(1.0, config.poll_s),
-                                                       "max_delay_s": config.poll_s}
-            job = client.wait(sub.id, budget, **pauses)
+            if config.poll_s is None:
+                job = client.wait(sub.id, budget)
+            else:
+                job = client.wait(sub.id, budget, first_delay_s=min(1.0, config.poll_s), max_delay_s=config.poll_s)
             outcome.state = job.state
             if job.state == "failed" and job.superseded_by:
                 outcome.state, outcome.reason = "superseded", job.superseded_by

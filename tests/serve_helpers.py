@@ -34,7 +34,7 @@ STANDIN_COMMAND = shlex.join([sys.executable, str(STANDIN)])
 # within this, where the queue's order and not its latency is what the tests check.
 QUEUE_POLL_S = "0.05"
 # One TLS context for every HTTP client here: without it httpx builds a context and loads the CA bundle into it for
-# each client, and the helpers below poll every 0.05-0.1 s. Every URL here is plain http://.
+# each client, and the helpers below poll every 0.05-0.2 s. Every URL here is plain http://.
 TLS = ssl.create_default_context()
 
 
@@ -231,7 +231,7 @@ class ServiceProcess:
         while time.monotonic() < deadline:
             if self.poller.get(self.url + "/healthz", timeout=5).json().get("workers", 0) >= n:
                 return
-            time.sleep(0.1)
+            time.sleep(0.2)
         pytest.fail(f"{n} worker(s) did not register in {timeout_s:g} s:\n{self.log_text()}")
 
     def stop(self, timeout_s: float = 40.0) -> None:
@@ -269,7 +269,7 @@ def wait_job(client: httpx.Client, job_id: str, states=("done", "failed"), timeo
         view = client.get(f"/api/v1/jobs/{job_id}").json()
         if view.get("state") in states:
             return view
-        time.sleep(0.1)
+        time.sleep(0.2)  # each look is a request the service answers: more often costs about what it saves
     pytest.fail(f"job {job_id} did not reach {states} in {timeout_s:g} s: {view}\n"
                 + (service.log_text() if service else ""))
 

@@ -41,7 +41,7 @@ STAGES = "naive,blocktiling_2d"  # the package and the service grade the same st
 ASSIGNMENT = "gemm-ladder"
 SERVICE_VARS = ("GRADER_SERVICE_URL", "GRADER_SERVICE_ASSIGNMENT", "GRADER_SERVICE_WAIT_S", "GRADER_SERVICE_POLL_S",
                 "GRADER_RUN_DEADLINE")
-POLL_S = "0.2"  # the bridge looks at its job this often (GRADER_SERVICE_POLL_S): the services here grade in seconds
+POLL_S = "0.5"  # the bridge looks at its job this often (GRADER_SERVICE_POLL_S): the services here grade in seconds
 
 pytestmark = pytest.mark.skipif(toolchain.find_nvcc().path is None, reason="no nvcc on this machine")
 

@@ -30,8 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGES = "naive"  # one stage: a static grading of it takes a few seconds
 STANDIN = ROOT / "tests" / "standin_grader.py"
 STANDIN_COMMAND = shlex.join([sys.executable, str(STANDIN)])
+# An idle worker's look at the SQLite queue (serve.yaml's queue_poll_s, 0.5 s by default): a test's job is taken
+# within this, where the queue's order and not its latency is what the tests check.
+QUEUE_POLL_S = "0.05"
 # One TLS context for every HTTP client here: without it httpx builds a context and loads the CA bundle into it for
-# each client, and the helpers below poll every 0.2 s. Every URL here is plain http://.
+# each client, and the helpers below poll every 0.05-0.2 s. Every URL here is plain http://.
 TLS = ssl.create_default_context()
 
 
@@ -201,7 +204,8 @@ class ServiceProcess:
             self.poller = poller()
         cmd = [sys.executable, "-m", "grader", "serve", *([] if self.gpu else ["--no-gpu"]), "--data", str(self.data),
                "--host", "127.0.0.1",
-               "--port", str(self.port), *(["--stages", self.stages] if self.stages else []), *self.args]
+               "--port", str(self.port), "--queue-poll-s", QUEUE_POLL_S,
+               *(["--stages", self.stages] if self.stages else []), *self.args]
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                      env={**os.environ, **self.env})
@@ -214,7 +218,7 @@ class ServiceProcess:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.05)  # a refused connection costs next to nothing: look often
         self.stop()
         pytest.fail(f"the service did not answer /healthz in {timeout_s:g} s:\n{self.log_text()}")
 
@@ -265,7 +269,7 @@ def wait_job(client: httpx.Client, job_id: str, states=("done", "failed"), timeo
         view = client.get(f"/api/v1/jobs/{job_id}").json()
         if view.get("state") in states:
             return view
-        time.sleep(0.2)
+        time.sleep(0.2)  # each look is a request the service answers: more often costs about what it saves
     pytest.fail(f"job {job_id} did not reach {states} in {timeout_s:g} s: {view}\n"
                 + (service.log_text() if service else ""))
 

@@ -11,6 +11,8 @@ What it does comes from ``key=value`` words, in the environment variable ``GRADE
 whole service's default) and then in a file ``STANDIN.txt`` at the top of the submission (that
 job's own, e.g. one job that hangs among others that pass)::
 
+    until=         a file it waits for first, looking every 0.05 s (a test's go-ahead: a grading kept
+                     running until the test is done with it, and its next attempt going on at once)
     delay=0.3      seconds before it writes its results (a compile's time, without the GPU's lock)
     gpu=0          seconds it then holds --gpu-lock when given (a grading's GPU steps take it in turn)
     outcome=ok     ok: results.json, summary.md, grading.json (or the files of GRADER_STANDIN_TEMPLATE)
@@ -43,7 +45,7 @@ import time
 import zipfile
 from pathlib import Path
 
-DEFAULTS = {"delay": "0.3", "gpu": "0", "outcome": "ok", "children": "0", "zombies": "0", "score": "1"}
+DEFAULTS = {"until": "", "delay": "0.3", "gpu": "0", "outcome": "ok", "children": "0", "zombies": "0", "score": "1"}
 OUTCOMES = ("ok", "fail", "hang", "crash", "garbage", "nothing")
 CHILD = "import sys, time\nwhile True:\n    time.sleep(60)\n"
 MAX_SCORE = 2.0
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         record["children"].append(child.pid)
     # Held, so no Popen finaliser reaps them; never waited for here.
     left = [subprocess.Popen(["true"], stdin=subprocess.DEVNULL) for _ in range(int(chosen["zombies"]))]
+    while chosen["until"] and not Path(chosen["until"]).exists():
+        time.sleep(0.05)
     time.sleep(float(chosen["delay"]))
     if args.gpu_lock and float(chosen["gpu"]) > 0 and not args.no_gpu:
         record["gpu_held"] = hold_gpu(Path(args.gpu_lock), float(chosen["gpu"]))

@@ -1,11 +1,15 @@
 """The job page's server renderer (grader/serve/job_page.py), on a stored grading: whole without
 JavaScript, every student value escaped, an item's code spans rendered as code."""
 import re
+from argparse import Namespace
 from pathlib import Path
+
+import pytest
 
 from grader.grading import load_grading
 from grader.model import ItemResult, Status
 from grader.serve.job_page import item_list, render, stage_rows
+from grader.serve.settings import Settings, SettingsError, load
 
 ROOT = Path(__file__).resolve().parent.parent
 GRADING = load_grading(ROOT / "tests" / "fixtures" / "gradings" / "starter" / "grading.json")
@@ -38,7 +42,8 @@ def test_a_queued_job_has_no_results_yet_and_says_its_place():
     view = {"id": "q1", "state": "queued", "position": 2, "estimate_s": 30.0, "files": []}
     page = render(view, None, None, 0.0)
     assert "position 2 · ~30 s to go" in page and '<div id="results" hidden>' in page
-    assert re.search(r'<body data-state="queued">', page)
+    assert re.search(r'<body data-state="queued" data-refresh-ms="3000">', page)  # job.js looks again every 3 s
+    assert '<body data-state="queued" data-refresh-ms="500">' in render(view, None, None, 0.0, refresh_s=0.5)
 
 
 def test_a_fenced_compile_error_is_a_block_of_code_not_backticks():
@@ -46,3 +51,12 @@ def test_a_fenced_compile_error_is_a_block_of_code_not_backticks():
     out = item_list([_failed("compiles", message)], "notPassed")
     assert '<pre class="message"><code class="language-text">naive.cu(3): error: &lt;expected&gt;' in out
     assert "```" not in out
+
+
+def test_the_pages_refresh_is_a_setting_of_at_least_a_tenth_of_a_second(tmp_path):
+    assert Settings().page_refresh_s == 3.0
+    (tmp_path / "serve.yaml").write_text("page_refresh_s: 0.5\n")
+    assert load(Namespace(data=str(tmp_path))).page_refresh_s == 0.5
+    (tmp_path / "serve.yaml").write_text("page_refresh_s: 0.01\n")
+    with pytest.raises(SettingsError, match="page_refresh_s must be at least 0.1 seconds"):
+        load(Namespace(data=str(tmp_path)))

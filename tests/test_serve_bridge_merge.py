@@ -134,6 +134,10 @@ def test_config_and_wait_budget(tmp_path):
     config = bridge.read_bridge_config(tmp_path, {})
     assert config == BridgeConfig("https://gpu.example.edu", "gemm", b"s3cret-s3cret-s3cret", None)
     assert "not a number" in str(bridge.read_bridge_config(tmp_path, {"GRADER_SERVICE_WAIT_S": "soon"}))
+    # the pause between two looks at the job: the client's own unless capped (a test's service answers in seconds)
+    assert bridge.read_bridge_config(tmp_path, {"GRADER_SERVICE_POLL_S": "0.2"}).poll_s == 0.2
+    for bad in ("soon", "0", "-1", "nan", "inf"):
+        assert "GRADER_SERVICE_POLL_S" in str(bridge.read_bridge_config(tmp_path, {"GRADER_SERVICE_POLL_S": bad}))
     # the environment wins over gradescope.env
     assert bridge.read_bridge_config(tmp_path, {"GRADER_SERVICE_URL": "http://127.0.0.1:9"}).url == "http://127.0.0.1:9"
     assert isinstance(config, BridgeConfig)

@@ -55,7 +55,7 @@ def _package(tmp_path, secret: bytes):
 
 def _env(tmp_path, url: str, budget_s: float) -> dict[str, str]:
     return {"GRADER_SERVICE_URL": url, "GRADER_SERVICE_ASSIGNMENT": ASSIGNMENT, "GRADER_AUTOGRADER_DIR": str(tmp_path),
-            bridge.DEADLINE_KEY: str(time.time() + bridge.MARGIN_S + budget_s)}
+            bridge.DEADLINE_KEY: str(time.time() + bridge.MARGIN_S + budget_s), bridge.POLL_KEY: "0.5"}
 
 
 def test_the_bridge_posts_again_while_the_service_answers_503_and_merges_once_it_recovers(tmp_path, quick_backoff,

@@ -73,6 +73,22 @@ def test_the_standin_writes_results_after_its_delay_and_obeys_the_submissions_wo
     assert json.loads((out / "results.json").read_text())["score"] == 2.0
     record = json.loads((out / "standin.json").read_text())
     assert record["words"]["score"] == "2" and record["argv"][-1] == str(sub)
+    # until=PATH: it grades only once PATH exists (a test's go-ahead), however long that takes
+    go, out = tmp_path / "go", tmp_path / "out-until"
+    (sub / "STANDIN.txt").write_text(f"delay=0 until={go}")
+    waiting = subprocess.Popen([sys.executable, str(STANDIN), "--out", str(out), "--", str(sub)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert waiting.stdout is not None and waiting.stdout.readline().startswith("standin: grading")
+        with pytest.raises(subprocess.TimeoutExpired):  # a stand-in that did not wait would be done by then
+            waiting.wait(timeout=0.5)
+        assert not (out / "standin.json").exists()
+        go.touch()
+        assert waiting.wait(timeout=60) == 0 and (out / "results.json").exists()
+    finally:
+        waiting.kill()
+        waiting.wait()
+        waiting.stdout.close()
     (sub / "STANDIN.txt").write_text("speed=1")
     bad = subprocess.run([sys.executable, str(STANDIN), "--out", str(out), "--", str(sub)], capture_output=True,
                          text=True, timeout=60)

@@ -36,6 +36,9 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 STAGES = "naive,coalesced,blocktiling_2d"
 PAYLOAD = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+# The grading services' job pages look again every half second (serve.yaml's page_refresh_s, 3 s by default):
+# a page follows its job by itself either way, and the test waits for the grading, not for the next look.
+REFRESH = "page_refresh_s: 0.5\n"
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency (pip install -e .[test])")
 pytestmark = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
@@ -55,6 +58,7 @@ def service(tmp_path_factory):
     """The service (one static worker with the GPU's measurements) and a student's token."""
     tmp = tmp_path_factory.mktemp("page")
     token = issue_tokens(tmp / "data", ["student@example.edu"])["student@example.edu"]
+    (tmp / "data" / "serve.yaml").write_text(REFRESH)
     with measured_service(tmp, STAGES) as svc:
         yield svc, token
 
@@ -78,6 +82,7 @@ def test_job_page_follows_the_job_and_shows_results(service, browser, tmp_path):
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{svc.url}/jobs/{job.id}")
         assert page.text_content("#job-id") == job.id
+        assert page.get_attribute("body", "data-refresh-ms") == "500"  # the service's page_refresh_s
         # no reload: the page refreshes itself until the job is done
         page.wait_for_function("document.getElementById('state').textContent === 'done'", timeout=120_000)
         page.wait_for_selector("#results:not([hidden])")
@@ -174,6 +179,7 @@ def bare_service(tmp_path_factory):
     """A service without a GPU and without the GPU's measurements (`serve --no-gpu`), grading the sections above."""
     tmp = tmp_path_factory.mktemp("bare")
     token = issue_tokens(tmp / "data", ["nogpu@example.edu"])["nogpu@example.edu"]
+    (tmp / "data" / "serve.yaml").write_text(REFRESH)
     with ServiceProcess(tmp / "data", stages=BARE_STAGES) as svc:
         svc.wait_workers(1)
         yield svc, token

@@ -68,6 +68,29 @@ def test_two_gpus_by_two_get_four_named_workers_each_gpus_pair_sharing_its_lock(
     assert s.gpu_lock("../x") == tmp_path / "locks" / "gpu.._x.lock"  # an index never leaves the folder
 
 
+def test_a_workers_look_at_the_queue_comes_from_the_service_and_stays_within_its_lease(tmp_path):
+    """serve.yaml's queue_poll_s (an idle worker's wait between looks at an SQLite queue) reaches every worker
+    the supervisor starts; it is more than 0 and at most a quarter of the lease (the worker's reaping period)."""
+    from argparse import Namespace
+
+    from grader.serve.settings import load
+
+    assert Settings().queue_poll_s == 0.5
+    (tmp_path / "serve.yaml").write_text("queue_poll_s: 0.05\n")
+    s = load(Namespace(data=str(tmp_path)))
+    assert s.queue_poll_s == 0.05
+    assert parsed(worker_command(s, "w", None)).queue_poll_s == 0.05
+    assert load(Namespace(data=str(tmp_path), queue_poll_s=2.0)).queue_poll_s == 2.0  # the flag over the file
+    for bad in ("0", "16"):  # 16 > lease_s / 4
+        (tmp_path / "serve.yaml").write_text(f"queue_poll_s: {bad}\n")
+        with pytest.raises(SettingsError, match=r"queue_poll_s must be more than 0 and at most lease_s / 4 \(15\)"):
+            load(Namespace(data=str(tmp_path)))
+    for bad, said in (("-1", "-1"), ("soon", "'soon'")):
+        (tmp_path / "serve.yaml").write_text(f"queue_poll_s: {bad}\n")
+        with pytest.raises(SettingsError, match=f"serve.yaml: queue_poll_s: {said} is not seconds$"):
+            load(Namespace(data=str(tmp_path)))
+
+
 def test_one_grading_per_gpu_and_static_workers_take_no_lock(tmp_path):
     one = Settings(data=tmp_path, gradings_per_gpu=1)
     got = slots(one, ["0", "1"])

@@ -181,11 +181,11 @@ def test_refusals_say_why(svc, tmp_path):
         assert s.recv(4096).startswith(b"HTTP/1.1 413")
 
 
-def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the_job_finishes_once(svc):
+def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the_job_finishes_once(svc, tmp_path):
     token = svc.tokens["k@x.edu"]
+    go = tmp_path / "go"  # the stand-in's go-ahead: the first attempt grades until killed, the second at once
     with svc.client() as c:
-        # long enough to be seen grading and killed; the second attempt takes as long
-        sub = c.post(JOBS, content=starter("killed", "delay=6"), headers=bearer(token))
+        sub = c.post(JOBS, content=starter("killed", f"until={go}"), headers=bearer(token))
         assert sub.status_code == 202, sub.text
         second = c.post(JOBS, content=starter("second"), headers=bearer(token))
         assert second.status_code == 429 and "at most 1 at a time" in second.json()["error"], second.text
@@ -207,6 +207,7 @@ def test_one_job_at_a_time_and_a_worker_killed_mid_job_leaves_no_grading_and_the
         assert left == [], (f"the killed worker {worker} left its grading running:\n" + describe(left)
                             + f"\nthe worker, the grading seen at first ({grading}):\n" + describe([worker, *grading])
                             + "\n" + svc.log_text())
+        go.touch()  # only now: a first attempt that outlived its worker would have been waiting still, and seen
         view = wait_job(c, job_id, service=svc)
     assert view["state"] == "done", (view, svc.log_text())
     job = store_of(svc).get(job_id)

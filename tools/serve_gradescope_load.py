@@ -28,13 +28,11 @@ of this mix per H200 worker (docs/measurements/2026-11-30-h200-gates-gradescope-
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -57,6 +55,7 @@ from grader.deploy.gradescope.policy import PENDING_PREFIX  # noqa: E402
 from grader.evidence.results import Results  # noqa: E402
 from grader.outputs.results import OUTPUT_FORMATS, VISIBILITIES  # noqa: E402
 from grader.records import RecordError  # noqa: E402
+from grader.sandbox.process import kill_tree  # noqa: E402
 
 ASSIGNMENT = "gemm-ladder-load"
 MARKER = "LOAD_MARKER.txt"
@@ -151,8 +150,10 @@ def setup_package(work: Path, url: str, secret_file: Path, time_limit: int) -> P
 
 
 def _env(**settings: str) -> dict[str, str]:
-    """This environment without GRADER_* (run_autograder takes the package's settings where those are unset)."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("GRADER_")}, **settings}
+    """This environment without GRADER_* (run_autograder takes the package's settings where those are unset), but
+    for the bridge's pause between looks at its job (GRADER_SERVICE_POLL_S), when given."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_") or k == "GRADER_SERVICE_POLL_S"}
+    return {**kept, **settings}
 
 
 def make_run(work: Path, folder: Path, i: int, stamp: str) -> Run:
@@ -216,9 +217,8 @@ def batch(runs: list[Run], source: Path, stages: str | None, parallel: int, time
     wall = time.monotonic() - t0
     stop.set()
     late = [r for r, t in zip(runs, threads) if t.is_alive()]
-    for pr in list(procs.values()):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pr.pid, signal.SIGKILL)
+    for pr in list(procs.values()):  # each run's whole tree: run_autograder's `timeout` puts the grader in a
+        kill_tree(pr.pid)  # process group of its own, which a kill of the run's group would miss (left to finish)
     for t in threads:
         t.join(30)
     for r in late:

@@ -443,7 +443,7 @@ def create_app(settings: Settings, service: Service | None = None, workers: Supe
             except (ValueError, RecursionError):  # GradingFormatError is a ValueError: the page shows no table
                 grading = None
             summary = svc.summary_html(job)
-        return HTMLResponse(pages.render(view, grading, summary, time.time()))
+        return HTMLResponse(pages.render(view, grading, summary, time.time(), svc.settings.page_refresh_s))
 
     @app.api_route("/jobs/{job_id}/summary", methods=["GET", "HEAD"])
     def summary_page(job_id: str):

@@ -115,9 +115,10 @@ def item_list(items: Sequence[ItemResult], part: str) -> str:
     return "<ul class=\"items\">" + "".join(out) + "</ul>"
 
 
-def render(view: dict, grading: Grading | None, summary: str | None, now: float) -> str:
+def render(view: dict, grading: Grading | None, summary: str | None, now: float, refresh_s: float = 3.0) -> str:
     """The page of the job ``view`` (views.job_view), with its grading.json and summary.md rendered
-    (views.summary_html) when done."""
+    (views.summary_html) when done; static/job.js fetches it again every ``refresh_s`` while the job waits or runs
+    (serve.yaml's page_refresh_s)."""
     jid = str(view.get("id", ""))
     base = f"/api/v1/jobs/{jid}/files/"
     state = str(view.get("state", ""))
@@ -191,7 +192,7 @@ def render(view: dict, grading: Grading | None, summary: str | None, now: float)
 <title>GEMM ladder: a grading job</title>
 <link rel="stylesheet" href="/static/style.css">
 </head>
-<body data-state="{e(state)}">
+<body data-state="{e(state)}" data-refresh-ms="{round(refresh_s * 1000)}">
 <p><a href="/">&larr; the queue</a></p>
 <h1>Job <span id="job-id" class="mono">{e(jid)}</span></h1>
 <p><span id="state" class="state {state_class}">{e(state)}</span> <span id="detail" class="muted">{e(" · ".join(detail))}</span></p>

@@ -21,8 +21,11 @@ Every key is optional; the defaults are in :class:`Settings`::
     grade_timeout_s: 1800      # wall-clock limit of one grading; the job fails with a sentence past it
     lease_s: 60                # a worker renews its lease every lease_s/4; a job whose lease ran out is re-queued
     max_attempts: 3            # a job interrupted this many times (lost workers) fails instead
+    queue_poll_s: 0.5          # how often an idle worker looks for a job in an SQLite queue (--queue-poll-s);
+                               # a Redis queue hands a job to a waiting worker at once
     signature_skew_s: 300      # accepted clock difference of a signed (Gradescope) request
     estimate_default_s: 120    # a grading's expected seconds until some job has finished
+    page_refresh_s: 3          # a job's page, open in a browser, looks again this often while the job waits or runs
     retention_days: 0          # > 0: every hour, delete the archives (and left work folders) of jobs
                                # finished longer ago than this; results stay (grader/serve/retention.py)
     gradescope_fair_share: 3   # a Gradescope submitter's jobs beyond this many in the last hour wait
@@ -99,8 +102,10 @@ class Settings:
     grade_timeout_s: float = 1800.0
     lease_s: float = 60.0
     max_attempts: int = 3
+    queue_poll_s: float = 0.5
     signature_skew_s: int = 300
     estimate_default_s: float = 120.0
+    page_refresh_s: float = 3.0
     retention_days: float = 0.0
     gradescope_fair_share: int = 3
     header_timeout_s: float = 10.0
@@ -211,7 +216,9 @@ _SCALARS: dict[str, tuple[type, str]] = {
     "queue": (str, "'sqlite' or redis://HOST:PORT/DB"), "workers": (int, "a number of workers"),
     "no_gpu": (bool, "true or false"), "run_workers": (bool, "true or false"), "rubric": (str, "a path"),
     "grade_timeout_s": (float, "seconds"), "lease_s": (float, "seconds"), "max_attempts": (int, "a count"),
+    "queue_poll_s": (float, "seconds"),
     "signature_skew_s": (int, "seconds"), "estimate_default_s": (float, "seconds"),
+    "page_refresh_s": (float, "seconds"),
     "retention_days": (float, "a number of days (0: keep everything)"),
     "gradescope_fair_share": (int, "a number of jobs per hour (0: no limit)"),
     "header_timeout_s": (float, "seconds"), "upload_timeout_s": (float, "seconds"),
@@ -279,7 +286,7 @@ def load(args: argparse.Namespace) -> Settings:
         s = from_mapping(s, raw, str(config))
     flags: dict[str, Any] = {}
     for key in ("host", "port", "public_url", "queue", "workers", "gradings_per_gpu", "rubric", "grade_timeout_s",
-                "lease_s", "max_attempts", "grade_command"):
+                "lease_s", "max_attempts", "queue_poll_s", "grade_command"):
         value = getattr(args, key, None)
         if value is not None:
             flags[key] = value
@@ -300,6 +307,10 @@ def load(args: argparse.Namespace) -> Settings:
         raise SettingsError(f"rubric: {s.rubric} is not a file")
     if s.workers < 1 or s.lease_s < 2 or s.max_attempts < 1:
         raise SettingsError("workers and max_attempts must be at least 1, and lease_s at least 2 seconds")
+    if s.page_refresh_s < 0.1:
+        raise SettingsError("page_refresh_s must be at least 0.1 seconds")
+    if not 0 < s.queue_poll_s <= s.lease_s / 4:
+        raise SettingsError(f"queue_poll_s must be more than 0 and at most lease_s / 4 ({s.lease_s / 4:g}) seconds")
     if min(s.uploads_at_once, s.uploads_per_token, s.max_connections) < 1 or min(s.header_timeout_s,
                                                                                  s.upload_timeout_s) <= 0:
         raise SettingsError("uploads_at_once, uploads_per_token and max_connections must be at least 1, and "
@@ -324,6 +335,8 @@ def add_flags(p: argparse.ArgumentParser, *, service: bool) -> None:
     p.add_argument("--grade-timeout-s", type=float, help="wall-clock limit of one grading (default 1800)")
     p.add_argument("--lease-s", type=float, help="a worker's lease on its job (default 60)")
     p.add_argument("--max-attempts", type=int, help="interruptions before a job fails (default 3)")
+    p.add_argument("--queue-poll-s", type=float, help="an idle worker's look at an SQLite queue, every this many "
+                                                      "seconds (default 0.5)")
     p.add_argument("--grade-command", help="what grades a job, given grade's arguments, instead of "
                                            "'python -m grader grade' (a test's stand-in)")
     if not service:

@@ -46,7 +46,7 @@ def worker_command(settings: Settings, name: str, gpu: str | None, gpu_lock: Pat
     s = settings
     cmd = [sys.executable, "-m", "grader", "serve", "worker", "--data", str(s.data), "--queue", s.queue,
            "--name", name, "--rubric", str(s.rubric), "--grade-timeout-s", str(s.grade_timeout_s),
-           "--lease-s", str(s.lease_s), "--max-attempts", str(s.max_attempts)]
+           "--lease-s", str(s.lease_s), "--max-attempts", str(s.max_attempts), "--queue-poll-s", str(s.queue_poll_s)]
     cmd += ["--no-gpu"] if gpu is None else ["--gpu", gpu]
     cmd += ["--gpu-lock", str(gpu_lock)] if gpu is not None and gpu_lock is not None else []
     cmd += ["--stages", ",".join(s.stages)] if s.stages else []

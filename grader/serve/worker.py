@@ -230,7 +230,7 @@ class Worker:
                     log.warning("worker %s: queue error: %s", self.name, exc)
                     self.stopping.wait(2.0)
                 if not took and not self.queue.blocking:
-                    self.stopping.wait(0.5)
+                    self.stopping.wait(self.settings.queue_poll_s)
         finally:
             if claimed:  # never another worker's record
                 self._safely(lambda: self.store.drop_worker(self.name))

@@ -9,7 +9,8 @@ writes it once afterwards):
    give the same bytes, so the service's dedup answers a regrade with the stored job) and posts it,
    signed with the assignment's secret, with Gradescope's submission id when known;
 2. waits for the job within the run's time limit (``GRADER_RUN_DEADLINE``, set by run_autograder,
-   less :data:`MARGIN_S`);
+   less :data:`MARGIN_S`), looking at it after 1 s, then 1.5 times later each time up to 10 s apart
+   (``GRADER_SERVICE_POLL_S``: at most that far apart);
 3. merges: the service's tests are read into :class:`ServiceVerdict` records (a malformed one is left out,
    its item pending, and said); every item the static run left pending GPU grading takes its name, score,
    status and output; the leaderboard comes from the service's grading; the summary on top links
@@ -57,6 +58,7 @@ from grader.records import RecordError, from_jsonable
 
 SECRET_FILE = "service.secret"  # in the package's root, mode 0600: readable by the grader (root) only
 URL_KEY, ASSIGNMENT_KEY, WAIT_KEY = "GRADER_SERVICE_URL", "GRADER_SERVICE_ASSIGNMENT", "GRADER_SERVICE_WAIT_S"
+POLL_KEY = "GRADER_SERVICE_POLL_S"  # the longest pause between two looks at the job (default: the client's, 10 s)
 DEADLINE_KEY = "GRADER_RUN_DEADLINE"  # unix seconds at which run_autograder stops the grader
 MARGIN_S = 45.0  # left under the deadline for the downloads, the merge, the write and the kill-after
 STOP_S = 10.0  # no request lasts past the deadline less this (a slow service: the merge and write still fit)
@@ -72,6 +74,7 @@ class BridgeConfig:
     assignment: str
     secret: bytes
     wait_s: float | None = None
+    poll_s: float | None = None  # None: the client's own pauses (1 s, growing to 10 s)
 
 
 # What happened, for extra_data.gpu_service and the log (typed: tests and people read the state); the record
@@ -104,7 +107,14 @@ def read_bridge_config(source_dir: Path, env: Mapping[str, str]) -> BridgeConfig
         wait_s = float(wait) if wait else None
     except ValueError:
         return f"{WAIT_KEY}={wait!r} is not a number of seconds"
-    return BridgeConfig(url, assignment, secret, wait_s)
+    poll = get(POLL_KEY)
+    try:
+        poll_s = float(poll) if poll else None
+    except ValueError:
+        poll_s = math.nan
+    if poll_s is not None and not 0 < poll_s < math.inf:
+        return f"{POLL_KEY}={poll!r} is not a number of seconds above 0"
+    return BridgeConfig(url, assignment, secret, wait_s, poll_s)
 
 
 def run_deadline(env: Mapping[str, str]) -> float | None:
@@ -364,7 +374,10 @@ def _exchange(config: BridgeConfig, results_dir: Path, submission: Path, env: Ma
             budget = wait_budget(config, env)  # after the upload, which took some of the time
             print(f"gpu service: job {sub.id} ({'stored' if sub.deduplicated else 'new'}, {sub.state}); "
                   f"waiting up to {budget:.0f} s", flush=True)
-            job = client.wait(sub.id, budget)
+            if config.poll_s is None:
+                job = client.wait(sub.id, budget)
+            else:
+                job = client.wait(sub.id, budget, first_delay_s=min(1.0, config.poll_s), max_delay_s=config.poll_s)
             outcome.state = job.state
             if job.state == "failed" and job.superseded_by:
                 outcome.state, outcome.reason = "superseded", job.superseded_by

@@ -5,6 +5,7 @@
 "use strict";
 
 const PARTS = ["state", "detail", "no-gpu", "score", "summary-link", "error", "results"];
+const EVERY_MS = Number(document.body.dataset.refreshMs) || 3000; // serve.yaml's page_refresh_s
 
 async function refresh() {
   let doc;
@@ -22,8 +23,8 @@ async function refresh() {
   }
   const state = doc.body ? doc.body.dataset.state : "";
   document.body.dataset.state = state || "";
-  if (state !== "done" && state !== "failed") setTimeout(refresh, 3000);
+  if (state !== "done" && state !== "failed") setTimeout(refresh, EVERY_MS);
 }
 
 const now = document.body.dataset.state;
-if (now === "queued" || now === "running") setTimeout(refresh, 3000);
+if (now === "queued" || now === "running") setTimeout(refresh, EVERY_MS);

@@ -13,10 +13,10 @@
 #   * If python3 (or $GRADER_PYTHON) already imports the grader's packages (+ pytest for `test`,
 #     + ruff and mypy for `lint`, + cupy when `nvidia-smi -L` lists a GPU) and the system has
 #     nvcc and cuobjdump, use it and install nothing (the offline GPU machine).
-#   * Otherwise create/reuse .venv in the repo root and `pip install -e ".[extras]"`, where
+#   * Otherwise create/reuse .venv in the repo root and install -e ".[extras]" into it (uv, else pip), where
 #     extras = test (for `test` and `lint`), cuda13 or cuda12 (GPU visible; by the driver's CUDA
 #     version), nvcc (no usable nvcc found), sass (no usable cuobjdump/nvdisasm found).
-#     Pip runs again only when pyproject.toml changed or an extra is newly needed
+#     The install runs again only when pyproject.toml changed or an extra is newly needed
 #     (stamp: .venv/.grader-bootstrap).
 #
 # Environment (all optional; grader/deploy/install.sh, the Gradescope/Docker install, sets them):
@@ -29,6 +29,7 @@
 #   GRADER_CUPY=cuda13|cuda12 install that CuPy extra even though no GPU is visible now
 #                             (a Docker build sees no GPU; the container will)
 #   GRADER_PYTHON_FILE=PATH   write the path of the interpreter chosen here into PATH
+#   GRADER_INSTALLER=pip      install .venv's packages with pip, not uv (see venv_install)
 #   GRADER_TEST_WORKERS=N     `test`'s pytest-xdist workers (default: one more than the CPUs, at most 4; 0 where
 #                             a GPU is visible; 0: one process). Not added when the arguments choose (-n,
 #                             --numprocesses, -p no:xdist) or where pytest-xdist is not installed (an
@@ -129,12 +130,38 @@ else
     [[ "${GRADER_NO_INSTALL:-0}" == 1 ]] || say "using .venv ($why_text)"
 fi
 
+# Installs SPEC (an editable `.[extras]`) and pip into the venv VENV ($PY its interpreter), without bytecode.
+# uv (Astral's installer, kept up, pip-compatible) where the base interpreter's pip can put it into the venv:
+# from a warm cache it installs the test extras in about 2 s where pip takes about 22 s on a 2-core machine
+# (docs/measurements/2026-12-06-test-suite-speed.md, "The set-up with uv"), and CI pays that on every fresh
+# clone. pip itself (put in by `venv`) where uv cannot be had (no pip in the base interpreter, as in a bare
+# Debian image; no index) or fails, or where GRADER_INSTALLER=pip asks for it.
+venv_install() {
+    local spec=$1 venv=$2
+    if [[ "${GRADER_INSTALLER:-uv}" != pip ]]; then
+        if [[ -x "$venv/bin/uv" ]] \
+            || "$BASE_PY" -m pip --python "$PY" install --disable-pip-version-check -q uv >/dev/null 2>&1; then
+            "$venv/bin/uv" pip install -q --python "$PY" pip -e "$spec" && return 0
+            say "uv could not install $spec; trying pip"
+        fi
+    fi
+    # The venv was made without pip: `venv` puts it in, the same way as when it makes a venv with pip.
+    if ! "$PY" -m pip --version >/dev/null 2>&1; then
+        "$BASE_PY" -m venv "$venv" || {
+            say "could not put pip into .venv (Debian/Ubuntu: apt-get install python3-venv)"
+            return 1
+        }
+    fi
+    "$PY" -m pip install --disable-pip-version-check -q --no-compile -e "$spec"
+}
+
 setup_venv() {
     local venv="$REPO/.venv"
     if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
         say "creating .venv with $BASE_PY"
         rm -rf "$venv"
-        "$BASE_PY" -m venv "$venv" || {
+        # Without pip: venv_install brings it (with uv, or through `venv` again).
+        "$BASE_PY" -m venv --without-pip "$venv" || {
             say "could not create a venv (Debian/Ubuntu: apt-get install python3-venv)"
             return 1
         }
@@ -183,8 +210,8 @@ setup_venv() {
     else
         say "installing -e $spec into .venv (newly needed: ${todo[*]})"
     fi
-    # pip writes the installed modules' bytecode one file after another; compileall does it on every CPU.
-    "$PY" -m pip install --disable-pip-version-check -q --no-compile -e "$spec" || return 1
+    venv_install "$spec" "$venv" || return 1
+    # Neither installer above writes bytecode; compileall does, on every CPU.
     "$PY" -m compileall -q -j 0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
         >/dev/null 2>&1 || true
     {
@@ -300,6 +327,12 @@ case "$cmd" in
         "$PY" -m compileall -q -l -x '/test_[^/]*\.py$' tests >/dev/null 2>&1 || true
         exec "$PY" -m pytest "${xdist[@]}" "$@" ;;
     # Settings: pyproject.toml's [tool.ruff] and [tool.mypy] (which names mypy's package); both exit 1 on a finding.
+    # mypy keeps its incremental cache beside pip's, outside the checkout (MYPY_CACHE_DIR wins): a fresh clone's
+    # check then takes about 0.4 s of CPU instead of about 11 (docs/measurements/2026-12-06-test-suite-speed.md,
+    # "The set-up with uv"). mypy compares each module with what its cache recorded (size, time, then a hash of the
+    # contents), so a clone of another commit reuses only what still matches and checks the rest again.
     # lint-imports: the floors and the no-loop rule pyproject.toml declares (docs/design.md, "The house").
-    lint) "$PY" -m ruff check grader tests tools && "$PY" -m mypy && exec "$PY" -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache ;;
+    lint) MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/gemm-grader/mypy}" \
+        && export MYPY_CACHE_DIR \
+        && "$PY" -m ruff check grader tests tools && "$PY" -m mypy && exec "$PY" -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache ;;
 esac

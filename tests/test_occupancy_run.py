@@ -555,9 +555,26 @@ def test_no_device_in_the_child_is_not_evaluated(tmp_path, monkeypatch):
         assert "CuPy or the device is not usable" in res[item].message
 
 
+def _program_built_from_the_solution(monkeypatch) -> None:
+    """The host program's build compiles solutions/occupancy/occ.cu (in its own build folder), whatever the
+    submission's occ.cu: for a test whose program run is the stand-in above (the solution's output), so its
+    build is the one the GPU-flow tests already compiled (_compile_once). The cubins are the submission's."""
+    from grader.occupancy import build
+
+    served = build.compile_student
+
+    def solution_program(nvcc, scratch, output, flags, **kw):
+        if "-cubin" not in flags:
+            shutil.copy(ROOT / "solutions/occupancy/occ.cu", scratch.folder / scratch.source)
+        return served(nvcc, scratch, output, flags, **kw)
+
+    monkeypatch.setattr(build, "compile_student", solution_program)
+
+
 @needs_nvcc
 def test_missing_work_kernel_fails_the_api_items(tmp_path, monkeypatch):
     _fake_gpu(monkeypatch)
+    _program_built_from_the_solution(monkeypatch)
     src = (ROOT / "solutions/occupancy/occ.cu").read_text().replace('extern "C" __global__ void work',
                                                                     '__global__ void work')
     res = _by_item(occ_run.grade_occupancy_submission(_submission(tmp_path, source=src), _rubric(),

@@ -71,9 +71,9 @@ def drawn(tmp_path_factory, as_graded) -> Path:
     """Each stored grading's outputs, as the re-score under its own rubric wrote them (every item and output file
     given back as stored: :func:`test_rescore_under_the_grading_rubric_gives_back_every_stored_item`): the folder
     whose ladder.png and roofline.png the tests' own writes of the same measurements copy (write_outputs'
-    ``drawn``, as rescore copies a stored grading's plots), where each would draw them again, and the class a
-    score-only edit is re-scored from. The other ``rescore`` runs read the grading.json-only fixtures and draw
-    their own."""
+    ``drawn``, as rescore copies a stored grading's plots), where each would draw them again, and the gradings the
+    other ``rescore`` runs re-score (their pictures copied where the edit leaves the plots' inputs as they were;
+    ``as_graded`` is the run that draws every plot from grading.json alone)."""
     proc, out = as_graded
     assert proc.returncode == 0, proc.stderr
     base = tmp_path_factory.mktemp("drawn")
@@ -167,7 +167,7 @@ def _by_number(path: Path) -> dict[str, ItemResult]:
     return {r.number: r for r in load_grading(path).items}
 
 
-def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescored(tmp_path):
+def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescored(tmp_path, drawn):
     def change(raw: dict) -> None:
         two_d = next(s for s in raw["stages"] if s["id"] == "blocktiling_2d")
         two_d["bench"] = {"reps": 50}
@@ -180,7 +180,7 @@ def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescore
         stage_item(raw, "blocktiling_1d", "speed")["min"] = 0.30  # score-only: re-scored
 
     new_path = edited(tmp_path / "new.yaml", change)
-    proc = grader("rescore", str(FIXTURES / "textbook"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
+    proc = grader("rescore", str(drawn / "textbook"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     items = _by_number(tmp_path / "o" / "grading.json")
     refused = {n for n, r in items.items() if r.message.startswith(REGRADE)}
@@ -206,9 +206,9 @@ def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescore
     assert load_grading(tmp_path / "o" / "grading.json").rubric_sha256 == fixture("textbook").rubric_sha256
 
 
-def test_a_setting_every_stage_is_measured_under_refuses_every_item(tmp_path):
+def test_a_setting_every_stage_is_measured_under_refuses_every_item(tmp_path, drawn):
     new_path = edited(tmp_path / "new.yaml", lambda raw: raw["settings"].update(correctness_sizes=[256, 768]))
-    proc = grader("rescore", str(FIXTURES / "reference"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
+    proc = grader("rescore", str(drawn / "reference"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     items = load_grading(tmp_path / "o" / "grading.json").items
     assert items and all(r.message == f"{REGRADE}: settings.correctness_sizes changed (what every stage is measured "

@@ -191,9 +191,26 @@ def test_markdown_and_json_report(tmp_path):
     assert {r["item"] for r in data["rows"]} >= {"ncu_reuse", "ncu_coalesced"}
 
 
-def test_run_calibration_interleaves_the_populations_and_reuses_the_environment(tmp_path):
+def test_run_calibration_interleaves_the_populations_and_reuses_the_environment(tmp_path, monkeypatch):
     """The GPU run's whole path (grade, write each grading's files, analyse, write the report and the entry)
-    on the CPU: each "grading" is a real stored one (tests/fixtures/gradings/), typed as the pipeline returns it."""
+    on the CPU: each "grading" is a real stored one (tests/fixtures/gradings/), typed as the pipeline returns it.
+    The stored gradings repeat (the 8 gradings are 3 sets of measurements), so a grading whose plots were drawn
+    from the same measurements already has them copied (write_outputs' ``drawn``, as rescore does); every
+    grading's files are still written by write_outputs."""
+    from grader.outputs import write
+    from grader.outputs.profile_page import plot_inputs
+
+    written: list[tuple[tuple, Path]] = []  # (plot inputs, the folder they were drawn into)
+    write_outputs = write.write_outputs
+
+    def write_once(g, out, drawn=None):
+        inputs = plot_inputs(g)
+        drawn = drawn or next((folder for seen, folder in written if seen == inputs), None)
+        if drawn is None:
+            written.append((inputs, Path(out)))
+        return write_outputs(g, out, drawn=drawn)
+
+    monkeypatch.setattr(write, "write_outputs", write_once)
     calls = []
     textbook = tmp_path / "course"
     shutil.copytree(ROOT / "solutions", textbook)  # any complete submission stands in for the textbook one
@@ -215,6 +232,7 @@ def test_run_calibration_interleaves_the_populations_and_reuses_the_environment(
         ("solutions", "reference_1"), ("shifted_submission", "shifted_1"),
         ("course", "textbook_1"), ("textbook_shifted_submission", "textbook_shifted_1")]
     assert calls[0][2] is None and all(c[2] is calls[1][2] for c in calls[1:]) and calls[1][2] is not None
+    assert len(written) == 3  # the reference's, the shifted one's, the textbook's plots drawn
     out = tmp_path / "out"
     assert (out / "shifted_submission" / "SHIFTED.md").is_file()
     assert (out / "textbook_shifted_submission" / "SHIFTED.md").is_file()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,14 +58,27 @@ def _tests(results_path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def drawn(tmp_path_factory) -> Path:
-    """Each stored grading's outputs, written once for the module: the folder whose ladder.png and roofline.png the
-    tests' own writes of the same measurements copy (write_outputs' ``drawn``, as rescore copies a stored grading's
-    plots), where each would draw them again, and the class a score-only edit is re-scored from. The other
-    ``rescore`` runs read the grading.json-only fixtures and draw their own."""
+def as_graded(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """``rescore`` of the stored gradings (grading.json alone, so it draws every plot) under the rubric they were
+    graded with, run once for the module: the command and its output folder."""
+    base = tmp_path_factory.mktemp("as-graded")
+    (base / "rubric.yaml").write_text(graded_with())
+    return grader("rescore", str(FIXTURES), "--rubric", str(base / "rubric.yaml"), "--out", str(base / "o")), base / "o"
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory, as_graded) -> Path:
+    """Each stored grading's outputs, as the re-score under its own rubric wrote them (every item and output file
+    given back as stored: :func:`test_rescore_under_the_grading_rubric_gives_back_every_stored_item`): the folder
+    whose ladder.png and roofline.png the tests' own writes of the same measurements copy (write_outputs'
+    ``drawn``, as rescore copies a stored grading's plots), where each would draw them again, and the gradings the
+    other ``rescore`` runs re-score (their pictures copied where the edit leaves the plots' inputs as they were;
+    ``as_graded`` is the run that draws every plot from grading.json alone)."""
+    proc, out = as_graded
+    assert proc.returncode == 0, proc.stderr
     base = tmp_path_factory.mktemp("drawn")
     for name in NAMES:
-        write_outputs(fixture(name), base / name)
+        shutil.copytree(out / name, base / name)
     return base
 
 
@@ -73,19 +87,20 @@ def _drawn_for(new: Grading, stored: Grading, folder: Path) -> Path | None:
     return folder if plot_inputs(new) == plot_inputs(stored) else None
 
 
-def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path, drawn):
-    (tmp_path / "rubric.yaml").write_text(graded_with())
-    proc = grader("rescore", str(FIXTURES), "--rubric", str(tmp_path / "rubric.yaml"), "--out", str(tmp_path / "o"))
+def test_rescore_under_the_grading_rubric_gives_back_every_stored_item(tmp_path, as_graded):
+    proc, out = as_graded
     assert proc.returncode == 0, proc.stderr
     for name in NAMES:
         g = fixture(name)
-        assert load_grading(tmp_path / "o" / name / "grading.json").items == g.items, name
-        fresh = write_outputs(g, tmp_path / "fresh" / name, drawn=drawn / name)
-        assert json.loads((tmp_path / "o" / name / "results.json").read_text()) == fresh.to_json(), name
-        assert (tmp_path / "o" / name / "summary.md").read_text() == (tmp_path / "fresh" / name / "summary.md").read_text()
+        assert load_grading(out / name / "grading.json").items == g.items, name
+        # The grading's own write of every output file (its plots copied from the re-score's: the same pictures).
+        assert plot_inputs(load_grading(out / name / "grading.json")) == plot_inputs(g), name
+        fresh = write_outputs(g, tmp_path / "fresh" / name, drawn=out / name)
+        assert json.loads((out / name / "results.json").read_text()) == fresh.to_json(), name
+        assert (out / name / "summary.md").read_text() == (tmp_path / "fresh" / name / "summary.md").read_text()
     assert "0 item(s)" not in proc.stderr
     # Nothing refused under their own rubric, and every score compared as graded.
-    rescored = json.loads((tmp_path / "o" / "rescore.json").read_text())["gradings"]
+    rescored = json.loads((out / "rescore.json").read_text())["gradings"]
     assert all(r["refused"] == [] for r in rescored.values())
     assert all(r["compared"]["as_graded"] == r["compared"]["new"] for r in rescored.values())
 
@@ -152,7 +167,7 @@ def _by_number(path: Path) -> dict[str, ItemResult]:
     return {r.number: r for r in load_grading(path).items}
 
 
-def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescored(tmp_path):
+def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescored(tmp_path, drawn):
     def change(raw: dict) -> None:
         two_d = next(s for s in raw["stages"] if s["id"] == "blocktiling_2d")
         two_d["bench"] = {"reps": 50}
@@ -165,7 +180,7 @@ def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescore
         stage_item(raw, "blocktiling_1d", "speed")["min"] = 0.30  # score-only: re-scored
 
     new_path = edited(tmp_path / "new.yaml", change)
-    proc = grader("rescore", str(FIXTURES / "textbook"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
+    proc = grader("rescore", str(drawn / "textbook"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     items = _by_number(tmp_path / "o" / "grading.json")
     refused = {n for n, r in items.items() if r.message.startswith(REGRADE)}
@@ -191,9 +206,9 @@ def test_edits_of_what_is_measured_are_refused_item_by_item_and_the_rest_rescore
     assert load_grading(tmp_path / "o" / "grading.json").rubric_sha256 == fixture("textbook").rubric_sha256
 
 
-def test_a_setting_every_stage_is_measured_under_refuses_every_item(tmp_path):
+def test_a_setting_every_stage_is_measured_under_refuses_every_item(tmp_path, drawn):
     new_path = edited(tmp_path / "new.yaml", lambda raw: raw["settings"].update(correctness_sizes=[256, 768]))
-    proc = grader("rescore", str(FIXTURES / "reference"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
+    proc = grader("rescore", str(drawn / "reference"), "--rubric", str(new_path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     items = load_grading(tmp_path / "o" / "grading.json").items
     assert items and all(r.message == f"{REGRADE}: settings.correctness_sizes changed (what every stage is measured "

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import yaml
@@ -96,12 +98,28 @@ def zip_of(folder: Path, dest: Path) -> Path:
 
 
 def zip_bomb(dest: Path) -> Path:
-    """One entry, 1 GiB of zeros in about 4.5 MB (a ratio above 200): larger than the file-size cap."""
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        with zf.open("my-ladder/gemm/naive.cu", "w", force_zip64=True) as f:
-            chunk = bytes(16 << 20)
-            for _ in range(64):
-                f.write(chunk)
+    """One entry, 1 GiB of zeros in about 4.7 MB (a ratio above 200): larger than the file-size cap.
+
+    The entry's deflate stream is one 16 MiB chunk of zeros deflated once, ending in a full flush (which
+    forgets the history, so the next piece deflates the same way), written 64 times and closed by the final
+    block: what deflating the whole GiB piece by piece would write, without a second of CPU spent on it."""
+    chunk = bytes(16 << 20)
+    deflate = zlib.compressobj(1, zlib.DEFLATED, -15)
+    piece = deflate.compress(chunk) + deflate.flush(zlib.Z_FULL_FLUSH)
+    data = piece * 64 + deflate.flush()
+    crc = 0
+    for _ in range(64):
+        crc = zlib.crc32(chunk, crc)
+    name = b"my-ladder/gemm/naive.cu"
+    # version 2.0, no flags, deflate, 1980-01-01 00:00, the CRC, the sizes, the name's length, no extra field
+    fields = struct.pack("<HHHHHIIIHH", 20, 0, zipfile.ZIP_DEFLATED, 0, 0x21, crc, len(data), 64 * len(chunk),
+                         len(name), 0)
+    local = struct.pack("<I", 0x04034B50) + fields + name
+    # made by Unix (3), a regular file 0644 (the mode a link check reads), at offset 0
+    central = (struct.pack("<IH", 0x02014B50, 3 << 8 | 20) + fields
+               + struct.pack("<HHHII", 0, 0, 0, 0o100644 << 16, 0) + name)
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(local) + len(data), 0)
+    dest.write_bytes(local + data + central + end)
     return dest
 
 

@@ -2,7 +2,8 @@
 
 Static expectations (compile, ptxas, SASS, the #include and launch-array checks) run everywhere,
 CI included; GPU expectations are marked `gpu`. Cases that would be awkward to commit (a file over
-the size limit, a symlink out of the submission, an empty file) are generated here.
+the size limit, a symlink out of the submission, an empty file) are generated here, each the file of
+another stage of one submission, graded once.
 
 On the GPU every case is a stage of ONE grading (tests/gpu_jobs.py: the hostile composite), each
 stage with the limits of the stage it stands for, and each test checks its case's items in it. A
@@ -21,7 +22,15 @@ import yaml
 from grader.compile import toolchain
 from grader.model import Verdict
 from grader.rubric.load import load_rubric
-from tests.gpu_jobs import COMPOSITE_STAGE_LIMITS, HOSTILE_CASES, ONE_TIMED_LAUNCH, case_tests, composite, composite_id
+from tests.gpu_jobs import (
+    COMPOSITE_STAGE_LIMITS,
+    HOST_CODE_MARKER,
+    HOSTILE_CASES,
+    ONE_TIMED_LAUNCH,
+    case_tests,
+    composite,
+    composite_id,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUBS = ROOT / "tests" / "submissions"
@@ -68,7 +77,11 @@ def test_static_verdicts(tmp_path, case):
         assert "\n    compile_s: 120\n" in text
         (tmp_path / "rubric.yaml").write_text(text.replace("\n    compile_s: 120\n", f"\n    compile_s: {e['compile_s']}\n"))
         extra += ["--rubric", str(tmp_path / "rubric.yaml")]
+    if case == "host_static_initializer":  # its static constructor would write the marker if host code ran
+        HOST_CODE_MARKER.unlink(missing_ok=True)
     check(grade(SUBS / case, tmp_path / "out", e["stages"], *extra), e["static"])
+    if case == "host_static_initializer":
+        assert not HOST_CODE_MARKER.exists(), "the grader ran a student's host code (its static initializer)"
 
 
 def test_the_gpu_composite_grades_each_case_as_its_own_stage(tmp_path):
@@ -130,32 +143,28 @@ def test_a_flood_or_a_hang_costs_little(hostile_graded, case):
     assert limit <= 16 and ran is not None and ran <= limit + 3, (ran, limit)
 
 
-def _generated(tmp_path: Path, kind: str) -> Path:
-    gemm = tmp_path / "sub" / "gemm"
+# kind: (the stage whose file is generated so, that stage's number, what its compile item must say)
+GENERATED = {
+    "oversize": ("naive", "1", "bytes; the limit is 1,048,576"),
+    "symlink": ("coalesced", "2", "gemm/coalesced.cu is a symbolic link"),  # left out by intake, never followed
+    "empty": ("tiled", "3", "gemm/tiled.cu is empty"),
+}
+
+
+@pytest.fixture(scope="module")
+def generated_graded(tmp_path_factory) -> dict:
+    """One submission whose stages' files are the generated bad inputs, one kind each, graded once: each
+    is taken in (or left out) file by file, so one grading gives every kind's verdict."""
+    root = tmp_path_factory.mktemp("generated")
+    gemm = root / "sub" / "gemm"
     gemm.mkdir(parents=True)
-    target = gemm / "naive.cu"
-    if kind == "oversize":
-        target.write_text("// padding\n" * 120_000)
-    elif kind == "symlink":
-        os.symlink("/etc/hostname", target)
-    elif kind == "empty":
-        target.write_text("")
-    return tmp_path / "sub"
+    (gemm / "naive.cu").write_text("// padding\n" * 120_000)
+    os.symlink("/etc/hostname", gemm / "coalesced.cu")
+    (gemm / "tiled.cu").write_text("")
+    return grade(root / "sub", root / "out", [stage for stage, _, _ in GENERATED.values()], "--no-gpu")
 
 
-@pytest.mark.parametrize("kind,needle", [
-    ("oversize", "bytes; the limit is 1,048,576"),
-    ("symlink", "gemm/naive.cu is a symbolic link"),  # left out by intake, never followed
-    ("empty", "gemm/naive.cu is empty"),
-])
-def test_generated_bad_inputs(tmp_path, kind, needle):
-    tests = grade(_generated(tmp_path, kind), tmp_path / "out", ["naive"], "--no-gpu")
-    check(tests, {"1.compiles": ["failed", needle], "1.correct": ["failed", ""]})
-
-
-@needs_nvcc
-def test_static_initializer_never_runs(tmp_path):
-    marker = Path("/tmp/gemm-grader-host-code-ran")
-    marker.unlink(missing_ok=True)
-    grade(SUBS / "host_static_initializer", tmp_path / "out", ["naive"], "--no-gpu")
-    assert not marker.exists()
+@pytest.mark.parametrize("kind", list(GENERATED))
+def test_generated_bad_inputs(generated_graded, kind):
+    _, number, needle = GENERATED[kind]
+    check(generated_graded, {f"{number}.compiles": ["failed", needle], f"{number}.correct": ["failed", ""]})

@@ -17,7 +17,7 @@ import pytest
 
 from grader.serve import submit as submit_cmd
 from grader.serve.client import Client, Problem, ServiceError, make_archive
-from tests.serve_helpers import ServiceProcess, free_port, future_zip, issue_tokens
+from tests.serve_helpers import QUEUE_POLL_S, STAGES, ServiceProcess, free_port, future_zip, issue_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,10 +93,10 @@ def test_unreachable_server(tmp_path):
 # --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
+    """The service grading with the grader, without a worker of its own: :func:`_submit_seen_queued` starts one."""
     data = tmp_path_factory.mktemp("client") / "data"
     tokens = issue_tokens(data, ["one@example.edu", "two@example.edu"])
-    with ServiceProcess(data, "--archive-mib", "1", "--concurrent", "1") as svc:
-        svc.wait_workers(1)
+    with ServiceProcess(data, "--archive-mib", "1", "--concurrent", "1", "--no-workers") as svc:
         yield svc, tokens
 
 
@@ -116,12 +116,37 @@ def _submit(sub: Path, server: str, token: str, out: Path, *extra: str) -> subpr
                            "--out", str(out), *extra], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+def _submit_seen_queued(svc: ServiceProcess, sub: Path, token: str, out: Path) -> subprocess.CompletedProcess:
+    """``grader submit`` to a service with no worker until the client has shown its job queued; then a worker is
+    started on the service's data folder (as on a second host) and grades it. (An idle worker takes a job within
+    0.05 s here, often before the client's first look: the queued line would depend on the machine's load.)"""
+    cmd = [sys.executable, "-m", "grader", "submit", str(sub), "--server", svc.url, "--token", token,
+           "--out", str(out), "--timeout", "240"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    err = []
+    for line in proc.stderr:
+        err.append(line)
+        if ": queued" in line:
+            break
+    worker = subprocess.Popen([sys.executable, "-m", "grader", "serve", "worker", "--data", str(svc.data), "--no-gpu",
+                               "--stages", STAGES, "--queue-poll-s", QUEUE_POLL_S, "--name", "client-worker"],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        err += list(proc.stderr)
+        proc.wait(timeout=60)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    return subprocess.CompletedProcess(cmd, proc.returncode, "", "".join(err))
+
+
 def test_submit_prints_the_table_and_writes_the_results(service, tmp_path):
     svc, tokens = service
     sub, out = _folder(tmp_path), tmp_path / "out"
     out.mkdir()
     (out / "roofline.png").write_bytes(b"stale")  # from an earlier run: must not pass for this one's
-    proc = _submit(sub, svc.url, tokens["one@example.edu"], out)
+    proc = _submit_seen_queued(svc, sub, tokens["one@example.edu"], out)
     assert proc.returncode == 0, proc.stderr + svc.log_text()
     err = proc.stderr
     assert "sending" in err and "3 files" in err and "KiB" in err

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from grader.cli import build_parser
@@ -21,7 +22,18 @@ from grader.serve.store import State
 from grader.serve.store_sqlite import SqliteStore
 from grader.serve.supervisor import slots, worker_command
 from grader.serve.worker import grade_command
-from tests.serve_helpers import ROOT, ServiceProcess, bearer, issue_tokens, pids_matching, wait_job, zip_folder
+from tests.serve_helpers import (
+    QUEUE_POLL_S,
+    ROOT,
+    STANDIN_COMMAND,
+    TLS,
+    ServiceProcess,
+    bearer,
+    issue_tokens,
+    pids_matching,
+    wait_job,
+    zip_folder,
+)
 
 HOST = socket.gethostname()
 
@@ -128,18 +140,37 @@ def test_a_static_service_ignores_gradings_per_gpu_and_grades_as_before(tmp_path
     assert "gpu-lock" not in Path(service.log_path).read_text(errors="replace")
 
 
-def test_a_gpu_service_starts_two_workers_on_its_gpu_each_with_the_lock_and_its_own_folder(tmp_path):
+@pytest.fixture(scope="module")
+def gpu_service(tmp_path_factory):
+    """``--gpus 0`` with 2 gradings per GPU on a host without a GPU, started by tools/serve_load.py's spawn (as the
+    load tools start theirs: it returns once both workers registered), grading with the stand-in grade command
+    (tests/standin_grader.py), which holds the GPU's lock 0.2 s when given it. The tests that use it start no
+    worker and leave nothing queued or running. Yields the data folder, the URL and a student's token."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from serve_load import spawn, stop_spawned
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    data = tmp_path_factory.mktemp("gpu-service") / "data"
+    token = issue_tokens(data, ["a@x.edu"])["a@x.edu"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADER_STANDIN", "gpu=0.2")
+        proc, url, _ = spawn("0", data, "load", ["--stages", "naive", "--grade-command", STANDIN_COMMAND,
+                                                 "--queue-poll-s", QUEUE_POLL_S], 2)
+    try:
+        yield data, url, token
+    finally:
+        stop_spawned(proc, None)
+
+
+def test_a_gpu_service_starts_two_workers_on_its_gpu_each_with_the_lock_and_its_own_folder(gpu_service):
     """``--gpus 0`` on a host without a GPU: the workers start as on a GPU host (their kept context and
     probe fail, said in the log, and the gradings grade without a GPU), so the supervisor's real
     processes and the worker names seen by /api/v1/queue are checked here. The job is graded by the
     stand-in grade command, given the GPU's lock (tests/standin_grader.py)."""
-    data = tmp_path / "data"
-    service = ServiceProcess(data, "--gpus", "0", "--gradings-per-gpu", "2", gpu=True, standin="gpu=0.2")
-    token = issue_tokens(data, ["a@x.edu"])["a@x.edu"]
+    data, url, token = gpu_service
     lock = str(data.resolve() / "locks" / "gpu0.lock")
-    with service:
-        service.wait_workers(2, timeout_s=90)
-        c = service.client()
+    with httpx.Client(base_url=url, timeout=30, verify=TLS) as c:
         workers = sorted((w["name"], w["gpu"]) for w in c.get("/api/v1/queue").json()["workers"])
         assert workers == [(f"{HOST}-gpu0", "0"), (f"{HOST}-gpu0.2", "0")]
         for name, _ in workers:
@@ -189,22 +220,12 @@ def test_two_workers_on_one_gpu_take_turns_on_it_through_its_lock(tmp_path, monk
         assert start >= end - 0.005, f"two gradings held GPU 0 at once: {turns}"
 
 
-def test_the_load_tools_service_gets_the_gradings_per_gpu_they_are_given(tmp_path):
+def test_the_load_tools_service_gets_the_gradings_per_gpu_they_are_given(gpu_service):
     """tools/serve_load.py's spawn (tools/serve_gradescope_load.py's too): ``--gpus 0`` with 2 per GPU
     starts the service's two workers on GPU 0 and returns once both registered (no GPU needed for that)."""
-    import httpx
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        from serve_load import spawn, stop_spawned
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-    proc, url, _ = spawn("0", tmp_path / "data", "load", ["--stages", "naive"], 2)
-    try:
-        workers = httpx.get(url + "/api/v1/queue", timeout=10).json()["workers"]
-        assert sorted(w["name"] for w in workers) == [f"{HOST}-gpu0", f"{HOST}-gpu0.2"]
-    finally:
-        stop_spawned(proc, None)
+    _, url, _ = gpu_service
+    workers = httpx.get(url + "/api/v1/queue", timeout=10).json()["workers"]
+    assert sorted(w["name"] for w in workers) == [f"{HOST}-gpu0", f"{HOST}-gpu0.2"]
 
 
 def test_a_worker_probes_its_gpu_only_while_holding_the_gpus_lock(tmp_path):

@@ -69,18 +69,38 @@ def endless_export(root: Path, count: int) -> Path:
     return root
 
 
-def compiling(proc: subprocess.Popen) -> set[int]:
-    """The tree of ``proc`` as seen until its endless compile is under way (nvcc's preprocessor)."""
+def compiling(proc: subprocess.Popen) -> dict[int, bytes]:
+    """The tree of ``proc`` as seen until its endless compile is under way (nvcc's preprocessor), as
+    :func:`identities`."""
     tree = tree_until(proc.pid, running=lambda: proc.poll() is None)
     if tree is None:
         proc.kill()
         pytest.fail("it never reached nvcc's preprocessor:\n" + proc.communicate()[0].decode(errors="replace"))
-    return tree
+    return identities(tree)
 
 
-def alive(pids: set[int]) -> list[int]:
+def _start_time(pid: int) -> bytes | None:
+    """When ``pid`` started (field 22 of /proc/PID/stat, in clock ticks since boot); None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+    except OSError:
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def identities(pids: set[int]) -> dict[int, bytes]:
+    """Each of ``pids`` still there, with its start time: the kernel hands a freed pid out again once
+    its counter wraps at pid_max (32768 on the test machines), so a pid alone may later name another
+    test's process, such as another grading's nvcc."""
+    found = {pid: _start_time(pid) for pid in pids}
+    return {pid: t for pid, t in found.items() if t is not None}
+
+
+def alive(tree: dict[int, bytes]) -> list[int]:
+    """The processes of ``tree`` (:func:`identities`) still running: the same pid, started at the same
+    time, and not a zombie."""
     live = cmdlines()  # a zombie has no command line
-    return sorted(pid for pid in pids if pid in live)
+    return sorted(pid for pid, started in tree.items() if pid in live and _start_time(pid) == started)
 
 
 def to_another_thread(proc: subprocess.Popen, signum: int) -> None:
@@ -226,7 +246,7 @@ def test_a_batch_kills_what_a_grading_that_died_abruptly_left(tmp_path):
         gradings = [pid for pid in tree if "-m grader grade " in live.get(pid, "")]
         assert len(gradings) == 1, describe(sorted(tree))
         [grading] = gradings
-        compile_tree = tree_of(grading) - {grading}
+        compile_tree = identities(tree_of(grading) - {grading})
         os.kill(grading, signal.SIGKILL)
         # Left alone, the compile lives on until its memory runs out (over 10 s, measured); the sweep
         # comes as soon as the batch sees its grading end.

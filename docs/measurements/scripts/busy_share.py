@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""The machine's busy share of all CPUs, every 2 s, until killed: one line "SECONDS PERCENT" per sample.
+"""The machine's busy share of all CPUs, every 2 s, until killed: one line "SECONDS PERCENT LAST_PID" per sample
+(LAST_PID: /proc/sys/kernel/ns_last_pid, the pid the kernel handed out last, so that how fast pids go round
+pid_max can be read off the run).
 
     python3 docs/measurements/scripts/busy_share.py OUT.txt &   # start it just before the run, kill it after
 
@@ -27,7 +29,9 @@ def main(out_path: str, every_s: float = 2.0) -> None:
             time.sleep(every_s)
             now = _read()
             total, idle = now[0] - last[0], now[1] - last[1]
-            out.write(f"{time.monotonic() - t0:.0f} {100 * (1 - idle / max(total, 1)):.0f}\n")
+            with open("/proc/sys/kernel/ns_last_pid") as f:
+                last_pid = f.read().strip()
+            out.write(f"{time.monotonic() - t0:.0f} {100 * (1 - idle / max(total, 1)):.0f} {last_pid}\n")
             out.flush()
             last = now
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -180,6 +180,34 @@ def tree_until(root: int, marks: tuple[str, ...] = ("cc1plus",), before: frozens
             return seen | (tree_of(root) - before)
         time.sleep(0.05)
     return None
+
+
+def hand_worker_command(data: Path, name: str, *, standin: bool = False) -> list[str]:
+    """``serve worker`` started by hand on a service's data folder (as on a second host): no GPU, the tests' stage,
+    the tests' queue poll; with ``standin``, grading with the stand-in grade command (tests/standin_grader.py)."""
+    cmd = [sys.executable, "-m", "grader", "serve", "worker", "--data", str(data), "--no-gpu", "--stages", STAGES,
+           "--queue-poll-s", QUEUE_POLL_S, "--name", name]
+    return cmd + (["--grade-command", STANDIN_COMMAND] if standin else [])
+
+
+def hand_worker_env(standin: str | None = None) -> dict[str, str]:
+    """The environment of :func:`hand_worker_command`: ``standin`` is the stand-in's words (GRADER_STANDIN)."""
+    return {**os.environ, **({"GRADER_STANDIN": standin} if standin is not None else {})}
+
+
+@contextmanager
+def hand_worker(data: Path, name: str, *, standin: str | None = None) -> Iterator[Path]:
+    """A :func:`hand_worker_command` worker running (grading with the stand-in when ``standin``, its words, is
+    given), stopped (SIGTERM) afterwards. Yields its log's path, beside the data folder."""
+    log_path = data.parent / f"{name}.log"
+    with open(log_path, "ab") as log:
+        worker = subprocess.Popen(hand_worker_command(data, name, standin=standin is not None), cwd=ROOT,
+                                  env=hand_worker_env(standin), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield log_path
+        finally:
+            worker.terminate()
+            worker.wait(timeout=60)
 
 
 class ServiceProcess:

@@ -12,17 +12,13 @@ No test asserts a duration: each waits with a generous timeout against a hang on
 from __future__ import annotations
 
 import io
-import os
 import socket
 import sqlite3
 import struct
 import subprocess
-import sys
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -31,11 +27,12 @@ import pytest
 from grader.serve.client import Client, ServiceError
 from grader.serve.signing import submitter_id
 from tests.serve_helpers import (
-    QUEUE_POLL_S,
     ROOT,
-    STANDIN_COMMAND,
     ServiceProcess,
     bearer,
+    hand_worker,
+    hand_worker_command,
+    hand_worker_env,
     issue_tokens,
     make_secret,
     proc_states,
@@ -338,7 +335,7 @@ def test_one_submitters_burst_leaves_one_job_ahead_of_another_student(tmp_path):
         assert all(s["state"] == "failed" and s["error"].startswith("superseded") for s in states[:-1])
         assert [s["superseded_by"] for s in states[:-1]] == [j.id for j in jobs[1:]]  # each by the next one
         assert states[-1]["state"] == "queued"
-        with hand_worker(data, "after-burst"), svc.client() as c:  # a worker comes: the two jobs left are graded
+        with hand_worker(data, "after-burst", standin=STANDIN), svc.client() as c:  # a worker comes: the two jobs left are graded
             assert wait_job(c, mine.id, timeout_s=HANG_S, service=svc)["state"] == "done"
             assert wait_job(c, jobs[-1].id, timeout_s=HANG_S, service=svc)["state"] == "done"
             World(svc, tokens, secret).honest("after a burst")
@@ -374,34 +371,14 @@ def test_gradings_in_a_row_leave_no_zombies_and_a_flat_process_count(shared):
 # ---------------------------------------------------------------------------------------------------
 # 6. Two workers with one name
 # ---------------------------------------------------------------------------------------------------
-@contextmanager
-def hand_worker(data: Path, name: str) -> Iterator[Path]:
-    """A ``serve worker`` started by hand on the service's data folder (as on a second host), grading with the
-    stand-in as the service's own workers do; stopped (SIGTERM) afterwards. Yields its log's path."""
-    log_path = data.parent / f"{name}.log"
-    with open(log_path, "ab") as log:
-        worker = subprocess.Popen(worker_command(data, name), cwd=ROOT, env={**os.environ, "GRADER_STANDIN": STANDIN},
-                                  stdout=log, stderr=subprocess.STDOUT)
-        try:
-            yield log_path
-        finally:
-            worker.terminate()
-            worker.wait(timeout=60)
-
-
-def worker_command(data: Path, name: str) -> list[str]:
-    return [sys.executable, "-m", "grader", "serve", "worker", "--data", str(data), "--no-gpu", "--stages", "naive",
-            "--grade-command", STANDIN_COMMAND, "--queue-poll-s", QUEUE_POLL_S, "--name", name]
-
-
 def test_a_second_worker_with_a_taken_name_refuses_to_start(shared):
     """A worker started by hand beside the shared service's own (a second host's, say), then another of its name:
     the second refuses to start, and the honest gradings go on beside them."""
     w, _ = _shared_world(shared, "clone")
     svc = w.svc
-    with hand_worker(svc.data, "clone") as clone_log:
+    with hand_worker(svc.data, "clone", standin=STANDIN) as clone_log:
         svc.wait_workers(2)  # the service's own and the clone
-        second = subprocess.run(worker_command(svc.data, "clone"), cwd=ROOT, env={**os.environ, "GRADER_STANDIN": STANDIN},
+        second = subprocess.run(hand_worker_command(svc.data, "clone", standin=True), cwd=ROOT, env=hand_worker_env(STANDIN),
                                 capture_output=True, text=True, timeout=HANG_S)
         assert second.returncode == 2, second.stderr
         assert "the worker name 'clone' is taken by a live worker" in second.stderr

@@ -17,7 +17,7 @@ import pytest
 
 from grader.serve import submit as submit_cmd
 from grader.serve.client import Client, Problem, ServiceError, make_archive
-from tests.serve_helpers import QUEUE_POLL_S, STAGES, ServiceProcess, free_port, future_zip, issue_tokens
+from tests.serve_helpers import ServiceProcess, free_port, future_zip, hand_worker, issue_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,15 +129,9 @@ def _submit_seen_queued(svc: ServiceProcess, sub: Path, token: str, out: Path) -
         err.append(line)
         if ": queued" in line:
             break
-    worker = subprocess.Popen([sys.executable, "-m", "grader", "serve", "worker", "--data", str(svc.data), "--no-gpu",
-                               "--stages", STAGES, "--queue-poll-s", QUEUE_POLL_S, "--name", "client-worker"],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+    with hand_worker(svc.data, "client-worker"):
         err += list(proc.stderr)
         proc.wait(timeout=60)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
     return subprocess.CompletedProcess(cmd, proc.returncode, "", "".join(err))
 
 

@@ -154,7 +154,7 @@ def pids_matching(*needles: str) -> list[int]:
 
 
 def describe(pids: list[int]) -> str:
-    """Each process's state, parent and command line, for a failure's message."""
+    """Each process's state, parent, session and command line, for a failure's message."""
     lines = []
     for pid in pids:
         try:
@@ -163,7 +163,7 @@ def describe(pids: list[int]) -> str:
         except OSError:
             lines.append(f"{pid}: gone")
             continue
-        lines.append(f"{pid}: state {stat[0]}, parent {stat[1]}: {cmd[:300]}")
+        lines.append(f"{pid}: state {stat[0]}, parent {stat[1]}, session {stat[3]}: {cmd[:300]}")
     return "\n".join(lines)
 
 

@@ -254,7 +254,8 @@ def test_a_batch_kills_what_a_grading_that_died_abruptly_left(tmp_path):
         while alive(compile_tree) and time.monotonic() < deadline:
             time.sleep(0.1)
         left = alive(compile_tree)
-        assert left == [], describe(left)
+        assert left == [], (f"left alive 5 s after the grading's kill:\n{describe(left)}\n"
+                            f"the batch, then the killed grading:\n{describe([proc.pid, grading])}")
         assert proc.poll() is None, "the batch should go on with its next submission"
         stop(proc, signal.SIGTERM)
     assert proc.returncode == 128 + signal.SIGTERM

@@ -31,6 +31,8 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -92,11 +94,36 @@ def _stage_list(text: str | None, rubric) -> list[str] | None:
 # --------------------------------------------------------------------------------------------
 # grade
 # --------------------------------------------------------------------------------------------
+@contextmanager
+def _grading_progress(quiet: bool, steps: int, started: float) -> Iterator[Callable[[str], None]]:
+    """What a grading calls at each step: a bar on a terminal, a line per step elsewhere (a log, a pipe, CI), and
+    nothing with --quiet, which imports no terminal UI at all (batches, the service and Gradescope grade --quiet,
+    one process per submission)."""
+    if quiet:
+        yield lambda _msg: None
+        return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = _console(False)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    # Not a terminal: a bar draws nothing there, so each step is a line of its own.
+    lines = not console.is_terminal
+    with Progress(*columns, console=console, transient=True, disable=lines) as bar:
+        task = bar.add_task("grading", total=steps)
+
+        def progress(msg: str) -> None:
+            bar.update(task, description=f"grading: {msg}", advance=1)
+            if lines:
+                print(f"grading: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+
+        yield progress
+        bar.update(task, completed=steps)
+
+
 def grade_command(args: argparse.Namespace) -> int:
     """Grade one submission (a folder or a zip of one) into --out."""
     started = time.monotonic()
     out = Path(args.out).resolve()
-    console = _console(args.quiet)
     from grader.sandbox.process import Terminated, stop_at_once_on, sweep_after_steps
     sweep_after_steps()  # a daemon a step leaves dies at that step's end (python -m grader only)
     stop_at_once_on(signal.SIGINT)  # Ctrl-C: its steps killed now, and a results.json that says so
@@ -119,40 +146,30 @@ def grade_command(args: argparse.Namespace) -> int:
         return internal_error(out, started)
 
     try:
-        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         from grader import pipeline
-        from grader.outputs.summary import render_terminal
         from grader.outputs.write import write_outputs
 
         graded = [st for st in rubric.stages if stages is None or st.id in stages]
         # Steps: probe, compile and run each stage, then check, sanitize, profile, the other sections.
         steps = 1 + 2 * len(graded) + 5
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-        # Not a terminal (a log, a pipe, CI): a bar draws nothing there, so each step is a line of its own.
-        lines = not console.is_terminal and not args.quiet
-        with Progress(*columns, console=console, transient=True, disable=lines) as bar:
-            task = bar.add_task("grading", total=steps)
-
-            def progress(msg: str) -> None:
-                bar.update(task, description=f"grading: {msg}", advance=1)
-                if lines:
-                    print(f"grading: {msg} ({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
-
+        with _grading_progress(args.quiet, steps, started) as progress:
             grading = pipeline.grade(sub, rubric, out, stages=stages, use_gpu=not args.no_gpu,
                                      keep_outputs=args.keep_outputs, progress=progress,
                                      gpu_lock=Path(args.gpu_lock) if getattr(args, "gpu_lock", None) else None,
                                      device_file=Path(args.device) if getattr(args, "device", None) else None,
                                      student=args.student, citations_from=cited,
                                      no_gpu_reason=args.no_gpu_because or pipeline.NO_GPU_FLAG)
-            bar.update(task, completed=steps)
         write_outputs(grading, out)
         mode = grading.env.sandbox
         if mode is not None and mode.confinement.value == "weak":  # said once, even with --quiet
             print(f"warning: students' code ran without the bubblewrap sandbox: {mode.reason} "
                   "(recorded in grading.json and summary.md; docs/deployment.md, 'What is fenced')", file=sys.stderr)
-        render_terminal(grading, console)
-        console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)
+        if not args.quiet:
+            from grader.outputs.summary import render_terminal
+
+            console = _console(False)
+            render_terminal(grading, console)
+            console.print(f"results: {out / 'results.json'} ({grading.seconds:.1f} s)", highlight=False)
         return EXIT_OK
     except Terminated as stop:  # its steps are killed already (grader/sandbox/process.py: run_holding_tree)
         return _stopped(out, stop, started)

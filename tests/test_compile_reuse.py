@@ -69,6 +69,17 @@ def _same(a, b) -> None:
         assert a.output.read_bytes() == b.output.read_bytes()
 
 
+def _unclocked(record) -> dict:
+    """A compile record without what its clock wrote: its phases' seconds, its process's wall time and ptxas's
+    "Compile time"."""
+    proc = dataclasses.asdict(record.proc)
+    proc.pop("wall_s")
+    for stream in ("stdout", "stderr"):
+        proc[stream] = re.sub(r"Compile time = [0-9.]+ ms", "Compile time = <clock> ms", proc[stream])
+    return {"status": record.status, "problem": record.problem, "dependencies": record.dependencies,
+            "phases": sorted(record.seconds), "proc": proc}
+
+
 def _key(folder: Path, flags=FLAGS, nvcc=NVCC, fence: Fence | None = None) -> str | None:
     cmd = [str(nvcc.path), *flags, "-o", "k.cubin", "k.cu"]
     return reuse.key(nvcc, folder, cmd, dict(os.environ), fence or Fence(scratch=folder), 64_000, None)
@@ -111,7 +122,8 @@ def test_the_key_changes_with_a_header_a_flag_the_arch_and_the_toolchain(tmp_pat
 
 
 @needs_nvcc
-def test_a_second_compile_is_reused_with_the_same_record_and_a_changed_header_compiles_again(tmp_path, store):
+def test_a_second_compile_is_reused_with_the_same_record_and_a_changed_header_compiles_again(tmp_path, store,
+                                                                                          monkeypatch):
     scratch, fence = _build(tmp_path)
     first = _compile(scratch, fence)
     assert first.ok, first.problem
@@ -128,6 +140,15 @@ def test_a_second_compile_is_reused_with_the_same_record_and_a_changed_header_co
     third = _compile(scratch3, fence3)
     assert third.ok and len(_entries(store)) == 2
     assert third.output.read_bytes() != first.output.read_bytes()
+
+    # The first compile, which found the folder empty, gave the record a compile without reuse gives: storing it
+    # changed nothing but the clock's readings (the phases' seconds, ptxas's "Compile time").
+    monkeypatch.delenv(reuse.ENV_FOLDER)
+    scratch4, fence4 = _build(tmp_path, "build4")
+    plain = _compile(scratch4, fence4)
+    assert len(_entries(store)) == 2
+    assert _unclocked(plain) == _unclocked(first)
+    assert plain.output.read_bytes() == first.output.read_bytes()
 
 
 @needs_nvcc
@@ -244,38 +265,28 @@ def test_the_students_code_cannot_see_the_folder_and_a_folder_the_fence_shows_is
 
 @needs_nvcc
 def test_a_graded_folder_is_the_same_with_and_without_reuse(tmp_path, static_graded):
-    """solutions/ graded statically without reuse, then twice with it (the second time every compile and every
-    stage's SASS listing is reused). The reused grading's results.json and grading.json are the first reusing
-    grading's, byte for byte, once the grading's own clock (its phases' seconds and end times, the folder it wrote to) is set
-    aside: every compile record (return code, output, seconds, resources) is the stored one. Against the
-    grading without reuse (and the session's), the compiles' own timings (their seconds, ptxas's "Compile
-    time") are set aside too: every verdict, score, message and resource is the same."""
+    """solutions/ graded statically twice with reuse in a folder of its own: first with the folder empty, where every
+    compile and every stage's SASS listing runs for real and is stored (a grading as without reuse: an empty
+    folder changes no compile record, test_a_second_compile_is_reused_with_the_same_record_and_a_changed_header_
+    compiles_again), then with every one of them reused. The reused grading's results.json and grading.json are the
+    first one's, byte for byte, once the grading's own clock (its phases' seconds and end times, the folder it
+    wrote to) is set aside: every compile record (return code, output, seconds, resources) is the stored one.
+    Against the session's grading, the compiles' own timings (their seconds, ptxas's "Compile time") are set aside
+    too: every verdict, score, message and resource is the same."""
     env = {k: v for k, v in os.environ.items() if k != reuse.ENV_FOLDER}
 
-    def start(name: str, folder: Path | None) -> tuple[Path, subprocess.Popen]:
+    def grade(name: str) -> Path:
         out = tmp_path / name
-        e = dict(env) if folder is None else {**env, reuse.ENV_FOLDER: str(folder)}
-        return out, subprocess.Popen([sys.executable, "-m", "grader", "grade", str(ROOT / "solutions"), "--no-gpu",
-                                      "--quiet", "--out", str(out)], cwd=ROOT, env=e, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
-
-    def finish(out: Path, proc: subprocess.Popen) -> Path:
-        err = proc.communicate(timeout=1200)[1]
-        assert proc.returncode == 0, err[-3000:]
+        proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(ROOT / "solutions"), "--no-gpu",
+                               "--quiet", "--out", str(out)], cwd=ROOT, env={**env, reuse.ENV_FOLDER: str(tmp_path / "reuse")},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stderr[-3000:]
         return out
 
-    # The grading without reuse, the first one with it and the session's (made here if no test made it yet) share
-    # nothing: side by side. The warm one after the cold.
+    # The session's grading (made here if no test made it yet) shares nothing with the cold one: side by side.
     with ThreadPoolExecutor(1) as pool:
         session_graded = pool.submit(static_graded, "solutions")
-        started = [start("plain", None), start("cold", tmp_path / "reuse")]
-        try:
-            plain, cold = (finish(*s) for s in started)
-        finally:
-            for _, proc in started:  # one failed: the other is not left running
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        cold = grade("cold")
         entries = _entries(tmp_path / "reuse")
         listings = [e for e in entries if b'"opcodes"' in e.read_bytes()]  # the stages' SASS counts
         assert len(entries) - len(listings) >= 7 and len(listings) >= 7  # one per stage at least
@@ -284,15 +295,15 @@ def test_a_graded_folder_is_the_same_with_and_without_reuse(tmp_path, static_gra
         for e in listings:
             os.utime(e, (planted, planted))
         kept = {e: e.stat().st_ino for e in listings}
-        warm = finish(*start("warm", tmp_path / "reuse"))
+        warm = grade("warm")
         session = session_graded.result()
     read = [e for e in listings if e.stat().st_ino == kept[e] and e.stat().st_mtime != planted]
     assert len(read) >= 7  # the warm grading read a listing per stage and dumped none of them again
     for name in ("results.json", "grading.json"):
         assert _steady(cold, name) == _steady(warm, name), name
         compiled = {which: _steady(out, name, compiles=True) for which, out in
-                    (("plain", plain), ("cold", cold), ("warm", warm), ("session", session))}
-        assert compiled["plain"] == compiled["cold"] == compiled["warm"] == compiled["session"], name
+                    (("cold", cold), ("warm", warm), ("session", session))}
+        assert compiled["cold"] == compiled["warm"] == compiled["session"], name
     assert _compile_records(cold) == _compile_records(warm) != []
 
 

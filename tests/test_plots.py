@@ -88,3 +88,57 @@ def test_a_failing_plot_returns_a_reason_instead_of_raising(tmp_path):
     path, why = plots.roofline_png([{"label": "bad", "flops": 1.0, "seconds": 1.0, "l2_bytes": 0.0}],
                                    {"FP32": 66.9}, 4.8, tmp_path / "r.png")
     assert path is None and why.startswith("the roofline plot failed: ZeroDivisionError")
+
+
+def test_a_histogram_of_the_same_numbers_by_the_same_grader_is_not_drawn_again(tmp_path, monkeypatch):
+    """A batch run again over its own output folder: the class's scores unchanged, its picture is kept as it is
+    (matplotlib not even imported for it); other scores, or another grader, draw it again."""
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "scores.png"
+    scores = {"under the rubric": [3.0, 7.5, 10.0]}
+    assert plots.score_histogram_png(scores, 10.0, png, "the class") == (str(png), "")
+    drawn = png.read_bytes()
+    assert plots.png_text(png, plots.INPUTS_KEY)  # the picture says what it was drawn from
+
+    def no_drawing():
+        raise AssertionError("drawn again")
+
+    with monkeypatch.context() as m:
+        m.setattr(plots, "pyplot", no_drawing)
+        assert plots.score_histogram_png(scores, 10.0, png, "the class") == (str(png), "")
+    assert png.read_bytes() == drawn
+
+    other = {"under the rubric": [3.0, 7.5, 9.0]}
+    assert plots.score_histogram_png(other, 10.0, png, "the class")[1] == ""
+    assert png.read_bytes() != drawn
+    redrawn = png.read_bytes()
+    import grader
+
+    monkeypatch.setattr(grader, "code_version", lambda: "another grader")
+    calls = []
+    real = plots.pyplot
+    monkeypatch.setattr(plots, "pyplot", lambda: calls.append(1) or real())
+    assert plots.score_histogram_png(other, 10.0, png, "the class")[1] == "" and calls == [1]
+    assert png.read_bytes() != redrawn  # the same picture, now marked with the other grader's digest
+
+
+def test_png_text_reads_only_a_small_text_chunk_before_the_image(tmp_path):
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    head = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", b"\0" * 13)
+    cases = {
+        "found": (head + chunk(b"tEXt", b"grader-inputs\0abc") + chunk(b"IEND", b""), "abc"),
+        "after the image": (head + chunk(b"IDAT", b"x") + chunk(b"tEXt", b"grader-inputs\0abc"), None),
+        "another key": (head + chunk(b"tEXt", b"Software\0matplotlib"), None),
+        "not a png": (b"GIF89a" + b"\0" * 40, None),
+        "truncated": (head + chunk(b"tEXt", b"grader-inputs\0abc")[:10], None),
+        "a huge chunk": (head + struct.pack(">I", 1 << 30) + b"tEXt", None),
+    }
+    for name, (data, want) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert plots.png_text(tmp_path / name, "grader-inputs") == want, name
+    assert plots.png_text(tmp_path / "missing.png", "grader-inputs") is None

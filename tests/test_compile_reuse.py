@@ -70,10 +70,11 @@ def _same(a, b) -> None:
 
 
 def _unclocked(record) -> dict:
-    """A compile record without what its clock wrote: its phases' seconds, its process's wall time and ptxas's
-    "Compile time"."""
+    """A compile record without what its clock wrote: its phases' seconds, its process's wall time, ptxas's
+    "Compile time" and so the output's sizes."""
     proc = dataclasses.asdict(record.proc)
-    proc.pop("wall_s")
+    for clocked in ("wall_s", "stdout_bytes", "stderr_bytes"):  # the output's size counts the time's digits
+        proc.pop(clocked)
     for stream in ("stdout", "stderr"):
         proc[stream] = re.sub(r"Compile time = [0-9.]+ ms", "Compile time = <clock> ms", proc[stream])
     return {"status": record.status, "problem": record.problem, "dependencies": record.dependencies,

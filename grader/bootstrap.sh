@@ -131,17 +131,42 @@ else
 fi
 
 # Installs SPEC (an editable `.[extras]`) and pip into the venv VENV ($PY its interpreter), without bytecode.
-# uv (Astral's installer, kept up, pip-compatible) where the base interpreter's pip can put it into the venv:
+# uv (Astral's installer, kept up, pip-compatible) where the base interpreter's pip can install it (kept_uv):
 # from a warm cache it installs the test extras in about 2 s where pip takes about 22 s on a 2-core machine
 # (docs/measurements/2026-12-06-test-suite-speed.md, "The set-up with uv"), and CI pays that on every fresh
 # clone. pip itself (put in by `venv`) where uv cannot be had (no pip in the base interpreter, as in a bare
 # Debian image; no index) or fails, or where GRADER_INSTALLER=pip asks for it.
+# uv itself is kept in the user's cache (beside mypy's, see `lint`): a fresh clone then does not install it again
+# through the base interpreter's pip, which took about 2.6 s of the set-up on a 2-core machine. A kept copy that
+# does not run is installed again; two set-ups at once each install into a folder of their own and rename it.
+kept_uv() {
+    local kept="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/gemm-grader/uv" tmp
+    if [[ -x "$kept/bin/uv" ]] && "$kept/bin/uv" --version >/dev/null 2>&1; then
+        echo "$kept/bin/uv"
+        return 0
+    fi
+    mkdir -p "$(dirname "$kept")" && tmp="$(mktemp -d "$kept.XXXXXX")" || return 1
+    if "$BASE_PY" -m pip install --disable-pip-version-check -q --target "$tmp" uv >/dev/null 2>&1 \
+        && "$tmp/bin/uv" --version >/dev/null 2>&1; then
+        rm -rf "$kept"
+        mv -T "$tmp" "$kept" 2>/dev/null || rm -rf "$tmp"  # another set-up's copy got there first: that one
+        [[ -x "$kept/bin/uv" ]] && echo "$kept/bin/uv"
+        return
+    fi
+    rm -rf "$tmp"
+    return 1
+}
+
 venv_install() {
-    local spec=$1 venv=$2
+    local spec=$1 venv=$2 uv=""
     if [[ "${GRADER_INSTALLER:-uv}" != pip ]]; then
-        if [[ -x "$venv/bin/uv" ]] \
-            || "$BASE_PY" -m pip --python "$PY" install --disable-pip-version-check -q uv >/dev/null 2>&1; then
-            "$venv/bin/uv" pip install -q --python "$PY" pip -e "$spec" && return 0
+        if [[ -x "$venv/bin/uv" ]]; then
+            uv="$venv/bin/uv"  # a venv that an earlier set-up gave its own uv
+        else
+            uv="$(kept_uv)" || uv=""
+        fi
+        if [[ -n "$uv" ]]; then
+            "$uv" pip install -q --python "$PY" pip -e "$spec" && return 0
             say "uv could not install $spec; trying pip"
         fi
     fi

@@ -70,13 +70,10 @@ def _same(a, b) -> None:
 
 
 def _unclocked(record) -> dict:
-    """A compile record without what its clock wrote: its phases' seconds, its process's wall time, ptxas's
-    "Compile time" and so the output's sizes."""
-    proc = dataclasses.asdict(record.proc)
-    for clocked in ("wall_s", "stdout_bytes", "stderr_bytes"):  # the output's size counts the time's digits
-        proc.pop(clocked)
-    for stream in ("stdout", "stderr"):
-        proc[stream] = re.sub(r"Compile time = [0-9.]+ ms", "Compile time = <clock> ms", proc[stream])
+    """A compile record without what its clock wrote (:data:`_COMPILE_CLOCK_KEYS`, ptxas's "Compile time"): its
+    phases by name only, its process record less its wall time and output sizes."""
+    proc = {k: _compile_time_unclocked(v) if isinstance(v, str) else v
+            for k, v in dataclasses.asdict(record.proc).items() if k not in _COMPILE_CLOCK_KEYS}
     return {"status": record.status, "problem": record.problem, "dependencies": record.dependencies,
             "phases": sorted(record.seconds), "proc": proc}
 
@@ -316,6 +313,10 @@ _CLOCK_KEYS = frozenset({"ended", "started", "seconds", "scratch", "cubin", "exe
 _COMPILE_CLOCK_KEYS = frozenset({"wall_s", "nvcc", "deps", "stderr_bytes", "stdout_bytes"})
 
 
+def _compile_time_unclocked(text: str) -> str:
+    return re.sub(r"Compile time = [0-9.]+ ms", "Compile time = <clock> ms", text)
+
+
 def _steady(out: Path, name: str, *, compiles: bool = False) -> str:
     """``out/name`` with what a clock writes replaced by a mark or left out (the summary's time line), and
     ``out``'s own path by ``<out>`` (the session's grading was written to ``out.partial`` first:
@@ -333,7 +334,7 @@ def _steady(out: Path, name: str, *, compiles: bool = False) -> str:
             # the time line, which a grading whose every step took under half a second has not (summary.py)
             x = re.sub(r"\n*Grading time: [^\n]*", "", x.replace(f"{out}.partial", "<out>").replace(str(out), "<out>"))
             if compiles:
-                x = re.sub(r"Compile time = [0-9.]+ ms", "Compile time = <clock> ms", x)
+                x = _compile_time_unclocked(x)
         return x
 
     return json.dumps(walk(json.loads((out / name).read_text())), sort_keys=True, indent=1)

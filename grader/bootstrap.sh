@@ -54,6 +54,10 @@ case "$cmd" in
     -h | --help) usage; exit 0 ;;
     *) say "unknown command '$cmd'"; usage; exit 2 ;;
 esac
+# `test` and `lint` write the bytecode of each module their processes import (the venv's packages, the tests'
+# helpers) at its first import, whatever PYTHONDONTWRITEBYTECODE says: every later process reads it, where
+# setup_venv compiled none of the venv ahead for them.
+if [[ "$cmd" == test || "$cmd" == lint ]]; then unset PYTHONDONTWRITEBYTECODE; fi
 
 BASE_PY="${GRADER_PYTHON:-python3}"
 if ! command -v "$BASE_PY" >/dev/null 2>&1; then
@@ -239,7 +243,7 @@ setup_venv() {
     # Neither installer above writes bytecode. For `setup` and `grade` compileall writes all of it now, on every
     # CPU: the venv may be read later by processes that cannot write (an image's, a grading machine's). `test` and
     # `lint` skip that (about 12 s of CPU and 6 s before the first test on a 2-core machine): their processes
-    # write the bytecode of what they import as they first import it (see `test` below).
+    # write the bytecode of what they import as they first import it (see after the command's check, above).
     if [[ "$cmd" == setup || "$cmd" == grade ]]; then
         "$PY" -m compileall -q -j 0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
             >/dev/null 2>&1 || true
@@ -355,18 +359,14 @@ case "$cmd" in
         # whatever that setting says; __pycache__ stays out of git, the kit, the Gradescope zip and the image.
         "$PY" -m compileall -q -j 0 grader >/dev/null 2>&1 || true
         "$PY" -m compileall -q -l -x '/test_[^/]*\.py$' tests >/dev/null 2>&1 || true
-        # The test run's processes write the bytecode of every other module they import (the venv's packages),
-        # whatever PYTHONDONTWRITEBYTECODE says: the first import of each writes it, and every later process
-        # reads it, where this set-up compiled none of it ahead (setup_venv).
-        exec env -u PYTHONDONTWRITEBYTECODE "$PY" -m pytest "${xdist[@]}" "$@" ;;
+        exec "$PY" -m pytest "${xdist[@]}" "$@" ;;
     # Settings: pyproject.toml's [tool.ruff] and [tool.mypy] (which names mypy's package); both exit 1 on a finding.
     # mypy keeps its incremental cache beside pip's, outside the checkout (MYPY_CACHE_DIR wins): a fresh clone's
     # check then takes about 0.4 s of CPU instead of about 11 (docs/measurements/2026-12-06-test-suite-speed.md,
     # "The set-up with uv"). mypy compares each module with what its cache recorded (size, time, then a hash of the
     # contents), so a clone of another commit reuses only what still matches and checks the rest again.
     # lint-imports: the floors and the no-loop rule pyproject.toml declares (docs/design.md, "The house").
-    lint) unset PYTHONDONTWRITEBYTECODE  # as for `test`: import-linter's modules are compiled once, then read
-        MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/gemm-grader/mypy}" \
+    lint) MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/gemm-grader/mypy}" \
         && export MYPY_CACHE_DIR \
         && "$PY" -m ruff check grader tests tools && "$PY" -m mypy && exec "$PY" -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache ;;
 esac
